@@ -1,0 +1,1 @@
+//! iwpmd.conf parser (in progress).

@@ -1,0 +1,20 @@
+//! Byte-exact codecs of the iWARP port mapper protocols. No IO, no clock, no `unsafe`.
+//!
+//! * [`netlink`]: the kernel link (`NETLINK_RDMA`, client `RDMA_NL_IWCM`), iwpm ABI 3 and 4,
+//!   every op in the direction(s) it travels, with the validation rules of the kernel and of
+//!   rdma-core's `iwpmd`.
+//! * [`peer`]: the daemon-to-daemon UDP protocol on port 3935 (64-byte REQUEST, 48-byte
+//!   ACCEPT/ACK/REJECT).
+//! * [`config`]: `/etc/iwpmd.conf`, accepting and rejecting what the C parser does.
+//! * [`sockaddr`]: `struct sockaddr_storage` as Linux lays it out.
+//!
+//! Guarantees (tested): no input makes a parser panic; every parse error is a matchable enum
+//! variant; `parse(emit(x)) == x` for every message type; `emit(parse(b)) == b` for canonical
+//! captures from the real kernel and the C daemon.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod consts;
+pub mod netlink;
+pub mod peer;
+pub mod sockaddr;

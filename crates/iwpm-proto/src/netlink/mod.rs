@@ -1,0 +1,3 @@
+//! Netlink framing and the iwpm message codec (in progress).
+pub mod attr;
+pub mod message;

@@ -1,0 +1,1 @@
+//! Peer protocol codec (in progress).
