@@ -1,1 +1,389 @@
-//! Peer protocol codec (in progress).
+//! The daemon-to-daemon protocol on UDP port 3935 ([`crate::consts::IWPM_PEER_PORT`]).
+//!
+//! One fixed layout, all integers big-endian:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 1 | bits 7-6 version, bits 5-4 [`PeerMsgType`], bits 3-0 [`IpVersion`] nibble |
+//! | 1 | 1 | `pmtime` |
+//! | 2 | 2 | `reserved_port`: in a REQUEST, the connecting side's *mapped* TCP port |
+//! | 4 | 2 | `ap_port`: accepting (passive) side's TCP port |
+//! | 6 | 2 | `cp_port`: connecting (active) side's TCP port |
+//! | 8 | 8 | `assoc_handle` |
+//! | 16 | 16 | `cp_ip` |
+//! | 32 | 16 | `ap_ip` |
+//! | 48 | 16 | `mapped_cp_ip` (64-byte form only) |
+//!
+//! REQUEST travels as 64 bytes ([`PEER_REQUEST_LEN`]); ACCEPT, ACK and REJECT as the first
+//! 48 ([`PEER_SHORT_LEN`]). An IPv4 address fills the first 4 bytes of its 16-byte field.
+//!
+//! # Where we differ from the C daemon, on purpose
+//!
+//! * **Encoding never leaks.** The C daemon writes only 4 bytes of each IPv4 field and leaves
+//!   uninitialised stack bytes (and a heap pointer) in the other 12; its answers echo them.
+//!   [`PeerMessage::encode`] zeroes every byte it does not use. Receivers ignore those bytes,
+//!   so this is invisible to C peers.
+//! * **Decoding reads only meaningful bytes.** For IPv4 only the first 4 bytes of each address
+//!   field are read, as the C daemon does, so garbage from a C peer is accepted and dropped.
+//!   Consequently `encode(decode(b)) == b` holds only for *canonical* input (padding zero);
+//!   for any input, `encode(decode(b))` equals `b` with the IPv4 padding zeroed.
+//! * **Oversize datagrams are rejected.** The C daemon receives into a 64-byte buffer, so a
+//!   longer datagram is truncated by the kernel and accepted as its first 64 bytes. We reject
+//!   every length other than 48 and 64 with [`PeerError::BadLength`]. To see oversize
+//!   datagrams at all, the IO layer must receive into a buffer of more than 64 bytes.
+//!
+//! Kept from the C daemon: nothing but the length and the IP nibble is validated (not the
+//! version bits, not the type against the length); a 48-byte REQUEST (sent by pre-2014
+//! peers) is accepted with `mapped_cp_ip == None`.
+//!
+//! # The 64-byte field outside REQUEST
+//!
+//! `mapped_cp_ip` is `Some` exactly when the datagram was 64 bytes long, whatever its type,
+//! so that decoding is lossless (`decode(encode(m)) == m` for every message). The C daemon
+//! reads the field only in REQUESTs; so should callers.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// Length of a REQUEST on the wire (with the mapped address field).
+pub const PEER_REQUEST_LEN: usize = 64;
+/// Length of ACCEPT, ACK and REJECT on the wire (and of pre-2014 REQUESTs).
+pub const PEER_SHORT_LEN: usize = 48;
+
+const ADDR_FIELD_LEN: usize = 16;
+const CP_IP_OFFSET: usize = 16;
+const AP_IP_OFFSET: usize = 32;
+const MAPPED_CP_IP_OFFSET: usize = 48;
+
+/// Message type, bits 5-4 of byte 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PeerMsgType {
+    /// 0: active side asks for the passive side's mapping.
+    Request,
+    /// 1: passive side answers with its mapped address.
+    Accept,
+    /// 2: active side confirms an ACCEPT (stops its retransmission).
+    Ack,
+    /// 3: passive side has no mapping for the requested address.
+    Reject,
+}
+
+impl PeerMsgType {
+    /// The 2-bit code on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            PeerMsgType::Request => 0,
+            PeerMsgType::Accept => 1,
+            PeerMsgType::Ack => 2,
+            PeerMsgType::Reject => 3,
+        }
+    }
+
+    /// Type from its 2-bit code; only the low 2 bits of `code` are looked at, so every byte
+    /// maps to a type (the field cannot be invalid).
+    pub fn from_code(code: u8) -> PeerMsgType {
+        match code & 0b11 {
+            0 => PeerMsgType::Request,
+            1 => PeerMsgType::Accept,
+            2 => PeerMsgType::Ack,
+            _ => PeerMsgType::Reject,
+        }
+    }
+}
+
+impl fmt::Display for PeerMsgType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PeerMsgType::Request => "REQUEST",
+            PeerMsgType::Accept => "ACCEPT",
+            PeerMsgType::Ack => "ACK",
+            PeerMsgType::Reject => "REJECT",
+        })
+    }
+}
+
+/// Address family of the message, bits 3-0 of byte 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IpVersion {
+    /// Nibble 4: addresses are the first 4 bytes of each 16-byte field.
+    V4,
+    /// Nibble 6: addresses fill the 16-byte fields.
+    V6,
+}
+
+impl IpVersion {
+    /// The nibble on the wire (4 or 6).
+    pub fn nibble(self) -> u8 {
+        match self {
+            IpVersion::V4 => 4,
+            IpVersion::V6 => 6,
+        }
+    }
+
+    /// Version from its nibble; `None` for anything but 4 and 6.
+    pub fn from_nibble(nibble: u8) -> Option<IpVersion> {
+        match nibble {
+            4 => Some(IpVersion::V4),
+            6 => Some(IpVersion::V6),
+            _ => None,
+        }
+    }
+
+    /// The family of an address.
+    pub fn of(ip: IpAddr) -> IpVersion {
+        match ip {
+            IpAddr::V4(_) => IpVersion::V4,
+            IpAddr::V6(_) => IpVersion::V6,
+        }
+    }
+}
+
+/// Why a datagram is not a peer message. Both are dropped by the C daemon too (with a
+/// WARNING each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum PeerError {
+    /// The datagram is neither 48 nor 64 bytes long (longer ones included, unlike C).
+    #[error("peer message of {len} bytes (expected {PEER_SHORT_LEN} or {PEER_REQUEST_LEN})")]
+    BadLength {
+        /// Length of the datagram.
+        len: usize,
+    },
+    /// The IP-version nibble of byte 0 is neither 4 nor 6.
+    #[error("peer message with invalid IP version nibble {nibble}")]
+    BadIpVersion {
+        /// Low nibble of byte 0.
+        nibble: u8,
+    },
+}
+
+/// One peer message, decoded.
+///
+/// Addresses are plain [`IpAddr`]s; the wire carries no IPv6 flow info or scope id. A message
+/// is *consistent* ([`PeerMessage::is_consistent`]) when every address is of the family named
+/// by `ip_version`; decoding only yields consistent messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerMessage {
+    /// Protocol version, bits 7-6 of byte 0: sent as 0, echoed in answers, never checked.
+    pub version: u8,
+    /// Message type.
+    pub msg_type: PeerMsgType,
+    /// Address family of every address in the message.
+    pub ip_version: IpVersion,
+    /// Echoed in answers, never interpreted (0 in a REQUEST we originate).
+    pub pmtime: u8,
+    /// REQUEST: the connecting side's mapped TCP port; otherwise 0.
+    pub reserved_port: u16,
+    /// Accepting (passive) side's TCP port.
+    pub ap_port: u16,
+    /// Connecting (active) side's TCP port.
+    pub cp_port: u16,
+    /// Chosen by the active side, echoed by the passive side.
+    pub assoc_handle: u64,
+    /// Connecting side's IP (unmapped).
+    pub cp_ip: IpAddr,
+    /// Accepting side's IP (unmapped in REQUEST/REJECT, mapped in ACCEPT/ACK).
+    pub ap_ip: IpAddr,
+    /// Connecting side's mapped IP: `Some` iff the message is (or was received as) 64 bytes.
+    pub mapped_cp_ip: Option<IpAddr>,
+}
+
+impl PeerMessage {
+    /// Parses one datagram. Only the length (48 or 64) and the IP nibble (4 or 6) are
+    /// checked, in that order.
+    pub fn decode(bytes: &[u8]) -> Result<PeerMessage, PeerError> {
+        let len = bytes.len();
+        if len != PEER_SHORT_LEN && len != PEER_REQUEST_LEN {
+            return Err(PeerError::BadLength { len });
+        }
+        let magic = bytes[0];
+        let nibble = magic & 0x0f;
+        let ip_version =
+            IpVersion::from_nibble(nibble).ok_or(PeerError::BadIpVersion { nibble })?;
+        let be16 = |at: usize| u16::from_be_bytes([bytes[at], bytes[at + 1]]);
+        let mut handle = [0u8; 8];
+        handle.copy_from_slice(&bytes[8..16]);
+        let mapped_cp_ip = (len == PEER_REQUEST_LEN)
+            .then(|| read_ip(ip_version, &bytes[MAPPED_CP_IP_OFFSET..][..ADDR_FIELD_LEN]));
+        Ok(PeerMessage {
+            version: magic >> 6,
+            msg_type: PeerMsgType::from_code(magic >> 4),
+            ip_version,
+            pmtime: bytes[1],
+            reserved_port: be16(2),
+            ap_port: be16(4),
+            cp_port: be16(6),
+            assoc_handle: u64::from_be_bytes(handle),
+            cp_ip: read_ip(ip_version, &bytes[CP_IP_OFFSET..][..ADDR_FIELD_LEN]),
+            ap_ip: read_ip(ip_version, &bytes[AP_IP_OFFSET..][..ADDR_FIELD_LEN]),
+            mapped_cp_ip,
+        })
+    }
+
+    /// Serialises the message: 64 bytes when `mapped_cp_ip` is `Some`, else 48. Every byte
+    /// not carrying a field value is zero.
+    ///
+    /// Addresses are written in the family of `ip_version`. For an inconsistent message
+    /// (see [`PeerMessage::is_consistent`]) an IPv4 address in a V6 message is written as
+    /// `::ffff:a.b.c.d`, and an IPv6 address in a V4 message as its IPv4-mapped form when it
+    /// has one, else `0.0.0.0`; only the high 2 bits of `version` are used.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; self.encoded_len()];
+        b[0] =
+            ((self.version & 0b11) << 6) | (self.msg_type.code() << 4) | self.ip_version.nibble();
+        b[1] = self.pmtime;
+        b[2..4].copy_from_slice(&self.reserved_port.to_be_bytes());
+        b[4..6].copy_from_slice(&self.ap_port.to_be_bytes());
+        b[6..8].copy_from_slice(&self.cp_port.to_be_bytes());
+        b[8..16].copy_from_slice(&self.assoc_handle.to_be_bytes());
+        write_ip(
+            self.ip_version,
+            self.cp_ip,
+            &mut b[CP_IP_OFFSET..][..ADDR_FIELD_LEN],
+        );
+        write_ip(
+            self.ip_version,
+            self.ap_ip,
+            &mut b[AP_IP_OFFSET..][..ADDR_FIELD_LEN],
+        );
+        if let Some(ip) = self.mapped_cp_ip {
+            write_ip(
+                self.ip_version,
+                ip,
+                &mut b[MAPPED_CP_IP_OFFSET..][..ADDR_FIELD_LEN],
+            );
+        }
+        b
+    }
+
+    /// Length [`PeerMessage::encode`] produces.
+    pub fn encoded_len(&self) -> usize {
+        if self.mapped_cp_ip.is_some() {
+            PEER_REQUEST_LEN
+        } else {
+            PEER_SHORT_LEN
+        }
+    }
+
+    /// True when every address is of the family `ip_version` names (and `version` fits in
+    /// its 2 bits), i.e. when `decode(encode(self)) == self`.
+    pub fn is_consistent(&self) -> bool {
+        let fam = |ip: IpAddr| IpVersion::of(ip) == self.ip_version;
+        self.version <= 0b11
+            && fam(self.cp_ip)
+            && fam(self.ap_ip)
+            && self.mapped_cp_ip.is_none_or(fam)
+    }
+
+    /// Connecting side's address (`cp_ip`, `cp_port`).
+    pub fn cp(&self) -> SocketAddr {
+        SocketAddr::new(self.cp_ip, self.cp_port)
+    }
+
+    /// Accepting side's address (`ap_ip`, `ap_port`).
+    pub fn ap(&self) -> SocketAddr {
+        SocketAddr::new(self.ap_ip, self.ap_port)
+    }
+
+    /// Connecting side's mapped address (`mapped_cp_ip`, `reserved_port`); `None` for a
+    /// 48-byte message. Meaningful only in a REQUEST.
+    pub fn mapped_cp(&self) -> Option<SocketAddr> {
+        self.mapped_cp_ip
+            .map(|ip| SocketAddr::new(ip, self.reserved_port))
+    }
+
+    /// The REQUEST the active side sends for a QUERY: `local` is the connecting side's
+    /// unmapped address (cp), `mapped_local` its mapped address (reserved port + mapped IP),
+    /// `remote` the address the application targets (ap). Version and pmtime are 0. The
+    /// family is `local`'s.
+    pub fn request(
+        handle: u64,
+        local: SocketAddr,
+        mapped_local: SocketAddr,
+        remote: SocketAddr,
+    ) -> PeerMessage {
+        PeerMessage {
+            version: 0,
+            msg_type: PeerMsgType::Request,
+            ip_version: IpVersion::of(local.ip()),
+            pmtime: 0,
+            reserved_port: mapped_local.port(),
+            ap_port: remote.port(),
+            cp_port: local.port(),
+            assoc_handle: handle,
+            cp_ip: local.ip(),
+            ap_ip: remote.ip(),
+            mapped_cp_ip: Some(mapped_local.ip()),
+        }
+    }
+
+    /// The passive side's ACCEPT of `req`: echoes version, pmtime, family, handle and cp;
+    /// ap becomes `mapped_ap`. The caller picks `mapped_ap` as the C daemon does: the
+    /// mapping's mapped address, or for a wildcard listener the requested IP with the mapped
+    /// port. 48 bytes, reserved port 0.
+    pub fn accept_for(req: &PeerMessage, mapped_ap: SocketAddr) -> PeerMessage {
+        PeerMessage {
+            msg_type: PeerMsgType::Accept,
+            ap_ip: mapped_ap.ip(),
+            ap_port: mapped_ap.port(),
+            ..req.answer_base()
+        }
+    }
+
+    /// The passive side's REJECT of `req` (no mapping for its ap): echoes everything but the
+    /// type; 48 bytes, reserved port 0.
+    pub fn reject_for(req: &PeerMessage) -> PeerMessage {
+        PeerMessage {
+            msg_type: PeerMsgType::Reject,
+            ..req.answer_base()
+        }
+    }
+
+    /// The active side's ACK of `accept`: echoes everything but the type (so ap is the
+    /// passive side's mapped address); 48 bytes, reserved port 0.
+    pub fn ack_for(accept: &PeerMessage) -> PeerMessage {
+        PeerMessage {
+            msg_type: PeerMsgType::Ack,
+            ..accept.answer_base()
+        }
+    }
+
+    /// Fields every answer echoes; reserved port and mapped address are dropped because the
+    /// C daemon writes them only when forming a REQUEST.
+    fn answer_base(&self) -> PeerMessage {
+        PeerMessage {
+            reserved_port: 0,
+            mapped_cp_ip: None,
+            ..*self
+        }
+    }
+}
+
+fn read_ip(version: IpVersion, field: &[u8]) -> IpAddr {
+    match version {
+        IpVersion::V4 => IpAddr::V4(Ipv4Addr::new(field[0], field[1], field[2], field[3])),
+        IpVersion::V6 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&field[..16]);
+            IpAddr::V6(Ipv6Addr::from(o))
+        }
+    }
+}
+
+fn write_ip(version: IpVersion, ip: IpAddr, field: &mut [u8]) {
+    match version {
+        IpVersion::V4 => {
+            let v4 = match ip {
+                IpAddr::V4(a) => a,
+                IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+            };
+            field[..4].copy_from_slice(&v4.octets());
+        }
+        IpVersion::V6 => {
+            let v6 = match ip {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            field[..16].copy_from_slice(&v6.octets());
+        }
+    }
+}

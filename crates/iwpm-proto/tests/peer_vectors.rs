@@ -1,0 +1,370 @@
+//! Golden vectors of the peer protocol (`tests/vectors/peer/*.hex`).
+//!
+//! `c-*.hex` are real datagrams of the C daemon taken from the rig's strace captures (each
+//! file names its capture line); the others are hand-built from the behaviour reference and
+//! say so. Format: `#` starts a comment, the rest is hex byte pairs separated by whitespace.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use iwpm_proto::peer::{IpVersion, PeerMessage, PeerMsgType, PEER_REQUEST_LEN, PEER_SHORT_LEN};
+
+fn vectors_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/peer")
+}
+
+fn parse_hex(text: &str) -> Vec<u8> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .flat_map(str::split_whitespace)
+        .map(|pair| {
+            assert_eq!(pair.len(), 2, "bad hex token {pair:?}");
+            u8::from_str_radix(pair, 16).unwrap_or_else(|e| panic!("bad hex {pair:?}: {e}"))
+        })
+        .collect()
+}
+
+fn vector(name: &str) -> Vec<u8> {
+    let path = vectors_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    parse_hex(&text)
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn v6(s: &str) -> IpAddr {
+    IpAddr::V6(s.parse::<Ipv6Addr>().unwrap())
+}
+
+/// Byte ranges an IPv4 message does not use: bytes 4..16 of each address field.
+fn ipv4_padding(len: usize) -> Vec<std::ops::Range<usize>> {
+    let mut r = vec![20..32, 36..48];
+    if len == PEER_REQUEST_LEN {
+        r.push(52..64);
+    }
+    r
+}
+
+fn zero_ipv4_padding(bytes: &[u8]) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    for r in ipv4_padding(b.len()) {
+        b[r].fill(0);
+    }
+    b
+}
+
+// ---------------------------------------------------------------- worked exchange (§4.8)
+
+const H: u64 = 0x0123_4567_89ab_cdef;
+
+fn worked_request() -> PeerMessage {
+    PeerMessage::request(
+        H,
+        sa("10.0.0.1:5000"),
+        sa("10.0.0.1:41234"),
+        sa("10.0.0.2:4000"),
+    )
+}
+
+#[test]
+fn worked_request_matches_vector_both_ways() {
+    let bytes = vector("worked-4.8-request.hex");
+    let req = worked_request();
+    assert_eq!(req.encode(), bytes);
+    let d = PeerMessage::decode(&bytes).unwrap();
+    assert_eq!(d, req);
+    assert_eq!(d.version, 0);
+    assert_eq!(d.msg_type, PeerMsgType::Request);
+    assert_eq!(d.ip_version, IpVersion::V4);
+    assert_eq!(d.pmtime, 0);
+    assert_eq!(d.reserved_port, 41234);
+    assert_eq!(d.cp(), sa("10.0.0.1:5000"));
+    assert_eq!(d.ap(), sa("10.0.0.2:4000"));
+    assert_eq!(d.mapped_cp(), Some(sa("10.0.0.1:41234")));
+    assert_eq!(d.assoc_handle, H);
+    assert_eq!(bytes.len(), PEER_REQUEST_LEN);
+}
+
+#[test]
+fn worked_accept_ack_reject_match_vectors() {
+    let req = worked_request();
+    let accept = PeerMessage::accept_for(&req, sa("10.0.0.2:40123"));
+    let accept_bytes = vector("worked-4.8-accept.hex");
+    assert_eq!(accept.encode(), accept_bytes);
+    assert_eq!(PeerMessage::decode(&accept_bytes).unwrap(), accept);
+    assert_eq!(accept.msg_type, PeerMsgType::Accept);
+    assert_eq!(accept.cp(), sa("10.0.0.1:5000"));
+    assert_eq!(accept.ap(), sa("10.0.0.2:40123"));
+    assert_eq!(accept.reserved_port, 0);
+    assert_eq!(accept.mapped_cp(), None);
+    assert_eq!(accept_bytes.len(), PEER_SHORT_LEN);
+
+    let ack = PeerMessage::ack_for(&accept);
+    let ack_bytes = vector("worked-4.8-ack.hex");
+    assert_eq!(ack.encode(), ack_bytes);
+    assert_eq!(PeerMessage::decode(&ack_bytes).unwrap(), ack);
+    assert_eq!(ack.msg_type, PeerMsgType::Ack);
+    assert_eq!(ack.ap(), sa("10.0.0.2:40123"));
+
+    let reject = PeerMessage::reject_for(&req);
+    let reject_bytes = vector("worked-4.8-reject.hex");
+    assert_eq!(reject.encode(), reject_bytes);
+    assert_eq!(PeerMessage::decode(&reject_bytes).unwrap(), reject);
+    assert_eq!(reject.msg_type, PeerMsgType::Reject);
+    assert_eq!(reject.ap(), sa("10.0.0.2:4000"));
+    assert_eq!(reject.cp(), sa("10.0.0.1:5000"));
+}
+
+#[test]
+fn answers_echo_version_and_pmtime() {
+    let req = PeerMessage::decode(&vector("echo-v2-request.hex")).unwrap();
+    assert_eq!(req.version, 2);
+    assert_eq!(req.pmtime, 0x7e);
+    assert_eq!(req.assoc_handle, u64::MAX);
+    assert_eq!(req.cp(), sa("192.0.2.1:49152"));
+    assert_eq!(req.ap(), sa("192.0.2.2:3260"));
+    assert_eq!(req.mapped_cp(), Some(sa("198.51.100.7:50000")));
+
+    let accept = PeerMessage::accept_for(&req, sa("192.0.2.2:61000"));
+    assert_eq!(accept.encode(), vector("echo-v2-accept.hex"));
+    assert_eq!(
+        PeerMessage::ack_for(&accept).encode(),
+        vector("echo-v2-ack.hex")
+    );
+    assert_eq!(
+        PeerMessage::reject_for(&req).encode(),
+        vector("echo-v2-reject.hex")
+    );
+}
+
+#[test]
+fn ipv6_exchange_matches_vectors() {
+    let req = PeerMessage::request(
+        0xfedc_ba98_7654_3210,
+        sa("[fd00::1]:5000"),
+        sa("[fd00::9]:41234"),
+        sa("[fd00::2]:4000"),
+    );
+    let req_bytes = vector("ipv6-request.hex");
+    assert_eq!(req.encode(), req_bytes);
+    let d = PeerMessage::decode(&req_bytes).unwrap();
+    assert_eq!(d, req);
+    assert_eq!(d.ip_version, IpVersion::V6);
+    assert_eq!(d.cp_ip, v6("fd00::1"));
+    assert_eq!(d.ap_ip, v6("fd00::2"));
+    assert_eq!(d.mapped_cp_ip, Some(v6("fd00::9")));
+
+    let accept = PeerMessage::accept_for(&req, sa("[fd00::2]:40123"));
+    let accept_bytes = vector("ipv6-accept.hex");
+    assert_eq!(accept.encode(), accept_bytes);
+    assert_eq!(PeerMessage::decode(&accept_bytes).unwrap(), accept);
+
+    let ack = PeerMessage::ack_for(&accept);
+    let ack_bytes = vector("ipv6-ack.hex");
+    assert_eq!(ack.encode(), ack_bytes);
+    assert_eq!(PeerMessage::decode(&ack_bytes).unwrap(), ack);
+
+    let reject = PeerMessage::reject_for(&req);
+    let reject_bytes = vector("ipv6-reject.hex");
+    assert_eq!(reject.encode(), reject_bytes);
+    assert_eq!(PeerMessage::decode(&reject_bytes).unwrap(), reject);
+}
+
+// ---------------------------------------------------------------- real C datagrams
+
+struct CExchange {
+    prefix: &'static str,
+    handle: u64,
+    cp: &'static str,
+    ap: &'static str,
+    mapped_cp: &'static str,
+    mapped_ap: &'static str,
+}
+
+const C_EXCHANGES: [CExchange; 2] = [
+    // Single host: rping over siw, so the mapped ports equal the local ones (NO_PORT_MAP).
+    CExchange {
+        prefix: "c-single-vm",
+        handle: 0x0000_55c9_6898_eb90,
+        cp: "10.88.0.1:36021",
+        ap: "10.88.0.1:7174",
+        mapped_cp: "10.88.0.1:36021",
+        mapped_ap: "10.88.0.1:7174",
+    },
+    CExchange {
+        prefix: "c-2vm",
+        handle: 0x0000_555f_8a24_6a10,
+        cp: "10.77.0.2:51194",
+        ap: "10.77.0.1:7174",
+        mapped_cp: "10.77.0.2:51194",
+        mapped_ap: "10.77.0.1:7174",
+    },
+];
+
+/// Asserts that our encoding of `ours` equals the C datagram `c` except in the IPv4
+/// padding, that the C datagram really carries garbage there, and that we zero it.
+fn assert_equal_but_padding(ours: &[u8], c: &[u8]) {
+    assert_eq!(ours.len(), c.len());
+    assert_eq!(ours, zero_ipv4_padding(c).as_slice());
+    let padding = ipv4_padding(c.len());
+    let differing: Vec<usize> = (0..c.len()).filter(|&i| ours[i] != c[i]).collect();
+    assert!(
+        !differing.is_empty(),
+        "the C datagram was expected to leak non-zero padding bytes"
+    );
+    for i in differing {
+        assert!(
+            padding.iter().any(|r| r.contains(&i)),
+            "byte {i} differs outside the IPv4 padding"
+        );
+    }
+    for r in padding {
+        assert!(ours[r].iter().all(|&b| b == 0));
+    }
+}
+
+#[test]
+fn c_datagrams_decode_to_expected_fields() {
+    for x in &C_EXCHANGES {
+        let req = PeerMessage::decode(&vector(&format!("{}-request.hex", x.prefix))).unwrap();
+        assert_eq!(req.version, 0, "{}", x.prefix);
+        assert_eq!(req.msg_type, PeerMsgType::Request);
+        assert_eq!(req.ip_version, IpVersion::V4);
+        assert_eq!(req.pmtime, 0);
+        assert_eq!(req.assoc_handle, x.handle);
+        assert_eq!(req.cp(), sa(x.cp));
+        assert_eq!(req.ap(), sa(x.ap));
+        assert_eq!(req.mapped_cp(), Some(sa(x.mapped_cp)));
+
+        let accept = PeerMessage::decode(&vector(&format!("{}-accept.hex", x.prefix))).unwrap();
+        assert_eq!(accept.msg_type, PeerMsgType::Accept);
+        assert_eq!(accept.version, 0);
+        assert_eq!(accept.pmtime, 0);
+        assert_eq!(accept.reserved_port, 0);
+        assert_eq!(accept.assoc_handle, x.handle);
+        assert_eq!(accept.cp(), sa(x.cp));
+        assert_eq!(accept.ap(), sa(x.mapped_ap));
+        assert_eq!(accept.mapped_cp_ip, None);
+
+        let ack = PeerMessage::decode(&vector(&format!("{}-ack.hex", x.prefix))).unwrap();
+        assert_eq!(ack.msg_type, PeerMsgType::Ack);
+        assert_eq!(ack.reserved_port, 0);
+        assert_eq!(ack.assoc_handle, x.handle);
+        assert_eq!(ack.cp(), sa(x.cp));
+        assert_eq!(ack.ap(), sa(x.mapped_ap));
+        assert_eq!(ack.mapped_cp_ip, None);
+    }
+}
+
+#[test]
+fn c_datagrams_reencode_with_padding_zeroed() {
+    for x in &C_EXCHANGES {
+        for kind in ["request", "accept", "ack"] {
+            let c = vector(&format!("{}-{kind}.hex", x.prefix));
+            let ours = PeerMessage::decode(&c).unwrap().encode();
+            assert_equal_but_padding(&ours, &c);
+        }
+    }
+}
+
+#[test]
+fn constructors_reproduce_c_datagrams_but_padding() {
+    for x in &C_EXCHANGES {
+        let req = PeerMessage::request(x.handle, sa(x.cp), sa(x.mapped_cp), sa(x.ap));
+        assert_equal_but_padding(&req.encode(), &vector(&format!("{}-request.hex", x.prefix)));
+        let accept = PeerMessage::accept_for(&req, sa(x.mapped_ap));
+        assert_equal_but_padding(
+            &accept.encode(),
+            &vector(&format!("{}-accept.hex", x.prefix)),
+        );
+        let ack = PeerMessage::ack_for(&accept);
+        assert_equal_but_padding(&ack.encode(), &vector(&format!("{}-ack.hex", x.prefix)));
+    }
+}
+
+// ---------------------------------------------------------------- every vector file
+
+#[test]
+fn every_vector_decodes_and_reencodes_canonically() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(vectors_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("hex") {
+            continue;
+        }
+        let bytes = parse_hex(&std::fs::read_to_string(&path).unwrap());
+        let msg = PeerMessage::decode(&bytes).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        assert!(msg.is_consistent());
+        let canonical = match msg.ip_version {
+            IpVersion::V4 => zero_ipv4_padding(&bytes),
+            IpVersion::V6 => bytes.clone(),
+        };
+        assert_eq!(msg.encode(), canonical, "{path:?}");
+        assert_eq!(PeerMessage::decode(&canonical).unwrap(), msg);
+        n += 1;
+    }
+    assert_eq!(n, 18, "vector count changed: update this test");
+}
+
+// ---------------------------------------------------------------- provenance
+
+/// Re-reads each `c-*.hex` vector's source line in the rig captures (when the shared
+/// folder is present beside the repository) and checks the bytes are those of the capture.
+#[test]
+fn c_vectors_match_their_capture_lines() {
+    let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig/captures");
+    if !captures.is_dir() {
+        eprintln!("skipping: {captures:?} not present");
+        return;
+    }
+    let mut checked = 0;
+    for entry in std::fs::read_dir(vectors_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("c-") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let header = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# Real bytes: shared/rig/captures/"))
+            .unwrap_or_else(|| panic!("{name}: no provenance line"));
+        let (file, rest) = header.split_once(", line ").unwrap();
+        let line_no: usize = rest.split(',').next().unwrap().parse().unwrap();
+        let capture = read_capture(&captures.join(file))
+            .unwrap_or_else(|| panic!("{name}: cannot read capture {file}"));
+        let line = capture.lines().nth(line_no - 1).unwrap();
+        let escaped: String = parse_hex(&text)
+            .iter()
+            .map(|b| format!("\\x{b:02x}"))
+            .collect();
+        assert!(
+            line.contains(&format!("\"{escaped}\"")),
+            "{name}: bytes not found on line {line_no} of {file}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 6, "every real-capture vector is checked");
+}
+
+fn read_capture(path: &Path) -> Option<String> {
+    if path.extension().and_then(|e| e.to_str()) == Some("gz") {
+        let out = std::process::Command::new("gzip")
+            .arg("-dc")
+            .arg(path)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        std::fs::read_to_string(path).ok()
+    }
+}
+
+#[test]
+fn hex_loader_ignores_comments() {
+    assert_eq!(parse_hex("# x 00\n0a ff # 11\n 01"), vec![0x0a, 0xff, 0x01]);
+}
