@@ -26,6 +26,18 @@ pub struct Envelope {
     pub pid: u32,
 }
 
+impl Envelope {
+    /// The envelope of a received message (client from the type's high bits).
+    pub fn from_header(header: &crate::netlink::frame::NlHeader) -> Self {
+        Envelope {
+            client: header.client(),
+            flags: header.flags,
+            seq: header.seq,
+            pid: header.pid,
+        }
+    }
+}
+
 /// REG_PID request (kernel → daemon, multicast on group 2). Kernel sends fixed-size,
 /// NUL-padded names (16/32/32 bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
