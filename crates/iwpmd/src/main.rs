@@ -1,1 +1,101 @@
-fn main() {}
+//! `iwpmd`: the iWARP port mapper daemon. A thin IO shell around `iwpm-core`: it owns the
+//! sockets, the signals, the logging and the process model; every protocol decision is the
+//! core's.
+//!
+//! Start-up order (rdma-core's, with the socket binds moved before the fork so that a
+//! second instance fails on the terminal, not only in syslog): CLI, logging, config,
+//! single-instance lock, UDP peer sockets, daemonize, kernel link (its port id is the pid
+//! after the fork), signals, HELLO, loop.
+
+mod cli;
+mod instance_lock;
+mod kernel_link;
+mod logging;
+mod peer_sockets;
+mod process;
+mod rate_limit;
+mod reservations;
+mod settings;
+mod shell;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::Parser;
+use iwpm_core::{Core, CoreConfig};
+use iwpm_proto::consts::IWPMD_NL_GROUPS_MASK;
+
+use crate::cli::{Cli, KernelSpec, RunMode};
+use crate::kernel_link::KernelLink;
+use crate::logging::LogTarget;
+use crate::peer_sockets::PeerSockets;
+use crate::settings::Settings;
+use crate::shell::Shell;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let log_target = logging::init(cli.log_stderr, cli.verbose);
+    let mut detached = false;
+    match run(&cli, &mut detached) {
+        Ok(status) => ExitCode::from(status),
+        Err(e) => {
+            tracing::error!("Couldn't start iWarp Port Mapper: {e:#}");
+            // syslog may not reach the operator's terminal; say it there too while we have one.
+            if log_target == LogTarget::Syslog && !detached {
+                eprintln!("iwpmd: Couldn't start iWarp Port Mapper: {e:#}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
+    if cli.legacy_f > 0 {
+        tracing::warn!("option -f is accepted for compatibility and ignored");
+    }
+    let settings = Settings::load(cli);
+    let _lock = instance_lock::InstanceLock::acquire(&cli.kernel)?;
+    let peers = PeerSockets::open(settings.peer_bind)?;
+
+    let mode = cli.run_mode();
+    if mode == RunMode::Daemon {
+        process::daemonize().context("Failed to daemonize")?;
+        *detached = true;
+    }
+    tracing::warn!(
+        "Starting iWarp Port Mapper V{} process (pid {})",
+        iwpm_proto::consts::IWPM_UABI_VERSION,
+        std::process::id()
+    );
+    if let Some(limit) = process::raise_fd_limit() {
+        tracing::debug!(limit, "descriptor limit");
+    }
+
+    let kernel = match &cli.kernel {
+        KernelSpec::Netlink => {
+            KernelLink::open_netlink(IWPMD_NL_GROUPS_MASK, settings.nl_sock_rbuf_size)?
+        }
+        KernelSpec::Unix(path) => KernelLink::open_unix(path)?,
+    };
+    tracing::info!(
+        link = %cli.kernel,
+        port_id = kernel.port_id(),
+        peers = %peers.describe(),
+        "sockets open"
+    );
+
+    let now = Instant::now();
+    let config = CoreConfig {
+        netlink_pid: kernel.port_id(),
+        peer_port: settings.peer_bind.port,
+        handle_seed: settings::random_seed(),
+        ..CoreConfig::default()
+    };
+    let core = Core::new(config, now);
+    let mut shell = Shell::new(core, kernel, peers, mode == RunMode::Systemd)
+        .context("cannot set up the event loop")?;
+    shell.start()?;
+    let exit = shell.run().context("event loop failed")?;
+    Ok(exit.status())
+}

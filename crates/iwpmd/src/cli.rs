@@ -1,0 +1,175 @@
+//! Command line. Keeps rdma-core's `-s/--systemd` (and its dead `-f`) so the shipped unit
+//! and init scripts work unchanged; everything else is an addition for operators and tests.
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{ArgAction, Parser};
+
+/// Default configuration file, as installed by rdma-core packages.
+pub const DEFAULT_CONFIG: &str = "/etc/iwpmd.conf";
+
+/// iWARP port mapper daemon.
+///
+/// Reserves TCP ports for iWARP connections on behalf of the kernel (NETLINK_RDMA) and
+/// exchanges mapped ports with the iwpmd of peer hosts (UDP port 3935).
+#[derive(Debug, Parser)]
+#[command(name = "iwpmd", version, about, long_about = None)]
+#[command(
+    after_help = "Signals: SIGUSR1 logs the mapping table; SIGTERM exits 0; \
+SIGHUP exits 1 (as rdma-core's iwpmd; it does not reload)."
+)]
+pub struct Cli {
+    /// Run under systemd: stay in the foreground and send READY=1 once the kernel link is up.
+    #[arg(short = 's', long)]
+    pub systemd: bool,
+
+    /// Stay in the foreground without systemd notification.
+    #[arg(long)]
+    pub foreground: bool,
+
+    /// Accepted for compatibility with rdma-core's iwpmd; has no effect.
+    #[arg(short = 'f', hide = true, action = ArgAction::Count)]
+    pub legacy_f: u8,
+
+    /// Configuration file; a missing file is not an error.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
+
+    /// Kernel link: `netlink` (the real kernel) or `unix:PATH` (a kernel emulator bound to the
+    /// Unix datagram socket PATH).
+    #[arg(long, value_name = "netlink|unix:PATH", default_value = "netlink")]
+    pub kernel: KernelSpec,
+
+    /// UDP port of the peer protocol (overrides `peer_port` in the configuration file).
+    #[arg(long, value_name = "PORT")]
+    pub peer_port: Option<u16>,
+
+    /// IPv4 address the peer sockets bind to (default 0.0.0.0).
+    #[arg(long, value_name = "ADDR")]
+    pub peer_bind_v4: Option<Ipv4Addr>,
+
+    /// IPv6 address the peer sockets bind to (default ::).
+    #[arg(long, value_name = "ADDR")]
+    pub peer_bind_v6: Option<Ipv6Addr>,
+
+    /// Do not open IPv6 peer sockets.
+    #[arg(long)]
+    pub no_ipv6: bool,
+
+    /// Log to stderr instead of syslog/journald.
+    #[arg(long)]
+    pub log_stderr: bool,
+
+    /// More log output (-v debug, -vv trace); `RUST_LOG` directives take precedence.
+    #[arg(short, long, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl Cli {
+    /// How the process should run, from the mode flags.
+    pub fn run_mode(&self) -> RunMode {
+        if self.systemd {
+            RunMode::Systemd
+        } else if self.foreground {
+            RunMode::Foreground
+        } else {
+            RunMode::Daemon
+        }
+    }
+}
+
+/// Process model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunMode {
+    /// Detach from the terminal (rdma-core's default).
+    Daemon,
+    /// Stay attached, no notification.
+    Foreground,
+    /// Stay attached and send `READY=1` to systemd.
+    Systemd,
+}
+
+/// Which kernel the daemon talks to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelSpec {
+    /// The real kernel over `NETLINK_RDMA`.
+    Netlink,
+    /// An emulator listening on a Unix datagram socket at this path; same bytes as netlink.
+    Unix(PathBuf),
+}
+
+/// `--kernel` value that is neither `netlink` nor `unix:PATH`.
+#[derive(Debug, thiserror::Error)]
+#[error("expected `netlink` or `unix:PATH`")]
+pub struct BadKernelSpec;
+
+impl FromStr for KernelSpec {
+    type Err = BadKernelSpec;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "netlink" {
+            return Ok(KernelSpec::Netlink);
+        }
+        match s.strip_prefix("unix:") {
+            Some(path) if !path.is_empty() => Ok(KernelSpec::Unix(PathBuf::from(path))),
+            _ => Err(BadKernelSpec),
+        }
+    }
+}
+
+impl fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelSpec::Netlink => f.write_str("netlink"),
+            KernelSpec::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn rdma_core_flags_parse() {
+        let cli = Cli::try_parse_from(["iwpmd", "-s"]).unwrap();
+        assert_eq!(cli.run_mode(), RunMode::Systemd);
+        let cli = Cli::try_parse_from(["iwpmd", "--systemd", "-f"]).unwrap();
+        assert_eq!(cli.run_mode(), RunMode::Systemd);
+        assert_eq!(cli.legacy_f, 1);
+        let cli = Cli::try_parse_from(["iwpmd"]).unwrap();
+        assert_eq!(cli.run_mode(), RunMode::Daemon);
+        assert_eq!(cli.kernel, KernelSpec::Netlink);
+        assert_eq!(cli.config, PathBuf::from(DEFAULT_CONFIG));
+    }
+
+    #[test]
+    fn kernel_spec_parses() {
+        assert_eq!(
+            "netlink".parse::<KernelSpec>().unwrap(),
+            KernelSpec::Netlink
+        );
+        assert_eq!(
+            "unix:/tmp/k".parse::<KernelSpec>().unwrap(),
+            KernelSpec::Unix(PathBuf::from("/tmp/k"))
+        );
+        assert!("unix:".parse::<KernelSpec>().is_err());
+        assert!("tcp:1".parse::<KernelSpec>().is_err());
+    }
+
+    #[test]
+    fn verbosity_counts() {
+        let cli = Cli::try_parse_from(["iwpmd", "-vv", "--foreground"]).unwrap();
+        assert_eq!(cli.verbose, 2);
+        assert_eq!(cli.run_mode(), RunMode::Foreground);
+    }
+}

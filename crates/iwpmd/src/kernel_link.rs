@@ -1,0 +1,344 @@
+//! The daemon's link to the kernel's iwpm client: a real `NETLINK_RDMA` socket, or a Unix
+//! datagram socket connected to a kernel emulator. Both carry the same netlink bytes.
+//!
+//! Unix link protocol (for `--kernel unix:PATH`): the emulator binds a `SOCK_DGRAM` Unix
+//! socket at PATH before the daemon starts. The daemon autobinds its own socket (an abstract
+//! address chosen by the kernel), `connect`s it to PATH and exchanges whole netlink datagrams
+//! with it, one datagram per `send`, exactly as it would with the kernel. The emulator learns
+//! the daemon's address from the first datagram it receives (the HELLO) and sends everything,
+//! including what the real kernel would multicast (REG_PID), to that address. Because the
+//! daemon's socket is connected, Linux delivers it datagrams from PATH only, which is the
+//! Unix analogue of "accept only the kernel (port id 0)". The port id the daemon writes into
+//! `nlmsg_pid` is its process id, as with netlink.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use rustix::io::Errno;
+use rustix::net::netlink::{self, SocketAddrNetlink};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
+
+/// Receive buffer per datagram. The kernel packs at most about one page (two on some
+/// configurations, ~8 KiB on 64 KiB-page kernels) per iwpm datagram; 64 KiB leaves a wide
+/// margin, and `MSG_TRUNC` still reports anything longer.
+pub const RECV_BUFFER: usize = 64 * 1024;
+
+/// Why the kernel link could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelLinkError {
+    /// `socket()` failed.
+    #[error("cannot create the {kind} socket: {source}")]
+    Socket {
+        /// `netlink` or `unix`.
+        kind: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Neither `SO_RCVBUFFORCE` nor `SO_RCVBUF` accepted the configured size.
+    #[error("cannot set the netlink receive buffer to {size} bytes: {source}")]
+    ReceiveBuffer {
+        /// Configured `nl_sock_rbuf_size`.
+        size: usize,
+        /// The `SO_RCVBUF` error.
+        source: io::Error,
+    },
+    /// Binding the netlink socket failed (typically EPERM without CAP_NET_ADMIN, needed to
+    /// join the iwpm multicast group on most kernels).
+    #[error("cannot bind the NETLINK_RDMA socket (groups {groups:#x}): {source}")]
+    NetlinkBind {
+        /// Group mask requested.
+        groups: u32,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Reading back the kernel-assigned port id failed.
+    #[error("cannot read the netlink port id: {0}")]
+    PortId(io::Error),
+    /// Autobinding the Unix socket failed.
+    #[error("cannot bind the Unix kernel-link socket: {0}")]
+    UnixBind(io::Error),
+    /// Connecting to the emulator failed (is it running and bound to PATH?).
+    #[error("cannot connect to the kernel emulator at {path}: {source}")]
+    UnixConnect {
+        /// The emulator's socket path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// What one receive call produced.
+#[derive(Debug)]
+pub enum Received<'a> {
+    /// A datagram from the kernel. `full_len > data.len()` means it was truncated.
+    Kernel {
+        /// The bytes received (at most [`RECV_BUFFER`]).
+        data: &'a [u8],
+        /// The datagram's real length.
+        full_len: usize,
+    },
+    /// A datagram from some other netlink port; must be dropped.
+    Foreign {
+        /// Sender port id.
+        port_id: u32,
+        /// Datagram length.
+        len: usize,
+    },
+    /// The socket's receive queue overflowed (`ENOBUFS`): kernel messages were lost.
+    Overrun,
+    /// Nothing more to read.
+    Empty,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Netlink,
+    Unix,
+}
+
+/// An open kernel link.
+#[derive(Debug)]
+pub struct KernelLink {
+    fd: OwnedFd,
+    kind: Kind,
+    port_id: u32,
+    buf: Vec<u8>,
+}
+
+impl KernelLink {
+    /// Opens `NETLINK_RDMA`, bound to `groups` with port id = our pid (or, if that id is
+    /// taken, a kernel-assigned one). `rcvbuf` > 0 sets the receive buffer like rdma-core:
+    /// `SO_RCVBUFFORCE`, falling back to `SO_RCVBUF`; both failing is an error.
+    pub fn open_netlink(groups: u32, rcvbuf: usize) -> Result<Self, KernelLinkError> {
+        let fd = rustix::net::socket_with(
+            AddressFamily::NETLINK,
+            SocketType::RAW,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            Some(netlink::RDMA),
+        )
+        .map_err(|e| KernelLinkError::Socket {
+            kind: "NETLINK_RDMA",
+            source: e.into(),
+        })?;
+        if rcvbuf > 0 {
+            set_receive_buffer(&fd, rcvbuf)?;
+        }
+        let pid = rustix::process::getpid()
+            .as_raw_nonzero()
+            .get()
+            .unsigned_abs();
+        let port_id = match rustix::net::bind(&fd, &SocketAddrNetlink::new(pid, groups)) {
+            Ok(()) => pid,
+            Err(Errno::ADDRINUSE) => {
+                tracing::info!(
+                    pid,
+                    "netlink port id equal to the pid is taken; using a kernel-assigned one"
+                );
+                rustix::net::bind(&fd, &SocketAddrNetlink::new(0, groups)).map_err(|e| {
+                    KernelLinkError::NetlinkBind {
+                        groups,
+                        source: e.into(),
+                    }
+                })?;
+                let local =
+                    rustix::net::getsockname(&fd).map_err(|e| KernelLinkError::PortId(e.into()))?;
+                SocketAddrNetlink::try_from(local)
+                    .map_err(|e| KernelLinkError::PortId(e.into()))?
+                    .pid()
+            }
+            Err(e) => {
+                return Err(KernelLinkError::NetlinkBind {
+                    groups,
+                    source: e.into(),
+                })
+            }
+        };
+        Ok(KernelLink {
+            fd,
+            kind: Kind::Netlink,
+            port_id,
+            buf: vec![0; RECV_BUFFER],
+        })
+    }
+
+    /// Opens a Unix datagram socket connected to the emulator at `path` (see module docs).
+    /// The port id reported to the core is our pid, as rdma-core does with netlink.
+    pub fn open_unix(path: &Path) -> Result<Self, KernelLinkError> {
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .map_err(|e| KernelLinkError::Socket {
+            kind: "Unix datagram",
+            source: e.into(),
+        })?;
+        rustix::net::bind(&fd, &SocketAddrUnix::new_unnamed())
+            .map_err(|e| KernelLinkError::UnixBind(e.into()))?;
+        let unix_connect_err = |source: io::Error| KernelLinkError::UnixConnect {
+            path: path.to_owned(),
+            source,
+        };
+        let peer = SocketAddrUnix::new(path).map_err(|e| unix_connect_err(e.into()))?;
+        rustix::net::connect(&fd, &peer).map_err(|e| unix_connect_err(e.into()))?;
+        let port_id = rustix::process::getpid()
+            .as_raw_nonzero()
+            .get()
+            .unsigned_abs();
+        Ok(KernelLink {
+            fd,
+            kind: Kind::Unix,
+            port_id,
+            buf: vec![0; RECV_BUFFER],
+        })
+    }
+
+    /// The port id to put in `nlmsg_pid` of every message.
+    pub fn port_id(&self) -> u32 {
+        self.port_id
+    }
+
+    /// `netlink` or `unix`, for logs.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Netlink => "netlink",
+            Kind::Unix => "unix",
+        }
+    }
+
+    /// Receives one datagram without blocking.
+    pub fn recv(&mut self) -> io::Result<Received<'_>> {
+        let (copied, full_len, from) =
+            match rustix::net::recvfrom(&self.fd, &mut self.buf[..], RecvFlags::TRUNC) {
+                Ok(r) => r,
+                Err(Errno::AGAIN) => return Ok(Received::Empty),
+                Err(Errno::NOBUFS) => return Ok(Received::Overrun),
+                Err(e) => return Err(e.into()),
+            };
+        if let Kind::Netlink = self.kind {
+            let port_id = from
+                .and_then(|a| SocketAddrNetlink::try_from(a).ok())
+                .map(|a| a.pid());
+            match port_id {
+                Some(0) => {}
+                other => {
+                    return Ok(Received::Foreign {
+                        port_id: other.unwrap_or(u32::MAX),
+                        len: full_len,
+                    })
+                }
+            }
+        }
+        Ok(Received::Kernel {
+            data: &self.buf[..copied],
+            full_len,
+        })
+    }
+
+    /// Sends one datagram to the kernel (port id 0) or to the connected emulator.
+    pub fn send(&self, datagram: &[u8]) -> io::Result<()> {
+        let sent = match self.kind {
+            Kind::Netlink => rustix::net::sendto(
+                &self.fd,
+                datagram,
+                SendFlags::empty(),
+                &SocketAddrNetlink::new(0, 0),
+            ),
+            Kind::Unix => rustix::net::send(&self.fd, datagram, SendFlags::empty()),
+        }?;
+        if sent != datagram.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short send: {sent} of {} bytes", datagram.len()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl AsRawFd for KernelLink {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn set_receive_buffer(fd: &OwnedFd, size: usize) -> Result<(), KernelLinkError> {
+    match rustix::net::sockopt::set_socket_recv_buffer_size_force(fd, size) {
+        Ok(()) => Ok(()),
+        Err(force_err) => {
+            tracing::debug!(%force_err, "SO_RCVBUFFORCE refused; trying SO_RCVBUF");
+            rustix::net::sockopt::set_socket_recv_buffer_size(fd, size).map_err(|e| {
+                KernelLinkError::ReceiveBuffer {
+                    size,
+                    source: e.into(),
+                }
+            })?;
+            if let Ok(got) = rustix::net::sockopt::socket_recv_buffer_size(fd) {
+                // The kernel doubles the request and caps SO_RCVBUF at net.core.rmem_max.
+                if got < size {
+                    tracing::warn!(
+                        requested = size,
+                        granted = got,
+                        "netlink receive buffer capped by net.core.rmem_max"
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixDatagram;
+
+    fn temp_path(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("iwpmd-kl-{tag}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn unix_link_round_trip_and_truncation_report() {
+        let path = temp_path("rt");
+        let _ = std::fs::remove_file(&path);
+        let emu = UnixDatagram::bind(&path).unwrap();
+        let mut link = KernelLink::open_unix(&path).unwrap();
+        assert_eq!(link.port_id(), std::process::id());
+        assert!(matches!(link.recv().unwrap(), Received::Empty));
+
+        link.send(b"hello").unwrap();
+        let mut buf = [0u8; 16];
+        let (n, from) = emu.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+
+        emu.send_to_addr(b"reply", &from).unwrap();
+        match link.recv().unwrap() {
+            Received::Kernel { data, full_len } => {
+                assert_eq!(data, b"reply");
+                assert_eq!(full_len, 5);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let big = vec![7u8; RECV_BUFFER + 100];
+        emu.send_to_addr(&big, &from).unwrap();
+        match link.recv().unwrap() {
+            Received::Kernel { data, full_len } => {
+                assert_eq!(data.len(), RECV_BUFFER);
+                assert_eq!(full_len, RECV_BUFFER + 100);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn unix_link_without_emulator_fails_clearly() {
+        let path = temp_path("missing");
+        let _ = std::fs::remove_file(&path);
+        let err = KernelLink::open_unix(&path).unwrap_err();
+        assert!(matches!(err, KernelLinkError::UnixConnect { .. }), "{err}");
+        assert!(err.to_string().contains("kernel emulator"));
+    }
+}

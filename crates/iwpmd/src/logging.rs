@@ -1,0 +1,134 @@
+//! Log destination and level. rdma-core logs to syslog only (facility daemon, ident
+//! `iwpmd`, with pid); we keep that as the default, use the journal's native protocol when
+//! systemd connected stderr to the journal, and log to stderr on request (tests, debugging).
+
+use std::io::IsTerminal;
+
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// Where log lines go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Plain lines on stderr.
+    Stderr,
+    /// systemd-journald, native protocol.
+    Journald,
+    /// syslog(3), facility daemon, ident `iwpmd`, with pid.
+    Syslog,
+}
+
+/// Level for `-v` count: 0 info, 1 debug, 2+ trace.
+pub fn default_level(verbose: u8) -> LevelFilter {
+    match verbose {
+        0 => LevelFilter::INFO,
+        1 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    }
+}
+
+/// Installs the global subscriber. `RUST_LOG` directives apply on top of the `-v` level.
+pub fn init(want_stderr: bool, verbose: u8) -> LogTarget {
+    let filter = || {
+        EnvFilter::builder()
+            .with_default_directive(default_level(verbose).into())
+            .from_env_lossy()
+    };
+    let target = if want_stderr {
+        LogTarget::Stderr
+    } else if stderr_is_journal() {
+        LogTarget::Journald
+    } else {
+        LogTarget::Syslog
+    };
+    let registry = tracing_subscriber::registry();
+    match target {
+        LogTarget::Stderr => {
+            registry.with(stderr_layer().with_filter(filter())).init();
+            LogTarget::Stderr
+        }
+        LogTarget::Journald => match tracing_journald::layer() {
+            Ok(j) => {
+                let j = j.with_syslog_identifier("iwpmd".to_owned());
+                registry.with(j.with_filter(filter())).init();
+                LogTarget::Journald
+            }
+            Err(_) => {
+                registry.with(stderr_layer().with_filter(filter())).init();
+                LogTarget::Stderr
+            }
+        },
+        LogTarget::Syslog => {
+            let options = syslog_tracing::Options::LOG_PID
+                | syslog_tracing::Options::LOG_NDELAY
+                | syslog_tracing::Options::LOG_CONS;
+            match syslog_tracing::Syslog::new(c"iwpmd", options, syslog_tracing::Facility::Daemon) {
+                Some(syslog) => {
+                    let layer = tracing_subscriber::fmt::layer()
+                        .with_writer(syslog)
+                        .without_time()
+                        .with_level(false)
+                        .with_target(false)
+                        .with_ansi(false);
+                    registry.with(layer.with_filter(filter())).init();
+                    LogTarget::Syslog
+                }
+                None => {
+                    registry.with(stderr_layer().with_filter(filter())).init();
+                    LogTarget::Stderr
+                }
+            }
+        }
+    }
+}
+
+fn stderr_layer<S>() -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+}
+
+/// True when `JOURNAL_STREAM` names the device and inode of our stderr (systemd's contract
+/// for "stderr is connected to the journal").
+fn stderr_is_journal() -> bool {
+    let Ok(value) = std::env::var("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(stat) = rustix::fs::fstat(std::io::stderr()) else {
+        return false;
+    };
+    journal_stream_matches(&value, stat.st_dev, stat.st_ino)
+}
+
+fn journal_stream_matches(value: &str, dev: u64, ino: u64) -> bool {
+    let mut parts = value.splitn(2, ':');
+    let (Some(d), Some(i)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    matches!((d.parse::<u64>(), i.parse::<u64>()), (Ok(d), Ok(i)) if d == dev && i == ino)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_stream_parsing() {
+        assert!(journal_stream_matches("8:1234", 8, 1234));
+        assert!(!journal_stream_matches("8:1234", 8, 1235));
+        assert!(!journal_stream_matches("8", 8, 1234));
+        assert!(!journal_stream_matches("x:y", 8, 1234));
+    }
+
+    #[test]
+    fn verbosity_levels() {
+        assert_eq!(default_level(0), LevelFilter::INFO);
+        assert_eq!(default_level(1), LevelFilter::DEBUG);
+        assert_eq!(default_level(5), LevelFilter::TRACE);
+    }
+}

@@ -1,0 +1,226 @@
+//! The four UDP sockets of the peer protocol (rdma-core layout): a listener on the
+//! well-known port and an ephemeral "client" socket per address family, IPv6 ones
+//! `IPV6_V6ONLY`. A family the host lacks (`EAFNOSUPPORT`) is skipped; at least one
+//! family must work.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use iwpm_core::PeerSocket;
+use mio::net::UdpSocket;
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Largest peer datagram we read. Valid ones are 48 or 64 bytes; the rest is read only so
+/// that the core can see (and reject or truncate) oversize datagrams by their real length.
+pub const PEER_RECV_BUFFER: usize = 2048;
+
+/// Where to bind the peer sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerBind {
+    /// Well-known port (3935).
+    pub port: u16,
+    /// IPv4 bind address (default `0.0.0.0`).
+    pub v4: Ipv4Addr,
+    /// IPv6 bind address (default `::`); `None` disables IPv6.
+    pub v6: Option<Ipv6Addr>,
+}
+
+/// Why the peer sockets could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerSocketError {
+    /// The listener port is taken, most likely by a running iwpmd.
+    #[error("UDP {addr} is already in use: another iwpmd is running?")]
+    PortInUse {
+        /// The listener address.
+        addr: SocketAddr,
+    },
+    /// Any other socket/bind failure.
+    #[error("cannot open the UDP socket on {addr}: {source}")]
+    Open {
+        /// The address being bound.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// Neither IPv4 nor IPv6 could be used.
+    #[error("neither IPv4 nor IPv6 UDP sockets are available")]
+    NoFamily,
+}
+
+/// The open peer sockets; a family's pair is `None` when that family is unavailable.
+#[derive(Debug)]
+pub struct PeerSockets {
+    v4: Option<Pair>,
+    v6: Option<Pair>,
+}
+
+#[derive(Debug)]
+struct Pair {
+    listener: UdpSocket,
+    client: UdpSocket,
+}
+
+impl PeerSockets {
+    /// Opens the sockets in rdma-core's order: v4 listener, v6 listener, then the client
+    /// socket of each family whose listener exists.
+    pub fn open(bind: PeerBind) -> Result<Self, PeerSocketError> {
+        let v4_listen = open_udp(SocketAddr::new(IpAddr::V4(bind.v4), bind.port))?;
+        let v6_listen = match bind.v6 {
+            Some(v6) => open_udp(SocketAddr::new(IpAddr::V6(v6), bind.port))?,
+            None => None,
+        };
+        let v4 = match v4_listen {
+            Some(listener) => open_udp(SocketAddr::new(IpAddr::V4(bind.v4), 0))?
+                .map(|client| Pair { listener, client }),
+            None => None,
+        };
+        let v6 = match (v6_listen, bind.v6) {
+            (Some(listener), Some(v6)) => open_udp(SocketAddr::new(IpAddr::V6(v6), 0))?
+                .map(|client| Pair { listener, client }),
+            _ => None,
+        };
+        if v4.is_none() && v6.is_none() {
+            return Err(PeerSocketError::NoFamily);
+        }
+        Ok(PeerSockets { v4, v6 })
+    }
+
+    /// The socket for `which`, if its family is open.
+    pub fn get(&self, which: PeerSocket) -> Option<&UdpSocket> {
+        match which {
+            PeerSocket::V4Listener => self.v4.as_ref().map(|p| &p.listener),
+            PeerSocket::V4Client => self.v4.as_ref().map(|p| &p.client),
+            PeerSocket::V6Listener => self.v6.as_ref().map(|p| &p.listener),
+            PeerSocket::V6Client => self.v6.as_ref().map(|p| &p.client),
+        }
+    }
+
+    /// Mutable access, for registration with the poller.
+    pub fn get_mut(&mut self, which: PeerSocket) -> Option<&mut UdpSocket> {
+        match which {
+            PeerSocket::V4Listener => self.v4.as_mut().map(|p| &mut p.listener),
+            PeerSocket::V4Client => self.v4.as_mut().map(|p| &mut p.client),
+            PeerSocket::V6Listener => self.v6.as_mut().map(|p| &mut p.listener),
+            PeerSocket::V6Client => self.v6.as_mut().map(|p| &mut p.client),
+        }
+    }
+
+    /// Local addresses of the open sockets, for the start-up log.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for which in ALL {
+            if let Some(addr) = self.get(which).and_then(|s| s.local_addr().ok()) {
+                parts.push(format!("{which:?}={addr}"));
+            }
+        }
+        parts.join(" ")
+    }
+}
+
+/// Every socket kind, in rdma-core's read order.
+pub const ALL: [PeerSocket; 4] = [
+    PeerSocket::V4Listener,
+    PeerSocket::V4Client,
+    PeerSocket::V6Listener,
+    PeerSocket::V6Client,
+];
+
+/// Opens one non-blocking UDP socket bound to `addr`; `Ok(None)` if the family is not
+/// supported by this host.
+fn open_udp(addr: SocketAddr) -> Result<Option<UdpSocket>, PeerSocketError> {
+    let err = |source: io::Error| {
+        if source.kind() == io::ErrorKind::AddrInUse && addr.port() != 0 {
+            PeerSocketError::PortInUse { addr }
+        } else {
+            PeerSocketError::Open { addr, source }
+        }
+    };
+    let socket = match Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)) {
+        Ok(s) => s,
+        Err(e) if is_afnosupport(&e) => {
+            tracing::warn!(%addr, "address family not supported; skipping");
+            return Ok(None);
+        }
+        Err(e) => return Err(err(e)),
+    };
+    if addr.is_ipv6() {
+        socket.set_only_v6(true).map_err(err)?;
+    }
+    socket.set_nonblocking(true).map_err(err)?;
+    match socket.bind(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if is_afnosupport(&e) => {
+            tracing::warn!(%addr, "address family not supported; skipping");
+            return Ok(None);
+        }
+        Err(e) => return Err(err(e)),
+    }
+    Ok(Some(UdpSocket::from_std(socket.into())))
+}
+
+fn is_afnosupport(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::AFNOSUPPORT.raw_os_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> u16 {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn opens_loopback_pair_and_detects_second_instance() {
+        let port = free_port();
+        let bind = PeerBind {
+            port,
+            v4: Ipv4Addr::LOCALHOST,
+            v6: None,
+        };
+        let socks = PeerSockets::open(bind).unwrap();
+        let listener = socks
+            .get(PeerSocket::V4Listener)
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        assert_eq!(listener, SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+        let client = socks
+            .get(PeerSocket::V4Client)
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        assert_eq!(client.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_ne!(client.port(), port);
+        assert!(socks.get(PeerSocket::V6Listener).is_none());
+
+        let err = PeerSockets::open(bind).unwrap_err();
+        assert!(matches!(err, PeerSocketError::PortInUse { .. }), "{err}");
+        assert!(err.to_string().contains("another iwpmd is running?"));
+    }
+
+    #[test]
+    fn ipv6_listener_is_v6only_when_available() {
+        let port = free_port();
+        let bind = PeerBind {
+            port,
+            v4: Ipv4Addr::LOCALHOST,
+            v6: Some(Ipv6Addr::LOCALHOST),
+        };
+        match PeerSockets::open(bind) {
+            Ok(socks) => {
+                if let Some(s) = socks.get(PeerSocket::V6Listener) {
+                    let sock = socket2::SockRef::from(s);
+                    assert!(sock.only_v6().unwrap());
+                }
+            }
+            // Hosts with IPv6 disabled on lo cannot bind ::1; nothing to check there.
+            Err(PeerSocketError::Open { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
