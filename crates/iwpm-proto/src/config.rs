@@ -36,7 +36,21 @@
 //! ("Couldn't find param" or "Couldn't parse a line"), so one file serves both daemons.
 //! C peers always talk to port 3935: change `peer_port` only for tests and labs.
 //!
-//! A new key is one [`ConfigKey`] variant plus its arms in `name`, `origin` and `apply`.
+//! A new key is one [`ConfigKey`] variant (and an entry in [`ConfigKey::ALL`]), its arms in
+//! `name` and `origin`, and its value rule in the parser.
+//!
+//! # Use
+//!
+//! ```
+//! use iwpm_proto::config::{parse_config, ConfigDiagnostic, Severity};
+//!
+//! let (config, diagnostics) = parse_config("nl_sock_rbuf_size=419430400\nfoo=1\n");
+//! assert_eq!(config.nl_sock_rbuf_size, Some(419_430_400));
+//! assert_eq!(config.peer_port(), 3935);
+//! assert!(matches!(&diagnostics[..], [ConfigDiagnostic::UnknownKey { line: 2, .. }]));
+//! assert_eq!(diagnostics[0].severity(), Severity::Warning);
+//! assert_eq!(diagnostics[0].to_string(), "line 2: unknown key \"foo\"");
+//! ```
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};

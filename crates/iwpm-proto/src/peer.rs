@@ -36,11 +36,43 @@
 //! version bits, not the type against the length); a 48-byte REQUEST (sent by pre-2014
 //! peers) is accepted with `mapped_cp_ip == None`.
 //!
+//! # Use
+//!
+//! ```
+//! use iwpm_proto::peer::{PeerMessage, PeerMsgType};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Active side: the kernel asked to connect 10.0.0.1:5000 (mapped to :41234) to
+//! // 10.0.0.2:4000. The handle is any value unique among our outstanding requests.
+//! let req = PeerMessage::request(
+//!     7,
+//!     "10.0.0.1:5000".parse()?,
+//!     "10.0.0.1:41234".parse()?,
+//!     "10.0.0.2:4000".parse()?,
+//! );
+//! let datagram = req.encode(); // 64 bytes, to the remote's port 3935
+//!
+//! // Passive side: its listener 4000 is mapped to 40123.
+//! let got = PeerMessage::decode(&datagram)?;
+//! assert_eq!(got.mapped_cp(), Some("10.0.0.1:41234".parse()?)); // REMOTE_INFO's mapped remote
+//! let accept = PeerMessage::accept_for(&got, "10.0.0.2:40123".parse()?);
+//!
+//! // Active side again: the ACCEPT carries the mapped remote; answer with an ACK.
+//! let accept = PeerMessage::decode(&accept.encode())?;
+//! assert_eq!(accept.msg_type, PeerMsgType::Accept);
+//! assert_eq!(accept.ap(), "10.0.0.2:40123".parse()?);
+//! let ack = PeerMessage::ack_for(&accept);
+//! assert_eq!(ack.encode().len(), 48);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # The 64-byte field outside REQUEST
 //!
 //! `mapped_cp_ip` is `Some` exactly when the datagram was 64 bytes long, whatever its type,
 //! so that decoding is lossless (`decode(encode(m)) == m` for every message). The C daemon
-//! reads the field only in REQUESTs; so should callers.
+//! reads the field only in REQUESTs; so should callers. For a 48-byte REQUEST the C daemon
+//! reads its mapped address from uninitialised memory; what to use instead is the caller's
+//! choice (`cp()` with `reserved_port` is the natural stand-in).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
