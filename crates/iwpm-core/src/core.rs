@@ -1,69 +1,204 @@
-//! The [`Core`] state machine (skeleton; being filled in).
+//! The [`Core`] struct: state, input gating, output queue and the helpers every handler
+//! shares. The handlers live in `kernel.rs` (netlink), `recovery.rs` (MAPINFO) and
+//! `peer.rs` (UDP 3935).
+//!
+//! # Reservations pause input
+//!
+//! When a handler needs a TCP port it emits [`Action::Reserve`] and stops. Until the shell
+//! answers with [`Core::handle_reserved`], every further input (the rest of the current
+//! netlink datagram included) is buffered in arrival order, and replayed right after the
+//! answer. Processing is therefore strictly sequential and deterministic, as in the C
+//! daemon, whose `bind()` is synchronous. Timers still run while paused; they never need a
+//! reservation.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 
+use iwpm_proto::consts::{err, NLM_F_REQUEST};
+use iwpm_proto::netlink::{encode_daemon_msg, DaemonMsg, Envelope, HandleErr};
+use iwpm_proto::peer::PeerMsgType;
+use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
+
 use crate::action::{Action, PeerSocket, ReservationId, ReserveError};
+use crate::clients::Clients;
 use crate::config::CoreConfig;
+use crate::exchange::{Exchanges, HandleGen};
+use crate::kernel::{AnsweredSeqs, Handshake, OwnedFrame};
+use crate::ratelimit::{LogKind, LogLimiter};
 use crate::stats::Stats;
-use crate::table::{MappingTable, MappingView};
+use crate::table::{Mapping, MappingId, MappingTable, MappingView};
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("core invariant violated: {0}")]
 pub struct InvariantError(pub &'static str);
 
+/// What a pending reservation is for.
+#[derive(Clone, Debug)]
+pub(crate) enum Purpose {
+    /// ADD_MAPPING of a new local address.
+    Add {
+        client: u8,
+        seq: u32,
+        received: Instant,
+        local: SockAddrStorage,
+        local_ep: Endpoint,
+    },
+    /// QUERY_MAPPING of a new local address; the exchange starts once the port is held.
+    Query {
+        client: u8,
+        seq: u32,
+        received: Instant,
+        local: SockAddrStorage,
+        local_ep: Endpoint,
+        remote: SockAddrStorage,
+        remote_sa: SocketAddr,
+    },
+    /// MAPINFO record: re-reserve the recorded mapped port.
+    Recover {
+        client: u8,
+        seq: u32,
+        local: SockAddrStorage,
+        local_ep: Endpoint,
+        mapped: SockAddrStorage,
+        mapped_ep: Endpoint,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Pending {
+    pub id: ReservationId,
+    pub purpose: Purpose,
+}
+
+/// Input that arrived while a reservation was pending.
+#[derive(Clone, Debug)]
+pub(crate) enum Deferred {
+    Kernel {
+        received: Instant,
+        frame: OwnedFrame,
+    },
+    Peer {
+        via: PeerSocket,
+        from: SocketAddr,
+        datagram: Vec<u8>,
+    },
+}
+
 /// The port mapper state machine.
 #[derive(Debug)]
 pub struct Core {
-    config: CoreConfig,
-    abi: u16,
-    table: MappingTable,
+    pub(crate) config: CoreConfig,
+    pub(crate) abi: u16,
+    pub(crate) handshake: Handshake,
+    pub(crate) table: MappingTable,
+    pub(crate) exchanges: Exchanges,
+    pub(crate) clients: Clients,
+    pub(crate) handles: HandleGen,
+    pub(crate) answered: AnsweredSeqs,
+    pub(crate) pending: Option<Pending>,
+    pub(crate) deferred: VecDeque<Deferred>,
+    next_reservation: u64,
     actions: VecDeque<Action>,
-    stats: Stats,
+    pub(crate) stats: Stats,
+    log: LogLimiter,
+    pub(crate) last_now: Instant,
 }
 
 impl Core {
     /// Creates an idle core; call [`Core::start`] to begin the kernel handshake.
-    pub fn new(config: CoreConfig, _now: Instant) -> Self {
-        let abi = config.max_abi;
+    pub fn new(config: CoreConfig, now: Instant) -> Self {
+        if config.netlink_pid == 0 {
+            tracing::warn!("netlink_pid is 0: the kernel would unicast to itself");
+        }
         Core {
+            abi: config.max_abi,
+            handles: HandleGen::new(config.handle_seed),
+            log: LogLimiter::new(config.log_interval),
+            answered: AnsweredSeqs::new(config.reply_deadline * 2),
             config,
-            abi,
+            handshake: Handshake::Idle,
             table: MappingTable::default(),
+            exchanges: Exchanges::default(),
+            clients: Clients::default(),
+            pending: None,
+            deferred: VecDeque::new(),
+            next_reservation: 0,
             actions: VecDeque::new(),
             stats: Stats::default(),
+            last_now: now,
         }
     }
 
-    /// Queues HELLO(max_abi) to the kernel.
-    pub fn start(&mut self, _now: Instant) {}
+    /// Queues HELLO(max_abi) to the kernel. Later calls do nothing.
+    pub fn start(&mut self, now: Instant) {
+        self.last_now = now;
+        self.start_handshake(now);
+    }
 
-    /// One datagram from the kernel (port id 0).
-    pub fn handle_kernel_datagram(&mut self, _now: Instant, _datagram: &[u8]) {}
+    /// One datagram from the kernel (the shell checked it came from port id 0).
+    pub fn handle_kernel_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        self.last_now = now;
+        self.process_kernel_datagram(now, datagram);
+        self.sync_gauges();
+    }
 
     /// One UDP datagram received on `via` from `from`.
     pub fn handle_peer_datagram(
         &mut self,
-        _now: Instant,
-        _via: PeerSocket,
-        _from: SocketAddr,
-        _datagram: &[u8],
+        now: Instant,
+        via: PeerSocket,
+        from: SocketAddr,
+        datagram: &[u8],
     ) {
+        self.last_now = now;
+        if self.pending.is_some() {
+            self.deferred.push_back(Deferred::Peer {
+                via,
+                from,
+                datagram: datagram.to_vec(),
+            });
+        } else {
+            self.process_peer_datagram(now, via, from, datagram);
+        }
+        self.sync_gauges();
     }
 
-    /// The shell's answer to [`Action::Reserve`].
+    /// The shell's answer to [`Action::Reserve`]; replays input buffered meanwhile.
     pub fn handle_reserved(
         &mut self,
-        _now: Instant,
-        _id: ReservationId,
-        _result: Result<u16, ReserveError>,
+        now: Instant,
+        id: ReservationId,
+        result: Result<u16, ReserveError>,
     ) {
+        self.last_now = now;
+        match self.pending.take() {
+            Some(p) if p.id == id => self.complete_reservation(now, p, result),
+            other => {
+                self.pending = other;
+                self.warn(
+                    now,
+                    LogKind::Protocol,
+                    format_args!("answer for unknown reservation {}", id.0),
+                );
+                if result.is_ok() {
+                    self.release(id);
+                }
+            }
+        }
+        self.drain_deferred(now);
+        self.sync_gauges();
     }
 
     /// Runs every timer due at or before `now`.
-    pub fn handle_timeout(&mut self, _now: Instant) {}
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = now;
+        self.handshake_timeout(now);
+        self.run_exchange_timers(now);
+        self.sync_gauges();
+    }
 
     /// Next output, if any.
     pub fn poll_action(&mut self) -> Option<Action> {
@@ -72,7 +207,14 @@ impl Core {
 
     /// When [`Core::handle_timeout`] should be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        let hs = match self.handshake {
+            Handshake::Awaiting { deadline, .. } => Some(deadline),
+            _ => None,
+        };
+        match (hs, self.exchanges.next_timer()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// All mappings, newest first.
@@ -80,9 +222,18 @@ impl Core {
         self.table.iter().map(|(id, m)| MappingTable::view(id, m))
     }
 
-    /// The SIGUSR1 dump, one log line per element.
-    pub fn dump_lines(&self) -> Vec<String> {
-        vec!["print_iwpm_mapped_ports:".to_owned()]
+    /// The mapping a peer REQUEST for `local` would find (C's loose look-up by local
+    /// address: exact, or a wildcard on the same port, or any on the port if `local` is a
+    /// wildcard).
+    pub fn mapping_for_local(&self, local: &Endpoint) -> Option<MappingView<'_>> {
+        let id = self.table.loose_local(local)?;
+        self.table.get(id).map(|m| MappingTable::view(id, m))
+    }
+
+    /// The mapping whose mapped address loosely matches `mapped`.
+    pub fn mapping_for_mapped(&self, mapped: &Endpoint) -> Option<MappingView<'_>> {
+        let id = self.table.loose_mapped(mapped)?;
+        self.table.get(id).map(|m| MappingTable::view(id, m))
     }
 
     /// Counters.
@@ -90,9 +241,19 @@ impl Core {
         &self.stats
     }
 
-    /// The negotiated iwpm ABI version.
+    /// The iwpm ABI version in use (the negotiated one once the handshake is done).
     pub fn abi(&self) -> u16 {
         self.abi
+    }
+
+    /// True once the HELLO handshake has finished (answered, refused or timed out).
+    pub fn is_ready(&self) -> bool {
+        matches!(self.handshake, Handshake::Done)
+    }
+
+    /// True while an [`Action::Reserve`] waits for [`Core::handle_reserved`].
+    pub fn reservation_pending(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// The configuration in use.
@@ -102,6 +263,178 @@ impl Core {
 
     /// Checks the internal indexes against each other (for tests and fuzzing).
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
-        self.table.check().map_err(InvariantError)
+        self.table.check().map_err(InvariantError)?;
+        self.exchanges
+            .check(|id| self.table.get(id).is_some())
+            .map_err(InvariantError)?;
+        if self.table.len() > self.config.max_mappings {
+            return Err(InvariantError("more mappings than max_mappings"));
+        }
+        if self.exchanges.len() > self.config.max_exchanges {
+            return Err(InvariantError("more exchanges than max_exchanges"));
+        }
+        if self.pending.is_none() && !self.deferred.is_empty() {
+            return Err(InvariantError(
+                "input left buffered without a pending reservation",
+            ));
+        }
+        Ok(())
     }
+
+    fn drain_deferred(&mut self, now: Instant) {
+        while self.pending.is_none() {
+            let Some(d) = self.deferred.pop_front() else {
+                break;
+            };
+            match d {
+                Deferred::Kernel { received, frame } => self.process_frame(now, received, frame),
+                Deferred::Peer {
+                    via,
+                    from,
+                    datagram,
+                } => self.process_peer_datagram(now, via, from, &datagram),
+            }
+        }
+    }
+
+    fn sync_gauges(&mut self) {
+        self.stats.mappings = self.table.len() as u64;
+        self.stats.exchanges_active = self.exchanges.len() as u64;
+    }
+
+    // ----- shared helpers -----
+
+    pub(crate) fn push(&mut self, action: Action) {
+        self.actions.push_back(action);
+    }
+
+    /// Encodes `msg` for `client` with the next per-client header seq and queues it.
+    pub(crate) fn send_kernel(&mut self, client: u8, msg: DaemonMsg) {
+        let env = Envelope {
+            client,
+            flags: NLM_F_REQUEST,
+            seq: self.clients.next_seq(client),
+            pid: self.config.netlink_pid,
+        };
+        let mut out = Vec::with_capacity(600);
+        encode_daemon_msg(&env, &msg, &mut out);
+        Stats::bump_op(&mut self.stats.netlink_out, msg.op());
+        if let DaemonMsg::HandleErr(e) = &msg {
+            if let Some(c) = self.stats.handle_err_sent.get_mut(usize::from(e.code)) {
+                *c += 1;
+            }
+        }
+        self.push(Action::ToKernel(out));
+    }
+
+    /// HANDLE_ERR for the kernel request with header seq `seq`. Code 0 would make the kernel
+    /// complete the request as a success with uninitialised addresses, so it is never sent.
+    pub(crate) fn send_handle_err(&mut self, client: u8, seq: u32, code: u16) {
+        if code == 0 {
+            debug_assert!(false, "HANDLE_ERR code 0");
+            return;
+        }
+        self.send_kernel(
+            client,
+            DaemonMsg::HandleErr(HandleErr {
+                seq,
+                code,
+                unknown: Vec::new(),
+            }),
+        );
+    }
+
+    pub(crate) fn send_peer(
+        &mut self,
+        via: PeerSocket,
+        to: SocketAddr,
+        ty: PeerMsgType,
+        datagram: Vec<u8>,
+    ) {
+        if let Some(c) = self.stats.peer_out.get_mut(usize::from(ty.code())) {
+            *c += 1;
+        }
+        self.push(Action::ToPeer { via, to, datagram });
+    }
+
+    /// Emits [`Action::Reserve`] and pauses input until the answer.
+    pub(crate) fn reserve(&mut self, bind: SocketAddr, purpose: Purpose) {
+        self.next_reservation += 1;
+        let id = ReservationId(self.next_reservation);
+        self.stats.reservations_requested += 1;
+        self.pending = Some(Pending { id, purpose });
+        self.push(Action::Reserve { id, bind });
+    }
+
+    pub(crate) fn release(&mut self, id: ReservationId) {
+        self.stats.reservations_released += 1;
+        self.push(Action::Release { id });
+    }
+
+    /// True (and a CREATE_MAPPING_ERR-worthy log) when no new mapping may be created.
+    pub(crate) fn mappings_full(&mut self, now: Instant) -> bool {
+        if self.table.len() < self.config.max_mappings {
+            return false;
+        }
+        self.stats.mappings_refused += 1;
+        let max = self.config.max_mappings;
+        self.warn(
+            now,
+            LogKind::CapReached,
+            format_args!("mapping table full ({max} mappings)"),
+        );
+        true
+    }
+
+    pub(crate) fn insert_mapping(&mut self, m: Mapping) -> MappingId {
+        self.stats.mappings_created += 1;
+        self.table.insert(m)
+    }
+
+    /// Drops one kernel reference; at zero frees the mapping, releases its port and cancels
+    /// its exchanges.
+    pub(crate) fn unref_mapping(&mut self, id: MappingId) {
+        let Some(m) = self.table.get_mut(id) else {
+            return;
+        };
+        m.refcount = m.refcount.saturating_sub(1);
+        if m.refcount > 0 {
+            return;
+        }
+        if let Some(m) = self.table.remove(id) {
+            self.stats.mappings_freed += 1;
+            if let Some(r) = m.reservation {
+                self.release(r);
+            }
+            self.exchanges.remove_for_mapping(id);
+        }
+    }
+
+    /// Rate-limited WARNING.
+    pub(crate) fn warn(&mut self, now: Instant, kind: LogKind, args: fmt::Arguments<'_>) {
+        match self.log.allow(now, kind) {
+            Some(0) => tracing::warn!("{args}"),
+            Some(n) => tracing::warn!("{args} ({n} similar messages suppressed)"),
+            None => self.stats.logs_suppressed += 1,
+        }
+    }
+}
+
+/// The wildcard address of `ep`'s family with `port`: what reservations bind to (as C).
+pub(crate) fn wildcard_of(ep: &Endpoint, port: u16) -> SocketAddr {
+    match ep.ip {
+        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
+    }
+}
+
+/// Codes used here, re-exported under short names.
+pub(crate) mod code {
+    use super::err;
+    pub const INVALID: u16 = err::IWPM_INVALID_NLMSG_ERR;
+    pub const CREATE: u16 = err::IWPM_CREATE_MAPPING_ERR;
+    pub const DUPLICATE: u16 = err::IWPM_DUPLICATE_MAPPING_ERR;
+    pub const LIB_INFO: u16 = err::IWPM_USER_LIB_INFO_ERR;
+    pub const REJECT: u16 = err::IWPM_REMOTE_QUERY_REJECT;
+    pub const VERSION: u16 = err::IWPM_VERSION_MISMATCH_ERR;
 }

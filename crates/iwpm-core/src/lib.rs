@@ -5,11 +5,30 @@
 //! feeds it input with `handle_*(now, ..)` and drains its output with
 //! [`Core::poll_action`] / [`Core::poll_timeout`]. The same core therefore runs under the
 //! real kernel, the kernel emulator, the fuzzer and virtual-clock simulations.
+//!
+//! Port reservations are actions too: the core emits [`Action::Reserve`] and the shell must
+//! answer with [`Core::handle_reserved`] before feeding more input (input that arrives
+//! anyway is buffered and replayed in order). [`Action::Release`] follows when the last
+//! reference to a mapping goes.
+//!
+//! Deliberate differences from the C daemon are listed in the module docs of `kernel`,
+//! `recovery`, `peer` and `exchange`; in short: refcounts survive restart recovery, no fd or
+//! reservation leaks, association handles are unique pseudo-random values rather than heap
+//! addresses, remote-triggerable logs are rate limited, HANDLE_ERR code 0 is never sent, each
+//! kernel request is answered at most once and never after the kernel gave up, and memory is
+//! bounded by `max_mappings` / `max_exchanges`.
 #![forbid(unsafe_code)]
 
 mod action;
+mod clients;
 mod config;
 mod core;
+mod dump;
+mod exchange;
+mod kernel;
+mod peer;
+mod ratelimit;
+mod recovery;
 mod stats;
 mod table;
 
