@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod consts;
+pub mod fuzzing;
 pub mod netlink;
 pub mod peer;
 pub mod sockaddr;
