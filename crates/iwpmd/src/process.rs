@@ -17,7 +17,7 @@ pub fn raise_fd_limit() -> Option<u64> {
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
         limit.current = limit.maximum;
-        if setrlimit(Resource::Nofile, limit.clone()).is_err() {
+        if setrlimit(Resource::Nofile, limit).is_err() {
             return getrlimit(Resource::Nofile).current;
         }
     }

@@ -3,6 +3,7 @@
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use iwpm_proto::config::{parse_config_bytes, Severity};
 use iwpm_proto::consts::IWPM_PEER_PORT;
 
 use crate::cli::Cli;
@@ -21,7 +22,7 @@ impl Settings {
     /// Reads the configuration file (missing = silent, unreadable = warning) and applies
     /// the command line on top.
     pub fn load(cli: &Cli) -> Self {
-        let text = match std::fs::read_to_string(&cli.config) {
+        let text = match std::fs::read(&cli.config) {
             Ok(t) => Some(t),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
@@ -48,7 +49,30 @@ impl Settings {
         }
     }
 
-    fn apply_file(&mut self, _text: &str) {}
+    /// Applies the file's keys, logging each diagnostic at its severity.
+    fn apply_file(&mut self, text: &[u8]) {
+        let (config, diagnostics) = parse_config_bytes(text);
+        for d in &diagnostics {
+            match d.severity() {
+                Severity::Warning => tracing::warn!("config: {d}"),
+                Severity::Info => tracing::info!("config: {d}"),
+                Severity::Debug => tracing::debug!("config: {d}"),
+            }
+        }
+        if let Some(size) = config.nl_sock_rbuf_size {
+            tracing::info!("config: nl_sock_rbuf_size = {size}");
+            self.nl_sock_rbuf_size = size as usize;
+        }
+        if let Some(port) = config.extra.peer_port {
+            self.peer_bind.port = port;
+        }
+        if let Some(v4) = config.extra.peer_bind_v4 {
+            self.peer_bind.v4 = v4;
+        }
+        if let Some(v6) = config.extra.peer_bind_v6 {
+            self.peer_bind.v6 = Some(v6);
+        }
+    }
 
     fn apply_cli(&mut self, cli: &Cli) {
         if let Some(port) = cli.peer_port {
@@ -80,4 +104,43 @@ pub fn random_seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("iwpmd").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn defaults_match_rdma_core() {
+        let s = Settings::load(&cli(&["--config", "/nonexistent/iwpmd.conf"]));
+        assert_eq!(s.nl_sock_rbuf_size, 0);
+        assert_eq!(s.peer_bind.port, 3935);
+        assert_eq!(s.peer_bind.v4, Ipv4Addr::UNSPECIFIED);
+        assert_eq!(s.peer_bind.v6, Some(Ipv6Addr::UNSPECIFIED));
+    }
+
+    #[test]
+    fn file_then_command_line() {
+        let mut s = Settings::defaults();
+        s.apply_file(
+            b"nl_sock_rbuf_size=419430400\npeer_port=4000\npeer_bind_v4=127.0.0.1\nbogus=1\n",
+        );
+        assert_eq!(s.nl_sock_rbuf_size, 419_430_400);
+        assert_eq!(s.peer_bind.port, 4000);
+        assert_eq!(s.peer_bind.v4, Ipv4Addr::LOCALHOST);
+        s.apply_cli(&cli(&["--peer-port", "5000", "--no-ipv6"]));
+        assert_eq!(s.peer_bind.port, 5000);
+        assert_eq!(s.peer_bind.v4, Ipv4Addr::LOCALHOST);
+        assert_eq!(s.peer_bind.v6, None);
+    }
+
+    #[test]
+    fn seeds_differ() {
+        assert_ne!(random_seed(), random_seed());
+    }
 }

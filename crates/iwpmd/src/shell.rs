@@ -140,6 +140,7 @@ impl Shell {
     /// Runs until a terminating signal.
     pub fn run(&mut self) -> io::Result<Exit> {
         let mut events = Events::with_capacity(64);
+        tracing::info!("entering the event loop");
         loop {
             let timeout = self
                 .core

@@ -1,0 +1,111 @@
+//! The kernel conversation through the real binary: HELLO with the right header, MAPINFO
+//! after the HELLO answer, REG_PID, ADD_MAPPING holding a real TCP port, the SIGUSR1 dump
+//! of that mapping, REMOVE_MAPPING releasing it.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use common::*;
+use iwpm_proto::consts::{IWPM_ULIB_NAME, NLM_F_REQUEST, RDMA_NL_IWCM};
+use iwpm_proto::netlink::{DaemonMsg, KernelMsg, ManageMappingRequest};
+use iwpm_proto::sockaddr::SockAddrStorage;
+use rustix::process::Signal;
+
+#[test]
+fn hello_carries_request_flag_and_port_id() {
+    let dir = scratch_dir("hello");
+    let mut kernel = FakeKernel::bind(&dir);
+    let d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let env = kernel.handshake();
+    assert_eq!(env.client, RDMA_NL_IWCM);
+    assert_ne!(env.flags & NLM_F_REQUEST, 0, "HELLO without NLM_F_REQUEST");
+    assert_eq!(
+        env.pid,
+        d.pid(),
+        "nlmsg_pid must be the daemon's port id (its pid)"
+    );
+    assert_eq!(env.seq, 0, "HELLO is the first message for client 2");
+    assert!(d.stderr.wait_for("ready", WAIT), "{}", d.stderr.text());
+}
+
+#[test]
+fn register_add_dump_remove() {
+    let dir = scratch_dir("add");
+    let mut kernel = FakeKernel::bind(&dir);
+    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let hello = kernel.handshake();
+
+    match kernel.register() {
+        DaemonMsg::RegPid(r) => {
+            assert_eq!(r.ibdev_name, nl_string("siw_lo", 32), "device name echoed");
+            assert_eq!(
+                r.ulib_name,
+                nl_string(IWPM_ULIB_NAME, IWPM_ULIB_NAME.len() + 1)
+            );
+            assert_eq!(r.ulib_version, 4);
+            assert_eq!(r.err, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let local: SocketAddr = (Ipv4Addr::LOCALHOST, 5000).into();
+    let (seq, reply) = kernel.add_mapping(local);
+    let mapped = match reply {
+        DaemonMsg::AddMapping(r) => {
+            assert_eq!(r.seq, seq);
+            assert_eq!(r.err, 0);
+            assert_eq!(
+                r.addr,
+                SockAddrStorage::from_socket_addr(local),
+                "address echoed"
+            );
+            let mapped = r
+                .mapped_addr
+                .to_socket_addr()
+                .expect("mapped address is IPv4");
+            assert_eq!(mapped.ip(), local.ip(), "mapping never changes the IP");
+            assert_ne!(mapped.port(), 0);
+            mapped
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        !tcp_port_free(mapped),
+        "mapped port {mapped} must be held by the daemon"
+    );
+
+    d.signal(Signal::USR1);
+    let expect_local = "Local address IPV4 127.0.0.1:5000(0x1388)";
+    let expect_mapped = format!(
+        "Mapped address IPV4 127.0.0.1:{}(0x{:04X})",
+        mapped.port(),
+        mapped.port()
+    );
+    assert!(
+        d.stderr.wait_for(&expect_mapped, WAIT),
+        "{}",
+        d.stderr.text()
+    );
+    let text = d.stderr.text();
+    assert!(text.contains("print_iwpm_mapped_ports:"), "{text}");
+    assert!(text.contains("Mapping #0"), "{text}");
+    assert!(text.contains(expect_local), "{text}");
+
+    kernel.send(&KernelMsg::RemoveMapping(ManageMappingRequest {
+        echo_seq: 0,
+        addr: SockAddrStorage::from_socket_addr(local),
+        flags: None,
+        unknown: vec![],
+    }));
+    assert!(
+        eventually(WAIT, || tcp_port_free(mapped)),
+        "REMOVE_MAPPING must release port {mapped}"
+    );
+    // REMOVE has no reply.
+    assert!(kernel.recv(std::time::Duration::from_millis(300)).is_none());
+
+    assert_eq!(hello.pid, d.pid());
+    d.signal(Signal::TERM);
+    assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
+}

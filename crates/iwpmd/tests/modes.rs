@@ -1,0 +1,83 @@
+//! Process modes: `--systemd` (sd_notify READY=1 after the kernel handshake) and the default
+//! daemonizing mode (parent exits 0, the detached child talks to the kernel).
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::os::unix::net::UnixDatagram;
+use std::time::Duration;
+
+use common::*;
+use rustix::process::{Pid, Signal};
+
+#[test]
+fn systemd_mode_notifies_ready_after_the_handshake() {
+    let dir = scratch_dir("notify");
+    let mut kernel = FakeKernel::bind(&dir);
+    let notify_path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(WAIT)).unwrap();
+
+    let mut cmd = daemon_command_no_mode(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    cmd.arg("--systemd").env("NOTIFY_SOCKET", &notify_path);
+    let mut d = Daemon::spawn(cmd, 0);
+
+    kernel.handshake();
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).expect("no sd_notify message");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.lines().any(|l| l == "READY=1"), "{text:?}");
+
+    d.signal(Signal::TERM);
+    assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
+}
+
+/// Kills a detached daemon if the test fails half-way.
+struct Detached(Option<Pid>);
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+    }
+}
+
+fn proc_field(pid: u32, index_after_comm: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(index_after_comm).map(str::to_owned)
+}
+
+#[test]
+fn default_mode_daemonizes() {
+    let dir = scratch_dir("daemon");
+    let mut kernel = FakeKernel::bind(&dir);
+    let cmd = daemon_command_no_mode(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut parent = Daemon::spawn(cmd, 0);
+    let parent_pid = parent.pid();
+    let status = parent.wait_exit(WAIT).expect("parent did not exit");
+    assert_eq!(status.code(), Some(0), "the foreground parent exits 0");
+
+    let env = kernel.handshake();
+    let child = env.pid;
+    let mut guard = Detached(Pid::from_raw(child as i32));
+    assert_ne!(child, parent_pid, "the daemon runs in a forked child");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{child}/cwd")).unwrap(),
+        std::path::Path::new("/")
+    );
+    // Field 4 after the command name is the session id: setsid() made the child a leader.
+    assert_eq!(
+        proc_field(child, 3).as_deref(),
+        Some(child.to_string().as_str())
+    );
+
+    rustix::process::kill_process(Pid::from_raw(child as i32).unwrap(), Signal::TERM).unwrap();
+    let gone = eventually(WAIT, || {
+        matches!(proc_field(child, 0).as_deref(), None | Some("Z"))
+    });
+    assert!(gone, "detached daemon did not exit on SIGTERM");
+    guard.0 = None;
+    std::thread::sleep(Duration::from_millis(10));
+}

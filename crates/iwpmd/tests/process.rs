@@ -1,0 +1,170 @@
+//! Process behaviour of the real binary: CLI, signals and exit statuses, single instance,
+//! robustness against garbage. The test plays the kernel on a Unix datagram socket.
+
+mod common;
+
+use std::net::{Ipv4Addr, UdpSocket};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use rustix::process::Signal;
+
+#[test]
+fn help_and_version() {
+    let out = Command::new(env!("CARGO_BIN_EXE_iwpmd"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--systemd",
+        "--foreground",
+        "--config",
+        "--kernel",
+        "--peer-port",
+        "--log-stderr",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_iwpmd"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("iwpmd "));
+}
+
+#[test]
+fn missing_kernel_emulator_fails_with_status_1() {
+    let dir = scratch_dir("nokernel");
+    let port = free_udp_port();
+    let mut cmd = daemon_command(&dir.join("absent.sock"), Ipv4Addr::LOCALHOST, port);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Couldn't start iWarp Port Mapper"), "{err}");
+    assert!(err.contains("kernel emulator"), "{err}");
+}
+
+#[test]
+fn sigterm_exits_0_and_sighup_exits_1() {
+    for (sig, code, text) in [
+        (Signal::TERM, 0, "Received SIGTERM signal"),
+        (Signal::HUP, 1, "Received SIGHUP signal"),
+    ] {
+        let dir = scratch_dir("sig");
+        let kernel = FakeKernel::bind(&dir);
+        let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+        d.wait_loop();
+        d.signal(sig);
+        let status = d.wait_exit(WAIT).expect("daemon did not exit");
+        assert_eq!(status.code(), Some(code), "{sig:?}");
+        assert!(d.stderr.wait_for(text, WAIT), "{}", d.stderr.text());
+    }
+}
+
+#[test]
+fn sigusr1_dumps_the_table_to_the_log() {
+    let dir = scratch_dir("usr1");
+    let kernel = FakeKernel::bind(&dir);
+    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    d.wait_loop();
+    d.signal(Signal::USR1);
+    assert!(
+        d.stderr.wait_for("print_iwpm_mapped_ports:", WAIT),
+        "{}",
+        d.stderr.text()
+    );
+    assert!(d.stderr.wait_for("io counters:", WAIT));
+    assert!(d.is_running(), "SIGUSR1 must not stop the daemon");
+    d.signal(Signal::TERM);
+    assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
+}
+
+#[test]
+fn second_instance_on_the_same_kernel_link_fails_clearly() {
+    let dir = scratch_dir("lock");
+    let kernel = FakeKernel::bind(&dir);
+    let first_port = free_udp_port();
+    let mut first = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, first_port);
+    first.wait_loop();
+
+    // Another peer port, same kernel: the instance lock stops it.
+    let out = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another iwpmd is already running"), "{err}");
+
+    // Another kernel, same UDP port: the port check stops it.
+    let other_dir = scratch_dir("lock2");
+    let other_kernel = FakeKernel::bind(&other_dir);
+    let out = daemon_command(&other_kernel.path, Ipv4Addr::LOCALHOST, first_port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another iwpmd is running?"), "{err}");
+
+    assert!(first.is_running());
+    first.signal(Signal::TERM);
+    assert_eq!(first.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
+}
+
+#[test]
+fn garbage_from_kernel_and_peers_does_not_kill_it() {
+    let dir = scratch_dir("garbage");
+    let mut kernel = FakeKernel::bind(&dir);
+    let port = free_udp_port();
+    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, port);
+    kernel.recv(WAIT).expect("daemon sent nothing");
+
+    let mut rng = 0x1234_5678_9abc_def0_u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let udp = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    for i in 0..300usize {
+        let len = (next() % 700) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if i % 3 == 0 && bytes.len() >= 16 {
+            // Plausible netlink headers reach deeper into the decoder.
+            let total = bytes.len() as u32;
+            bytes[0..4].copy_from_slice(&total.to_ne_bytes());
+            bytes[4..6].copy_from_slice(&(0x800u16 + (i as u16 % 12)).to_ne_bytes());
+        }
+        kernel.send_raw(&bytes);
+        let udp_len = [0usize, 1, 47, 48, 49, 63, 64, 65, 200][i % 9];
+        let dgram: Vec<u8> = (0..udp_len).map(|_| next() as u8).collect();
+        udp.send_to(&dgram, (Ipv4Addr::LOCALHOST, port)).unwrap();
+    }
+    kernel.send_raw(&[]);
+    kernel.send_raw(&vec![0xff; 70_000]);
+
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        d.is_running(),
+        "daemon died on garbage:\n{}",
+        d.stderr.text()
+    );
+    d.signal(Signal::USR1);
+    assert!(
+        d.stderr.wait_for("io counters:", WAIT),
+        "{}",
+        d.stderr.text()
+    );
+    assert!(
+        d.stderr.text().contains("kernel_truncated=1"),
+        "{}",
+        d.stderr.text()
+    );
+    d.signal(Signal::TERM);
+    assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
+    assert!(!d.stderr.text().contains("panicked"), "{}", d.stderr.text());
+}
