@@ -513,12 +513,7 @@ fn validate<'a>(op: u16, attr: u16, kind: Kind, p: &'a [u8]) -> Result<Val<'a>, 
     })
 }
 
-fn validate_string<'a>(
-    op: u16,
-    attr: u16,
-    rule: StrRule,
-    p: &'a [u8],
-) -> Result<&'a [u8], NetlinkError> {
+fn validate_string(op: u16, attr: u16, rule: StrRule, p: &[u8]) -> Result<&[u8], NetlinkError> {
     let Some(&last) = p.last() else {
         return Err(NetlinkError::EmptyString { op, attr });
     };

@@ -9,6 +9,9 @@ use crate::netlink::frame::{encode_done, encode_error, frames, push_message, Fra
 use crate::netlink::message::{DaemonMsg, Envelope, KernelMsg};
 
 /// One decoded frame of a datagram received from the kernel.
+// Frames are short-lived; boxing the message would cost an allocation per message and
+// make matching clumsier than the size difference is worth.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KernelFrame {
     /// An iwpm message.
@@ -39,6 +42,7 @@ pub enum KernelFrame {
 }
 
 /// One decoded frame of a datagram received from the daemon.
+#[allow(clippy::large_enum_variant)] // as for `KernelFrame`
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DaemonFrame {
     /// An iwpm message.

@@ -38,7 +38,7 @@ pub fn sa(s: &str) -> SockAddrStorage {
 pub fn single(datagram: &[u8]) -> (NlHeader, &[u8]) {
     let all: Vec<_> = frames(datagram).collect();
     assert_eq!(all.len(), 1, "expected exactly one frame");
-    match all[0].clone().expect("frame") {
+    match all[0].expect("frame") {
         Frame::Message { header, payload } => (header, payload),
         other => panic!("not a protocol message: {other:?}"),
     }
@@ -336,7 +336,7 @@ fn any_header() -> impl Strategy<Value = NlHeader> {
 pub fn control_frame() -> impl Strategy<Value = (NlHeader, ControlBody)> {
     let base = (any::<u16>(), any::<u32>(), any::<u32>());
     prop_oneof![
-        (base.clone(), proptest::option::of(any::<i32>())).prop_map(|((flags, seq, pid), r)| (
+        (base, proptest::option::of(any::<i32>())).prop_map(|((flags, seq, pid), r)| (
             NlHeader {
                 len: if r.is_some() { 20 } else { 16 },
                 ty: 3,
@@ -346,12 +346,8 @@ pub fn control_frame() -> impl Strategy<Value = (NlHeader, ControlBody)> {
             },
             ControlBody::Done(r)
         )),
-        (
-            base.clone(),
-            any::<i32>(),
-            proptest::option::of(any_header())
-        )
-            .prop_map(|((_, seq, pid), error, request)| (
+        (base, any::<i32>(), proptest::option::of(any_header())).prop_map(
+            |((_, seq, pid), error, request)| (
                 NlHeader {
                     len: if request.is_some() { 36 } else { 20 },
                     ty: 2,
@@ -360,7 +356,8 @@ pub fn control_frame() -> impl Strategy<Value = (NlHeader, ControlBody)> {
                     pid
                 },
                 ControlBody::Error(error, request)
-            )),
+            )
+        ),
         (
             base,
             prop_oneof![Just(1u16), 4u16..16],
