@@ -38,7 +38,8 @@ fn register_add_dump_remove() {
 
     match kernel.register() {
         DaemonMsg::RegPid(r) => {
-            assert_eq!(r.ibdev_name, nl_string("siw_lo", 32), "device name echoed");
+            // Echoed as C does: strlen + 1 bytes.
+            assert_eq!(r.ibdev_name, nl_string("siw_lo", 7), "device name echoed");
             assert_eq!(
                 r.ulib_name,
                 nl_string(IWPM_ULIB_NAME, IWPM_ULIB_NAME.len() + 1)
