@@ -1,0 +1,406 @@
+//! Test harness: one [`Core`] plus a fake shell (reservations), a scripted kernel side
+//! (encodes with the proto codec, decodes what the core sends with the kernel's rules) and a
+//! virtual clock.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use iwpm_core::{Action, Core, CoreConfig, PeerSocket, ReservationId, ReserveError};
+use iwpm_proto::consts::{NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
+use iwpm_proto::netlink::{
+    decode_daemon_datagram, encode_done, encode_error, encode_kernel_msg, DaemonFrame, DaemonMsg,
+    Envelope, Hello, KernelMsg, ManageMappingRequest, MapInfoNumRequest, MapInfoRecord,
+    NetlinkError, NlHeader, NlString, QueryMappingRequest, RegPidRequest,
+};
+use iwpm_proto::peer::PeerMessage;
+use iwpm_proto::sockaddr::SockAddrStorage;
+
+/// Our netlink port id in tests.
+pub const PID: u32 = 4242;
+
+pub fn sa(s: &str) -> SockAddrStorage {
+    SockAddrStorage::from_socket_addr(s.parse().unwrap())
+}
+
+pub fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+pub fn config() -> CoreConfig {
+    CoreConfig {
+        netlink_pid: PID,
+        ..CoreConfig::default()
+    }
+}
+
+/// A peer datagram the core sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub via: PeerSocket,
+    pub to: SocketAddr,
+    pub msg: PeerMessage,
+    pub raw: Vec<u8>,
+}
+
+/// How the fake shell answers reservations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReservePolicy {
+    /// Grant at once (port 0 → next free port; else that port if free).
+    Auto,
+    /// Leave in `reserve_requests` for the test to answer.
+    Manual,
+}
+
+pub struct Host {
+    pub core: Core,
+    pub now: Instant,
+    pub kernel_seq: u32,
+    pub kernel_in: VecDeque<(Envelope, DaemonMsg)>,
+    pub peer_out: VecDeque<Sent>,
+    /// Reservations the shell holds (granted, not yet released).
+    pub held: BTreeMap<ReservationId, SocketAddr>,
+    pub next_port: u16,
+    pub fail_next: VecDeque<ReserveError>,
+    pub policy: ReservePolicy,
+    pub reserve_requests: VecDeque<(ReservationId, SocketAddr)>,
+    pub ready: usize,
+    pub releases: usize,
+    /// Ops sent to the legacy client 3.
+    pub legacy_out: Vec<u16>,
+}
+
+impl Host {
+    pub fn new(config: CoreConfig, now: Instant) -> Self {
+        Host {
+            core: Core::new(config, now),
+            now,
+            kernel_seq: 0,
+            kernel_in: VecDeque::new(),
+            peer_out: VecDeque::new(),
+            held: BTreeMap::new(),
+            next_port: 40_000,
+            fail_next: VecDeque::new(),
+            policy: ReservePolicy::Auto,
+            reserve_requests: VecDeque::new(),
+            ready: 0,
+            releases: 0,
+            legacy_out: Vec::new(),
+        }
+    }
+
+    /// A started host whose kernel answered HELLO(4), registered client 2, and with all
+    /// output drained.
+    pub fn booted() -> Self {
+        Self::booted_with(config())
+    }
+
+    pub fn booted_with(config: CoreConfig) -> Self {
+        let mut h = Host::new(config, Instant::now());
+        h.boot();
+        h
+    }
+
+    pub fn boot(&mut self) {
+        self.core.start(self.now);
+        self.pump();
+        let (env, msg) = self.expect_kernel();
+        assert_eq!(env.seq, 0, "HELLO is the first message for client 2");
+        assert!(matches!(
+            msg,
+            DaemonMsg::Hello(Hello { abi_version: 4, .. })
+        ));
+        self.kernel_msg(KernelMsg::Hello(Hello {
+            abi_version: 4,
+            unknown: vec![],
+        }));
+        self.kernel_done(env.seq, Some(0));
+        let (_, msg) = self.expect_kernel();
+        assert!(matches!(msg, DaemonMsg::MapInfo(_)), "{msg:?}");
+        assert_eq!(self.ready, 1);
+        self.reg_pid();
+        let (_, msg) = self.expect_kernel();
+        assert!(matches!(msg, DaemonMsg::RegPid(_)));
+    }
+
+    /// Drains every action, answering reservations per policy.
+    pub fn pump(&mut self) {
+        while let Some(a) = self.core.poll_action() {
+            match a {
+                Action::ToKernel(bytes) => {
+                    for f in decode_daemon_datagram(&bytes) {
+                        match f {
+                            Ok(DaemonFrame::Msg(env, msg)) => {
+                                assert_eq!(env.pid, PID, "nlmsg_pid must be our port id");
+                                assert_ne!(env.flags & NLM_F_REQUEST, 0, "NLM_F_REQUEST");
+                                if let DaemonMsg::HandleErr(e) = &msg {
+                                    assert_ne!(e.code, 0, "HANDLE_ERR code 0");
+                                }
+                                self.kernel_in.push_back((env, msg));
+                            }
+                            // A current kernel refuses the legacy client 3 (ABI-3 mode
+                            // MAPINFO); C sends it too.
+                            Err(NetlinkError::UnknownOp { client: 3, op }) => {
+                                self.legacy_out.push(op)
+                            }
+                            other => panic!("kernel would not accept {other:?}"),
+                        }
+                    }
+                }
+                Action::ToPeer { via, to, datagram } => {
+                    let msg = PeerMessage::decode(&datagram).expect("valid peer datagram");
+                    self.peer_out.push_back(Sent {
+                        via,
+                        to,
+                        msg,
+                        raw: datagram,
+                    });
+                }
+                Action::Reserve { id, bind } => match self.policy {
+                    ReservePolicy::Auto => {
+                        let r = self.grant(id, bind);
+                        self.core.handle_reserved(self.now, id, r);
+                    }
+                    ReservePolicy::Manual => self.reserve_requests.push_back((id, bind)),
+                },
+                Action::Release { id } => {
+                    assert!(
+                        self.held.remove(&id).is_some(),
+                        "release of {id:?} not held"
+                    );
+                    self.releases += 1;
+                }
+                Action::Ready => self.ready += 1,
+            }
+        }
+        self.core.check_invariants().unwrap();
+    }
+
+    /// What the fake shell would answer to a reservation (records it as held on success).
+    pub fn grant(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveError> {
+        if let Some(e) = self.fail_next.pop_front() {
+            return Err(e);
+        }
+        assert!(bind.ip().is_unspecified(), "reservations bind the wildcard");
+        let in_use = |p: u16, held: &BTreeMap<ReservationId, SocketAddr>| {
+            held.values().any(|a| a.port() == p)
+        };
+        let port = if bind.port() == 0 {
+            while in_use(self.next_port, &self.held) {
+                self.next_port += 1;
+            }
+            self.next_port
+        } else if in_use(bind.port(), &self.held) {
+            return Err(ReserveError::AddrInUse);
+        } else {
+            bind.port()
+        };
+        let mut a = bind;
+        a.set_port(port);
+        self.held.insert(id, a);
+        Ok(port)
+    }
+
+    /// Answers the oldest manual reservation request.
+    pub fn answer_reservation(&mut self, result: Option<Result<u16, ReserveError>>) {
+        let (id, bind) = self
+            .reserve_requests
+            .pop_front()
+            .expect("a reservation request");
+        let r = match result {
+            Some(r) => {
+                if let Ok(p) = r {
+                    let mut a = bind;
+                    a.set_port(p);
+                    self.held.insert(id, a);
+                }
+                r
+            }
+            None => self.grant(id, bind),
+        };
+        self.core.handle_reserved(self.now, id, r);
+        self.pump();
+    }
+
+    pub fn next_kseq(&mut self) -> u32 {
+        self.kernel_seq += 1;
+        self.kernel_seq
+    }
+
+    pub fn env(&mut self) -> Envelope {
+        Envelope {
+            client: RDMA_NL_IWCM,
+            flags: NLM_F_REQUEST,
+            seq: self.next_kseq(),
+            pid: 0,
+        }
+    }
+
+    /// Sends one kernel message in its own datagram; returns its header seq.
+    pub fn kernel_msg(&mut self, msg: KernelMsg) -> u32 {
+        let env = self.env();
+        self.kernel_msg_with(env, &msg);
+        env.seq
+    }
+
+    pub fn kernel_msg_with(&mut self, env: Envelope, msg: &KernelMsg) {
+        let mut b = Vec::new();
+        encode_kernel_msg(&env, msg, &mut b);
+        self.kernel_raw(&b);
+    }
+
+    pub fn kernel_raw(&mut self, bytes: &[u8]) {
+        self.core.handle_kernel_datagram(self.now, bytes);
+        self.pump();
+    }
+
+    pub fn kernel_done(&mut self, seq: u32, result: Option<i32>) {
+        let mut b = Vec::new();
+        encode_done(seq, PID, NLM_F_MULTI, result, &mut b);
+        self.kernel_raw(&b);
+    }
+
+    pub fn kernel_error(&mut self, seq: u32, error: i32, request: Option<&NlHeader>) {
+        let mut b = Vec::new();
+        encode_error(seq, PID, error, request, &mut b);
+        self.kernel_raw(&b);
+    }
+
+    pub fn reg_pid(&mut self) -> u32 {
+        self.kernel_msg(KernelMsg::RegPid(RegPidRequest {
+            echo_seq: 0,
+            if_name: NlString::padded("eth0", 16),
+            ibdev_name: NlString::padded("siw0", 32),
+            ulib_name: NlString::padded("iWarpPortMapperUser", 32),
+            unknown: vec![],
+        }))
+    }
+
+    pub fn add(&mut self, local: &str, flags: Option<u32>) -> u32 {
+        self.kernel_msg(KernelMsg::AddMapping(ManageMappingRequest {
+            echo_seq: 0,
+            addr: sa(local),
+            flags,
+            unknown: vec![],
+        }))
+    }
+
+    pub fn query(&mut self, local: &str, remote: &str, flags: Option<u32>) -> u32 {
+        self.kernel_msg(KernelMsg::QueryMapping(QueryMappingRequest {
+            echo_seq: 0,
+            local_addr: sa(local),
+            remote_addr: sa(remote),
+            flags,
+            unknown: vec![],
+        }))
+    }
+
+    pub fn remove(&mut self, local: &str) -> u32 {
+        self.kernel_msg(KernelMsg::RemoveMapping(ManageMappingRequest {
+            echo_seq: 0,
+            addr: sa(local),
+            flags: None,
+            unknown: vec![],
+        }))
+    }
+
+    pub fn mapinfo_records(&mut self, records: &[(&str, &str, Option<u32>)]) {
+        let mut b = Vec::new();
+        for (l, m, f) in records {
+            let env = Envelope {
+                client: RDMA_NL_IWCM,
+                flags: NLM_F_MULTI,
+                seq: 0,
+                pid: 0,
+            };
+            let rec = KernelMsg::MapInfo(MapInfoRecord {
+                local_addr: sa(l),
+                mapped_addr: sa(m),
+                flags: *f,
+                unknown: vec![],
+            });
+            encode_kernel_msg(&env, &rec, &mut b);
+        }
+        encode_done(0, 0, NLM_F_MULTI, None, &mut b);
+        self.kernel_raw(&b);
+    }
+
+    pub fn mapinfo_num(&mut self, send_num: u32) -> u32 {
+        self.kernel_msg(KernelMsg::MapInfoNum(MapInfoNumRequest {
+            seq: 0,
+            send_num,
+            unknown: vec![],
+        }))
+    }
+
+    pub fn expect_kernel(&mut self) -> (Envelope, DaemonMsg) {
+        self.kernel_in.pop_front().expect("a message to the kernel")
+    }
+
+    pub fn no_kernel(&self) {
+        assert!(
+            self.kernel_in.is_empty(),
+            "unexpected: {:?}",
+            self.kernel_in
+        );
+    }
+
+    /// Expects an ADD reply for `seq`; returns the mapped address.
+    pub fn expect_add_reply(&mut self, seq: u32) -> SockAddrStorage {
+        match self.expect_kernel() {
+            (_, DaemonMsg::AddMapping(r)) => {
+                assert_eq!(r.seq, seq);
+                assert_eq!(r.err, 0);
+                r.mapped_addr
+            }
+            other => panic!("expected ADD reply, got {other:?}"),
+        }
+    }
+
+    pub fn expect_handle_err(&mut self, seq: u32, code: u16) {
+        match self.expect_kernel() {
+            (env, DaemonMsg::HandleErr(e)) => {
+                assert_eq!(env.client, RDMA_NL_IWCM);
+                assert_eq!((e.seq, e.code), (seq, code));
+            }
+            other => panic!("expected HANDLE_ERR {code}, got {other:?}"),
+        }
+    }
+
+    pub fn expect_peer(&mut self) -> Sent {
+        self.peer_out.pop_front().expect("a peer datagram")
+    }
+
+    pub fn no_peer(&self) {
+        assert!(self.peer_out.is_empty(), "unexpected: {:?}", self.peer_out);
+    }
+
+    /// Moves the clock forward by `d`, running every timer on the way.
+    pub fn advance(&mut self, d: Duration) {
+        let end = self.now + d;
+        while let Some(t) = self.core.poll_timeout() {
+            if t > end {
+                break;
+            }
+            self.now = self.now.max(t);
+            self.core.handle_timeout(self.now);
+            self.pump();
+        }
+        self.now = end;
+    }
+
+    pub fn peer(&mut self, via: PeerSocket, from: &str, msg: &PeerMessage) {
+        self.core
+            .handle_peer_datagram(self.now, via, addr(from), &msg.encode());
+        self.pump();
+    }
+
+    pub fn refcount(&self, local: &str) -> Option<u32> {
+        let ep = addr(local).into();
+        self.core
+            .mappings()
+            .find(|m| m.local_endpoint == ep)
+            .map(|m| m.refcount)
+    }
+}
