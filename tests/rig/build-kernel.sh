@@ -1,0 +1,76 @@
+#!/bin/bash
+# Provide the rig kernel: a small x86_64 bzImage with Soft-iWARP (siw), rdma_cm, uverbs,
+# virtio-net and 9p built in (fragment: kernel/siw-rig.config on top of tinyconfig).
+#
+# Usage: tests/rig/build-kernel.sh [-f]     (-f: build from source even if a kernel exists)
+# Order: $RIG_KERNEL if set; else ../shared/rig/bzImage when present with the same
+# fragment; else $RIG_CACHE/bzImage, built from Debian's linux-source-6.1 if missing or
+# stale. Prints the path of the kernel to use as its last line.
+# Env: RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+JOBS="${JOBS:-3}"
+FRAG="$RIG_DIR/kernel/siw-rig.config"
+FORCE=0; [ "${1:-}" = "-f" ] && FORCE=1
+
+if [ $FORCE = 0 ]; then
+  k="$(rig_kernel || true)"
+  if [ -n "$k" ] && [ "$k" != "$CACHE/bzImage" ]; then
+    echo "[build-kernel] using $k" >&2; echo "$k"; exit 0
+  fi
+fi
+
+need_pkgs=(linux-source-6.1 build-essential flex bison bc libelf-dev libssl-dev xz-utils cpio)
+missing=()
+for p in "${need_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[build-kernel] installing: ${missing[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >&2 || {
+    apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >&2; }
+fi
+
+TARBALL="$(ls /usr/src/linux-source-6.1.tar.xz)"
+SRCVER="$(dpkg-query -W -f='${Version}' linux-source-6.1)"
+SRC="$CACHE/linux-source-6.1"
+OBJ="$CACHE/kbuild"
+mkdir -p "$CACHE"
+want_stamp="$SRCVER $(rig_frag_key "$FRAG" | sha256sum | cut -d' ' -f1)"
+STAMP="$CACHE/bzImage.stamp"
+if [ $FORCE = 0 ] && [ -f "$CACHE/bzImage" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want_stamp" ]; then
+  echo "[build-kernel] $CACHE/bzImage up to date" >&2; echo "$CACHE/bzImage"; exit 0
+fi
+
+if [ ! -f "$SRC/.rig-srcver" ] || [ "$(cat "$SRC/.rig-srcver")" != "$SRCVER" ]; then
+  echo "[build-kernel] extracting $TARBALL ($SRCVER)" >&2
+  rm -rf "$SRC" "$OBJ"
+  tar -C "$CACHE" -xf "$TARBALL"
+  echo "$SRCVER" > "$SRC/.rig-srcver"
+fi
+
+mkdir -p "$OBJ"
+cd "$SRC"
+export ARCH=x86_64
+make O="$OBJ" -s tinyconfig >&2
+scripts/kconfig/merge_config.sh -m -O "$OBJ" "$OBJ/.config" "$FRAG" >/dev/null
+make O="$OBJ" -s olddefconfig >&2
+
+# Every =y of the fragment must survive dependency resolution.
+bad=0
+while IFS= read -r line; do
+  case "$line" in CONFIG_*=y)
+    grep -qx "$line" "$OBJ/.config" || { echo "[build-kernel] NOT SET: $line" >&2; bad=1; } ;;
+  esac
+done < "$FRAG"
+grep -q '^CONFIG_MODULES=y' "$OBJ/.config" && { echo "[build-kernel] CONFIG_MODULES unexpectedly on" >&2; bad=1; }
+[ $bad = 0 ] || { echo "[build-kernel] config check failed" >&2; exit 1; }
+cp "$OBJ/.config" "$CACHE/kernel.config.full"
+
+echo "[build-kernel] building bzImage with -j$JOBS ..." >&2
+t0=$(date +%s)
+make O="$OBJ" -j"$JOBS" bzImage >&2
+cp "$OBJ/arch/x86/boot/bzImage" "$CACHE/bzImage"
+echo "$want_stamp" > "$STAMP"
+echo "[build-kernel] built in $(( $(date +%s) - t0 )) s: $CACHE/bzImage" >&2
+echo "$CACHE/bzImage"

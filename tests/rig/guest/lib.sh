@@ -1,0 +1,240 @@
+# Helpers for the guest suites (busybox sh):  . "$RIG_LIB_DIR/lib.sh"
+#
+# Results: $OUT/checks.txt gets one line per check, "PASS name: detail" or
+# "FAIL name: detail"; the host's run-all.sh collects them. A suite exits with the
+# number of failed checks.
+#
+# Daemon under test: rig.iwpmd=PATH (run-vm.sh -e iwpmd=...), default the C
+# /usr/sbin/iwpmd; rig.iwpmd_args=a,b (comma separated, "none" = no arguments),
+# default --systemd. It must stay in the foreground, log through syslog (/dev/log),
+# stop on SIGTERM and log its mapping table ("Mapping #" lines) on SIGUSR1.
+RIG_NAME="${RIG_NAME:-$(hostname)}"
+RIG_LIB_DIR="${RIG_LIB_DIR:-$(dirname "$0")}"
+if [ -n "$RIG_SHARE" ]; then OUT="$RIG_SHARE/out/$RIG_NAME"; else OUT=/tmp/out; fi
+mkdir -p "$OUT"
+CHECKS="$OUT/checks.txt"; : > "$CHECKS"
+SUM="$OUT/summary.txt"; : > "$SUM"
+SYSLOG=/var/log/messages
+IWPMD="${RIG_IWPMD:-/usr/sbin/iwpmd}"
+IWPMD_ARGS=$(echo "${RIG_IWPMD_ARGS:---systemd}" | tr ',' ' ')
+[ "$IWPMD_ARGS" = none ] && IWPMD_ARGS=""
+IWPMD_PID=""; IWPMD_JOB=""; FAILS=0
+# A connection that waits for the port mapper's 10 s kernel timeout takes >= 10 s;
+# anything above this many seconds for a whole rping run counts as a stall.
+STALL_S=${RIG_STALL_S:-5}
+
+log()  { echo "[$RIG_NAME $(cut -d' ' -f1 /proc/uptime)] $*"; }
+note() { log "$*"; echo "$*" >> "$SUM"; }
+ok()   { echo "PASS $1: $2" >> "$CHECKS"; log "PASS $1: $2"; }
+bad()  { echo "FAIL $1: $2" >> "$CHECKS"; log "FAIL $1: $2"; FAILS=$((FAILS+1)); }
+# check NAME DETAIL CMD...: PASS if CMD succeeds
+check() { local n=$1 d=$2; shift 2; if "$@"; then ok "$n" "$d"; else bad "$n" "$d"; fi; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+elapsed() { echo "$1 $(uptime_s)" | awk '{printf "%.2f", $2-$1}'; }
+lt() { echo "$1 $2" | awk '{exit !($1 < $2)}'; }       # lt A B: A < B (decimals)
+finish() {
+  cp "$SYSLOG" "$OUT/syslog.txt" 2>/dev/null; dmesg > "$OUT/dmesg.txt"
+  echo "===== $RIG_NAME checks"; cat "$CHECKS"
+  echo "===== $RIG_NAME: $FAILS failed of $(wc -l < "$CHECKS") checks"
+  exit "$FAILS"
+}
+
+# Debian's busybox runs its own applets before $PATH: call iproute2 explicitly.
+ip() { /bin/ip "$@"; }
+ss() { /bin/ss "$@"; }
+
+start_syslog() {
+  [ -n "$(pidof syslogd)" ] && return 0
+  : > "$SYSLOG"; syslogd -O "$SYSLOG" -l 8; sleep 0.2
+}
+
+# start_iwpmd [STRACE_FILE]: start the daemon under test as a background job (under
+# strace -f when a file is given), wait until its NETLINK_RDMA socket with multicast
+# groups exists (its port id goes to IWPMD_PORTID). Returns 1 if it did not come up.
+start_iwpmd() {
+  start_syslog
+  IWPMD_JOB=""; IWPMD_PID=""; IWPMD_PORTID=""
+  if [ -n "$1" ]; then
+    log "starting $IWPMD $IWPMD_ARGS under strace -> $1"
+    strace -f -tt -s 4096 -xx -o "$1" \
+      -e trace=socket,bind,connect,setsockopt,sendto,sendmsg,sendmmsg,recvfrom,recvmsg,recvmmsg,close \
+      $IWPMD $IWPMD_ARGS &
+  else
+    log "starting $IWPMD $IWPMD_ARGS"
+    $IWPMD $IWPMD_ARGS &
+  fi
+  IWPMD_JOB=$!
+  local i=0 name; name=$(basename "$IWPMD")
+  while [ $i -lt 100 ]; do
+    IWPMD_PORTID=$(rigtool nl-portid 2>/dev/null)
+    [ -n "$IWPMD_PORTID" ] && break
+    kill -0 "$IWPMD_JOB" 2>/dev/null || break
+    sleep 0.1; i=$((i+1))
+  done
+  if [ -n "$1" ]; then IWPMD_PID=$(pidof "$name" | awk '{print $NF}'); else IWPMD_PID=$IWPMD_JOB; fi
+  sleep 0.5   # HELLO / MAPINFO exchange
+  if [ -n "$IWPMD_PORTID" ] && [ -n "$IWPMD_PID" ] && kill -0 "$IWPMD_PID" 2>/dev/null; then
+    log "iwpmd pid $IWPMD_PID, netlink port id $IWPMD_PORTID"; return 0
+  fi
+  log "iwpmd did not come up (pid '$IWPMD_PID', port id '$IWPMD_PORTID')"; return 1
+}
+# stop_iwpmd: SIGTERM, wait up to 5 s; returns 1 if it had to be killed.
+stop_iwpmd() {
+  local i=0 rc=0 p=${IWPMD_PID:-$IWPMD_JOB}
+  [ -n "$p" ] && kill -TERM "$p" 2>/dev/null
+  while [ -n "$p" ] && kill -0 "$p" 2>/dev/null; do
+    i=$((i+1)); [ $i -ge 50 ] && { kill -9 "$p"; rc=1; break; }; sleep 0.1
+  done
+  reap_job
+  log "iwpmd stopped"; IWPMD_PID=""; IWPMD_JOB=""
+  [ -n "$p" ] && return $rc
+  return 1
+}
+# reap_job: wait (at most 5 s) for the background job (strace exits after its tracee)
+reap_job() {
+  local i=0
+  [ -n "$IWPMD_JOB" ] || return 0
+  while kill -0 "$IWPMD_JOB" 2>/dev/null; do
+    i=$((i+1)); [ $i -ge 50 ] && { kill -9 "$IWPMD_JOB" 2>/dev/null; break; }; sleep 0.1
+  done
+  wait "$IWPMD_JOB" 2>/dev/null
+}
+kill9_iwpmd() {
+  kill -9 "$IWPMD_PID"; reap_job
+  log "iwpmd pid $IWPMD_PID killed with SIGKILL"; IWPMD_PID=""; IWPMD_JOB=""
+}
+# iwpmd_dump FILE: SIGUSR1, collect the new syslog lines into FILE; DUMP_N = mappings.
+iwpmd_dump() {
+  local n i=0 m=-1 c
+  n=$(wc -l < "$SYSLOG")
+  : > "$1"; DUMP_N=0
+  [ -n "$IWPMD_PID" ] || return 1
+  kill -USR1 "$IWPMD_PID"
+  while [ $i -lt 30 ]; do      # until the log stops growing (max 3 s)
+    sleep 0.2; c=$(wc -l < "$SYSLOG"); [ "$c" = "$m" ] && [ "$c" -gt "$n" ] && break; m=$c; i=$((i+1))
+  done
+  tail -n +$((n+1)) "$SYSLOG" > "$1"
+  DUMP_N=$(grep -c 'Mapping #' "$1")
+}
+# dump_pairs FILE: the mapped pairs of a dump, one "local -> mapped" line each, sorted
+dump_pairs() {
+  awk '/Local address/{sub(/.*Local address /,""); l=$0} /Mapped address/{sub(/.*Mapped address /,""); print l " -> " $0}' "$1" | sort
+}
+dmesg_mark() { DMESG_MARK=$(dmesg | wc -l); }
+dmesg_iwpm_since() { dmesg | tail -n +$((DMESG_MARK+1)) | grep -i -E 'iwpm|iw_cm|port ?map' ; }
+# check_dmesg NAME: no iwpm kernel warnings since the last dmesg_mark
+check_dmesg() {
+  local l; l=$(dmesg_iwpm_since)
+  if [ -z "$l" ]; then ok "$1" "no iwpm kernel messages"; else bad "$1" "kernel: $(echo "$l" | head -3 | tr '\n' '|')"; fi
+}
+siw_add() { rdma link add "$2" type siw netdev "$1" && log "siw: $2 on $1"; }
+
+# setup_net: siw device siw0 on eth0 (two-VM mode, 10.77.0.<hostid>) or on a veth pair
+# veth0 10.88.0.1/24 <-> veth1 inside this VM (one-VM mode; rping to the own address
+# is carried by kernel loopback). Sets DEV and IP.
+setup_net() {
+  ip link set lo up
+  if [ -e /sys/class/net/eth0 ]; then DEV=eth0; IP=10.77.0.${RIG_HOSTID:-1}
+  else
+    DEV=veth0; IP=10.88.0.1
+    ip link add veth0 type veth peer name veth1
+    ip addr add 10.88.0.2/24 dev veth1; ip link set veth1 up
+  fi
+  ip link set "$DEV" up
+  ip addr add "$IP/24" dev "$DEV"
+  siw_add "$DEV" siw0 || bad setup "rdma link add siw0 on $DEV"
+}
+
+# rping_pair ADDR COUNT TAG [PORT]: rping server + client; sets RPING_T (client seconds)
+# and RPING_LINES; returns 0 when both sides succeed.
+rping_pair() {
+  local a=$1 n=$2 tag=$3 p=${4:-7174} sp rc src t0
+  rping -s -a "$a" -p "$p" -C "$n" -v > "$OUT/rping-$tag-server.log" 2>&1 & sp=$!
+  sleep 1
+  t0=$(uptime_s)
+  timeout 60 rping -c -a "$a" -p "$p" -C "$n" -v > "$OUT/rping-$tag-client.log" 2>&1; rc=$?
+  RPING_T=$(elapsed "$t0")
+  [ $rc = 0 ] || { sleep 2; kill $sp 2>/dev/null; }
+  wait $sp; src=$?
+  RPING_LINES=$(grep -c 'ping data' "$OUT/rping-$tag-client.log")
+  log "rping[$tag] $a -C $n: client rc=$rc server rc=$src, $RPING_LINES ping lines, ${RPING_T}s"
+  [ $rc = 0 ] && [ $src = 0 ] && [ "$RPING_LINES" = "$n" ]
+}
+# check_rping NAME ADDR COUNT TAG [PORT]: rping works and shows no stall
+check_rping() {
+  if rping_pair "$2" "$3" "$4" "$5"; then
+    if lt "$RPING_T" "$STALL_S"; then ok "$1" "rping -C $3 to $2: $RPING_LINES ping lines in ${RPING_T}s"
+    else bad "$1" "rping -C $3 to $2 took ${RPING_T}s (stall; limit ${STALL_S}s)"; fi
+  else bad "$1" "rping -C $3 to $2 failed ($RPING_LINES ping lines, ${RPING_T}s; see rping-$4-*.log)"; fi
+}
+
+# cmtime_pair ADDR N TAG: cmtime server (-b) + client (-s); table to cmtime-TAG.txt;
+# sets CM_CONNECT_MAX_MS, CM_FAILS, CM_RC.
+cmtime_pair() {
+  local a=$1 n=$2 tag=$3 sp
+  cmtime -b "$a" -c "$n" > "$OUT/cmtime-$tag-server.log" 2>&1 & sp=$!
+  sleep 1
+  timeout 120 cmtime -s "$a" -c "$n" > "$OUT/cmtime-$tag-client.log" 2>&1; CM_RC=$?
+  sleep 0.5; kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  CM_FAILS=$(grep -c -i 'fail' "$OUT/cmtime-$tag-client.log")
+  grep -A8 '^step' "$OUT/cmtime-$tag-client.log" > "$OUT/cmtime-$tag.txt"
+  CM_CONNECT_MAX_MS=$(awk '$1=="connect"{print $4}' "$OUT/cmtime-$tag.txt")
+  log "cmtime[$tag] -c $n: rc=$CM_RC, $CM_FAILS failure lines, connect max ${CM_CONNECT_MAX_MS:-?} ms"
+}
+# check_cmtime NAME ADDR N TAG
+check_cmtime() {
+  cmtime_pair "$2" "$3" "$4"
+  if [ "$CM_RC" = 0 ] && [ "$CM_FAILS" = 0 ] && [ -n "$CM_CONNECT_MAX_MS" ]; then
+    if lt "$CM_CONNECT_MAX_MS" $((STALL_S*1000)); then ok "$1" "cmtime -c $3: all connected, connect max ${CM_CONNECT_MAX_MS} ms"
+    else bad "$1" "cmtime -c $3: connect max ${CM_CONNECT_MAX_MS} ms (stall)"; fi
+  else bad "$1" "cmtime -c $3: rc=$CM_RC, $CM_FAILS failure lines (cmtime-$4-client.log)"; fi
+  sed 's/^/    /' "$OUT/cmtime-$4.txt" >> "$SUM"
+}
+
+# decode STRACE_FILE OUT_FILE: the daemon's port-mapper messages (iwpm-decode.awk)
+decode() { awk -f "$RIG_LIB_DIR/iwpm-decode.awk" "$1" > "$2"; }
+# has FILE ERE: the decoded trace has a matching line
+has() { grep -q -E "$2" "$1"; }
+cnt() { grep -c -E "$2" "$1"; }
+# unanswered FILE: kernel requests (REG_PID, ADD, QUERY, MAPINFO_NUM from port id 0)
+# without a daemon reply carrying SEQ=<request hseq>, one line each
+unanswered() {
+  awk '$3=="recv" && $4=="src=0" && $5=="IWCM" && $6 ~ /^(REG_PID|ADD_MAPPING|QUERY_MAPPING|MAPINFO_NUM)$/ {
+         s=$7; sub(/hseq=/,"",s); want[$6 " " s]=$0 }
+       $3=="send" && $5=="IWCM" { for (i=8;i<=NF;i++) if ($i ~ /^SEQ=/) { s=$i; sub(/SEQ=/,"",s); got[$6 " " s]=1 } }
+       END { for (k in want) if (!(k in got)) print want[k] }' "$1"
+}
+# reply_errors FILE: daemon replies with a non-zero error attribute, and HANDLE_ERRs
+reply_errors() { grep -E ' nl send .*(MAPPING_ERR=[1-9]|PID_ERR=[1-9]| HANDLE_ERR )' "$1"; }
+# hpid_wrong FILE PORTID: daemon messages whose header pid is not its port id
+hpid_wrong() { grep -E ' nl send ' "$1" | grep -v " hpid=$2 "; }
+
+# Cross-VM barriers through the shared 9p folder (both VMs mount the same host dir).
+SYNC="${RIG_SHARE:-/tmp}/out/${RIG_SYNC:-sync}"
+flag()      { mkdir -p "$SYNC"; echo "$RIG_NAME $(uptime_s)" > "$SYNC/$1"; }
+wait_flag() {  # wait_flag NAME [SECONDS]
+  local i=0 n=$(( ${2:-120} * 5 ))
+  while [ ! -e "$SYNC/$1" ]; do i=$((i+1)); [ $i -ge $n ] && { bad barrier "timeout waiting for $1"; return 1; }; sleep 0.2; done
+}
+# peer_check FILE ROLE [VER]: association handles whose UDP exchange is incomplete in
+# the decoded trace. ROLE active: sent REQUEST, got ACCEPT, sent ACK; passive: got
+# REQUEST, sent ACCEPT, got ACK; both: all six (one VM talking to itself). VER: 4 or 6
+# (default any). Sets PEER_HANDLES (handles seen) and PEER_BAD ("handle: missing ..."
+# lines, also in $OUT/peer-ROLE-VER.txt); returns 0 when nothing is missing.
+peer_check() {
+  local f="$OUT/peer-$2-${3:-all}.txt"
+  awk -v role="$2" -v ver="${3:-}" '
+    $2=="udp" && (ver=="" || $6=="v" ver) { for (i=7;i<=NF;i++) if ($i ~ /^h=/) h=substr($i,3)
+      k=$3 " " $5; seen[h]=1; ev[h, k]=1 }
+    END { n=0
+      if (role!="passive") { need["send REQUEST"]=1; need["recv ACCEPT"]=1; need["send ACK"]=1 }
+      if (role!="active")  { need["recv REQUEST"]=1; need["send ACCEPT"]=1; need["recv ACK"]=1 }
+      for (h in seen) { n++; m=""; for (k in need) if (!((h, k) in ev)) m=m " [" k "]"
+        if (m!="") print h ": missing" m }
+      print "#handles " n }' "$1" > "$f"
+  PEER_HANDLES=$(awk '/^#handles/{print $2}' "$f")
+  PEER_BAD=$(grep -v '^#handles' "$f")
+  [ -z "$PEER_BAD" ] && [ "$PEER_HANDLES" -gt 0 ]
+}
+# detail LINES: append evidence lines (indented) under the last check
+detail() { [ -n "$1" ] && echo "$1" | head -${2:-5} | sed 's/^/    /' >> "$CHECKS"; return 0; }

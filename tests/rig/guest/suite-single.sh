@@ -1,0 +1,96 @@
+#!/bin/sh
+# Suite "single": one VM, siw on a veth, the daemon under test (strace'd) serving
+# rping, ucmatose and IPv6 rping; SIGUSR1 dumps with live mappings; then cmtime through
+# the daemon (not traced, for timing) and, after stopping it, without any daemon.
+# Knobs: iwpmd=PATH iwpmd_args=A,B  cmtime=N [50]  rping_count=N [10]  ipv6=0|1 [1]
+RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
+N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
+IP6=fd00:88::1
+
+setup_net
+note "kernel $(uname -r); siw0 on $DEV ($IP); daemon $IWPMD $IWPMD_ARGS"
+start_syslog
+dmesg_mark
+ST="$OUT/iwpmd.strace"
+check start "daemon up with a NETLINK_RDMA socket" start_iwpmd "$ST"
+
+# ---- IPv4 rping through the daemon -----------------------------------------------
+check_rping rping "$IP" "$N" v4
+
+# ---- ucmatose (librdmacm example, 1 connection + 10 messages) ----------------------
+if command -v ucmatose > /dev/null; then
+  ucmatose -b "$IP" > "$OUT/ucmatose-server.log" 2>&1 & sp=$!
+  sleep 1; t0=$(uptime_s)
+  timeout 60 ucmatose -s "$IP" -C 10 > "$OUT/ucmatose-client.log" 2>&1; rc=$?
+  t=$(elapsed "$t0"); sleep 0.5; kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  if [ $rc = 0 ] && lt "$t" "$STALL_S"; then ok ucmatose "ucmatose -C 10 to $IP: rc 0 in ${t}s"
+  else bad ucmatose "ucmatose rc=$rc in ${t}s: $(tail -2 "$OUT/ucmatose-client.log" | tr '\n' '|')"; fi
+else note "ucmatose not packaged: skipped"; fi
+
+# ---- IPv6 (siw listens and connects on IPv6; the port mapper sees AF_INET6) --------
+if [ "${RIG_IPV6:-1}" = 1 ]; then
+  ip -6 addr add "$IP6/64" dev "$DEV" nodad
+  sleep 0.5
+  check_rping rping6 "$IP6" "$N" v6
+fi
+
+# ---- live mappings: a persistent listener and a connected client ---------------------
+rping -s -P -a "$IP" -p 7200 > "$OUT/rping-live-server.log" 2>&1 & sp=$!
+sleep 1
+rping -c -a "$IP" -p 7200 > "$OUT/rping-live-client.log" 2>&1 & cp=$!
+sleep 2
+iwpmd_dump "$OUT/dump-live.txt"; n1=$DUMP_N
+kill $cp 2>/dev/null; wait $cp 2>/dev/null; sleep 1
+iwpmd_dump "$OUT/dump-after-client.txt"; n2=$DUMP_N
+kill $sp 2>/dev/null; wait $sp 2>/dev/null; sleep 1
+iwpmd_dump "$OUT/dump-after-server.txt"; n3=$DUMP_N
+note "SIGUSR1 mappings: $n1 live (listener + client), $n2 after the client, $n3 after the server"
+dump_pairs "$OUT/dump-live.txt" | sed 's/^/    /' >> "$SUM"
+if [ "$n1" -ge 2 ] && dump_pairs "$OUT/dump-live.txt" | grep -q "$IP:7200(" &&
+   [ "$n2" = $((n1-1)) ] && [ "$n3" = $((n1-2)) ]; then
+  ok dump "SIGUSR1: $n1 mappings with listener :7200 + client live, $n2 after client exit, $n3 after server exit"
+else bad dump "SIGUSR1 mapping counts $n1/$n2/$n3 (want >=2 incl. $IP:7200, then -1, -2; see dump-*.txt)"; fi
+check_dmesg dmesg
+check stop "daemon exits on SIGTERM within 5 s" stop_iwpmd
+
+# ---- daemon-side evidence from the trace ------------------------------------------------
+T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
+note "trace: $(tail -1 "$T")"
+check trace-hello "HELLO(4) sent, kernel answered HELLO ABI_VERSION=4, MAPINFO sent" \
+  sh -c "grep -q ' nl send dst=0 IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl recv src=0 IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl send dst=0 IWCM MAPINFO .*ULIB_VER=4' $T"
+check trace-regpid "REG_PID from the kernel answered (ULIB_VER=4, PID_ERR=0)" \
+  sh -c "grep -q ' nl recv src=0 IWCM REG_PID ' $T && grep -q ' nl send dst=0 IWCM REG_PID .*ULIB_VER=4 PID_ERR=0' $T"
+check trace-add "listener ADD_MAPPING $IP:7174 answered with MAPPING_ERR=0" \
+  grep -q " nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7174 MAPPED_LOC_ADDR=$IP:7174 MAPPING_ERR=0" "$T"
+peer_check "$T" both 4; r=$?
+check trace-peer "v4: $PEER_HANDLES associations, each with UDP REQUEST->:3935 / ACCEPT / ACK both ways; REMOTE_INFO + QUERY reply to the kernel" \
+  sh -c "test $r = 0 && test $PEER_HANDLES -ge 2 && grep -q ' udp send $IP:3935 REQUEST v4 len=64 .*ap=$IP:7174' $T &&
+         grep -q ' nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=$IP:7174 ' $T &&
+         grep -q ' nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$IP:7174 .*MAPPING_ERR=0' $T"
+detail "$PEER_BAD"
+if [ "${RIG_IPV6:-1}" = 1 ]; then
+  peer_check "$T" both 6; r=$?
+  check trace-v6 "v6: ADD_MAPPING [$IP6]:7174; $PEER_HANDLES associations with UDP REQUEST/ACCEPT/ACK v6; REMOTE_INFO + QUERY reply" \
+    sh -c "test $r = 0 && grep -q ' nl send dst=0 IWCM ADD_MAPPING .*ADDR=\[$IP6\]:7174 .*MAPPING_ERR=0' $T &&
+           grep -q ' udp send \[$IP6\]:3935 REQUEST v6 ' $T &&
+           grep -q ' nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=\[$IP6\]:7174 ' $T &&
+           grep -q ' nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=\[$IP6\]:7174 .*MAPPING_ERR=0' $T"
+  detail "$PEER_BAD"
+fi
+u=$(unanswered "$T"); check trace-answered "every kernel request answered with SEQ = request seq" test -z "$u"
+detail "$u"
+e=$(reply_errors "$T"); check trace-noerr "no error replies / HANDLE_ERR" test -z "$e"
+w=$(hpid_wrong "$T" "$IWPMD_PORTID"); check trace-hpid "every daemon message has nlmsg_pid = its port id $IWPMD_PORTID" test -z "$w"
+grep -v '^#' "$T" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*//' | awk '{print $1,$2,$3,$4,$5}' | sort | uniq -c | sed 's/^/    /' >> "$SUM"
+
+# ---- cmtime through the daemon (untraced) and with no daemon at all ----------------
+dmesg_mark
+check start2 "daemon restarted untraced for cmtime" start_iwpmd ""
+check_cmtime cmtime "$IP" "$CM" daemon
+check_dmesg dmesg-cmtime
+stop_iwpmd
+cmtime_pair "$IP" "$CM" nodaemon
+note "cmtime -c $CM without a daemon: rc=$CM_RC, connect max ${CM_CONNECT_MAX_MS} ms"
+sed 's/^/    /' "$OUT/cmtime-nodaemon.txt" >> "$SUM"
+cat "$SUM"
+finish

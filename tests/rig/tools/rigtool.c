@@ -1,0 +1,183 @@
+/*
+ * rigtool: tiny helper for the rig's negative tests, built static on the host and
+ * baked into the initramfs (the guest has no compiler and no python).
+ *
+ *   rigtool nl-add  DEST_PORTID IP PORT [SEQ]   forged iwpm ADD_MAPPING (client IWCM)
+ *   rigtool nl-remove DEST_PORTID IP PORT [SEQ] forged iwpm REMOVE_MAPPING
+ *   rigtool udp IP PORT HEX                     one UDP datagram with the given bytes
+ *   rigtool nl-portid                           port id of the first NETLINK_RDMA user
+ *                                               socket with multicast groups (the daemon)
+ *
+ * The netlink messages are shaped exactly like the kernel's own (NLM_F_REQUEST, header
+ * pid 0, attributes SEQ / ADDR / FLAGS) so only the sender's socket address tells them
+ * apart: a daemon must look at that, not at the header.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifndef NETLINK_RDMA
+#define NETLINK_RDMA 20
+#endif
+#define RDMA_NL_IWCM 2
+#define OP_ADD_MAPPING 1
+#define OP_REMOVE_MAPPING 3
+
+struct buf { unsigned char b[1024]; size_t n; };
+
+static void put_attr(struct buf *m, uint16_t type, const void *data, uint16_t len)
+{
+	uint16_t alen = 4 + len;
+	memcpy(m->b + m->n, &alen, 2);
+	memcpy(m->b + m->n + 2, &type, 2);
+	memcpy(m->b + m->n + 4, data, len);
+	m->n += (alen + 3u) & ~3u;
+}
+
+static int parse_ss(const char *ip, int port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, ip, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(port);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, ip, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(port);
+		return 0;
+	}
+	return -1;
+}
+
+static int nl_forge(int op, int argc, char **argv)
+{
+	if (argc < 5)
+		return 2;
+	uint32_t dest = strtoul(argv[2], NULL, 0);
+	uint32_t seq = argc > 5 ? strtoul(argv[5], NULL, 0) : 4242;
+	struct sockaddr_storage ss;
+	if (parse_ss(argv[3], atoi(argv[4]), &ss)) {
+		fprintf(stderr, "bad address %s\n", argv[3]);
+		return 2;
+	}
+	struct buf m = { .n = sizeof(struct nlmsghdr) };
+	put_attr(&m, 1, &seq, 4);
+	put_attr(&m, 2, &ss, sizeof(ss));
+	if (op == OP_ADD_MAPPING) {
+		uint32_t flags = 1; /* IWPM_FLAGS_NO_PORT_MAP, as siw sets it */
+		put_attr(&m, 3, &flags, 4);
+	}
+	struct nlmsghdr *h = (struct nlmsghdr *)m.b;
+	h->nlmsg_len = m.n;
+	h->nlmsg_type = (RDMA_NL_IWCM << 10) | op;
+	h->nlmsg_flags = NLM_F_REQUEST;
+	h->nlmsg_seq = seq;
+	h->nlmsg_pid = 0; /* pretend to be the kernel */
+
+	int fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA);
+	if (fd < 0) {
+		perror("socket");
+		return 1;
+	}
+	struct sockaddr_nl me = { .nl_family = AF_NETLINK };
+	if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
+		perror("bind");
+		return 1;
+	}
+	socklen_t sl = sizeof(me);
+	getsockname(fd, (struct sockaddr *)&me, &sl);
+	struct sockaddr_nl to = { .nl_family = AF_NETLINK, .nl_pid = dest };
+	ssize_t r = sendto(fd, m.b, m.n, 0, (struct sockaddr *)&to, sizeof(to));
+	if (r < 0) {
+		fprintf(stderr, "sendto port id %u: %s\n", dest, strerror(errno));
+		return 1;
+	}
+	printf("forged %s seq=%u from port id %u to port id %u: %zd bytes\n",
+	       op == OP_ADD_MAPPING ? "ADD_MAPPING" : "REMOVE_MAPPING", seq, me.nl_pid, dest, r);
+	close(fd);
+	return 0;
+}
+
+static int udp_send(int argc, char **argv)
+{
+	if (argc < 5)
+		return 2;
+	struct sockaddr_storage ss;
+	if (parse_ss(argv[2], atoi(argv[3]), &ss))
+		return 2;
+	unsigned char data[2048];
+	size_t n = 0;
+	const char *h = argv[4];
+	while (h[0] && h[1] && n < sizeof(data)) {
+		unsigned v;
+		if (sscanf(h, "%2x", &v) != 1)
+			return 2;
+		data[n++] = v;
+		h += 2;
+	}
+	int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
+	if (fd < 0) {
+		perror("socket");
+		return 1;
+	}
+	socklen_t sl = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	ssize_t r = sendto(fd, data, n, 0, (struct sockaddr *)&ss, sl);
+	if (r < 0) {
+		perror("sendto");
+		return 1;
+	}
+	struct sockaddr_storage me;
+	sl = sizeof(me);
+	getsockname(fd, (struct sockaddr *)&me, &sl);
+	printf("udp %zd bytes to %s:%s from port %u\n", r, argv[2], argv[3],
+	       ntohs(((struct sockaddr_in *)&me)->sin_port));
+	close(fd);
+	return 0;
+}
+
+static int nl_portid(void)
+{
+	FILE *f = fopen("/proc/net/netlink", "r");
+	if (!f)
+		return 1;
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		int proto;
+		unsigned pid, groups;
+		/* the first column is a kernel pointer, often printed as "(____ptrval____)" */
+		if (sscanf(line, "%*s %d %u %x", &proto, &pid, &groups) == 3 &&
+		    proto == NETLINK_RDMA && pid != 0 && groups != 0) {
+			printf("%u\n", pid);
+			fclose(f);
+			return 0;
+		}
+	}
+	fclose(f);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	int rc = 2;
+	if (argc >= 2 && !strcmp(argv[1], "nl-add"))
+		rc = nl_forge(OP_ADD_MAPPING, argc, argv);
+	else if (argc >= 2 && !strcmp(argv[1], "nl-remove"))
+		rc = nl_forge(OP_REMOVE_MAPPING, argc, argv);
+	else if (argc >= 2 && !strcmp(argv[1], "udp"))
+		rc = udp_send(argc, argv);
+	else if (argc >= 2 && !strcmp(argv[1], "nl-portid"))
+		rc = nl_portid();
+	if (rc == 2)
+		fprintf(stderr, "usage: rigtool nl-add|nl-remove PORTID IP PORT [SEQ] | udp IP PORT HEX | nl-portid\n");
+	return rc;
+}
