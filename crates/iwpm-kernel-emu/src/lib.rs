@@ -1,1 +1,6 @@
 //! (in progress)
+#![forbid(unsafe_code)]
+
+pub mod kernel;
+
+pub use kernel::Violation;

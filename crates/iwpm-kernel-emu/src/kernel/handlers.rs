@@ -1,0 +1,450 @@
+//! The eight `iwpm_*_cb` handlers (kernel-iwpm §2). Each returns what the real handler
+//! returns, which becomes the payload of the `NLMSG_DONE` the daemon receives.
+
+use iwpm_proto::consts::op::*;
+use iwpm_proto::consts::{
+    err::IWPM_REMOTE_QUERY_REJECT, err::IWPM_USER_LIB_INFO_ERR, IWPM_FLAGS_NO_PORT_MAP,
+    IWPM_UABI_VERSION, IWPM_UABI_VERSION_MIN, IWPM_ULIB_NAME,
+};
+use iwpm_proto::netlink::{
+    encode_kernel_msg, AddMappingReply, DaemonMsg, HandleErr, Hello, KernelMsg, MapInfoNumReply,
+    MapInfoRequest, NlHeader, QueryMappingReply, RegPidReply,
+};
+use iwpm_proto::sockaddr::SockAddrStorage;
+
+use super::dispatch::EINVAL;
+use super::map_op::request_envelope;
+use super::{
+    Completion, KernelIwpm, Link, MapToken, Registration, RemoteInfoEntry, RequestKind,
+    RequestState, SendMode, Violation,
+};
+
+/// `-ECONNREFUSED`.
+const ECONNREFUSED: i32 = -111;
+
+impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
+    pub(super) fn handle_msg(
+        &mut self,
+        from: &A,
+        header: &NlHeader,
+        msg: DaemonMsg,
+        link: &mut dyn Link<A>,
+        woken: &mut Vec<MapToken>,
+    ) -> i32 {
+        match msg {
+            DaemonMsg::RegPid(m) => self.on_reg_pid(from, header, m, woken),
+            DaemonMsg::AddMapping(m) => self.on_add_reply(header, m, woken),
+            DaemonMsg::QueryMapping(m) => self.on_query_reply(header, m, woken),
+            DaemonMsg::RemoteInfo(m) => self.on_remote_info(header, m),
+            DaemonMsg::HandleErr(m) => self.on_handle_err(header, m, woken),
+            DaemonMsg::MapInfo(m) => self.on_mapinfo(from, header, m, link),
+            DaemonMsg::MapInfoNum(m) => self.on_mapinfo_num(header, m),
+            DaemonMsg::Hello(m) => self.on_hello(from, header, m, link),
+        }
+    }
+
+    /// `iwpm_find_nlmsg_request` plus the checks the emulator adds: a pending request of
+    /// the expected kind, or the handler's return value when there is none.
+    fn pending(&mut self, op: u16, seq: u32, expected: RequestKind) -> Result<MapToken, i32> {
+        let Some(r) = self.requests.get(&seq).copied() else {
+            tracing::info!(seq, "Could not find a matching request");
+            self.record_violation(Violation::UnknownSeq { op, seq });
+            return Err(EINVAL);
+        };
+        // The kernel finds these (requests are never freed) and returns 0; processing
+        // them would touch a returned stack frame, so the emulator stops here.
+        match r.state {
+            RequestState::Completed => {
+                self.record_violation(Violation::DuplicateReply { op, seq });
+                Err(0)
+            }
+            RequestState::TimedOut => {
+                self.record_violation(Violation::LateReply { op, seq });
+                Err(0)
+            }
+            RequestState::Pending if r.kind != expected => {
+                self.record_violation(Violation::WrongReplyOp {
+                    op,
+                    seq,
+                    expected: r.kind,
+                });
+                Err(0)
+            }
+            RequestState::Pending => Ok(r.token),
+        }
+    }
+
+    fn complete(
+        &mut self,
+        seq: u32,
+        token: MapToken,
+        completion: Completion,
+        woken: &mut Vec<MapToken>,
+    ) {
+        self.finish_request(seq, token, completion);
+        woken.push(token);
+    }
+
+    fn request_of(&self, token: MapToken) -> Option<super::MapRequest> {
+        self.ops.get(&token).map(|op| op.request.clone())
+    }
+
+    fn on_reg_pid(
+        &mut self,
+        from: &A,
+        header: &NlHeader,
+        m: RegPidReply,
+        woken: &mut Vec<MapToken>,
+    ) -> i32 {
+        self.stats.reg_pid_replies += 1;
+        let token = match self.pending(RDMA_NL_IWPM_REG_PID, m.seq, RequestKind::RegPid) {
+            Ok(t) => t,
+            Err(ret) => return ret,
+        };
+        if m.err != 0 {
+            self.record_violation(Violation::IgnoredErrCode {
+                op: RDMA_NL_IWPM_REG_PID,
+                seq: m.seq,
+                err: m.err,
+            });
+        }
+        let dev_ok = m.ibdev_name.as_bytes() == self.config.ibdev_name.as_bytes();
+        let lib_ok = m.ulib_name.as_bytes() == IWPM_ULIB_NAME.as_bytes();
+        if !dev_ok || !lib_ok || m.ulib_version < IWPM_UABI_VERSION_MIN {
+            tracing::info!(
+                dev = %m.ibdev_name.to_string_lossy(),
+                name = %m.ulib_name.to_string_lossy(),
+                version = m.ulib_version,
+                "Incorrect info"
+            );
+            self.record_violation(Violation::RegPidInfoMismatch {
+                seq: m.seq,
+                ibdev_name: m.ibdev_name.as_bytes().to_vec(),
+                ulib_name: m.ulib_name.as_bytes().to_vec(),
+                version: m.ulib_version,
+            });
+            self.complete(
+                m.seq,
+                token,
+                Completion::Code(IWPM_USER_LIB_INFO_ERR),
+                woken,
+            );
+            return 0;
+        }
+        self.pid = header.pid as i32;
+        self.learn_pid(header.pid, from);
+        self.ulib_version = m.ulib_version;
+        if m.ulib_version < IWPM_UABI_VERSION {
+            self.record_violation(Violation::DownLevelVersion {
+                op: RDMA_NL_IWPM_REG_PID,
+                version: m.ulib_version,
+            });
+        }
+        self.echo_seq = header.seq;
+        self.registration = Registration::Valid;
+        self.complete(
+            m.seq,
+            token,
+            Completion::Success {
+                mapped_local: None,
+                mapped_remote: None,
+            },
+            woken,
+        );
+        0
+    }
+
+    fn on_add_reply(
+        &mut self,
+        header: &NlHeader,
+        m: AddMappingReply,
+        woken: &mut Vec<MapToken>,
+    ) -> i32 {
+        self.stats.add_replies += 1;
+        self.echo_seq = header.seq;
+        let op = RDMA_NL_IWPM_ADD_MAPPING;
+        let token = match self.pending(op, m.seq, RequestKind::AddMapping) {
+            Ok(t) => t,
+            Err(ret) => return ret,
+        };
+        let Some(request) = self.request_of(token) else {
+            return 0;
+        };
+        if m.err != 0 {
+            self.record_violation(Violation::IgnoredErrCode {
+                op,
+                seq: m.seq,
+                err: m.err,
+            });
+        }
+        if !m.addr.same_endpoint(&request.local) {
+            self.record_violation(Violation::AddressNotEchoed { op, seq: m.seq });
+            self.complete(
+                m.seq,
+                token,
+                Completion::Code(IWPM_USER_LIB_INFO_ERR),
+                woken,
+            );
+            return 0;
+        }
+        if m.mapped_addr.family() != m.addr.family() {
+            tracing::info!("Sockaddr family doesn't match the requested one");
+            self.record_violation(Violation::MappedFamilyMismatch { op, seq: m.seq });
+            self.complete(
+                m.seq,
+                token,
+                Completion::Code(IWPM_USER_LIB_INFO_ERR),
+                woken,
+            );
+            return 0;
+        }
+        self.check_mapped_local(op, request.flags, &request.local, &m.mapped_addr);
+        self.complete(
+            m.seq,
+            token,
+            Completion::Success {
+                mapped_local: Some(m.mapped_addr),
+                mapped_remote: None,
+            },
+            woken,
+        );
+        0
+    }
+
+    fn on_query_reply(
+        &mut self,
+        header: &NlHeader,
+        m: QueryMappingReply,
+        woken: &mut Vec<MapToken>,
+    ) -> i32 {
+        self.stats.query_replies += 1;
+        self.echo_seq = header.seq;
+        let op = RDMA_NL_IWPM_QUERY_MAPPING;
+        let token = match self.pending(op, m.seq, RequestKind::QueryMapping) {
+            Ok(t) => t,
+            Err(ret) => return ret,
+        };
+        let Some(request) = self.request_of(token) else {
+            return 0;
+        };
+        let rejected = m.err == IWPM_REMOTE_QUERY_REJECT;
+        if rejected {
+            tracing::info!(pid = header.pid, echo_seq = header.seq, "Received a Reject");
+        } else if m.err != 0 {
+            self.record_violation(Violation::IgnoredErrCode {
+                op,
+                seq: m.seq,
+                err: m.err,
+            });
+        }
+        let remote_ok = request
+            .remote
+            .is_some_and(|r| m.remote_addr.same_endpoint(&r));
+        if !m.local_addr.same_endpoint(&request.local) || !remote_ok {
+            tracing::info!("Incorrect local sockaddr");
+            self.record_violation(Violation::AddressNotEchoed { op, seq: m.seq });
+            self.complete(
+                m.seq,
+                token,
+                Completion::Code(IWPM_USER_LIB_INFO_ERR),
+                woken,
+            );
+            return 0;
+        }
+        if m.mapped_local_addr.family() != m.local_addr.family()
+            || m.mapped_remote_addr.family() != m.remote_addr.family()
+        {
+            tracing::info!("Sockaddr family doesn't match the requested one");
+            self.record_violation(Violation::MappedFamilyMismatch { op, seq: m.seq });
+            self.complete(
+                m.seq,
+                token,
+                Completion::Code(IWPM_USER_LIB_INFO_ERR),
+                woken,
+            );
+            return 0;
+        }
+        let completion = if rejected {
+            Completion::Code(IWPM_REMOTE_QUERY_REJECT)
+        } else {
+            self.check_mapped_local(op, request.flags, &request.local, &m.mapped_local_addr);
+            Completion::Success {
+                mapped_local: Some(m.mapped_local_addr),
+                mapped_remote: Some(m.mapped_remote_addr),
+            }
+        };
+        self.complete(m.seq, token, completion, woken);
+        0
+    }
+
+    /// Checks a daemon's mapped local address against what mapping means (ports only;
+    /// identity under `NO_PORT_MAP`). The kernel does not check this; a correct daemon
+    /// never violates it.
+    fn check_mapped_local(
+        &mut self,
+        op: u16,
+        flags: u32,
+        local: &SockAddrStorage,
+        mapped: &SockAddrStorage,
+    ) {
+        let (Some(l), Some(m)) = (local.endpoint(), mapped.endpoint()) else {
+            return;
+        };
+        if flags & IWPM_FLAGS_NO_PORT_MAP != 0 && l != m {
+            self.record_violation(Violation::NoPortMapNotIdentity {
+                op,
+                local: *local,
+                mapped: *mapped,
+            });
+        } else if l.ip != m.ip {
+            self.record_violation(Violation::MappedIpChanged {
+                op,
+                local: *local,
+                mapped: *mapped,
+            });
+        }
+    }
+
+    fn on_remote_info(&mut self, header: &NlHeader, m: QueryMappingReply) -> i32 {
+        self.stats.remote_info_received += 1;
+        self.echo_seq = header.seq;
+        if m.mapped_local_addr.family() != m.local_addr.family()
+            || m.mapped_remote_addr.family() != m.remote_addr.family()
+        {
+            tracing::info!("Sockaddr family doesn't match the requested one");
+            self.record_violation(Violation::MappedFamilyMismatch {
+                op: RDMA_NL_IWPM_REMOTE_INFO,
+                seq: m.seq,
+            });
+            return EINVAL;
+        }
+        self.remote_info.insert(RemoteInfoEntry {
+            mapped_local: m.mapped_local_addr,
+            mapped_remote: m.mapped_remote_addr,
+            remote: m.remote_addr,
+        });
+        // iwpm_remote_info_cb returns -EINVAL even on success.
+        EINVAL
+    }
+
+    fn on_handle_err(&mut self, header: &NlHeader, m: HandleErr, woken: &mut Vec<MapToken>) -> i32 {
+        self.stats.handle_err_received += 1;
+        tracing::info!(
+            seq = m.seq,
+            code = m.code,
+            "Received msg seq = .. err code = .. client = 2"
+        );
+        let Some(r) = self.requests.get(&m.seq).copied() else {
+            // "not all errors have associated requests"
+            self.stats.handle_err_unmatched += 1;
+            return 0;
+        };
+        let op = RDMA_NL_IWPM_HANDLE_ERR;
+        match r.state {
+            RequestState::Completed => {
+                self.record_violation(Violation::DuplicateReply { op, seq: m.seq });
+                return 0;
+            }
+            RequestState::TimedOut => {
+                self.record_violation(Violation::LateReply { op, seq: m.seq });
+                return 0;
+            }
+            RequestState::Pending => {}
+        }
+        self.echo_seq = header.seq;
+        let completion = if m.code == 0 {
+            self.record_violation(Violation::HandleErrZero { seq: m.seq });
+            Completion::HandleErrZero
+        } else {
+            Completion::Code(m.code)
+        };
+        self.complete(m.seq, r.token, completion, woken);
+        0
+    }
+
+    fn on_mapinfo(
+        &mut self,
+        from: &A,
+        header: &NlHeader,
+        m: MapInfoRequest,
+        link: &mut dyn Link<A>,
+    ) -> i32 {
+        self.stats.mapinfo_requests += 1;
+        if m.ulib_name.as_bytes() != IWPM_ULIB_NAME.as_bytes()
+            || m.ulib_version < IWPM_UABI_VERSION_MIN
+        {
+            tracing::info!("Invalid port mapper name or version");
+            self.record_violation(Violation::BadMapInfoRequest {
+                ulib_name: m.ulib_name.as_bytes().to_vec(),
+                version: m.ulib_version,
+            });
+            return EINVAL;
+        }
+        self.registration = Registration::Incompl;
+        self.echo_seq = header.seq;
+        self.pid = header.pid as i32;
+        self.learn_pid(header.pid, from);
+        if self.mapinfo.is_empty() {
+            return 0;
+        }
+        self.send_mapinfo(link)
+    }
+
+    fn on_mapinfo_num(&mut self, header: &NlHeader, m: MapInfoNumReply) -> i32 {
+        self.stats.mapinfo_num_acks += 1;
+        match self.mapinfo_num_outstanding.front() {
+            Some(&sent) if sent == m.send_num => {
+                self.mapinfo_num_outstanding.pop_front();
+            }
+            _ => self.record_violation(Violation::UnsolicitedMapInfoNum {
+                send_num: m.send_num,
+            }),
+        }
+        if m.ack_num != m.send_num {
+            tracing::info!(
+                sent = m.send_num,
+                acked = m.ack_num,
+                "Invalid mapinfo number"
+            );
+            self.record_violation(Violation::MapInfoAckMismatch {
+                sent: m.send_num,
+                acked: m.ack_num,
+            });
+        }
+        self.echo_seq = header.seq;
+        0
+    }
+
+    fn on_hello(&mut self, from: &A, header: &NlHeader, m: Hello, link: &mut dyn Link<A>) -> i32 {
+        self.stats.hellos += 1;
+        self.registration = Registration::Incompl;
+        self.echo_seq = header.seq;
+        self.ulib_version = m.abi_version.min(IWPM_UABI_VERSION);
+        if m.abi_version < IWPM_UABI_VERSION {
+            self.record_violation(Violation::DownLevelVersion {
+                op: RDMA_NL_IWPM_HELLO,
+                version: m.abi_version,
+            });
+        }
+        self.pid = header.pid as i32;
+        if header.pid == 0 {
+            // The real kernel would unicast to its own socket here (kernel-iwpm §6.5.3).
+            return ECONNREFUSED;
+        }
+        self.learn_pid(header.pid, from);
+        let seq = self.next_seq();
+        let reply = KernelMsg::Hello(Hello {
+            abi_version: self.ulib_version,
+            unknown: Vec::new(),
+        });
+        let mut buf = Vec::new();
+        encode_kernel_msg(&request_envelope(seq), &reply, &mut buf);
+        match self.unicast(self.pid, &buf, SendMode::NonBlocking, link) {
+            Ok(()) => {
+                self.stats.hello_replies_sent += 1;
+                0
+            }
+            Err(e) => e.errno(),
+        }
+    }
+}
