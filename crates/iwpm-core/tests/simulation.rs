@@ -1,0 +1,410 @@
+//! Deterministic simulation: cores wired together over a virtual UDP network with delay and
+//! loss, on a virtual clock, doing the full REQUEST / ACCEPT / ACK exchange.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::*;
+use iwpm_core::{CoreConfig, PeerSocket};
+use iwpm_proto::consts::err::IWPM_REMOTE_QUERY_REJECT;
+use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
+use iwpm_proto::peer::{PeerMessage, PeerMsgType};
+
+const CLIENT_PORT: u16 = 50_001;
+
+struct Packet {
+    from: SocketAddr,
+    to: SocketAddr,
+    datagram: Vec<u8>,
+}
+
+struct Sim {
+    start: Instant,
+    now: Instant,
+    hosts: Vec<(IpAddr, Host)>,
+    in_flight: BTreeMap<(Instant, u64), Packet>,
+    counter: u64,
+    delay: Duration,
+    /// Decides per packet (with its type and a per-type sequence number) whether to drop.
+    drop: Box<dyn FnMut(PeerMsgType, u32) -> bool>,
+    sent_by_type: [u32; 4],
+    log: Vec<String>,
+}
+
+impl Sim {
+    fn new(ips: &[&str]) -> Self {
+        let now = Instant::now();
+        let hosts = ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| {
+                let mut h = Host::new(
+                    CoreConfig {
+                        handle_seed: i as u64 + 1,
+                        ..config()
+                    },
+                    now,
+                );
+                h.boot();
+                (ip.parse().unwrap(), h)
+            })
+            .collect();
+        Sim {
+            start: now,
+            now,
+            hosts,
+            in_flight: BTreeMap::new(),
+            counter: 0,
+            delay: Duration::from_millis(5),
+            drop: Box::new(|_, _| false),
+            sent_by_type: [0; 4],
+            log: vec![],
+        }
+    }
+
+    fn host(&mut self, i: usize) -> &mut Host {
+        let now = self.now;
+        let h = &mut self.hosts[i].1;
+        h.now = now;
+        h
+    }
+
+    fn socket_addr(ip: IpAddr, via: PeerSocket) -> SocketAddr {
+        match via {
+            PeerSocket::V4Listener | PeerSocket::V6Listener => SocketAddr::new(ip, 3935),
+            PeerSocket::V4Client | PeerSocket::V6Client => SocketAddr::new(ip, CLIENT_PORT),
+        }
+    }
+
+    /// Moves every host's peer output onto the wire.
+    fn collect(&mut self) {
+        for i in 0..self.hosts.len() {
+            let ip = self.hosts[i].0;
+            while let Some(s) = self.hosts[i].1.peer_out.pop_front() {
+                let ty = s.msg.msg_type;
+                let n = &mut self.sent_by_type[usize::from(ty.code())];
+                *n += 1;
+                let dropped = (self.drop)(ty, *n);
+                self.log.push(format!(
+                    "{:?} {} {ty} {} -> {}{}",
+                    self.now - self.start,
+                    i,
+                    Self::socket_addr(ip, s.via),
+                    s.to,
+                    if dropped { " (lost)" } else { "" }
+                ));
+                if dropped {
+                    continue;
+                }
+                self.counter += 1;
+                self.in_flight.insert(
+                    (self.now + self.delay, self.counter),
+                    Packet {
+                        from: Self::socket_addr(ip, s.via),
+                        to: s.to,
+                        datagram: s.raw,
+                    },
+                );
+            }
+        }
+    }
+
+    fn deliver(&mut self, p: Packet) {
+        let Some(i) = self.hosts.iter().position(|(ip, _)| *ip == p.to.ip()) else {
+            return;
+        };
+        let via = match (p.to.port(), p.to.is_ipv4()) {
+            (3935, true) => PeerSocket::V4Listener,
+            (3935, false) => PeerSocket::V6Listener,
+            (CLIENT_PORT, true) => PeerSocket::V4Client,
+            (CLIENT_PORT, false) => PeerSocket::V6Client,
+            _ => return,
+        };
+        let now = self.now;
+        let h = self.host(i);
+        h.core.handle_peer_datagram(now, via, p.from, &p.datagram);
+        h.pump();
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        self.collect();
+        loop {
+            let packet_at = self.in_flight.keys().next().map(|k| k.0);
+            let timer_at = self
+                .hosts
+                .iter()
+                .filter_map(|(_, h)| h.core.poll_timeout())
+                .min();
+            let next = match (packet_at, timer_at) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => match a.or(b) {
+                    Some(t) => t,
+                    None => break,
+                },
+            };
+            if next > end {
+                break;
+            }
+            self.now = self.now.max(next);
+            if packet_at == Some(next) {
+                let key = *self.in_flight.keys().next().unwrap();
+                let p = self.in_flight.remove(&key).unwrap();
+                self.deliver(p);
+            } else {
+                for i in 0..self.hosts.len() {
+                    let now = self.now;
+                    let h = self.host(i);
+                    if h.core.poll_timeout().is_some_and(|t| t <= now) {
+                        h.core.handle_timeout(now);
+                        h.pump();
+                    }
+                }
+            }
+            self.collect();
+        }
+        self.now = end;
+        for i in 0..self.hosts.len() {
+            self.host(i);
+        }
+    }
+}
+
+fn take_kernel(h: &mut Host) -> Vec<DaemonMsg> {
+    h.kernel_in.drain(..).map(|(_, m)| m).collect()
+}
+
+fn query_replies(msgs: &[DaemonMsg]) -> Vec<&QueryMappingReply> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            DaemonMsg::QueryMapping(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn remote_infos(msgs: &[DaemonMsg]) -> Vec<&QueryMappingReply> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            DaemonMsg::RemoteInfo(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// B listens on 10.0.0.2:4000; A connects from 10.0.0.1:5000. Returns (A's QUERY seq,
+/// B's mapped listener address).
+fn connect(sim: &mut Sim) -> (u32, iwpm_proto::sockaddr::SockAddrStorage) {
+    let b = sim.host(1);
+    let s = b.add("10.0.0.2:4000", Some(0));
+    let b_mapped = b.expect_add_reply(s);
+    let a = sim.host(0);
+    a.next_port = 41_000;
+    let seq = a.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
+    (seq, b_mapped)
+}
+
+#[test]
+fn two_daemons_complete_the_exchange() {
+    let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+    let (seq, b_mapped) = connect(&mut sim);
+    sim.run_for(Duration::from_millis(100));
+
+    let a_msgs = take_kernel(sim.host(0));
+    let replies = query_replies(&a_msgs);
+    assert_eq!(replies.len(), 1);
+    let r = replies[0];
+    assert_eq!((r.seq, r.err), (seq, 0));
+    assert_eq!(r.mapped_local_addr, sa("10.0.0.1:41000"));
+    assert_eq!(r.mapped_remote_addr, b_mapped);
+
+    let b_msgs = take_kernel(sim.host(1));
+    let infos = remote_infos(&b_msgs);
+    assert_eq!(infos.len(), 1);
+    assert_eq!(infos[0].local_addr, sa("10.0.0.2:4000"));
+    assert_eq!(infos[0].remote_addr, sa("10.0.0.1:5000"));
+    assert_eq!(infos[0].mapped_local_addr, b_mapped);
+    assert_eq!(infos[0].mapped_remote_addr, sa("10.0.0.1:41000"));
+
+    assert_eq!(
+        sim.sent_by_type,
+        [1, 1, 1, 0],
+        "REQUEST, ACCEPT, ACK once each"
+    );
+    // Nothing more happens; every exchange ends.
+    sim.run_for(Duration::from_secs(30));
+    assert_eq!(sim.sent_by_type, [1, 1, 1, 0]);
+    for i in 0..2 {
+        let h = sim.host(i);
+        assert_eq!(h.core.stats().retransmissions, 0);
+        assert_eq!(h.core.stats().exchanges_active, 0);
+        assert_eq!(h.core.stats().exchanges_expired, 0);
+        h.no_kernel();
+    }
+}
+
+#[test]
+fn lossy_network_still_completes_exactly_once() {
+    let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+    // Lose the first two REQUESTs, the first ACCEPT and the first two ACKs.
+    sim.drop = Box::new(|ty, n| match ty {
+        PeerMsgType::Request => n <= 2,
+        PeerMsgType::Accept => n == 1,
+        PeerMsgType::Ack => n <= 2,
+        PeerMsgType::Reject => false,
+    });
+    let (seq, b_mapped) = connect(&mut sim);
+    sim.run_for(Duration::from_secs(30));
+    let a_msgs = take_kernel(sim.host(0));
+    let replies = query_replies(&a_msgs);
+    assert_eq!(replies.len(), 1, "{a_msgs:?}");
+    assert_eq!(
+        (replies[0].seq, replies[0].mapped_remote_addr),
+        (seq, b_mapped)
+    );
+    let b_msgs = take_kernel(sim.host(1));
+    assert_eq!(remote_infos(&b_msgs).len(), 1, "{b_msgs:?}");
+    // REQUEST #3 got through at 2 s but its ACCEPT was lost, so A sent #4 at 3 s (absorbed
+    // by B as a duplicate) and B resent the ACCEPT; A ACKed each ACCEPT until an ACK
+    // survived, and answered its kernel only once.
+    assert_eq!(sim.sent_by_type[0], 4, "{:#?}", sim.log);
+    assert!(sim.sent_by_type[2] >= 3);
+    for i in 0..2 {
+        assert_eq!(sim.host(i).core.stats().exchanges_active, 0);
+    }
+    assert!(sim.host(1).core.stats().peer_duplicates >= 1);
+}
+
+#[test]
+fn unreachable_peer_means_no_answer_and_no_leak() {
+    let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+    sim.drop = Box::new(|_, _| true);
+    connect(&mut sim);
+    sim.run_for(Duration::from_secs(30));
+    assert_eq!(sim.sent_by_type[0], 10);
+    let a = sim.host(0);
+    a.no_kernel();
+    assert_eq!(a.core.stats().exchanges_expired, 1);
+    assert_eq!(a.core.stats().exchanges_active, 0);
+    assert_eq!(
+        a.refcount("10.0.0.1:5000"),
+        Some(1),
+        "the kernel will REMOVE it"
+    );
+    a.remove("10.0.0.1:5000");
+    assert!(a.held.is_empty());
+}
+
+#[test]
+fn peer_without_listener_rejects() {
+    let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+    let a = sim.host(0);
+    let seq = a.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
+    sim.run_for(Duration::from_secs(1));
+    let a_msgs = take_kernel(sim.host(0));
+    let r = query_replies(&a_msgs);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].seq, r[0].err), (seq, IWPM_REMOTE_QUERY_REJECT));
+    sim.host(1).no_kernel();
+    assert_eq!(sim.sent_by_type, [1, 0, 0, 1]);
+}
+
+#[test]
+fn one_daemon_talking_to_itself() {
+    // Single-VM topology: connect to our own address; REQUEST lands on our listener.
+    let mut sim = Sim::new(&["10.0.0.1"]);
+    let h = sim.host(0);
+    let s = h.add("10.0.0.1:4000", Some(0));
+    let listen_mapped = h.expect_add_reply(s);
+    let seq = h.query("10.0.0.1:5000", "10.0.0.1:4000", Some(0));
+    sim.run_for(Duration::from_secs(1));
+    let msgs = take_kernel(sim.host(0));
+    let infos = remote_infos(&msgs);
+    let replies = query_replies(&msgs);
+    assert_eq!((infos.len(), replies.len()), (1, 1));
+    assert_eq!(replies[0].seq, seq);
+    assert_eq!(replies[0].mapped_remote_addr, listen_mapped);
+    assert_eq!(infos[0].mapped_remote_addr, replies[0].mapped_local_addr);
+    assert_eq!(sim.sent_by_type, [1, 1, 1, 0]);
+}
+
+#[test]
+fn many_connections_in_both_directions() {
+    let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+    for (me, peer) in [(0usize, "10.0.0.2"), (1, "10.0.0.1")] {
+        let h = sim.host(me);
+        let ip = if me == 0 { "10.0.0.1" } else { "10.0.0.2" };
+        let s = h.add(&format!("{ip}:4000"), Some(0));
+        h.expect_add_reply(s);
+        let _ = peer;
+    }
+    let mut seqs = [vec![], vec![]];
+    for n in 0..50u16 {
+        for (me, ip, peer) in [
+            (0usize, "10.0.0.1", "10.0.0.2"),
+            (1, "10.0.0.2", "10.0.0.1"),
+        ] {
+            let h = sim.host(me);
+            seqs[me].push(h.query(
+                &format!("{ip}:{}", 6000 + n),
+                &format!("{peer}:4000"),
+                Some(0),
+            ));
+        }
+    }
+    sim.run_for(Duration::from_secs(15));
+    for me in 0..2 {
+        let msgs = take_kernel(sim.host(me));
+        let mut got: Vec<u32> = query_replies(&msgs).iter().map(|r| r.seq).collect();
+        got.sort_unstable();
+        assert_eq!(got, seqs[me]);
+        assert!(query_replies(&msgs).iter().all(|r| r.err == 0));
+        assert_eq!(remote_infos(&msgs).len(), 50);
+        let h = sim.host(me);
+        assert_eq!(h.core.stats().exchanges_active, 0);
+        assert_eq!(h.core.mappings().count(), 51);
+        h.core.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn simulation_is_deterministic() {
+    fn run() -> (Vec<String>, Vec<Vec<u8>>) {
+        let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+        sim.drop = Box::new(|ty, n| ty == PeerMsgType::Request && n % 2 == 1);
+        connect(&mut sim);
+        sim.run_for(Duration::from_secs(20));
+        let raw: Vec<Vec<u8>> = (0..2)
+            .flat_map(|i| {
+                take_kernel(sim.host(i))
+                    .into_iter()
+                    .map(|m| format!("{m:?}").into_bytes())
+            })
+            .collect();
+        (sim.log, raw)
+    }
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn handles_are_echoed_end_to_end() {
+    let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+    connect(&mut sim);
+    sim.collect();
+    let handles: Vec<u64> = sim
+        .in_flight
+        .values()
+        .map(|p| PeerMessage::decode(&p.datagram).unwrap().assoc_handle)
+        .collect();
+    assert_eq!(handles.len(), 1);
+    sim.run_for(Duration::from_millis(7));
+    let echoed: Vec<u64> = sim
+        .in_flight
+        .values()
+        .map(|p| PeerMessage::decode(&p.datagram).unwrap().assoc_handle)
+        .collect();
+    assert_eq!(echoed, handles);
+}
