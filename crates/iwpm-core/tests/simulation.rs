@@ -334,33 +334,26 @@ fn one_daemon_talking_to_itself() {
 #[test]
 fn many_connections_in_both_directions() {
     let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
-    for (me, peer) in [(0usize, "10.0.0.2"), (1, "10.0.0.1")] {
+    let ips = ["10.0.0.1", "10.0.0.2"];
+    for (me, ip) in ips.iter().enumerate() {
         let h = sim.host(me);
-        let ip = if me == 0 { "10.0.0.1" } else { "10.0.0.2" };
         let s = h.add(&format!("{ip}:4000"), Some(0));
         h.expect_add_reply(s);
-        let _ = peer;
     }
     let mut seqs = [vec![], vec![]];
     for n in 0..50u16 {
-        for (me, ip, peer) in [
-            (0usize, "10.0.0.1", "10.0.0.2"),
-            (1, "10.0.0.2", "10.0.0.1"),
-        ] {
-            let h = sim.host(me);
-            seqs[me].push(h.query(
-                &format!("{ip}:{}", 6000 + n),
-                &format!("{peer}:4000"),
-                Some(0),
-            ));
+        for (me, want) in seqs.iter_mut().enumerate() {
+            let (ip, peer) = (ips[me], ips[1 - me]);
+            let local = format!("{ip}:{}", 6000 + n);
+            want.push(sim.host(me).query(&local, &format!("{peer}:4000"), Some(0)));
         }
     }
     sim.run_for(Duration::from_secs(15));
-    for me in 0..2 {
+    for (me, want) in seqs.iter().enumerate() {
         let msgs = take_kernel(sim.host(me));
         let mut got: Vec<u32> = query_replies(&msgs).iter().map(|r| r.seq).collect();
         got.sort_unstable();
-        assert_eq!(got, seqs[me]);
+        assert_eq!(&got, want);
         assert!(query_replies(&msgs).iter().all(|r| r.err == 0));
         assert_eq!(remote_infos(&msgs).len(), 50);
         let h = sim.host(me);
