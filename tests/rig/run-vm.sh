@@ -51,6 +51,13 @@ case "$NET" in
 esac
 [ -n "$NET" ] && netargs+=(-device "virtio-net-pci,netdev=n0,mac=$MAC")
 
+# Under TCG the guest's TSC is the host's, but the tiny kernel has no HPET/ACPI PM timer
+# to calibrate it against and often falls back to 4 ms jiffies; hand it the host's TSC
+# rate so timings (cmtime, rping) have microsecond resolution. RIG_TSC=0 disables.
+if [ "${RIG_TSC:-1}" = 1 ]; then
+  khz=$(awk -F: '/^cpu MHz/{printf "%d", $2*1000; exit}' /proc/cpuinfo)
+  [ -n "$khz" ] && [ "$khz" -gt 0 ] && EXTRA_CMD+=" tsc_early_khz=$khz tsc=reliable"
+fi
 LOGF="${LOG:-$(mktemp /tmp/rig-console.XXXXXX)}"
 set +e
 timeout -k 5 "$TMO" qemu-system-x86_64 -accel tcg -machine pc -nodefaults -no-user-config \

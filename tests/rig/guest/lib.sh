@@ -219,12 +219,12 @@ wait_flag() {  # wait_flag NAME [SECONDS]
 # peer_check FILE ROLE [VER]: association handles whose UDP exchange is incomplete in
 # the decoded trace. ROLE active: sent REQUEST, got ACCEPT, sent ACK; passive: got
 # REQUEST, sent ACCEPT, got ACK; both: all six (one VM talking to itself). VER: 4 or 6
-# (default any). Sets PEER_HANDLES (handles seen) and PEER_BAD ("handle: missing ..."
+# (default any), AP: only datagrams for that accepting address (IP:PORT). Sets PEER_HANDLES (handles seen) and PEER_BAD ("handle: missing ..."
 # lines, also in $OUT/peer-ROLE-VER.txt); returns 0 when nothing is missing.
 peer_check() {
   local f="$OUT/peer-$2-${3:-all}.txt"
-  awk -v role="$2" -v ver="${3:-}" '
-    $2=="udp" && (ver=="" || $6=="v" ver) { for (i=7;i<=NF;i++) if ($i ~ /^h=/) h=substr($i,3)
+  awk -v role="$2" -v ver="${3:-}" -v ap="${4:-}" '
+    $2=="udp" && (ver=="" || $6=="v" ver) && (ap=="" || index($0, " ap=" ap " ")) { for (i=7;i<=NF;i++) if ($i ~ /^h=/) h=substr($i,3)
       k=$3 " " $5; seen[h]=1; ev[h, k]=1 }
     END { n=0
       if (role!="passive") { need["send REQUEST"]=1; need["recv ACCEPT"]=1; need["send ACK"]=1 }
