@@ -12,7 +12,8 @@
 //!   (client, seq) of every REG_PID/ADD/QUERY answered in the last `2 × reply_deadline` is
 //!   remembered and a repeat is dropped.
 //! * **No late replies.** A reply that could only be produced after `reply_deadline` (the
-//!   kernel waits 10 s) is dropped and counted instead of sent.
+//!   kernel waits 10 s) is dropped and counted instead of sent: a reservation answered too
+//!   late, an ACCEPT arriving too late, or a request buffered behind a slow reservation.
 //! * **Never HANDLE_ERR code 0** (the kernel would take it as success with garbage addresses).
 //! * **Control messages other than DONE/ERROR are ignored** (C dispatches them as client 0
 //!   op 1/4). `NLMSG_DONE` is expected after every message we send (−22 after REMOTE_INFO is
@@ -326,6 +327,18 @@ impl Core {
             op,
             RDMA_NL_IWPM_REG_PID | RDMA_NL_IWPM_ADD_MAPPING | RDMA_NL_IWPM_QUERY_MAPPING
         );
+        // Only possible for input buffered behind a slow reservation: the kernel's wait for
+        // this request is over, and an answer now would hit its stale request record.
+        let late = now.saturating_duration_since(received) >= self.config.reply_deadline;
+        if late && wants_reply {
+            self.stats.replies_dropped_late += 1;
+            self.warn(
+                now,
+                LogKind::LateReply,
+                format_args!("kernel request seq {seq} (op {op}) waited too long; dropped"),
+            );
+            return;
+        }
         let msg = match decode_kernel_msg(&header, payload, self.abi) {
             Ok((_, msg)) => msg,
             Err(e) if e.is_malformed_attrs() => {
@@ -335,6 +348,9 @@ impl Core {
                     LogKind::MalformedNetlink,
                     format_args!("invalid netlink message (client {client}, seq {seq}): {e}"),
                 );
+                if late {
+                    return;
+                }
                 if !wants_reply || self.first_reply(now, client, seq) {
                     self.send_handle_err(client, seq, code::INVALID);
                 }

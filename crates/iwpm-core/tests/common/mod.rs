@@ -3,7 +3,7 @@
 //! virtual clock.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -67,8 +67,16 @@ pub struct Host {
     pub reserve_requests: VecDeque<(ReservationId, SocketAddr)>,
     pub ready: usize,
     pub releases: usize,
+    /// Reservations answered Ok / Err by the fake shell.
+    pub granted: u64,
+    pub refused: u64,
     /// Ops sent to the legacy client 3.
     pub legacy_out: Vec<u16>,
+    /// When each kernel message (by header seq) was sent and its op, to check that requests
+    /// the kernel waits for (REG_PID, ADD, QUERY) are never answered 10 s or more later.
+    pub sent_at: HashMap<u32, (Instant, u16)>,
+    /// Kernel seqs already answered (reply or HANDLE_ERR), to check the reply-once rule.
+    pub answered: HashSet<u32>,
 }
 
 impl Host {
@@ -86,7 +94,11 @@ impl Host {
             reserve_requests: VecDeque::new(),
             ready: 0,
             releases: 0,
+            granted: 0,
+            refused: 0,
             legacy_out: Vec::new(),
+            sent_at: HashMap::new(),
+            answered: HashSet::new(),
         }
     }
 
@@ -137,6 +149,7 @@ impl Host {
                                 if let DaemonMsg::HandleErr(e) = &msg {
                                     assert_ne!(e.code, 0, "HANDLE_ERR code 0");
                                 }
+                                self.check_answer(&msg);
                                 self.kernel_in.push_back((env, msg));
                             }
                             // A current kernel refuses the legacy client 3 (ABI-3 mode
@@ -177,8 +190,44 @@ impl Host {
         self.core.check_invariants().unwrap();
     }
 
+    /// Each kernel request is answered at most once, and never 10 s or more after it was
+    /// sent (the kernel has given up by then). Seq 0 (MAPINFO records) is exempt.
+    fn check_answer(&mut self, msg: &DaemonMsg) {
+        let seq = match msg {
+            DaemonMsg::RegPid(r) => r.seq,
+            DaemonMsg::AddMapping(r) => r.seq,
+            DaemonMsg::QueryMapping(r) => r.seq,
+            DaemonMsg::HandleErr(e) => e.seq,
+            DaemonMsg::MapInfoNum(r) => r.seq,
+            _ => return,
+        };
+        if seq == 0 {
+            return;
+        }
+        assert!(
+            self.answered.insert(seq),
+            "kernel seq {seq} answered twice: {msg:?}"
+        );
+        if let Some((at, op)) = self.sent_at.get(&seq).filter(|(_, op)| *op <= 2) {
+            let _ = op;
+            assert!(
+                self.now.duration_since(*at) < Duration::from_secs(10),
+                "late answer for seq {seq}: {msg:?}"
+            );
+        }
+    }
+
     /// What the fake shell would answer to a reservation (records it as held on success).
     pub fn grant(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveError> {
+        let r = self.grant_inner(id, bind);
+        match r {
+            Ok(_) => self.granted += 1,
+            Err(_) => self.refused += 1,
+        }
+        r
+    }
+
+    fn grant_inner(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveError> {
         if let Some(e) = self.fail_next.pop_front() {
             return Err(e);
         }
@@ -214,6 +263,9 @@ impl Host {
                     let mut a = bind;
                     a.set_port(p);
                     self.held.insert(id, a);
+                    self.granted += 1;
+                } else {
+                    self.refused += 1;
                 }
                 r
             }
@@ -245,6 +297,7 @@ impl Host {
     }
 
     pub fn kernel_msg_with(&mut self, env: Envelope, msg: &KernelMsg) {
+        self.sent_at.entry(env.seq).or_insert((self.now, msg.op()));
         let mut b = Vec::new();
         encode_kernel_msg(&env, msg, &mut b);
         self.kernel_raw(&b);
