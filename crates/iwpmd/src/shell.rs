@@ -199,7 +199,7 @@ impl Shell {
             self.reservations.len()
         );
         tracing::info!(target: "iwpmd::dump", "{io_line}");
-        tracing::info!(target: "iwpmd::dump", "core counters: {:?}", self.core.stats());
+        tracing::debug!(target: "iwpmd::dump", "core counters: {:?}", self.core.stats());
     }
 
     fn drain_signals(&mut self) -> Option<Exit> {

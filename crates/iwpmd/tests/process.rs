@@ -168,3 +168,39 @@ fn garbage_from_kernel_and_peers_does_not_kill_it() {
     assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
     assert!(!d.stderr.text().contains("panicked"), "{}", d.stderr.text());
 }
+
+#[test]
+fn netlink_link_unavailable_fails_clearly() {
+    use rustix::net::{netlink, AddressFamily, SocketFlags, SocketType};
+    // Only meaningful on hosts without NETLINK_RDMA (no ib_core), such as CI machines.
+    let probe = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        Some(netlink::RDMA),
+    );
+    if probe.is_ok() {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_iwpmd"))
+        .args([
+            "--kernel",
+            "netlink",
+            "--foreground",
+            "--log-stderr",
+            "--no-ipv6",
+        ])
+        .args([
+            "--config",
+            "/nonexistent/iwpmd.conf",
+            "--peer-bind-v4",
+            "127.0.0.1",
+        ])
+        .arg("--peer-port")
+        .arg(free_udp_port().to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("NETLINK_RDMA"), "{err}");
+}
