@@ -30,6 +30,9 @@ use crate::ratelimit::{LogKind, LogLimiter};
 use crate::stats::Stats;
 use crate::table::{Mapping, MappingId, MappingTable, MappingView};
 
+/// Most input items buffered while a reservation is pending.
+pub(crate) const MAX_DEFERRED: usize = 4096;
+
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("core invariant violated: {0}")]
@@ -155,11 +158,14 @@ impl Core {
     ) {
         self.last_now = now;
         if self.pending.is_some() {
-            self.deferred.push_back(Deferred::Peer {
-                via,
-                from,
-                datagram: datagram.to_vec(),
-            });
+            self.defer(
+                now,
+                Deferred::Peer {
+                    via,
+                    from,
+                    datagram: datagram.to_vec(),
+                },
+            );
         } else {
             self.process_peer_datagram(now, via, from, datagram);
         }
@@ -279,6 +285,21 @@ impl Core {
             ));
         }
         Ok(())
+    }
+
+    /// Buffers input behind a pending reservation, up to [`MAX_DEFERRED`] items (a shell
+    /// that never answers must not make the core grow without bound).
+    pub(crate) fn defer(&mut self, now: Instant, item: Deferred) {
+        if self.deferred.len() < MAX_DEFERRED {
+            self.deferred.push_back(item);
+            return;
+        }
+        self.stats.input_dropped_busy += 1;
+        self.warn(
+            now,
+            LogKind::CapReached,
+            format_args!("input dropped: {MAX_DEFERRED} items wait for a port reservation"),
+        );
     }
 
     fn drain_deferred(&mut self, now: Instant) {

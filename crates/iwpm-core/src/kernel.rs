@@ -249,10 +249,13 @@ impl Core {
                     );
                 }
                 Ok(frame) if self.pending.is_some() => {
-                    self.deferred.push_back(Deferred::Kernel {
-                        received: now,
-                        frame: OwnedFrame::from_frame(&frame),
-                    });
+                    self.defer(
+                        now,
+                        Deferred::Kernel {
+                            received: now,
+                            frame: OwnedFrame::from_frame(&frame),
+                        },
+                    );
                 }
                 Ok(frame) => self.on_frame(now, now, frame),
             }
@@ -829,5 +832,40 @@ impl Core {
         self.stats.netlink_malformed += 1;
         self.warn(now, LogKind::MalformedNetlink, format_args!("{why}"));
         self.send_handle_err(client, seq, code::INVALID);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answered_seqs_forget_after_the_window() {
+        let t0 = Instant::now();
+        let mut a = AnsweredSeqs::new(Duration::from_secs(20));
+        assert!(a.first_time(t0, 2, 7));
+        assert!(!a.first_time(t0 + Duration::from_secs(19), 2, 7));
+        assert!(a.first_time(t0, 3, 7), "per client");
+        assert!(
+            a.first_time(t0 + Duration::from_secs(20), 2, 7),
+            "window passed"
+        );
+    }
+
+    #[test]
+    fn answered_seqs_are_bounded() {
+        let t0 = Instant::now();
+        let mut a = AnsweredSeqs::new(Duration::from_secs(20));
+        for s in 0..(MAX_TRACKED_SEQS as u32 + 10) {
+            assert!(a.first_time(t0, 2, s));
+        }
+        assert!(a.order.len() <= MAX_TRACKED_SEQS);
+        assert_eq!(a.set.len(), a.order.len());
+    }
+
+    #[test]
+    fn strings_are_echoed_as_strlen_plus_one() {
+        assert_eq!(nul_terminated(&NlString::padded("siw0", 32)).0, b"siw0\0");
+        assert_eq!(nul_terminated(&NlString(b"x".to_vec())).0, b"x\0");
     }
 }

@@ -84,6 +84,8 @@ pub struct Stats {
     pub mapinfo_duplicates: u64,
     /// MAPINFO records conflicting with an existing mapping (HANDLE_ERR 12).
     pub mapinfo_conflicts: u64,
+    /// Input dropped because too much was already buffered behind a pending reservation.
+    pub input_dropped_busy: u64,
     /// Log lines suppressed by the rate limiter.
     pub logs_suppressed: u64,
 }

@@ -479,3 +479,24 @@ fn handles_differ_between_cores_with_different_seeds() {
     let (_, rb) = query(&mut b);
     assert_ne!(ra.msg.assoc_handle, rb.msg.assoc_handle);
 }
+
+#[test]
+fn input_buffered_behind_a_reservation_is_bounded() {
+    let mut h = Host::booted();
+    listener(&mut h, "10.0.0.2:4000");
+    h.policy = ReservePolicy::Manual;
+    let s = h.add("10.0.0.2:4001", Some(0));
+    let req = request_to("10.0.0.2:4000", 1).encode();
+    for _ in 0..5000 {
+        h.core
+            .handle_peer_datagram(h.now, PeerSocket::V4Listener, addr("10.0.0.1:1"), &req);
+    }
+    h.pump();
+    assert_eq!(h.core.stats().input_dropped_busy, 5000 - 4096);
+    h.answer_reservation(None);
+    h.expect_add_reply(s);
+    // The first buffered REQUEST made the exchange; the other 4095 were duplicates.
+    assert_eq!(h.core.stats().peer_duplicates, 4095);
+    assert_eq!(h.peer_out.len(), 1);
+    assert!(!h.core.reservation_pending());
+}
