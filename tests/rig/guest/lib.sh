@@ -216,7 +216,8 @@ wait_flag() {  # wait_flag NAME [SECONDS]
   local i=0 n=$(( ${2:-120} * 5 ))
   while [ ! -e "$SYNC/$1" ]; do i=$((i+1)); [ $i -ge $n ] && { bad barrier "timeout waiting for $1"; return 1; }; sleep 0.2; done
 }
-# peer_check FILE ROLE [VER]: association handles whose UDP exchange is incomplete in
+# peer_check FILE ROLE [VER] [AP]: associations (handle + connecting address; a daemon
+# may reuse a handle for a later connection) whose UDP exchange is incomplete in
 # the decoded trace. ROLE active: sent REQUEST, got ACCEPT, sent ACK; passive: got
 # REQUEST, sent ACCEPT, got ACK; both: all six (one VM talking to itself). VER: 4 or 6
 # (default any), AP: only datagrams for that accepting address (IP:PORT). Sets PEER_HANDLES (handles seen) and PEER_BAD ("handle: missing ..."
@@ -224,8 +225,10 @@ wait_flag() {  # wait_flag NAME [SECONDS]
 peer_check() {
   local f="$OUT/peer-$2-${3:-all}.txt"
   awk -v role="$2" -v ver="${3:-}" -v ap="${4:-}" '
-    $2=="udp" && (ver=="" || $6=="v" ver) && (ap=="" || index($0, " ap=" ap " ")) { for (i=7;i<=NF;i++) if ($i ~ /^h=/) h=substr($i,3)
-      k=$3 " " $5; seen[h]=1; ev[h, k]=1 }
+    $2=="udp" && (ver=="" || $6=="v" ver) && (ap=="" || index($0, " ap=" ap " ")) {
+      h=""; c=""; for (i=7;i<=NF;i++) { if ($i ~ /^h=/) h=substr($i,3); if ($i ~ /^cp=/) c=substr($i,4) }
+      if (h=="") next
+      h=h "/" c; k=$3 " " $5; seen[h]=1; ev[h, k]=1 }
     END { n=0
       if (role!="passive") { need["send REQUEST"]=1; need["recv ACCEPT"]=1; need["send ACK"]=1 }
       if (role!="active")  { need["recv REQUEST"]=1; need["send ACCEPT"]=1; need["recv ACK"]=1 }

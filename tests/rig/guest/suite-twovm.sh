@@ -1,0 +1,104 @@
+#!/bin/sh
+# Suite "twovm" (run by ../run-2vm.sh): two VMs, siw on each virtio NIC eth0
+# (10.77.0.<hostid>/24, NICs joined by a QEMU socket netdev on host 127.0.0.1), each with
+# its own daemon (rig.iwpmd per side), both traced. Server = passive side, client =
+# active side. rping, a live connection with SIGUSR1 dumps, and cmtime go across, so the
+# daemons run the full UDP exchange: client REQUEST -> server :3935, server ACCEPT +
+# REMOTE_INFO to its kernel, client QUERY reply to its kernel + ACK. Each side checks its
+# own trace, then the peer's half against its own (same association handles).
+# Knobs: role=server|client hostid=1|2 peer=ADDR sync=DIR (set by run-2vm.sh),
+#        iwpmd=PATH iwpmd_args=A,B  rping_count=N [10]  cmtime=N [50]
+RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
+ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
+N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
+if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
+
+setup_net
+note "kernel $(uname -r); role $ROLE; siw0 on $DEV ($IP); peer $PEER; daemon $IWPMD $IWPMD_ARGS"
+start_syslog
+dmesg_mark
+ST="$OUT/iwpmd.strace"
+check start "daemon up" start_iwpmd "$ST"
+echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon" 2>/dev/null || { mkdir -p "$SYNC"; echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon"; }
+flag "$ROLE.up"; wait_flag "$OTHER.up" 120
+check ping "ICMP ping $PEER" sh -c "ping -c 2 -W 5 $PEER > $OUT/ping.txt 2>&1"
+note "peer daemon: $(cat "$SYNC/$OTHER.daemon" 2>/dev/null)"
+
+if [ "$ROLE" = server ]; then
+  rping -s -a "$IP" -p 7600 -C "$N" -v > "$OUT/rping-server.log" 2>&1 & sp=$!
+  flag rping.listening; wait_flag rping.done 120; wait $sp; rc=$?
+  check rping-server "rping server -C $N: rc=$rc" test $rc = 0
+  rping -s -P -a "$IP" -p 7601 > "$OUT/rping-live-server.log" 2>&1 & sp=$!
+  flag live.listening; wait_flag live.connected 120
+  iwpmd_dump "$OUT/dump-live.txt"
+  check dump "SIGUSR1 on the passive side: $DUMP_N mappings, incl. listener $IP:7601" \
+    sh -c "[ $DUMP_N -ge 1 ] && grep -q '$IP:7601(' $OUT/dump-live.txt"
+  flag live.dumped; wait_flag live.done 120; kill $sp; wait $sp 2>/dev/null
+  cmtime -b "$IP" -c "$CM" > "$OUT/cmtime-server.log" 2>&1 & sp=$!
+  flag cmtime.listening; wait_flag cmtime.done 300; sleep 1; kill $sp 2>/dev/null; wait $sp 2>/dev/null
+else
+  wait_flag rping.listening; sleep 1
+  t0=$(uptime_s)
+  timeout 60 rping -c -a "$PEER" -p 7600 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?
+  t=$(elapsed "$t0"); flag rping.done
+  l=$(grep -c 'ping data' "$OUT/rping-client.log"); r=1; [ $rc = 0 ] && [ "$l" = "$N" ] && lt "$t" "$STALL_S" && r=0
+  check rping "rping -C $N -> $PEER: rc=$rc, $l ping lines in ${t}s" test $r = 0
+  wait_flag live.listening; sleep 1
+  rping -c -a "$PEER" -p 7601 > "$OUT/rping-live-client.log" 2>&1 & cp=$!
+  sleep 3
+  iwpmd_dump "$OUT/dump-live.txt"
+  check dump "SIGUSR1 on the active side: $DUMP_N mappings, incl. its own $IP:port" \
+    sh -c "[ $DUMP_N -ge 1 ] && grep -q 'Local address IPV4 $IP:' $OUT/dump-live.txt"
+  flag live.connected; wait_flag live.dumped 60; kill $cp; wait $cp 2>/dev/null; flag live.done
+  wait_flag cmtime.listening; sleep 1
+  check_cmtime cmtime "$PEER" "$CM" across
+  flag cmtime.done
+fi
+sed 's/^.*iwpmd[-a-z]*\[[0-9]*\]: /    /' "$OUT/dump-live.txt" | grep -E 'Mapping|address' >> "$SUM"
+check_dmesg dmesg
+flag "$ROLE.finished"; wait_flag "$OTHER.finished" 120
+check stop "daemon exits on SIGTERM" stop_iwpmd
+
+T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
+cp "$T" "$SYNC/$ROLE-traffic.txt"
+note "trace: $(tail -1 "$T")"
+grep -v '^#' "$T" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*//' | awk '{print $1,$2,$3,$4,$5}' | sort | uniq -c | sed 's/^/    /' >> "$SUM"
+check trace-hello "HELLO(4) answered with ABI_VERSION=4, MAPINFO sent" \
+  sh -c "grep -q ' nl recv src=0 IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl send dst=0 IWCM MAPINFO .*ULIB_VER=4' $T"
+u=$(unanswered "$T"); check trace-answered "every kernel request answered with SEQ = request seq" test -z "$u"; detail "$u"
+e=$(reply_errors "$T"); check trace-noerr "no error replies / HANDLE_ERR" test -z "$e"; detail "$e"
+if [ "$ROLE" = server ]; then
+  peer_check "$T" passive 4; r=$?; nh=$PEER_HANDLES
+  check trace-passive "$nh associations: REQUEST from $PEER received, ACCEPT sent back, ACK received" \
+    sh -c "[ $r = 0 ] && [ $nh -ge $((CM+2)) ] && grep -q ' udp recv $PEER:[0-9]* REQUEST v4 ' $T"
+  detail "$PEER_BAD"
+  nri=$(cnt "$T" " nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=$IP:[0-9]* REMOTE_ADDR=$PEER:[0-9]* .*MAPPING_ERR=0")
+  check trace-remote-info "one REMOTE_INFO (local $IP, remote $PEER) per association: $nri for $nh" test "$nri" = "$nh"
+  check trace-add "listeners :7600 and :7601 got ADD_MAPPING replies" \
+    sh -c "grep -q ' nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7600 .*MAPPING_ERR=0' $T && grep -q ' nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7601 .*MAPPING_ERR=0' $T"
+else
+  peer_check "$T" active 4; r=$?; nh=$PEER_HANDLES
+  check trace-active "$nh associations: REQUEST sent to $PEER:3935, ACCEPT received, ACK sent" \
+    sh -c "[ $r = 0 ] && [ $nh -ge $((CM+2)) ] && grep -q ' udp send $PEER:3935 REQUEST v4 ' $T"
+  detail "$PEER_BAD"
+  nq=$(cnt "$T" " nl recv src=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$PEER:"); nr=$(cnt "$T" " nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$PEER:.*MAPPING_ERR=0")
+  check trace-query "$nq QUERY_MAPPING requests for $PEER, $nr replies with MAPPING_ERR=0" sh -c "[ $nq -ge $((CM+2)) ] && [ $nq = $nr ]"
+fi
+# the peer's half of each association must match ours
+PT="$SYNC/$OTHER-traffic.txt"; i=0
+while [ ! -s "$PT" ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
+hs() { grep -E " udp $2 [^ ]* $3 v4 " "$1" | sed 's/.* cp=\([^ ]*\) .* h=\([0-9a-f]*\).*/\2\/\1/' | sort -u; }
+if [ "$ROLE" = server ]; then
+  m1=$(hs "$T" recv REQUEST > /tmp/a; hs "$PT" send REQUEST > /tmp/b; diff /tmp/a /tmp/b)
+  m2=$(hs "$T" send ACCEPT > /tmp/a; hs "$PT" recv ACCEPT > /tmp/b; diff /tmp/a /tmp/b)
+  m3=$(hs "$T" recv ACK > /tmp/a; hs "$PT" send ACK > /tmp/b; diff /tmp/a /tmp/b)
+else
+  m1=$(hs "$T" send REQUEST > /tmp/a; hs "$PT" recv REQUEST > /tmp/b; diff /tmp/a /tmp/b)
+  m2=$(hs "$T" recv ACCEPT > /tmp/a; hs "$PT" send ACCEPT > /tmp/b; diff /tmp/a /tmp/b)
+  m3=$(hs "$T" send ACK > /tmp/a; hs "$PT" recv ACK > /tmp/b; diff /tmp/a /tmp/b)
+fi
+check cross "the $OTHER's trace has the same association handles for REQUEST, ACCEPT and ACK ($nh here)" \
+  sh -c "[ -s '$PT' ] && [ -z '$m1' ] && [ -z '$m2' ] && [ -z '$m3' ]"
+detail "$m1$m2$m3"
+cat "$SUM"
+finish
