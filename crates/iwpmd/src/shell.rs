@@ -25,6 +25,9 @@ const KERNEL: Token = Token(0);
 const SIGNALS: Token = Token(1);
 const PEER_BASE: usize = 2;
 
+/// Datagrams read from one source before the others get a turn.
+const DRAIN_BUDGET: usize = 64;
+
 /// Burst of rate-limited warnings per window.
 const WARN_BURST: u32 = 5;
 /// Window of rate-limited warnings.
@@ -138,14 +141,23 @@ impl Shell {
     }
 
     /// Runs until a terminating signal.
+    ///
+    /// Sources are served round-robin, at most [`DRAIN_BUDGET`] datagrams each per round, so
+    /// a flood on one socket (UDP 3935 is open to anyone) cannot starve the kernel link or
+    /// the signal pipe; a source that still has data is revisited after a zero-timeout poll.
     pub fn run(&mut self) -> io::Result<Exit> {
         let mut events = Events::with_capacity(64);
+        // Index 0: kernel link; 1..=4: peer sockets in `ALL_PEER` order.
+        let mut backlog = [false; 1 + ALL_PEER.len()];
         tracing::info!("entering the event loop");
         loop {
-            let timeout = self
-                .core
-                .poll_timeout()
-                .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            let timeout = if backlog.contains(&true) {
+                Some(Duration::ZERO)
+            } else {
+                self.core
+                    .poll_timeout()
+                    .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+            };
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -153,18 +165,29 @@ impl Shell {
             }
             for event in events.iter() {
                 match event.token() {
-                    KERNEL => self.drain_kernel(),
                     SIGNALS => {
                         if let Some(exit) = self.drain_signals() {
                             return Ok(exit);
                         }
                     }
+                    KERNEL => backlog[0] = true,
                     Token(t) => {
-                        if let Some(&which) = t.checked_sub(PEER_BASE).and_then(|i| ALL_PEER.get(i))
+                        if let Some(slot) = t
+                            .checked_sub(PEER_BASE)
+                            .filter(|i| *i < ALL_PEER.len())
+                            .and_then(|i| backlog.get_mut(1 + i))
                         {
-                            self.drain_peer(which);
+                            *slot = true;
                         }
                     }
+                }
+            }
+            if backlog[0] {
+                backlog[0] = self.drain_kernel();
+            }
+            for (i, which) in ALL_PEER.into_iter().enumerate() {
+                if backlog[1 + i] {
+                    backlog[1 + i] = self.drain_peer(which);
                 }
             }
             let now = Instant::now();
@@ -225,11 +248,12 @@ impl Shell {
         exit
     }
 
-    fn drain_kernel(&mut self) {
-        loop {
+    /// Reads up to [`DRAIN_BUDGET`] kernel datagrams; true if the link may hold more.
+    fn drain_kernel(&mut self) -> bool {
+        for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
             match self.kernel.recv() {
-                Ok(Received::Empty) => return,
+                Ok(Received::Empty) => return false,
                 Ok(Received::Kernel { data, full_len }) => {
                     self.counters.kernel_rx += 1;
                     if full_len > data.len() {
@@ -272,22 +296,25 @@ impl Shell {
                     if let Some(suppressed) = self.warn_kernel.allow(now) {
                         tracing::warn!(error = %e, suppressed, "kernel link receive failed");
                     }
-                    return;
+                    return false;
                 }
             }
             self.flush(now);
         }
+        true
     }
 
-    fn drain_peer(&mut self, which: PeerSocket) {
-        loop {
+    /// Reads up to [`DRAIN_BUDGET`] datagrams from one peer socket; true if it may hold
+    /// more.
+    fn drain_peer(&mut self, which: PeerSocket) -> bool {
+        for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
             let Some(sock) = self.peers.get(which) else {
-                return;
+                return false;
             };
             let (len, from) = match sock.recv_from(&mut self.peer_buf) {
                 Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 // An ICMP error for an earlier send; the next read continues normally.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -295,7 +322,7 @@ impl Shell {
                     if let Some(suppressed) = self.warn_peer.allow(now) {
                         tracing::warn!(socket = ?which, error = %e, suppressed, "UDP receive failed");
                     }
-                    return;
+                    return false;
                 }
             };
             self.counters.peer_rx += 1;
@@ -303,6 +330,7 @@ impl Shell {
                 .handle_peer_datagram(now, which, from, &self.peer_buf[..len]);
             self.flush(now);
         }
+        true
     }
 
     /// Executes every queued action.

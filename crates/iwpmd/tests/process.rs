@@ -204,3 +204,45 @@ fn netlink_link_unavailable_fails_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("NETLINK_RDMA"), "{err}");
 }
+
+#[test]
+fn kernel_and_signals_are_served_during_a_udp_flood() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let dir = scratch_dir("flood");
+    let mut kernel = FakeKernel::bind(&dir);
+    let port = free_udp_port();
+    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, port);
+    kernel.handshake();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let udp = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            let junk = [0x07u8; 48]; // bad IP nibble: dropped by the daemon
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if udp.send_to(&junk, (Ipv4Addr::LOCALHOST, port)).is_ok() {
+                    sent += 1;
+                }
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    kernel.register();
+    let (_, reply) = kernel.add_mapping((Ipv4Addr::LOCALHOST, 5100).into());
+    assert!(matches!(reply, iwpm_proto::netlink::DaemonMsg::AddMapping(ref r) if r.err == 0));
+    d.signal(Signal::TERM);
+    let status = d.wait_exit(WAIT);
+    stop.store(true, Ordering::Relaxed);
+    let sent = flooder.join().unwrap();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "SIGTERM not served under flood"
+    );
+    assert!(sent > 100, "the flood did not happen ({sent} datagrams)");
+}
