@@ -1,5 +1,6 @@
-//! Netlink side: framing, the HELLO handshake, REG_PID, ADD, QUERY, REMOVE, MAPINFO_NUM and
-//! the completion of port reservations for ADD/QUERY.
+//! Netlink side: framing and dispatch, REG_PID, ADD, QUERY, REMOVE and MAPINFO_NUM. The
+//! handshake is in `handshake.rs`, MAPINFO records in `recovery.rs`, reservation answers in
+//! `reserve.rs`.
 //!
 //! # Where we differ from the C daemon, on purpose
 //!
@@ -18,10 +19,6 @@
 //! * **Control messages other than DONE/ERROR are ignored** (C dispatches them as client 0
 //!   op 1/4). `NLMSG_DONE` is expected after every message we send (−22 after REMOTE_INFO is
 //!   the kernel's normal answer) and only counted.
-//! * **The ABI-3 fallback runs once**, only for the `NLMSG_ERROR` answering our HELLO; C
-//!   re-runs it for any later error with seq 0.
-//! * **HELLO versions below 3 are refused** like versions above ours (HANDLE_ERR 17): C adopts
-//!   them, and the kernel then rejects every REG_PID reply.
 //! * **Unusable addresses get an answer.** C sends nothing for a QUERY whose remote family is
 //!   not IP (the kernel then waits 10 s) and leaks a socket for an ADD with a non-IP family.
 //!   Here a non-IP or mismatched-family QUERY gets HANDLE_ERR 10 and a non-IP local address
@@ -35,34 +32,19 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use iwpm_proto::consts::op::*;
-use iwpm_proto::consts::{
-    rdma_nl_get_type, IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION_MIN, IWPM_ULIB_NAME, RDMA_NL_IWCM,
-    RDMA_NL_RSVD,
-};
+use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION_MIN, IWPM_ULIB_NAME};
 use iwpm_proto::netlink::{
-    decode_kernel_msg, frames, AddMappingReply, DaemonMsg, Frame, Hello, KernelMsg,
-    ManageMappingRequest, MapInfoNumReply, MapInfoNumRequest, MapInfoRequest, NlHeader, NlString,
-    QueryMappingRequest, RegPidReply, RegPidRequest,
+    decode_kernel_msg, frames, AddMappingReply, DaemonMsg, Frame, KernelMsg, ManageMappingRequest,
+    MapInfoNumReply, MapInfoNumRequest, NlHeader, NlString, QueryMappingRequest, RegPidReply,
+    RegPidRequest,
 };
-use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
+use iwpm_proto::sockaddr::SockAddrStorage;
 
-use crate::action::{Action, ReservationId, ReserveError};
 use crate::clients::{ClientInfo, Registration};
-use crate::core::{code, wildcard_of, Core, Deferred, Pending, Purpose};
+use crate::core::{code, wildcard_of, Core, Deferred, Purpose};
 use crate::ratelimit::LogKind;
 use crate::stats::Stats;
-use crate::table::{Mapping, MappingId};
-
-/// Start-up handshake state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Handshake {
-    /// `start` not called yet.
-    Idle,
-    /// HELLO sent with header seq `seq`.
-    Awaiting { seq: u32, deadline: Instant },
-    /// Negotiated (or given up on); [`Action::Ready`] emitted.
-    Done,
-}
+use crate::table::MappingId;
 
 /// A netlink frame kept while a reservation is pending.
 #[derive(Clone, Debug)]
@@ -182,61 +164,7 @@ fn nul_terminated(s: &NlString) -> NlString {
     NlString(v)
 }
 
-/// How a reservation answer turned out.
-enum Taken {
-    Port(u16),
-    /// Failed (already counted and logged).
-    Failed,
-    /// Too late to answer the kernel (already counted; port released).
-    Late,
-}
-
 impl Core {
-    pub(crate) fn start_handshake(&mut self, now: Instant) {
-        if self.handshake != Handshake::Idle {
-            return;
-        }
-        let seq = self.clients.peek_seq(RDMA_NL_IWCM);
-        let abi_version = self.config.max_abi;
-        self.send_kernel(
-            RDMA_NL_IWCM,
-            DaemonMsg::Hello(Hello {
-                abi_version,
-                unknown: Vec::new(),
-            }),
-        );
-        self.handshake = Handshake::Awaiting {
-            seq,
-            deadline: now + self.config.handshake_timeout,
-        };
-    }
-
-    /// Ends the handshake: MAPINFO request to each of `mapinfo_clients`, then Ready.
-    fn finish_handshake(&mut self, mapinfo_clients: &[u8]) {
-        for &client in mapinfo_clients {
-            let ulib_version = self.abi;
-            self.send_kernel(
-                client,
-                DaemonMsg::MapInfo(MapInfoRequest {
-                    ulib_name: NlString::new(IWPM_ULIB_NAME),
-                    ulib_version,
-                    unknown: Vec::new(),
-                }),
-            );
-        }
-        self.handshake = Handshake::Done;
-        self.push(Action::Ready);
-    }
-
-    pub(crate) fn handshake_timeout(&mut self, now: Instant) {
-        if let Handshake::Awaiting { deadline, .. } = self.handshake {
-            if now >= deadline {
-                tracing::warn!("no answer to HELLO; assuming ABI {}", self.abi);
-                self.finish_handshake(&[RDMA_NL_IWCM]);
-            }
-        }
-    }
-
     pub(crate) fn process_kernel_datagram(&mut self, now: Instant, datagram: &[u8]) {
         for item in frames(datagram) {
             match item {
@@ -277,50 +205,6 @@ impl Core {
             Frame::Control { .. } => self.stats.netlink_control_other += 1,
             Frame::Message { header, payload } => self.on_message(now, received, header, payload),
         }
-    }
-
-    fn on_done(&mut self, header: NlHeader, result: Option<i32>) {
-        self.stats.netlink_done_in += 1;
-        if result.is_some_and(|r| r != 0) {
-            self.stats.netlink_done_nonzero += 1;
-        }
-        // The DONE answering our HELLO. Its reply, if any, was queued before it; DONE(0)
-        // without one is odd, so keep waiting for the deadline. An error means the kernel
-        // could not answer us at all.
-        if let (Handshake::Awaiting { seq, .. }, Some(r)) = (self.handshake, result) {
-            if header.seq == seq && r != 0 {
-                tracing::warn!("kernel failed our HELLO (error {r}); no MAPINFO request sent");
-                self.finish_handshake(&[]);
-            }
-        }
-    }
-
-    fn on_nl_error(
-        &mut self,
-        now: Instant,
-        header: NlHeader,
-        error: i32,
-        request: Option<NlHeader>,
-    ) {
-        self.stats.netlink_error_in += 1;
-        let hello_ty = rdma_nl_get_type(RDMA_NL_IWCM, RDMA_NL_IWPM_HELLO);
-        if let Handshake::Awaiting { seq, .. } = self.handshake {
-            if header.seq == seq && request.is_none_or(|r| r.ty == hello_ty) {
-                tracing::warn!("kernel refused HELLO (error {error}): using iwpm ABI 3");
-                self.abi = IWPM_UABI_VERSION_MIN;
-                self.finish_handshake(&[RDMA_NL_IWCM, RDMA_NL_RSVD]);
-                return;
-            }
-        }
-        let ty = request.map(|r| r.ty);
-        self.warn(
-            now,
-            LogKind::NetlinkError,
-            format_args!(
-                "kernel rejected our message (seq {}, type {ty:?}): error {error}",
-                header.seq
-            ),
-        );
     }
 
     fn on_message(&mut self, now: Instant, received: Instant, header: NlHeader, payload: &[u8]) {
@@ -413,30 +297,6 @@ impl Core {
             flags.unwrap_or(0)
         } else {
             0
-        }
-    }
-
-    fn on_hello(&mut self, now: Instant, client: u8, seq: u32, h: Hello) {
-        let v = h.abi_version;
-        let awaiting = matches!(self.handshake, Handshake::Awaiting { .. });
-        if v > self.config.max_abi || v < IWPM_UABI_VERSION_MIN {
-            self.warn(
-                now,
-                LogKind::Protocol,
-                format_args!("kernel HELLO with unusable ABI version {v}"),
-            );
-            self.send_handle_err(client, seq, code::VERSION);
-            if awaiting {
-                self.finish_handshake(&[]);
-            }
-            return;
-        }
-        if v != self.abi {
-            tracing::info!("iwpm ABI version {v} negotiated");
-        }
-        self.abi = v;
-        if awaiting {
-            self.finish_handshake(&[RDMA_NL_IWCM]);
         }
     }
 
@@ -640,170 +500,8 @@ impl Core {
         );
     }
 
-    /// Dispatches the shell's answer to the pending reservation.
-    pub(crate) fn complete_reservation(
-        &mut self,
-        now: Instant,
-        p: Pending,
-        result: Result<u16, ReserveError>,
-    ) {
-        match p.purpose {
-            Purpose::Add {
-                client,
-                seq,
-                received,
-                local,
-                local_ep,
-            } => match self.take_port(now, p.id, result, None, Some(received)) {
-                Taken::Port(port) => {
-                    let mapped_ep = Endpoint {
-                        ip: local_ep.ip,
-                        port,
-                    };
-                    let mapped = local.with_port(port);
-                    let id = self.new_mapping(
-                        now,
-                        client,
-                        local,
-                        local_ep,
-                        mapped,
-                        mapped_ep,
-                        Some(p.id),
-                    );
-                    self.reply_add(client, seq, local, id);
-                }
-                Taken::Failed => self.send_handle_err(client, seq, code::CREATE),
-                Taken::Late => {}
-            },
-            Purpose::Query {
-                client,
-                seq,
-                received,
-                local,
-                local_ep,
-                remote,
-                remote_sa,
-            } => match self.take_port(now, p.id, result, None, Some(received)) {
-                Taken::Port(port) => {
-                    let mapped_ep = Endpoint {
-                        ip: local_ep.ip,
-                        port,
-                    };
-                    let mapped = local.with_port(port);
-                    let id = self.new_mapping(
-                        now,
-                        client,
-                        local,
-                        local_ep,
-                        mapped,
-                        mapped_ep,
-                        Some(p.id),
-                    );
-                    self.start_query_exchange(
-                        now, received, client, seq, id, local, remote, remote_sa,
-                    );
-                }
-                Taken::Failed => self.send_handle_err(client, seq, code::CREATE),
-                Taken::Late => {}
-            },
-            Purpose::Recover {
-                client,
-                seq,
-                local,
-                local_ep,
-                mapped,
-                mapped_ep,
-            } => match self.take_port(now, p.id, result, Some(mapped_ep.port), None) {
-                Taken::Port(_) => {
-                    self.new_mapping(now, client, local, local_ep, mapped, mapped_ep, Some(p.id));
-                    self.accept_record(client);
-                }
-                Taken::Failed | Taken::Late => self.send_handle_err(client, seq, code::CREATE),
-            },
-        }
-    }
-
-    fn take_port(
-        &mut self,
-        now: Instant,
-        id: ReservationId,
-        result: Result<u16, ReserveError>,
-        expected: Option<u16>,
-        received: Option<Instant>,
-    ) -> Taken {
-        let late = received
-            .is_some_and(|r| now.saturating_duration_since(r) >= self.config.reply_deadline);
-        match result {
-            Ok(port) if late => {
-                self.release(id);
-                self.stats.replies_dropped_late += 1;
-                self.warn(
-                    now,
-                    LogKind::LateReply,
-                    format_args!("port {port} reserved too late for the kernel; released"),
-                );
-                Taken::Late
-            }
-            Err(_) if late => {
-                self.stats.reservations_failed += 1;
-                self.stats.replies_dropped_late += 1;
-                Taken::Late
-            }
-            Ok(port) if port == 0 || expected.is_some_and(|p| p != port) => {
-                self.release(id);
-                self.stats.reservations_failed += 1;
-                self.warn(
-                    now,
-                    LogKind::MappingFailed,
-                    format_args!("reservation got port {port}, wanted {expected:?}; released"),
-                );
-                Taken::Failed
-            }
-            Ok(port) => Taken::Port(port),
-            Err(e) => {
-                self.stats.reservations_failed += 1;
-                self.warn(
-                    now,
-                    LogKind::MappingFailed,
-                    format_args!("unable to reserve a TCP port: {e}"),
-                );
-                Taken::Failed
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new_mapping(
-        &mut self,
-        now: Instant,
-        owner: u8,
-        local: SockAddrStorage,
-        local_ep: Endpoint,
-        mapped: SockAddrStorage,
-        mapped_ep: Endpoint,
-        reservation: Option<ReservationId>,
-    ) -> MappingId {
-        self.insert_mapping(Mapping {
-            local,
-            local_ep,
-            mapped,
-            mapped_ep,
-            owner,
-            refcount: 1,
-            no_port_map: reservation.is_none(),
-            reservation,
-            created_at: now,
-        })
-    }
-
-    pub(crate) fn add_ref(&mut self, id: MappingId) {
-        if let Some(m) = self.table.get_mut(id) {
-            m.refcount = m.refcount.saturating_add(1);
-        }
-    }
-
     /// ADD reply: the request's address echoed byte-for-byte, the mapping's mapped address.
-    fn reply_add(&mut self, client: u8, seq: u32, addr: SockAddrStorage, id: MappingId) {
+    pub(crate) fn reply_add(&mut self, client: u8, seq: u32, addr: SockAddrStorage, id: MappingId) {
         let Some(mapped_addr) = self.table.get(id).map(|m| m.mapped) else {
             return;
         };

@@ -25,10 +25,12 @@ mod config;
 mod core;
 mod dump;
 mod exchange;
+mod handshake;
 mod kernel;
 mod peer;
 mod ratelimit;
 mod recovery;
+mod reserve;
 mod stats;
 mod table;
 

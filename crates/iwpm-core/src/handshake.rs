@@ -1,0 +1,153 @@
+//! Start-up handshake: HELLO(max_abi), the kernel's HELLO reply or `NLMSG_ERROR` (ABI-3
+//! kernels), then the MAPINFO request(s) and [`crate::Action::Ready`].
+//!
+//! Unlike C, which sends `READY=1` as soon as HELLO is written, Ready follows the kernel's
+//! answer (or `handshake_timeout` without one), so "ready" means the ABI is known and the
+//! restart replay has been requested.
+//!
+//! Also differing from C, on purpose:
+//!
+//! * **The ABI-3 fallback runs once**, only for the `NLMSG_ERROR` answering our HELLO; C
+//!   re-runs it for any later error with seq 0 (e.g. the one for its legacy client-3 MAPINFO).
+//! * **HELLO versions below 3 are refused** like versions above ours (HANDLE_ERR 17): C adopts
+//!   them, and the kernel then rejects every REG_PID reply.
+//! * **A HELLO the kernel could not answer** (its `NLMSG_DONE` carries an error) ends the
+//!   handshake without MAPINFO instead of waiting forever.
+
+use std::time::Instant;
+
+use iwpm_proto::consts::op::RDMA_NL_IWPM_HELLO;
+use iwpm_proto::consts::{
+    rdma_nl_get_type, IWPM_UABI_VERSION_MIN, IWPM_ULIB_NAME, RDMA_NL_IWCM, RDMA_NL_RSVD,
+};
+use iwpm_proto::netlink::{DaemonMsg, Hello, MapInfoRequest, NlHeader, NlString};
+
+use crate::action::Action;
+use crate::core::{code, Core};
+use crate::ratelimit::LogKind;
+
+/// Start-up handshake state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Handshake {
+    /// `start` not called yet.
+    Idle,
+    /// HELLO sent with header seq `seq`.
+    Awaiting { seq: u32, deadline: Instant },
+    /// Negotiated (or given up on); [`Action::Ready`] emitted.
+    Done,
+}
+
+impl Core {
+    pub(crate) fn start_handshake(&mut self, now: Instant) {
+        if self.handshake != Handshake::Idle {
+            return;
+        }
+        let seq = self.clients.peek_seq(RDMA_NL_IWCM);
+        let abi_version = self.config.max_abi;
+        self.send_kernel(
+            RDMA_NL_IWCM,
+            DaemonMsg::Hello(Hello {
+                abi_version,
+                unknown: Vec::new(),
+            }),
+        );
+        self.handshake = Handshake::Awaiting {
+            seq,
+            deadline: now + self.config.handshake_timeout,
+        };
+    }
+
+    /// Ends the handshake: MAPINFO request to each of `mapinfo_clients`, then Ready.
+    fn finish_handshake(&mut self, mapinfo_clients: &[u8]) {
+        for &client in mapinfo_clients {
+            let ulib_version = self.abi;
+            self.send_kernel(
+                client,
+                DaemonMsg::MapInfo(MapInfoRequest {
+                    ulib_name: NlString::new(IWPM_ULIB_NAME),
+                    ulib_version,
+                    unknown: Vec::new(),
+                }),
+            );
+        }
+        self.handshake = Handshake::Done;
+        self.push(Action::Ready);
+    }
+
+    pub(crate) fn handshake_timeout(&mut self, now: Instant) {
+        if let Handshake::Awaiting { deadline, .. } = self.handshake {
+            if now >= deadline {
+                tracing::warn!("no answer to HELLO; assuming ABI {}", self.abi);
+                self.finish_handshake(&[RDMA_NL_IWCM]);
+            }
+        }
+    }
+
+    pub(crate) fn on_done(&mut self, header: NlHeader, result: Option<i32>) {
+        self.stats.netlink_done_in += 1;
+        if result.is_some_and(|r| r != 0) {
+            self.stats.netlink_done_nonzero += 1;
+        }
+        // The DONE answering our HELLO. Its reply, if any, was queued before it; DONE(0)
+        // without one is odd, so keep waiting for the deadline. An error means the kernel
+        // could not answer us at all.
+        if let (Handshake::Awaiting { seq, .. }, Some(r)) = (self.handshake, result) {
+            if header.seq == seq && r != 0 {
+                tracing::warn!("kernel failed our HELLO (error {r}); no MAPINFO request sent");
+                self.finish_handshake(&[]);
+            }
+        }
+    }
+
+    pub(crate) fn on_nl_error(
+        &mut self,
+        now: Instant,
+        header: NlHeader,
+        error: i32,
+        request: Option<NlHeader>,
+    ) {
+        self.stats.netlink_error_in += 1;
+        let hello_ty = rdma_nl_get_type(RDMA_NL_IWCM, RDMA_NL_IWPM_HELLO);
+        if let Handshake::Awaiting { seq, .. } = self.handshake {
+            if header.seq == seq && request.is_none_or(|r| r.ty == hello_ty) {
+                tracing::warn!("kernel refused HELLO (error {error}): using iwpm ABI 3");
+                self.abi = IWPM_UABI_VERSION_MIN;
+                self.finish_handshake(&[RDMA_NL_IWCM, RDMA_NL_RSVD]);
+                return;
+            }
+        }
+        let ty = request.map(|r| r.ty);
+        self.warn(
+            now,
+            LogKind::NetlinkError,
+            format_args!(
+                "kernel rejected our message (seq {}, type {ty:?}): error {error}",
+                header.seq
+            ),
+        );
+    }
+
+    pub(crate) fn on_hello(&mut self, now: Instant, client: u8, seq: u32, h: Hello) {
+        let v = h.abi_version;
+        let awaiting = matches!(self.handshake, Handshake::Awaiting { .. });
+        if v > self.config.max_abi || v < IWPM_UABI_VERSION_MIN {
+            self.warn(
+                now,
+                LogKind::Protocol,
+                format_args!("kernel HELLO with unusable ABI version {v}"),
+            );
+            self.send_handle_err(client, seq, code::VERSION);
+            if awaiting {
+                self.finish_handshake(&[]);
+            }
+            return;
+        }
+        if v != self.abi {
+            tracing::info!("iwpm ABI version {v} negotiated");
+        }
+        self.abi = v;
+        if awaiting {
+            self.finish_handshake(&[RDMA_NL_IWCM]);
+        }
+    }
+}
