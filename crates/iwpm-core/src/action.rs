@@ -5,13 +5,13 @@ use std::net::SocketAddr;
 /// One of the four UDP sockets of the peer protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PeerSocket {
-    /// UDP 0.0.0.0:3935.
+    /// UDP `0.0.0.0:3935`.
     V4Listener,
-    /// UDP 0.0.0.0:ephemeral, sends REQUESTs and ACKs.
+    /// UDP `0.0.0.0:ephemeral`, sends REQUESTs and ACKs.
     V4Client,
-    /// UDP [::]:3935 (V6ONLY).
+    /// UDP `[::]:3935` (V6ONLY).
     V6Listener,
-    /// UDP [::]:ephemeral (V6ONLY), sends REQUESTs and ACKs.
+    /// UDP `[::]:ephemeral` (V6ONLY), sends REQUESTs and ACKs.
     V6Client,
 }
 
