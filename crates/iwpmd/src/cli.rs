@@ -16,13 +16,13 @@ pub const DEFAULT_CONFIG: &str = "/etc/iwpmd.conf";
 /// Reserves TCP ports for iWARP connections on behalf of the kernel (NETLINK_RDMA) and
 /// exchanges mapped ports with the iwpmd of peer hosts (UDP port 3935).
 #[derive(Debug, Parser)]
-#[command(name = "iwpmd", version, about, long_about = None)]
+#[command(name = "iwpmd", version)]
 #[command(
     after_help = "Signals: SIGUSR1 logs the mapping table; SIGTERM exits 0; \
 SIGHUP exits 1 (as rdma-core's iwpmd; it does not reload)."
 )]
 pub struct Cli {
-    /// Run under systemd: stay in the foreground and send READY=1 once the kernel link is up.
+    /// Run under systemd: stay in the foreground and send READY=1 after the kernel handshake.
     #[arg(short = 's', long)]
     pub systemd: bool,
 
