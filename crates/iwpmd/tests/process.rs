@@ -246,3 +246,31 @@ fn kernel_and_signals_are_served_during_a_udp_flood() {
     );
     assert!(sent > 100, "the flood did not happen ({sent} datagrams)");
 }
+
+#[test]
+fn log_levels_follow_rust_log_and_verbosity() {
+    // RUST_LOG=warn hides info lines.
+    let dir = scratch_dir("loglevel");
+    let mut kernel = FakeKernel::bind(&dir);
+    let mut cmd = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    cmd.env("RUST_LOG", "warn");
+    let mut d = Daemon::spawn(cmd, 0);
+    kernel.recv(WAIT).expect("no HELLO");
+    d.signal(Signal::TERM);
+    assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
+    let text = d.stderr.text();
+    assert!(text.contains("Received SIGTERM signal"), "{text}");
+    assert!(
+        !text.contains("sockets open"),
+        "info line despite RUST_LOG=warn:\n{text}"
+    );
+
+    // -v (as the harness passes) shows debug lines.
+    let dir = scratch_dir("loglevel-v");
+    let mut kernel = FakeKernel::bind(&dir);
+    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    kernel.recv(WAIT).expect("no HELLO");
+    assert!(d.stderr.wait_for("DEBUG", WAIT), "{}", d.stderr.text());
+    d.signal(Signal::TERM);
+    assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
+}
