@@ -1,0 +1,339 @@
+//! The real `iwpmd` binary against the emulated kernel: listen and connect through its
+//! mappings (with real UDP peer traffic and real port reservations), with zero protocol
+//! violations.
+//!
+//! The daemon is `$IWPMD_BIN`, else the newer of `target/debug/iwpmd` and
+//! `target/release/iwpmd` (`cargo build -p iwpmd`; `cargo test --workspace` builds it).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::sock_path;
+use iwpm_kernel_emu::kernel::Registration;
+use iwpm_kernel_emu::{
+    AcceptMode, CmEventKind, Fabric, FabricConfig, Host, HostConfig, MapOutcome, PortMapMode,
+    RemoteInfoLookup, Side,
+};
+
+const T: Duration = Duration::from_secs(10);
+
+fn daemon_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("IWPMD_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let newest = ["debug", "release"]
+        .iter()
+        .map(|p| target.join(p).join("iwpmd"))
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+        .max();
+    match newest {
+        Some((_, p)) => p,
+        None => panic!(
+            "no iwpmd binary under {}: run `cargo build -p iwpmd` or set IWPMD_BIN",
+            target.display()
+        ),
+    }
+}
+
+/// A UDP port free on every address in `ips` a moment ago.
+fn free_udp_port(ips: &[Ipv4Addr]) -> u16 {
+    for _ in 0..100 {
+        let s = UdpSocket::bind((ips[0], 0)).unwrap();
+        let port = s.local_addr().unwrap().port();
+        if ips[1..]
+            .iter()
+            .all(|ip| UdpSocket::bind((*ip, port)).is_ok())
+        {
+            return port;
+        }
+    }
+    panic!("no common free UDP port");
+}
+
+/// A spawned daemon; terminated (SIGTERM, then kill) on drop. Its stderr is kept and
+/// printed if the test fails.
+struct Daemon {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    fn start(host: &Host, bind: Ipv4Addr, peer_port: u16) -> Daemon {
+        let mut child = Command::new(daemon_binary())
+            .arg("--kernel")
+            .arg(format!("unix:{}", host.kernel_socket_path().display()))
+            .args(["--foreground", "--log-stderr", "--no-ipv6", "-v"])
+            .args(["--config", "/nonexistent/iwpmd.conf"])
+            .arg("--peer-bind-v4")
+            .arg(bind.to_string())
+            .arg("--peer-port")
+            .arg(peer_port.to_string())
+            .env_remove("RUST_LOG")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn iwpmd");
+        let log = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().expect("piped stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let d = Daemon { child, log };
+        assert!(
+            host.wait_for_daemon(T),
+            "iwpmd never said HELLO:\n{}",
+            d.log()
+        );
+        d
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGTERM and wait for exit 0.
+    fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let code = self.child.wait().unwrap();
+        assert!(code.success(), "iwpmd exit {code:?}:\n{}", self.log());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- iwpmd stderr ---\n{}", self.log());
+        }
+    }
+}
+
+/// A fabric whose connection set-up takes 2 ms, standing in for the TCP handshake and MPA
+/// exchange of a real device. Without it the passive daemon's REMOTE_INFO can lose the
+/// race against the connection when the daemon sends its UDP ACCEPT first (the kernel
+/// would then report the peer's mapped address, as this emulator does).
+fn fabric() -> Fabric {
+    Fabric::with_config(FabricConfig {
+        wire_delay: Duration::from_millis(2),
+    })
+}
+
+fn host(fabric: &Fabric, name: &str, ip: Ipv4Addr, mode: PortMapMode) -> Host {
+    fabric
+        .add_host(HostConfig::new(name, IpAddr::V4(ip), sock_path(name)).with_mode(mode))
+        .unwrap()
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn assert_clean(fabric: &Fabric) {
+    assert!(
+        fabric.violations().is_empty(),
+        "violations: {:?}",
+        fabric.violations()
+    );
+}
+
+/// One siw-like host: every mapping is an identity, and the peer exchange still runs
+/// (the daemon answers its own UDP request).
+#[test]
+fn siw_host_listen_connect() {
+    let ip = Ipv4Addr::new(127, 0, 0, 1);
+    let fabric = fabric();
+    let a = host(&fabric, "siw", ip, PortMapMode::NoPortMap);
+    let daemon = Daemon::start(&a, ip, free_udp_port(&[ip]));
+    assert!(a.wait_for(T, |v| v.abi_version == 4));
+
+    let l = a
+        .listen(addr("127.0.0.1:18515"), AcceptMode::Auto, None)
+        .unwrap();
+    assert_eq!(l.info.mapping, MapOutcome::Mapped, "{}", daemon.log());
+    assert_eq!(l.info.mapped_local, addr("127.0.0.1:18515"));
+    assert_eq!(a.kernel_view().registration, Registration::Valid);
+
+    let c = a.connect(None, addr("127.0.0.1:18515")).unwrap();
+    assert_eq!(c.info.mapping, MapOutcome::Mapped, "{}", daemon.log());
+    assert_eq!(c.info.mapped_local, c.info.local);
+    assert_eq!(c.info.mapped_remote, addr("127.0.0.1:18515"));
+
+    let CmEventKind::ConnectRequest(p) = l.id.get_event(T).unwrap().kind else {
+        panic!("expected a connect request")
+    };
+    assert_eq!(p.side, Side::Passive);
+    assert_eq!(
+        p.remote_info,
+        Some(RemoteInfoLookup::Found),
+        "REMOTE_INFO arrived first"
+    );
+    assert_eq!(p.remote, c.info.local);
+
+    c.id.destroy().unwrap();
+    l.id.destroy().unwrap();
+    assert!(a.wait_for(T, |v| v.mapinfo.is_empty() && v.remote_info.is_empty()));
+    let s = a.stats().kernel;
+    assert_eq!((s.reg_pid_sent, s.add_sent, s.query_sent), (1, 1, 1));
+    assert_eq!(
+        (s.add_replies, s.query_replies, s.remote_info_received),
+        (1, 1, 1)
+    );
+    assert_eq!(s.remove_sent, 2);
+    assert_eq!(s.timeouts, 0);
+    assert_clean(&fabric);
+    daemon.terminate();
+}
+
+/// One hardware-like host: the daemon reserves real TCP ports, which the connection uses
+/// on the wire, and the passive side maps the peer back to its real address.
+#[test]
+fn port_mapped_host_uses_reserved_ports() {
+    let ip = Ipv4Addr::new(127, 0, 0, 1);
+    let fabric = fabric();
+    let a = host(&fabric, "rnic", ip, PortMapMode::PortMapped);
+    let daemon = Daemon::start(&a, ip, free_udp_port(&[ip]));
+
+    let l = a
+        .listen(addr("127.0.0.1:18516"), AcceptMode::Auto, None)
+        .unwrap();
+    assert_eq!(l.info.mapping, MapOutcome::Mapped, "{}", daemon.log());
+    let mapped = l.info.mapped_local;
+    assert_eq!(mapped.ip(), l.info.local.ip());
+    assert_eq!(l.info.wire_local, mapped);
+    assert!(
+        TcpListener::bind(mapped).is_err(),
+        "the daemon holds the mapped port {mapped}"
+    );
+
+    let c = a.connect(None, addr("127.0.0.1:18516")).unwrap();
+    assert_eq!(c.info.mapping, MapOutcome::Mapped, "{}", daemon.log());
+    assert_eq!(c.info.wire_remote, mapped);
+    assert_eq!(c.info.wire_local, c.info.mapped_local);
+    assert!(TcpListener::bind(c.info.mapped_local).is_err());
+
+    let CmEventKind::ConnectRequest(p) = l.id.get_event(T).unwrap().kind else {
+        panic!("expected a connect request")
+    };
+    assert_eq!(p.remote_info, Some(RemoteInfoLookup::Found));
+    assert_eq!(
+        p.remote, c.info.local,
+        "translated back to the real address"
+    );
+    assert_eq!(p.wire_remote, c.info.mapped_local);
+
+    let active_mapped = c.info.mapped_local;
+    c.id.destroy().unwrap();
+    l.id.destroy().unwrap();
+    // REMOVE_MAPPING released both reservations.
+    let released = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        TcpListener::bind(mapped).is_ok() && TcpListener::bind(active_mapped).is_ok()
+    });
+    assert!(released, "ports not released:\n{}", daemon.log());
+    assert_clean(&fabric);
+    daemon.terminate();
+}
+
+/// Two hosts, two daemons talking UDP on loopback.
+#[test]
+fn two_hosts_two_daemons() {
+    let (ia, ib) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
+    let port = free_udp_port(&[ia, ib]);
+    let fabric = fabric();
+    let a = host(&fabric, "two-a", ia, PortMapMode::PortMapped);
+    let b = host(&fabric, "two-b", ib, PortMapMode::PortMapped);
+    let _da = Daemon::start(&a, ia, port);
+    let _db = Daemon::start(&b, ib, port);
+
+    let l = a
+        .listen(addr("127.0.0.1:18517"), AcceptMode::Auto, None)
+        .unwrap();
+    let mut conns = Vec::new();
+    for _ in 0..5 {
+        let c = b.connect(None, addr("127.0.0.1:18517")).unwrap();
+        assert_eq!(c.info.mapping, MapOutcome::Mapped);
+        assert_eq!(c.info.wire_remote, l.info.mapped_local);
+        assert_eq!(c.info.local.ip(), IpAddr::V4(ib));
+        let CmEventKind::ConnectRequest(p) = l.id.get_event(T).unwrap().kind else {
+            panic!("expected a connect request")
+        };
+        assert_eq!(p.remote, c.info.local);
+        conns.push(c);
+    }
+    assert_eq!(fabric.live_connections(), 5);
+    for c in conns {
+        c.id.destroy().unwrap();
+    }
+    assert!(b.wait_for(T, |v| v.mapinfo.is_empty()));
+    assert_eq!(b.stats().kernel.remove_sent, 5);
+    assert_eq!(a.stats().kernel.remote_info_received, 5);
+    assert_eq!(a.stats().kernel.remote_info_hits, 5);
+    assert_clean(&fabric);
+}
+
+/// A restarted daemon gets the live mappings replayed and takes over.
+#[test]
+fn restart_replays_mappings() {
+    let ip = Ipv4Addr::new(127, 0, 0, 1);
+    let fabric = fabric();
+    let a = host(&fabric, "restart", ip, PortMapMode::PortMapped);
+    let port = free_udp_port(&[ip]);
+    let first = Daemon::start(&a, ip, port);
+    let l1 = a
+        .listen(addr("127.0.0.1:18518"), AcceptMode::Auto, None)
+        .unwrap();
+    let l2 = a
+        .listen(addr("127.0.0.1:18519"), AcceptMode::Auto, None)
+        .unwrap();
+    assert!(l1.info.mapping.is_mapped() && l2.info.mapping.is_mapped());
+    let old_pid = a.kernel_view().pid;
+    first.terminate();
+
+    let second = Daemon::start(&a, ip, port);
+    assert!(a.wait_for(T, |v| v.pid != old_pid));
+    // The replay went out and was acknowledged in full.
+    let acked = a.wait_for(T, |_| a.stats().kernel.mapinfo_num_acks == 1);
+    assert!(acked, "{}", second.log());
+    let s = a.stats().kernel;
+    assert_eq!(
+        (s.replays, s.mapinfo_records_sent, s.mapinfo_num_sent),
+        (1, 2, 1)
+    );
+    // The new daemon holds the replayed ports again.
+    let held = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        TcpListener::bind(l1.info.mapped_local).is_err()
+    });
+    assert!(held, "{}", second.log());
+    // And serves new requests after registering.
+    let c = a.connect(None, addr("127.0.0.1:18518")).unwrap();
+    assert_eq!(c.info.mapping, MapOutcome::Mapped, "{}", second.log());
+    assert_eq!(c.info.wire_remote, l1.info.mapped_local);
+    assert_clean(&fabric);
+    second.terminate();
+}
