@@ -29,14 +29,19 @@
 //! * The dump-completion `NLMSG_DONE` carries the message's `nlmsg_pid` where the kernel
 //!   puts the sender's real port id (the emulator has none).
 //! * Table iteration is in insertion order, not hash order, so MAPINFO records replay in
-//!   the order the mappings were made **[inferred]**: the daemon must not care.
-//! * `NLMSG_GOODSIZE` is 3776 bytes (x86-64, 4 KiB pages) **[inferred]**: 12 records per
+//!   the order the mappings were made **(inferred)**: the daemon must not care.
+//! * `NLMSG_GOODSIZE` is 3776 bytes (x86-64, 4 KiB pages) **(inferred)**: 12 records per
 //!   datagram, at most 227 replayable mappings.
 //! * Removing a mapinfo entry matches local and mapped address, where the kernel matches
-//!   the mapped address within the (local, mapped) hash bucket **[inferred]**.
+//!   the mapped address within the (local, mapped) hash bucket **(inferred)**.
 //! * A wildcard listener's remote-info lookup uses the wildcard mapped address, so
 //!   rdma-core-style REMOTE_INFO (specific IP) misses and the child reports the mapped
-//!   remote address **[inferred]**, exactly as reasoned for the kernel.
+//!   remote address **(inferred)**, exactly as reasoned for the kernel.
+//! * Connection set-up takes no time unless [`FabricConfig::wire_delay`] says so. A
+//!   daemon's REMOTE_INFO is processed before a connection only if it was sent before
+//!   the exchange that led to it; a daemon that sends its UDP ACCEPT first races the
+//!   connection, and a lost race shows as [`RemoteInfoLookup::Missed`] (the kernel would
+//!   report the peer's mapped address too). A wire delay of a few ms models TCP + MPA.
 //! * Blocking sends (ADD/QUERY/REMOVE) retry a full daemon queue for up to the request
 //!   timeout while holding the host lock.
 //!
@@ -45,6 +50,29 @@
 //! [`Fabric::add_host`] gives a [`Host`]; a host's [`CmId`]s do what rdma_cm ids do.
 //! [`Host::listen`] and [`Host::connect`] wrap the usual sequences. [`Host::violations`],
 //! [`Host::stats`] and [`Host::kernel_view`] are what tests assert on.
+//!
+//! ```
+//! use iwpm_kernel_emu::{AcceptMode, Fabric, HostConfig, MapOutcome, UnmappedReason};
+//!
+//! let fabric = Fabric::new();
+//! let path = std::env::temp_dir().join(format!("iwpm-emu-doc-{}.sock", std::process::id()));
+//! let host = fabric
+//!     .add_host(HostConfig::new("a", "127.0.0.1".parse().unwrap(), &path))
+//!     .unwrap();
+//! // Start `iwpmd --kernel unix:<path>` here and wait with `host.wait_for_daemon(..)`.
+//! // Without a daemon, as with the real kernel, everything proceeds unmapped.
+//! let listener = host
+//!     .listen("127.0.0.1:4000".parse().unwrap(), AcceptMode::Auto, None)
+//!     .unwrap();
+//! let conn = host.connect(None, "127.0.0.1:4000".parse().unwrap()).unwrap();
+//! assert_eq!(
+//!     conn.info.mapping,
+//!     MapOutcome::Unmapped(UnmappedReason::NoDaemon { pid: -2 })
+//! );
+//! conn.id.destroy().unwrap();
+//! listener.id.destroy().unwrap();
+//! assert!(host.violations().is_empty());
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod cm;

@@ -573,3 +573,43 @@ fn host_config_errors() {
     id.destroy().unwrap();
     assert_eq!(id.destroy(), Err(CmError::Destroyed));
 }
+
+#[test]
+fn ipv6_wildcard_listener() {
+    let fabric = Fabric::new();
+    let a = fabric
+        .add_host(
+            HostConfig {
+                ips: vec![ip("127.0.0.131"), ip("::1")],
+                ..HostConfig::new("v6", ip("127.0.0.131"), sock_path("v6"))
+            }
+            .with_request_timeout(Duration::from_millis(300)),
+        )
+        .unwrap();
+    let dir = Directory::default();
+    let _d = with_daemon(&a, &dir, Behaviour::default());
+    let l = a.listen(addr("[::]:6000"), AcceptMode::Auto, None).unwrap();
+    assert_eq!(l.info.mapping, MapOutcome::Mapped);
+    assert_eq!(l.info.mapped_local, addr("[::]:6000"));
+    let c = a.connect(None, addr("[::1]:6000")).unwrap();
+    assert_eq!(c.info.local.ip(), ip("::1"));
+    assert_eq!(c.info.wire_remote, addr("[::1]:6000"));
+    let CmEventKind::ConnectRequest(p) = l.id.get_event(T).unwrap().kind else {
+        panic!("expected a connect request")
+    };
+    // This daemon's REMOTE_INFO carries the wildcard mapped address, which is the key
+    // the kernel looks up with, so it is found and the wildcard IP gets fixed.
+    assert_eq!(p.remote_info, Some(RemoteInfoLookup::Found));
+    assert_eq!(p.local, addr("[::1]:6000"));
+    assert_eq!(p.remote, c.info.local);
+    // An IPv4 connect finds no IPv6 listener.
+    let err = a.connect(None, addr("127.0.0.131:6000")).unwrap_err();
+    assert!(matches!(
+        err,
+        CmError::Rejected {
+            reason: RejectReason::NoListener { .. },
+            ..
+        }
+    ));
+    assert!(a.violations().is_empty(), "{:?}", a.violations());
+}

@@ -40,7 +40,7 @@ pub const IWPM_PID_UNDEFINED: i32 = -1;
 /// `iwpm_user_pid` after a REG_PID multicast reached nobody.
 pub const IWPM_PID_UNAVAILABLE: i32 = -2;
 /// `NLMSG_GOODSIZE` on x86-64 with 4 KiB pages: one page minus the aligned
-/// `skb_shared_info` (320 bytes) **[inferred]**.
+/// `skb_shared_info` (320 bytes) **(inferred)**.
 pub const NLMSG_GOODSIZE_X86_64: usize = 3776;
 /// `IWPM_MAPINFO_SKB_COUNT`: the replay gives up when it would need this many datagrams.
 pub const IWPM_MAPINFO_SKB_COUNT: usize = 20;

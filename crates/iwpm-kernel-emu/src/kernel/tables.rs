@@ -32,7 +32,7 @@ impl MapInfoTable {
 
     /// Removes one entry for this id, newest first. The kernel removes the first entry of
     /// the hash bucket of (local, mapped) whose mapped address matches; an entry with the
-    /// same local and mapped address is what lands in that bucket **[inferred]**.
+    /// same local and mapped address is what lands in that bucket **(inferred)**.
     pub fn remove(&mut self, local: &SockAddrStorage, mapped: &SockAddrStorage) -> bool {
         let found = self
             .entries

@@ -977,3 +977,57 @@ fn mapinfo_replay_aborts_on_full_queue() {
     assert_eq!(done_result(&out), [-11]);
     assert_eq!(out.len(), 1);
 }
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn arb_msg() -> impl Strategy<Value = Vec<u8>> {
+        // Valid headers with random types, flags and payloads, or plain garbage.
+        prop_oneof![
+            (
+                0u16..0x0c10,
+                any::<u16>(),
+                proptest::collection::vec(any::<u8>(), 0..300)
+            )
+                .prop_map(|(ty, flags, payload)| {
+                    let h = NlHeader {
+                        len: (16 + payload.len()) as u32,
+                        ty,
+                        flags,
+                        seq: 1,
+                        pid: PID,
+                    };
+                    let mut b = h.to_bytes().to_vec();
+                    b.extend_from_slice(&payload);
+                    b
+                }),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    proptest! {
+        /// Nothing a daemon sends makes the kernel panic, and everything it answers is
+        /// well-formed netlink: at most one DONE or ERROR per message, back to the sender.
+        #[test]
+        fn any_input_is_survived(datagrams in proptest::collection::vec(arb_msg(), 1..8)) {
+            let mut h = Harness::new();
+            h.start_daemon();
+            h.listen("127.0.0.1:4000", 0);
+            for d in &datagrams {
+                h.k.handle_datagram(h.now, &DAEMON, d, &mut h.link);
+                for (to, bytes, _) in h.link.take() {
+                    prop_assert_eq!(to, DAEMON);
+                    for f in iwpm_proto::netlink::frames(&bytes) {
+                        prop_assert!(f.is_ok());
+                    }
+                }
+            }
+            h.now += Duration::from_secs(11);
+            h.k.handle_timeout(h.now, &mut h.link);
+            prop_assert!(h.k.poll_map_done().is_some());
+            prop_assert_eq!(h.k.pending_requests(), 0);
+        }
+    }
+}
