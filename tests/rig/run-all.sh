@@ -1,0 +1,137 @@
+#!/bin/bash
+# Run every real-kernel rig suite against our daemon, with the C iwpmd as reference.
+#
+# Usage: tests/rig/run-all.sh [--daemon PATH] [--no-c] [--only SUITE,...] [--keep-going]
+#   --daemon PATH  our iwpmd binary (default: cargo build --release -p iwpmd, then
+#                  target/release/iwpmd)
+#   --no-c         skip the C reference runs that are not comparisons (restart, negative,
+#                  abi, twovm C<->C); single (cmtime) and the mixed twovm pairs always run
+#   --only LIST    only these suites: single,restart,negative,abi,twovm
+# Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
+# netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
+# Results: target/rig/ (summary.txt, cmtime.txt, share/out/<run>/ with every trace);
+# exit status 0 only if every check of every run passed.
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,twovm"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --daemon) OURS="$2"; shift 2 ;;
+    --no-c) WITH_C=0; shift ;;
+    --only) ONLY="$2"; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+want() { case ",$ONLY," in *",$1,"*) return 0 ;; esac; return 1; }
+RES="${CARGO_TARGET_DIR:-$REPO/target}/rig"
+SHARE="$RES/share"
+SUMMARY="$RES/summary.txt"
+T_START=$(date +%s)
+rm -rf "$SHARE/out"; mkdir -p "$SHARE/bin" "$SHARE/out"
+: > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+stamp() { echo "$(( $(date +%s) - T_START ))s"; }
+
+# ---- kernel, initramfs, our binary ------------------------------------------------
+t=$(date +%s)
+KERNEL=$("$RIG_DIR/build-kernel.sh" | tail -1) || { say "FAIL setup: no kernel"; exit 1; }
+export RIG_KERNEL="$KERNEL"
+"$RIG_DIR/mkinitramfs.sh" >&2 || { say "FAIL setup: initramfs"; exit 1; }
+if [ -z "$OURS" ]; then
+  (cd "$REPO" && cargo build --release -p iwpmd >&2) || { say "FAIL setup: cargo build --release -p iwpmd"; exit 1; }
+  OURS="${CARGO_TARGET_DIR:-$REPO/target}/release/iwpmd"
+fi
+[ -x "$OURS" ] || { say "FAIL setup: our daemon $OURS is not an executable"; exit 1; }
+cp "$OURS" "$SHARE/bin/iwpmd-rs"
+RS=/mnt/rig/bin/iwpmd-rs; C=/usr/sbin/iwpmd
+say "rig: kernel $KERNEL; initramfs $INITRD_DEFAULT; ours $OURS ($(sha256sum "$OURS" | cut -c1-12)) as $RS; C $C; setup $(( $(date +%s) - t ))s"
+
+# ---- runs ----------------------------------------------------------------------------
+RUNS=()   # run names in order, for the summary
+run1() {  # run1 NAME TIMEOUT SUITE [-e KEY=VAL]...
+  local name=$1 tmo=$2 suite=$3 t0 rc; shift 3
+  t0=$(date +%s)
+  "$RIG_DIR/run-vm.sh" -n "$name" -s "$SHARE" -T "$tmo" -m 1024 -l "$RES/console-$name.log" "$@" \
+    "$RIG_DIR/guest/suite-$suite.sh" > /dev/null 2>&1; rc=$?
+  collect "$name" "$rc" "$(( $(date +%s) - t0 ))"
+}
+run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON
+  local name=$1 t0 rc; t0=$(date +%s)
+  "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$2" -B iwpmd="$3" \
+    > "$RES/console-$name.log" 2>&1
+  grep -q "status" "$RES/console-$name.log" || true
+  rc=$(sed -n "s/.*$name-A status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-A" "${rc:-125}" "$(( $(date +%s) - t0 ))"
+  rc=$(sed -n "s/.*$name-B status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-B" "${rc:-125}" "$(( $(date +%s) - t0 ))"
+}
+collect() {  # collect NAME RC SECONDS: fold the run's checks into the summary
+  local name=$1 rc=$2 secs=$3 f="$SHARE/out/$1/checks.txt" np nf
+  RUNS+=("$name")
+  np=$(grep -c '^PASS' "$f" 2>/dev/null); nf=$(grep -c '^FAIL' "$f" 2>/dev/null)
+  case "$rc" in
+    124) echo "FAIL vm: hard timeout" >> "$f"; nf=$((${nf:-0}+1)) ;;
+    125) echo "FAIL vm: guest died without an exit status" >> "$f"; nf=$((${nf:-0}+1)) ;;
+  esac
+  [ -s "$f" ] || { echo "FAIL vm: no checks reported (rc $rc)" > "$f"; nf=1; }
+  say ""; say "== $name: ${np:-0} passed, ${nf:-0} failed (${secs}s, at $(stamp))"
+  grep -E '^(PASS|FAIL)' "$f" | sed 's/^/   /' | tee -a "$SUMMARY" >/dev/null
+  grep -E '^FAIL' "$f" | sed 's/^/   /' >&2
+}
+
+if want single; then
+  run1 single-ours 300 single -m 2048 -e iwpmd=$RS
+  run1 single-c 300 single -m 2048 -e iwpmd=$C
+fi
+if want restart; then
+  run1 restart-ours 180 restart -e iwpmd=$RS
+  [ $WITH_C = 1 ] && run1 restart-c 180 restart -e iwpmd=$C
+fi
+if want negative; then
+  run1 negative-ours 180 negative -e iwpmd=$RS -e forged=ignored
+  [ $WITH_C = 1 ] && run1 negative-c 180 negative -e iwpmd=$C -e forged=accepted
+fi
+if want abi; then
+  run1 abi-before-ours 180 abi -e iwpmd=$RS -e abi_order=before
+  run1 abi-after-ours 180 abi -e iwpmd=$RS -e abi_order=after
+  if [ $WITH_C = 1 ]; then
+    run1 abi-before-c 180 abi -e iwpmd=$C -e abi_order=before
+    run1 abi-after-c 180 abi -e iwpmd=$C -e abi_order=after
+  fi
+fi
+if want twovm; then
+  run2 twovm-ours-ours $RS $RS
+  run2 twovm-ours-c $RS $C
+  run2 twovm-c-ours $C $RS
+  [ $WITH_C = 1 ] && run2 twovm-c-c $C $C
+fi
+
+# ---- cmtime tables: ours vs C vs no daemon -----------------------------------------------
+CMT="$RES/cmtime.txt"; : > "$CMT"
+tbl() { [ -s "$1" ] && { echo "$2"; sed 's/^/  /' "$1"; echo; } >> "$CMT"; }
+tbl "$SHARE/out/single-ours/cmtime-daemon.txt" "one VM, cmtime -c 50 through OUR iwpmd"
+tbl "$SHARE/out/single-c/cmtime-daemon.txt" "one VM, cmtime -c 50 through the C iwpmd"
+tbl "$SHARE/out/single-c/cmtime-nodaemon.txt" "one VM, cmtime -c 50 with no daemon (after the C run)"
+tbl "$SHARE/out/single-ours/cmtime-nodaemon.txt" "one VM, cmtime -c 50 with no daemon (after our run)"
+for p in ours-ours ours-c c-ours c-c; do
+  tbl "$SHARE/out/twovm-$p-B/cmtime-across.txt" "two VMs, cmtime -c 50, server daemon ${p%-*}, client daemon ${p#*-}"
+done
+{ echo; echo "== cmtime connect rows (total ms, max ms, us/conn)"
+  for f in "$SHARE"/out/*/cmtime-*.txt; do
+    [ -s "$f" ] || continue
+    r=$(basename "$(dirname "$f")"); k=$(basename "$f" .txt); k=${k#cmtime-}
+    awk -v n="$r/$k" '$1=="connect"{printf "   %-36s %10s %10s %12s\n", n, $3, $4, $6}' "$f"
+  done; } | tee -a "$SUMMARY" >> "$CMT"
+
+# ---- verdict ---------------------------------------------------------------------------
+NF=0; NP=0; BAD=()
+for r in "${RUNS[@]}"; do
+  f="$SHARE/out/$r/checks.txt"
+  p=$(grep -c '^PASS' "$f"); q=$(grep -c '^FAIL' "$f"); NP=$((NP+p)); NF=$((NF+q))
+  [ "$q" -gt 0 ] && BAD+=("$r($q)")
+done
+say ""
+say "== rig total: $NP passed, $NF failed in ${#RUNS[@]} runs; wall $(stamp)"
+[ $NF -gt 0 ] && say "== runs with failures: ${BAD[*]}"
+say "== results: $RES (summary.txt, cmtime.txt, share/out/<run>/)"
+echo "$NP passed, $NF failed"
+[ $NF = 0 ]
