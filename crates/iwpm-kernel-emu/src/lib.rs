@@ -92,4 +92,4 @@ pub use host::{
     AcceptMode, CmId, CmStats, Connection, Host, HostConfig, HostError, HostStats, IdInfo,
     KernelView, Listener,
 };
-pub use kernel::{MapOutcome, UnmappedReason, Violation};
+pub use kernel::{KernelStats, MapOutcome, Registration, RequestKind, UnmappedReason, Violation};
