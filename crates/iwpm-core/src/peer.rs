@@ -178,7 +178,6 @@ impl Core {
         );
         self.exchanges
             .insert(ex, now + self.config.retransmit_interval);
-        self.send_peer(via, from, PeerMsgType::Accept, accept);
         let mapped_cp = msg.mapped_cp().unwrap_or_else(|| {
             let port = if msg.reserved_port != 0 {
                 msg.reserved_port
@@ -199,6 +198,12 @@ impl Core {
                 unknown: Vec::new(),
             }),
         );
+        // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as soon
+        // as it has the ACCEPT, and a connection that reaches iw_cm before its remote-info
+        // entry is reported with the peer's mapped address and leaks the entry
+        // (kernel-iwpm.md §4.4). The C daemon gets this order by accident (its ACCEPT goes
+        // through a sender thread); we make it explicit.
+        self.send_peer(via, from, PeerMsgType::Accept, accept);
     }
 
     fn on_accept(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {

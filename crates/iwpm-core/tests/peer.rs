@@ -202,7 +202,10 @@ fn passive_request_accept_remote_info_ack() {
     let mapped = listener(&mut h, "10.0.0.2:4000");
     assert_eq!(mapped, sa("10.0.0.2:40000"));
     let req = request_to("10.0.0.2:4000", 0xfeed);
+    h.order.clear();
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
+    // REMOTE_INFO must reach the kernel before the ACCEPT lets the peer connect.
+    assert_eq!(h.order, "KP");
     let acc = h.expect_peer();
     assert_eq!(
         (acc.via, acc.to),

@@ -77,6 +77,8 @@ pub struct Host {
     pub sent_at: HashMap<u32, (Instant, u16)>,
     /// Kernel seqs already answered (reply or HANDLE_ERR), to check the reply-once rule.
     pub answered: HashSet<u32>,
+    /// Order in which actions left the core: 'K' kernel datagram, 'P' peer datagram.
+    pub order: String,
 }
 
 impl Host {
@@ -99,6 +101,7 @@ impl Host {
             legacy_out: Vec::new(),
             sent_at: HashMap::new(),
             answered: HashSet::new(),
+            order: String::new(),
         }
     }
 
@@ -141,6 +144,7 @@ impl Host {
         while let Some(a) = self.core.poll_action() {
             match a {
                 Action::ToKernel(bytes) => {
+                    self.order.push('K');
                     for f in decode_daemon_datagram(&bytes) {
                         match f {
                             Ok(DaemonFrame::Msg(env, msg)) => {
@@ -162,6 +166,7 @@ impl Host {
                     }
                 }
                 Action::ToPeer { via, to, datagram } => {
+                    self.order.push('P');
                     let msg = PeerMessage::decode(&datagram).expect("valid peer datagram");
                     self.peer_out.push_back(Sent {
                         via,
