@@ -1,24 +1,30 @@
 #!/bin/bash
 # Run every real-kernel rig suite against our daemon, with the C iwpmd as reference.
 #
-# Usage: tests/rig/run-all.sh [--daemon PATH] [--no-c] [--only SUITE,...] [--keep-going]
+# Usage: tests/rig/run-all.sh [--daemon PATH] [--no-c] [--only SUITE,...] [--selftest]
 #   --daemon PATH  our iwpmd binary (default: cargo build --release -p iwpmd, then
 #                  target/release/iwpmd)
 #   --no-c         skip the C reference runs that are not comparisons (restart, negative,
 #                  abi, twovm C<->C); single (cmtime) and the mixed twovm pairs always run
 #   --only LIST    only these suites: single,restart,negative,abi,twovm
+#   --selftest     also prove that the checks can fail: run the single suite against a
+#                  deliberately broken responder (tools/rigtool.c mute-responder: never
+#                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
+#                  with forged=ignored (it does not check senders); the checks listed
+#                  below must FAIL there, and each such failure counts as a PASS
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
 # Results: target/rig/ (summary.txt, cmtime.txt, share/out/<run>/ with every trace);
 # exit status 0 only if every check of every run passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,twovm"
+OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,twovm"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
     --no-c) WITH_C=0; shift ;;
     --only) ONLY="$2"; shift 2 ;;
+    --selftest) SELFTEST=1; shift ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -103,6 +109,26 @@ if want twovm; then
   run2 twovm-ours-c $RS $C
   run2 twovm-c-ours $C $RS
   [ $WITH_C = 1 ] && run2 twovm-c-c $C $C
+fi
+
+# ---- self-test: checks that must fail against broken daemons ------------------------------
+expect_fail() {  # expect_fail RUN CHECK...: those checks of RUN must be FAIL
+  local run=$1 c f="$SHARE/out/$1/checks.txt" out="$SHARE/out/$1-selftest/checks.txt"; shift
+  mkdir -p "$(dirname "$out")"; : > "$out"
+  for c in "$@"; do
+    if grep -q "^FAIL $c:" "$f"; then echo "PASS $c fails as it must: $(grep "^FAIL $c:" "$f" | head -1 | cut -c6-)" >> "$out"
+    else echo "FAIL $c should have failed against this daemon but did not" >> "$out"; fi
+  done
+  collect "$run-selftest" 0 0
+}
+if [ $SELFTEST = 1 ]; then
+  MUTE=/usr/local/bin/rigtool
+  "$RIG_DIR/run-vm.sh" -n selftest-mute -s "$SHARE" -T 300 -m 1024 -l "$RES/console-selftest-mute.log" \
+    -e iwpmd=$MUTE -e iwpmd_args=mute-responder -e cmtime=5 -e ipv6=0 "$RIG_DIR/guest/suite-single.sh" > /dev/null 2>&1
+  expect_fail selftest-mute rping ucmatose dump trace-peer trace-answered cmtime
+  "$RIG_DIR/run-vm.sh" -n selftest-forged-c -s "$SHARE" -T 180 -m 1024 -l "$RES/console-selftest-forged-c.log" \
+    -e iwpmd=$C -e forged=ignored "$RIG_DIR/guest/suite-negative.sh" > /dev/null 2>&1
+  expect_fail selftest-forged-c forge-no-reply forge-table
 fi
 
 # ---- cmtime tables: ours vs C vs no daemon -----------------------------------------------

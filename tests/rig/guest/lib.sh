@@ -154,8 +154,7 @@ rping_pair() {
   t0=$(uptime_s)
   timeout 60 rping -c -a "$a" -p "$p" -C "$n" -v > "$OUT/rping-$tag-client.log" 2>&1; rc=$?
   RPING_T=$(elapsed "$t0")
-  [ $rc = 0 ] || { sleep 2; kill $sp 2>/dev/null; }
-  wait $sp; src=$?
+  if [ $rc = 0 ]; then wait_or_kill $sp 10; else sleep 2; kill $sp 2>/dev/null; wait $sp; fi; src=$?
   RPING_LINES=$(grep -c 'ping data' "$OUT/rping-$tag-client.log")
   log "rping[$tag] $a -C $n: client rc=$rc server rc=$src, $RPING_LINES ping lines, ${RPING_T}s"
   [ $rc = 0 ] && [ $src = 0 ] && [ "$RPING_LINES" = "$n" ]
@@ -209,6 +208,12 @@ reply_errors() { grep -E ' nl send .*(MAPPING_ERR=[1-9]|PID_ERR=[1-9]| HANDLE_ER
 # hpid_wrong FILE PORTID: daemon messages whose header pid is not its port id
 hpid_wrong() { grep -E ' nl send ' "$1" | grep -v " hpid=$2 "; }
 
+# wait_or_kill PID SECS: wait for a background job, killing it after SECS; returns its status
+wait_or_kill() {
+  local i=0
+  while kill -0 "$1" 2>/dev/null; do i=$((i+1)); [ $i -ge $(($2*5)) ] && { kill "$1" 2>/dev/null; break; }; sleep 0.2; done
+  wait "$1"
+}
 # Cross-VM barriers through the shared 9p folder (both VMs mount the same host dir).
 SYNC="${RIG_SHARE:-/tmp}/out/${RIG_SYNC:-sync}"
 flag()      { mkdir -p "$SYNC"; echo "$RIG_NAME $(uptime_s)" > "$SYNC/$1"; }

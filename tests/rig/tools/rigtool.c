@@ -7,6 +7,11 @@
  *   rigtool udp IP PORT HEX                     one UDP datagram with the given bytes
  *   rigtool nl-portid                           port id of the first NETLINK_RDMA user
  *                                               socket with multicast groups (the daemon)
+ *   rigtool mute-responder                      a deliberately broken port mapper for the
+ *                                               rig's self-test: says HELLO, answers REG_PID
+ *                                               and ADD_MAPPING, never answers QUERY_MAPPING
+ *                                               (so every connect waits for the kernel's
+ *                                               timeout) and dumps nothing on SIGUSR1
  *
  * The netlink messages are shaped exactly like the kernel's own (NLM_F_REQUEST, header
  * pid 0, attributes SEQ / ADDR / FLAGS) so only the sender's socket address tells them
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,7 +34,12 @@
 #endif
 #define RDMA_NL_IWCM 2
 #define OP_ADD_MAPPING 1
+#define OP_REG_PID 0
+#define OP_QUERY_MAPPING 2
 #define OP_REMOVE_MAPPING 3
+#define OP_MAPINFO 6
+#define OP_HELLO 8
+#define ULIB_NAME "iWarpPortMapperUser"
 
 struct buf { unsigned char b[1024]; size_t n; };
 
@@ -166,6 +177,89 @@ static int nl_portid(void)
 	return 1;
 }
 
+/* find attribute TYPE in the payload of H; returns its data and length, or NULL */
+static const unsigned char *get_attr(const struct nlmsghdr *h, uint16_t type, uint16_t *len)
+{
+	const unsigned char *p = (const unsigned char *)NLMSG_DATA(h);
+	const unsigned char *end = (const unsigned char *)h + h->nlmsg_len;
+	while (p + 4 <= end) {
+		uint16_t alen, atype;
+		memcpy(&alen, p, 2);
+		memcpy(&atype, p + 2, 2);
+		if (alen < 4 || p + alen > end)
+			break;
+		if ((atype & 0x3fff) == type) {
+			*len = alen - 4;
+			return p + 4;
+		}
+		p += (alen + 3u) & ~3u;
+	}
+	return NULL;
+}
+
+static void nl_send(int fd, struct buf *m, uint16_t type, uint32_t seq)
+{
+	struct nlmsghdr *h = (struct nlmsghdr *)m->b;
+	h->nlmsg_len = m->n;
+	h->nlmsg_type = type;
+	h->nlmsg_flags = NLM_F_REQUEST;
+	h->nlmsg_seq = seq;
+	h->nlmsg_pid = getpid();
+	struct sockaddr_nl k = { .nl_family = AF_NETLINK };
+	if (sendto(fd, m->b, m->n, 0, (struct sockaddr *)&k, sizeof(k)) < 0)
+		perror("sendto kernel");
+}
+
+static int mute_responder(void)
+{
+	signal(SIGUSR1, SIG_IGN);
+	int fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA);
+	struct sockaddr_nl me = { .nl_family = AF_NETLINK, .nl_pid = getpid(), .nl_groups = 3 };
+	if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
+		perror("netlink");
+		return 1;
+	}
+	uint32_t seq = 0;
+	uint16_t ver = 4;
+	struct buf m = { .n = sizeof(struct nlmsghdr) };
+	put_attr(&m, 1, &ver, 2);
+	nl_send(fd, &m, (RDMA_NL_IWCM << 10) | OP_HELLO, seq++);
+	m.n = sizeof(struct nlmsghdr);
+	put_attr(&m, 1, ULIB_NAME, sizeof(ULIB_NAME));
+	put_attr(&m, 2, &ver, 2);
+	nl_send(fd, &m, (RDMA_NL_IWCM << 10) | OP_MAPINFO, seq++);
+	for (;;) {
+		unsigned char in[8192];
+		ssize_t n = recv(fd, in, sizeof(in), 0);
+		if (n < 0)
+			continue;
+		for (struct nlmsghdr *h = (struct nlmsghdr *)in; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			int op = h->nlmsg_type & 0x3ff;
+			uint16_t len;
+			const unsigned char *a, *dev;
+			uint16_t devlen, zero = 0;
+			if (h->nlmsg_type < NLMSG_MIN_TYPE)
+				continue;
+			m.n = sizeof(struct nlmsghdr);
+			if (op == OP_REG_PID && (dev = get_attr(h, 3, &devlen))) {
+				put_attr(&m, 1, &h->nlmsg_seq, 4);
+				put_attr(&m, 2, dev, strnlen((const char *)dev, devlen) + 1);
+				put_attr(&m, 3, ULIB_NAME, sizeof(ULIB_NAME));
+				put_attr(&m, 4, &ver, 2);
+				put_attr(&m, 5, &zero, 2);
+				nl_send(fd, &m, h->nlmsg_type, seq++);
+			} else if (op == OP_ADD_MAPPING && (a = get_attr(h, 2, &len)) && len >= 128) {
+				put_attr(&m, 1, &h->nlmsg_seq, 4);
+				put_attr(&m, 2, a, 128);
+				put_attr(&m, 3, a, 128);
+				put_attr(&m, 4, &zero, 2);
+				nl_send(fd, &m, h->nlmsg_type, seq++);
+			}
+			/* QUERY_MAPPING, REMOVE_MAPPING and everything else: no answer */
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int rc = 2;
@@ -177,7 +271,9 @@ int main(int argc, char **argv)
 		rc = udp_send(argc, argv);
 	else if (argc >= 2 && !strcmp(argv[1], "nl-portid"))
 		rc = nl_portid();
+	else if (argc >= 2 && !strcmp(argv[1], "mute-responder"))
+		rc = mute_responder();
 	if (rc == 2)
-		fprintf(stderr, "usage: rigtool nl-add|nl-remove PORTID IP PORT [SEQ] | udp IP PORT HEX | nl-portid\n");
+		fprintf(stderr, "usage: rigtool nl-add|nl-remove PORTID IP PORT [SEQ] | udp IP PORT HEX | nl-portid | mute-responder\n");
 	return rc;
 }
