@@ -1,0 +1,557 @@
+//! A UDP relay in front of one daemon's peer port: the "network" between the daemons,
+//! which the lab controls. It drops, duplicates and replays datagrams on request, and it
+//! timestamps every peer message, which is how the lab splits connection latency into the
+//! peer exchange and the rest.
+//!
+//! # Why a relay, and how it is wired
+//!
+//! A daemon sends its REQUEST to `remote-ip:peer-port`, where `remote-ip` is the address
+//! the application connects to. So the relay owns that address (the host's *public*
+//! address, `front`) and the daemon's peer sockets bind a second address of the same host
+//! (`backend`, its *backstage* address) on the same port. For each client that sends to
+//! the front, the relay opens one inner socket on the front IP and forwards the client's
+//! datagrams from it to the backend; what the daemon answers to that inner socket goes
+//! back to the client from the front address. Each datagram crosses exactly one relay
+//! (the one in front of its passive daemon), so a loss rate applies once per datagram in
+//! either direction. The daemons see ordinary peers: the passive one sees the relay's
+//! inner socket as the sender (it only ever answers to the source), and the active one
+//! matches ACCEPTs by handle, not by source.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use iwpm_proto::peer::{PeerMessage, PeerMsgType};
+use mio::{Events, Interest, Poll, Token, Waker};
+use serde::Serialize;
+
+use crate::netns::{NetPlace, NetnsError};
+
+const FRONT: Token = Token(0);
+const WAKE: Token = Token(1);
+const FIRST_INNER: usize = 2;
+
+/// What the relay does to datagrams. Can be changed while it runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RelayConfig {
+    /// Share of datagrams dropped, 0.0..=1.0, drawn per datagram and direction.
+    pub loss: f64,
+    /// Share of delivered datagrams delivered twice.
+    pub duplicate: f64,
+    /// Deliver one more copy of every delivered datagram this much later.
+    pub replay_after: Option<Duration>,
+    /// Drop every datagram of these types (REQUEST, ACCEPT, ACK, REJECT by wire code).
+    pub block: [bool; 4],
+    /// Seed of the drop/duplicate draws (runs are repeatable for a given schedule).
+    pub seed: u64,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            loss: 0.0,
+            duplicate: 0.0,
+            replay_after: None,
+            block: [false; 4],
+            seed: 0x1d_5eed,
+        }
+    }
+}
+
+/// Counters by message type (index = wire code: REQUEST, ACCEPT, ACK, REJECT).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RelayStats {
+    /// Datagrams that arrived at the relay.
+    pub seen: [u64; 4],
+    /// Datagrams dropped (loss or block).
+    pub dropped: [u64; 4],
+    /// Datagrams forwarded (copies included).
+    pub delivered: [u64; 4],
+    /// Extra copies sent by `duplicate`.
+    pub duplicated: u64,
+    /// Extra copies sent by `replay_after`.
+    pub replayed: u64,
+    /// Datagrams that are not peer messages (forwarded untouched).
+    pub malformed: u64,
+    /// Sends that failed (daemon gone, buffer full).
+    pub send_errors: u64,
+}
+
+impl RelayStats {
+    /// Sum over types.
+    pub fn total(counts: &[u64; 4]) -> u64 {
+        counts.iter().sum()
+    }
+}
+
+/// When the relay saw the messages of one exchange (keyed by the connecting address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExchangeTimes {
+    /// Association handle of the latest REQUEST.
+    pub handle: u64,
+    /// First REQUEST arrival (≈ when the active daemon sent it).
+    pub first_request: Instant,
+    /// REQUESTs seen (retransmissions included).
+    pub requests: u32,
+    /// First ACCEPT or REJECT the relay delivered (≈ when the active daemon got it).
+    pub first_answer_delivered: Option<Instant>,
+    /// ACCEPTs seen.
+    pub accepts: u32,
+    /// REJECTs seen.
+    pub rejects: u32,
+    /// ACKs seen.
+    pub acks: u32,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: Mutex<RelayConfig>,
+    stats: Mutex<RelayStats>,
+    times: Mutex<HashMap<SocketAddr, ExchangeTimes>>,
+    stop: AtomicBool,
+}
+
+/// Why a relay could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// Binding the front address failed.
+    #[error("relay cannot bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Setting up polling or the thread failed.
+    #[error("relay set-up: {0}")]
+    Setup(std::io::Error),
+    /// Entering the namespace failed.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+}
+
+/// A running relay; stopped on drop.
+#[derive(Debug)]
+pub struct Relay {
+    front: SocketAddr,
+    backend: SocketAddr,
+    shared: Arc<Shared>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Binds `front` in `place` and forwards to `backend`.
+    pub fn start(
+        place: &NetPlace,
+        front: SocketAddr,
+        backend: SocketAddr,
+        config: RelayConfig,
+    ) -> Result<Relay, RelayError> {
+        let shared = Arc::new(Shared {
+            config: Mutex::new(config),
+            stats: Mutex::new(RelayStats::default()),
+            times: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
+        // The thread (and the inner sockets it creates) live in the host's namespace.
+        let (waker, thread) = place.run(move || -> Result<_, RelayError> {
+            let socket = UdpSocket::bind(front).map_err(|source| RelayError::Bind {
+                addr: front,
+                source,
+            })?;
+            socket.set_nonblocking(true).map_err(RelayError::Setup)?;
+            let poll = Poll::new().map_err(RelayError::Setup)?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(RelayError::Setup)?);
+            let mut front_sock = mio::net::UdpSocket::from_std(socket);
+            poll.registry()
+                .register(&mut front_sock, FRONT, Interest::READABLE)
+                .map_err(RelayError::Setup)?;
+            let worker = Worker {
+                poll,
+                front: front_sock,
+                front_ip: front.ip(),
+                backend,
+                inner: Vec::new(),
+                by_client: HashMap::new(),
+                timers: BinaryHeap::new(),
+                timer_seq: 0,
+                rng: 0,
+                shared: sh,
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("iwpm-relay-{front}"))
+                .spawn(move || worker.run())
+                .map_err(RelayError::Setup)?;
+            Ok((waker, thread))
+        })??;
+        Ok(Relay {
+            front,
+            backend,
+            shared,
+            waker,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address clients send to.
+    pub fn front(&self) -> SocketAddr {
+        self.front
+    }
+
+    /// The daemon's address.
+    pub fn backend(&self) -> SocketAddr {
+        self.backend
+    }
+
+    /// Changes what the relay does from now on.
+    pub fn set_config(&self, config: RelayConfig) {
+        *self
+            .shared
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = config;
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> RelayConfig {
+        self.shared
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RelayStats {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The timestamps of the exchange for connecting address `cp`.
+    pub fn exchange(&self, cp: SocketAddr) -> Option<ExchangeTimes> {
+        self.shared
+            .times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&cp)
+            .copied()
+    }
+
+    /// Every exchange seen.
+    pub fn exchanges(&self) -> HashMap<SocketAddr, ExchangeTimes> {
+        self.shared
+            .times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let _ = self.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where a datagram leaves the relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Via {
+    /// From the front socket (to a client).
+    Front,
+    /// From inner socket `k` (to the backend).
+    Inner(usize),
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: std::cmp::Reverse<(Instant, u64)>,
+    via: Via,
+    to: SocketAddr,
+    bytes: Vec<u8>,
+    code: Option<u8>,
+}
+
+struct Worker {
+    poll: Poll,
+    front: mio::net::UdpSocket,
+    front_ip: std::net::IpAddr,
+    backend: SocketAddr,
+    /// Inner sockets and the client each one stands for.
+    inner: Vec<(mio::net::UdpSocket, SocketAddr)>,
+    by_client: HashMap<SocketAddr, usize>,
+    timers: BinaryHeap<Timer>,
+    timer_seq: u64,
+    rng: u64,
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    fn run(mut self) {
+        self.rng = self.config().seed;
+        let mut events = Events::with_capacity(64);
+        let mut buf = vec![0u8; 2048];
+        while !self.shared.stop.load(Ordering::Acquire) {
+            let timeout = self
+                .timers
+                .peek()
+                .map(|t| t.at.0 .0.saturating_duration_since(Instant::now()))
+                .unwrap_or(Duration::from_millis(200))
+                .min(Duration::from_millis(200));
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "relay poll failed");
+                    return;
+                }
+            }
+            let ready: Vec<Token> = events.iter().map(|e| e.token()).collect();
+            for token in ready {
+                match token {
+                    FRONT => self.drain_front(&mut buf),
+                    WAKE => {}
+                    Token(k) => self.drain_inner(k - FIRST_INNER, &mut buf),
+                }
+            }
+            self.fire_timers();
+        }
+    }
+
+    fn config(&self) -> RelayConfig {
+        self.shared
+            .config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// splitmix64: a uniform draw in [0, 1).
+    fn draw(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn drain_front(&mut self, buf: &mut [u8]) {
+        loop {
+            match self.front.recv_from(buf) {
+                Ok((n, from)) => {
+                    let Some(k) = self.inner_for(from) else {
+                        continue;
+                    };
+                    let bytes = buf[..n].to_vec();
+                    self.handle(bytes, Via::Inner(k), self.backend);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // ICMP errors reported on the socket; nothing to do but go on.
+                    tracing::debug!(error = %e, "relay front receive error");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn drain_inner(&mut self, k: usize, buf: &mut [u8]) {
+        loop {
+            let Some((sock, client)) = self.inner.get(k) else {
+                return;
+            };
+            let client = *client;
+            match sock.recv_from(buf) {
+                Ok((n, _)) => {
+                    let bytes = buf[..n].to_vec();
+                    self.handle(bytes, Via::Front, client);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "relay inner receive error");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The inner socket standing for `client`, created on first use.
+    fn inner_for(&mut self, client: SocketAddr) -> Option<usize> {
+        if let Some(k) = self.by_client.get(&client) {
+            return Some(*k);
+        }
+        let k = self.inner.len();
+        let bound = UdpSocket::bind(SocketAddr::new(self.front_ip, 0))
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .map(mio::net::UdpSocket::from_std)
+            .and_then(|mut s| {
+                self.poll
+                    .registry()
+                    .register(&mut s, Token(FIRST_INNER + k), Interest::READABLE)
+                    .map(|()| s)
+            });
+        match bound {
+            Ok(s) => {
+                self.inner.push((s, client));
+                self.by_client.insert(client, k);
+                Some(k)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "relay cannot open an inner socket");
+                None
+            }
+        }
+    }
+
+    /// Records, then drops, delivers, duplicates or schedules one datagram.
+    fn handle(&mut self, bytes: Vec<u8>, via: Via, to: SocketAddr) {
+        let now = Instant::now();
+        let cfg = self.config();
+        let msg = PeerMessage::decode(&bytes).ok();
+        let code = msg.map(|m| m.msg_type.code());
+        {
+            let mut st = self
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match code {
+                Some(c) => st.seen[usize::from(c)] += 1,
+                None => st.malformed += 1,
+            }
+        }
+        if let Some(m) = msg {
+            self.note_arrival(now, &m);
+        }
+        let blocked = code.is_some_and(|c| cfg.block[usize::from(c)]);
+        if blocked || (cfg.loss > 0.0 && self.draw() < cfg.loss) {
+            if let Some(c) = code {
+                self.stats().dropped[usize::from(c)] += 1;
+            }
+            return;
+        }
+        self.send(via, to, &bytes, code);
+        if let Some(m) = msg {
+            self.note_delivery(now, &m);
+        }
+        if cfg.duplicate > 0.0 && self.draw() < cfg.duplicate {
+            self.stats().duplicated += 1;
+            self.send(via, to, &bytes, code);
+        }
+        if let Some(after) = cfg.replay_after {
+            self.timer_seq += 1;
+            self.timers.push(Timer {
+                at: std::cmp::Reverse((now + after, self.timer_seq)),
+                via,
+                to,
+                bytes,
+                code,
+            });
+        }
+    }
+
+    fn stats(&self) -> std::sync::MutexGuard<'_, RelayStats> {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn send(&mut self, via: Via, to: SocketAddr, bytes: &[u8], code: Option<u8>) {
+        let sock = match via {
+            Via::Front => Some(&self.front),
+            Via::Inner(k) => self.inner.get(k).map(|(s, _)| s),
+        };
+        let ok = sock.is_some_and(|s| s.send_to(bytes, to).is_ok());
+        let mut st = self.stats();
+        if !ok {
+            st.send_errors += 1;
+        } else if let Some(c) = code {
+            st.delivered[usize::from(c)] += 1;
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while self.timers.peek().is_some_and(|t| t.at.0 .0 <= now) {
+            let Some(t) = self.timers.pop() else { break };
+            self.stats().replayed += 1;
+            self.send(t.via, t.to, &t.bytes, t.code);
+        }
+    }
+
+    fn times(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, ExchangeTimes>> {
+        self.shared
+            .times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn note_arrival(&self, now: Instant, m: &PeerMessage) {
+        let cp = m.cp();
+        let mut times = self.times();
+        match m.msg_type {
+            PeerMsgType::Request => {
+                let e = times.entry(cp).or_insert(ExchangeTimes {
+                    handle: m.assoc_handle,
+                    first_request: now,
+                    requests: 0,
+                    first_answer_delivered: None,
+                    accepts: 0,
+                    rejects: 0,
+                    acks: 0,
+                });
+                if e.handle != m.assoc_handle {
+                    // The same local address in a new exchange: start over.
+                    *e = ExchangeTimes {
+                        handle: m.assoc_handle,
+                        first_request: now,
+                        requests: 0,
+                        first_answer_delivered: None,
+                        accepts: 0,
+                        rejects: 0,
+                        acks: 0,
+                    };
+                }
+                e.requests += 1;
+            }
+            PeerMsgType::Accept => {
+                if let Some(e) = times.get_mut(&cp) {
+                    e.accepts += 1;
+                }
+            }
+            PeerMsgType::Reject => {
+                if let Some(e) = times.get_mut(&cp) {
+                    e.rejects += 1;
+                }
+            }
+            PeerMsgType::Ack => {
+                if let Some(e) = times.get_mut(&cp) {
+                    e.acks += 1;
+                }
+            }
+        }
+    }
+
+    fn note_delivery(&self, now: Instant, m: &PeerMessage) {
+        if matches!(m.msg_type, PeerMsgType::Accept | PeerMsgType::Reject) {
+            if let Some(e) = self.times().get_mut(&m.cp()) {
+                if e.first_answer_delivered.is_none() && e.handle == m.assoc_handle {
+                    e.first_answer_delivered = Some(now);
+                }
+            }
+        }
+    }
+}

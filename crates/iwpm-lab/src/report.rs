@@ -1,0 +1,347 @@
+//! The run's results: one serialisable structure, printed as text for people and as JSON
+//! for machines (the same numbers).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::lab::RestartOutcome;
+
+/// p50/p99/max of a set of durations, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: usize,
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile (nearest rank).
+    pub p99_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+}
+
+impl Percentiles {
+    /// From samples (any order); `None` when there are none.
+    pub fn of(samples: &[Duration]) -> Option<Percentiles> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut v: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        v.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            let i = (p * v.len() as f64).ceil() as usize;
+            v[i.clamp(1, v.len()) - 1]
+        };
+        Some(Percentiles {
+            count: v.len(),
+            p50_ms: rank(0.50),
+            p99_ms: rank(0.99),
+            max_ms: v[v.len() - 1],
+        })
+    }
+}
+
+/// What was run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunSettings {
+    /// Connections asked for.
+    pub connections: usize,
+    /// Concurrency.
+    pub concurrency: usize,
+    /// "ipv4" or "ipv6".
+    pub family: String,
+    /// "loopback", "private namespace" or "namespaces + veth".
+    pub topology: String,
+    /// "port-mapped (FLAGS=0)" or "no port map (FLAGS=1, siw)".
+    pub mode: String,
+    /// Host A's address.
+    pub host_a: String,
+    /// Host B's address.
+    pub host_b: String,
+    /// The daemons' peer port.
+    pub peer_port: u16,
+    /// Relays in front of the daemons.
+    pub relays: bool,
+    /// Relay loss, percent.
+    pub loss_percent: f64,
+    /// Whether B's daemon was killed and restarted.
+    pub restart_daemon: bool,
+    /// The daemon binary.
+    pub daemon_binary: String,
+}
+
+/// Connection outcomes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Connections {
+    /// Attempted.
+    pub attempted: usize,
+    /// Established (and still up at the peak).
+    pub established: usize,
+    /// Not established.
+    pub failed: usize,
+    /// Failures by category.
+    pub failures: BTreeMap<String, usize>,
+    /// Established with the daemons' mapping (not the kernel's unmapped fallback).
+    pub mapped: usize,
+    /// Passive ends that found the peer's real address in the remote-info table.
+    pub remote_info_found: usize,
+    /// Connections whose both ends, both daemons and both kernels agree.
+    pub consistent: usize,
+}
+
+/// Mapping counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Mappings {
+    /// Mappings held by A's daemon at the peak.
+    pub peak_a: usize,
+    /// Mappings held by B's daemon at the peak.
+    pub peak_b: usize,
+    /// TCP ports A's daemon held at the peak.
+    pub ports_held_a: u64,
+    /// TCP ports B's daemon held at the peak.
+    pub ports_held_b: u64,
+    /// Mappings left in A's daemon after teardown.
+    pub after_teardown_a: usize,
+    /// Mappings left in B's daemon after teardown.
+    pub after_teardown_b: usize,
+}
+
+/// Peer protocol traffic (both daemons, all incarnations).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Peer {
+    /// Exchanges answered to A's kernel (QUERY replies with the peer's mapping).
+    pub exchanges: u64,
+    /// REMOTE_INFO messages B's daemon sent to its kernel.
+    pub remote_infos: u64,
+    /// REQUESTs sent (retransmissions included).
+    pub requests: u64,
+    /// ACCEPTs sent.
+    pub accepts: u64,
+    /// ACKs sent.
+    pub acks: u64,
+    /// REJECTs sent.
+    pub rejects: u64,
+    /// REQUEST + ACCEPT retransmissions.
+    pub retransmissions: u64,
+    /// Duplicates absorbed by the daemons.
+    pub duplicates: u64,
+    /// Datagrams the relays saw.
+    pub relay_seen: u64,
+    /// Datagrams the relays dropped.
+    pub relay_dropped: u64,
+    /// Extra copies the relays sent.
+    pub relay_extra_copies: u64,
+}
+
+/// Latencies of established connections.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// From `rdma_create_id` to `ESTABLISHED`.
+    pub connect: Option<Percentiles>,
+    /// The daemon's own share of the QUERY: its QUERY round trip at the tap minus the
+    /// peer exchange.
+    pub daemon_local: Option<Percentiles>,
+    /// From the first REQUEST to the ACCEPT delivered, at the relay (the UDP round trip,
+    /// the remote daemon and any retransmission waits).
+    pub peer_exchange: Option<Percentiles>,
+    /// The rest: emulated kernel, rdma_cm and fabric (connect minus the QUERY round trip).
+    pub kernel_and_fabric: Option<Percentiles>,
+    /// B's listener ADD_MAPPING round trip (purely daemon-local), ms.
+    pub listen_add_ms: Option<f64>,
+}
+
+/// Wall-clock phases.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Timings {
+    /// Hosts, daemons, listener.
+    pub setup_s: f64,
+    /// Opening the connections.
+    pub connect_s: f64,
+    /// Tearing them down and checking the tables emptied.
+    pub teardown_s: f64,
+    /// Everything.
+    pub total_s: f64,
+    /// Established connections per second of the connect phase.
+    pub connections_per_s: f64,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// Settings.
+    pub settings: RunSettings,
+    /// Outcomes.
+    pub connections: Connections,
+    /// Mappings.
+    pub mappings: Mappings,
+    /// Peer traffic.
+    pub peer: Peer,
+    /// Latencies.
+    pub latency: Latency,
+    /// Durations.
+    pub timings: Timings,
+    /// The daemon restart, with `--restart-daemon`.
+    pub restart: Option<RestartOutcome>,
+    /// Protocol violations the emulated kernels recorded ("host: violation").
+    pub violations: Vec<String>,
+    /// Every disagreement between what should hold and what did.
+    pub mismatches: Vec<String>,
+    /// Daemon exit statuses after SIGTERM ("A", "B").
+    pub daemon_exits: BTreeMap<String, String>,
+    /// No failure, mismatch or violation.
+    pub ok: bool,
+}
+
+fn ms(p: &Option<Percentiles>) -> [String; 3] {
+    match p {
+        Some(p) => [
+            format!("{:.3}", p.p50_ms),
+            format!("{:.3}", p.p99_ms),
+            format!("{:.3}", p.max_ms),
+        ],
+        None => ["n/a".into(), "n/a".into(), "n/a".into()],
+    }
+}
+
+impl Report {
+    /// The human-readable report.
+    pub fn render(&self) -> String {
+        let s = &self.settings;
+        let c = &self.connections;
+        let m = &self.mappings;
+        let p = &self.peer;
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "iwpm-lab: {} connections (concurrency {}), {} {}, {}",
+            s.connections, s.concurrency, s.family, s.topology, s.mode
+        );
+        let _ = writeln!(
+            o,
+            "  host A {} -> host B {}, peer port {}, {}",
+            s.host_a,
+            s.host_b,
+            s.peer_port,
+            if s.relays {
+                format!("daemons behind lab relays (loss {}%)", s.loss_percent)
+            } else {
+                "daemons talk directly".to_string()
+            }
+        );
+        let _ = writeln!(o);
+        let failures = if c.failures.is_empty() {
+            String::new()
+        } else {
+            let parts: Vec<String> = c.failures.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            format!(" ({})", parts.join(", "))
+        };
+        let _ = writeln!(
+            o,
+            "connections   {}/{} established, {} failed{failures}",
+            c.established, c.attempted, c.failed
+        );
+        let _ = writeln!(
+            o,
+            "              {} mapped by the daemons, {} consistent on both sides, remote-info found {}",
+            c.mapped, c.consistent, c.remote_info_found
+        );
+        let _ = writeln!(
+            o,
+            "mappings      held at peak: A {} (TCP ports {}), B {} (TCP ports {}); after teardown: A {}, B {}",
+            m.peak_a, m.ports_held_a, m.peak_b, m.ports_held_b, m.after_teardown_a, m.after_teardown_b
+        );
+        let _ = writeln!(
+            o,
+            "peer          {} exchanges, {} REMOTE_INFO; sent REQUEST {}, ACCEPT {}, ACK {}, REJECT {}",
+            p.exchanges, p.remote_infos, p.requests, p.accepts, p.acks, p.rejects
+        );
+        let _ = writeln!(
+            o,
+            "              retransmissions {}, duplicates absorbed {}",
+            p.retransmissions, p.duplicates
+        );
+        if s.relays {
+            let _ = writeln!(
+                o,
+                "              relays: {} datagrams seen, {} dropped, {} extra copies",
+                p.relay_seen, p.relay_dropped, p.relay_extra_copies
+            );
+        }
+        let l = &self.latency;
+        let _ = writeln!(
+            o,
+            "latency (ms)        {:>10} {:>10} {:>10}",
+            "p50", "p99", "max"
+        );
+        for (name, v) in [
+            ("connect", &l.connect),
+            ("  daemon-local", &l.daemon_local),
+            ("  peer exchange", &l.peer_exchange),
+            ("  kernel+fabric", &l.kernel_and_fabric),
+        ] {
+            let [a, b, c] = ms(v);
+            let _ = writeln!(o, "  {name:<18}{a:>10} {b:>10} {c:>10}");
+        }
+        if let Some(add) = l.listen_add_ms {
+            let _ = writeln!(o, "  listen (ADD_MAPPING round trip): {add:.3} ms");
+        }
+        let t = &self.timings;
+        let _ = writeln!(
+            o,
+            "throughput    {:.0} connections/s ({} in {:.2} s); setup {:.2} s, teardown {:.2} s, total {:.2} s",
+            t.connections_per_s, c.established, t.connect_s, t.setup_s, t.teardown_s, t.total_s
+        );
+        if let Some(r) = &self.restart {
+            let _ = writeln!(
+                o,
+                "restart       B's iwpmd pid {} killed (-9), pid {} recovered {}/{} kernel mappings ({} replayed), same mapped ports: {}; down {:.0} ms",
+                r.old_pid,
+                r.new_pid,
+                r.recovered,
+                r.kernel_mappings,
+                r.replayed,
+                if r.lost.is_empty() && r.changed.is_empty() { "yes" } else { "NO" },
+                r.downtime_ms
+            );
+        }
+        let exits: Vec<String> = self
+            .daemon_exits
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(o, "daemons       exit after SIGTERM: {}", exits.join(", "));
+        let _ = writeln!(o, "violations    {}", self.violations.len());
+        for v in self.violations.iter().take(10) {
+            let _ = writeln!(o, "  {v}");
+        }
+        let _ = writeln!(o, "mismatches    {}", self.mismatches.len());
+        for v in self.mismatches.iter().take(20) {
+            let _ = writeln!(o, "  {v}");
+        }
+        if self.mismatches.len() > 20 {
+            let _ = writeln!(o, "  ... and {} more", self.mismatches.len() - 20);
+        }
+        let _ = writeln!(o, "result        {}", if self.ok { "OK" } else { "FAILED" });
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        let p = Percentiles::of(&samples).unwrap();
+        assert_eq!(p.count, 100);
+        assert!((p.p50_ms - 50.0).abs() < 1e-9);
+        assert!((p.p99_ms - 99.0).abs() < 1e-9);
+        assert!((p.max_ms - 100.0).abs() < 1e-9);
+        assert_eq!(Percentiles::of(&[]), None);
+        let one = Percentiles::of(&[Duration::from_millis(7)]).unwrap();
+        assert!((one.p50_ms - 7.0).abs() < 1e-9 && (one.p99_ms - 7.0).abs() < 1e-9);
+    }
+}

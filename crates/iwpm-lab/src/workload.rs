@@ -1,0 +1,352 @@
+//! The traffic: host A opens N connections to a listener on host B, at most C at a time,
+//! through asynchronous rdma_cm-style ids on one event channel; host B accepts every
+//! request. Both ends are recorded so the checks can pair them up.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use iwpm_kernel_emu::{CmEventKind, CmId, ConnInfo, EventChannel, Host};
+use serde::Serialize;
+
+/// How many connections and how fast.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// Connections to open.
+    pub connections: usize,
+    /// At most this many in progress at once.
+    pub concurrency: usize,
+    /// Give up on one connection after this long (beyond the kernel's own 10 s timeout).
+    pub per_connection_timeout: Duration,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            connections: 1000,
+            concurrency: 32,
+            per_connection_timeout: Duration::from_secs(40),
+        }
+    }
+}
+
+/// Why a connection did not get established.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum ConnFailure {
+    /// `REJECTED` (no listener at the mapped address, duplicate tuple, or by the peer).
+    Rejected(String),
+    /// `UNREACHABLE`.
+    Unreachable(String),
+    /// `ADDR_ERROR`.
+    AddrError(String),
+    /// An id operation failed.
+    Cm(String),
+    /// No outcome within the per-connection timeout.
+    Timeout,
+    /// Established, then disconnected before the end of the run.
+    Dropped,
+}
+
+impl ConnFailure {
+    /// A short category for counting.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ConnFailure::Rejected(_) => "rejected",
+            ConnFailure::Unreachable(_) => "unreachable",
+            ConnFailure::AddrError(_) => "address error",
+            ConnFailure::Cm(_) => "cm error",
+            ConnFailure::Timeout => "timeout",
+            ConnFailure::Dropped => "dropped",
+        }
+    }
+}
+
+/// One active connection attempt.
+#[derive(Clone, Debug)]
+pub struct ConnRecord {
+    /// Its index in the run.
+    pub index: usize,
+    /// The active id (destroyed at teardown).
+    pub id: CmId,
+    /// When the id was created.
+    pub started: Instant,
+    /// When the outcome arrived.
+    pub finished: Option<Instant>,
+    /// Established connection details, or why not.
+    pub outcome: Option<Result<ConnInfo, ConnFailure>>,
+}
+
+impl ConnRecord {
+    /// The established connection, if it was.
+    pub fn established(&self) -> Option<&ConnInfo> {
+        match &self.outcome {
+            Some(Ok(info)) => Some(info),
+            _ => None,
+        }
+    }
+
+    /// Time from creation to the outcome.
+    pub fn latency(&self) -> Option<Duration> {
+        self.finished.map(|f| f.duration_since(self.started))
+    }
+}
+
+/// Progress so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Attempts with an outcome.
+    pub done: usize,
+    /// Of which established.
+    pub established: usize,
+    /// Of which failed.
+    pub failed: usize,
+}
+
+/// Opens the connections from `host` to `dst`; returns every attempt, established ones
+/// still open. `on_progress` is called after each outcome.
+pub fn connect_all(
+    host: &Host,
+    dst: SocketAddr,
+    config: &WorkloadConfig,
+    mut on_progress: impl FnMut(Progress),
+) -> Vec<ConnRecord> {
+    let channel = EventChannel::new();
+    let mut records: Vec<ConnRecord> = Vec::with_capacity(config.connections);
+    let mut by_num: HashMap<u64, usize> = HashMap::new();
+    let mut progress = Progress::default();
+    let mut in_flight = 0usize;
+    let concurrency = config.concurrency.max(1);
+    let finish = |rec: &mut ConnRecord,
+                  outcome: Result<ConnInfo, ConnFailure>,
+                  progress: &mut Progress,
+                  in_flight: &mut usize| {
+        if rec.outcome.is_some() {
+            return false;
+        }
+        rec.finished = Some(Instant::now());
+        match &outcome {
+            Ok(_) => progress.established += 1,
+            Err(_) => progress.failed += 1,
+        }
+        rec.outcome = Some(outcome);
+        progress.done += 1;
+        *in_flight -= 1;
+        true
+    };
+    while progress.done < config.connections {
+        while in_flight < concurrency && records.len() < config.connections {
+            let index = records.len();
+            let id = host.create_id(Some(&channel));
+            by_num.insert(id.num(), index);
+            records.push(ConnRecord {
+                index,
+                id: id.clone(),
+                started: Instant::now(),
+                finished: None,
+                outcome: None,
+            });
+            in_flight += 1;
+            if let Err(e) = id.resolve_addr(None, dst) {
+                let rec = &mut records[index];
+                if finish(
+                    rec,
+                    Err(ConnFailure::Cm(e.to_string())),
+                    &mut progress,
+                    &mut in_flight,
+                ) {
+                    on_progress(progress);
+                }
+            }
+        }
+        let event = match channel.get_event(Duration::from_millis(100)) {
+            Ok(ev) => ev,
+            Err(_) => {
+                let now = Instant::now();
+                let mut changed = false;
+                for rec in records.iter_mut().filter(|r| r.outcome.is_none()) {
+                    if now.duration_since(rec.started) > config.per_connection_timeout {
+                        let _ = rec.id.destroy();
+                        changed |= finish(
+                            rec,
+                            Err(ConnFailure::Timeout),
+                            &mut progress,
+                            &mut in_flight,
+                        );
+                    }
+                }
+                if changed {
+                    on_progress(progress);
+                }
+                continue;
+            }
+        };
+        let Some(&index) = by_num.get(&event.id.num()) else {
+            continue;
+        };
+        let rec = &mut records[index];
+        let outcome = match event.kind {
+            CmEventKind::AddrResolved => rec.id.resolve_route().err().map(|e| e.to_string()),
+            CmEventKind::RouteResolved => rec.id.connect().err().map(|e| e.to_string()),
+            CmEventKind::Established(info) => {
+                if finish(rec, Ok(info), &mut progress, &mut in_flight) {
+                    on_progress(progress);
+                }
+                None
+            }
+            CmEventKind::Rejected(r) => {
+                if finish(
+                    rec,
+                    Err(ConnFailure::Rejected(format!("{r:?}"))),
+                    &mut progress,
+                    &mut in_flight,
+                ) {
+                    on_progress(progress);
+                }
+                None
+            }
+            CmEventKind::Unreachable(r) => {
+                if finish(
+                    rec,
+                    Err(ConnFailure::Unreachable(format!("{r:?}"))),
+                    &mut progress,
+                    &mut in_flight,
+                ) {
+                    on_progress(progress);
+                }
+                None
+            }
+            CmEventKind::AddrError(e) => {
+                if finish(
+                    rec,
+                    Err(ConnFailure::AddrError(e.to_string())),
+                    &mut progress,
+                    &mut in_flight,
+                ) {
+                    on_progress(progress);
+                }
+                None
+            }
+            CmEventKind::Disconnected => {
+                if rec.established().is_some() {
+                    rec.outcome = Some(Err(ConnFailure::Dropped));
+                }
+                None
+            }
+            CmEventKind::ConnectRequest(_) => None,
+        };
+        if let Some(err) = outcome {
+            if finish(
+                rec,
+                Err(ConnFailure::Cm(err)),
+                &mut progress,
+                &mut in_flight,
+            ) {
+                on_progress(progress);
+            }
+        }
+    }
+    records
+}
+
+/// One accepted connection on the passive side.
+#[derive(Clone, Debug)]
+pub struct Accepted {
+    /// The child id.
+    pub id: CmId,
+    /// Its connection details.
+    pub info: ConnInfo,
+    /// Got `ESTABLISHED`.
+    pub established: bool,
+    /// Got `DISCONNECTED`.
+    pub disconnected: bool,
+}
+
+/// Collects the children of an auto-accepting listener from its event channel.
+#[derive(Debug)]
+pub struct Acceptor {
+    stop: Arc<AtomicBool>,
+    accepted: Arc<Mutex<Vec<Accepted>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Acceptor {
+    /// Starts draining `channel` (the listener's and its children's).
+    pub fn start(channel: EventChannel) -> Acceptor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted: Arc<Mutex<Vec<Accepted>>> = Arc::default();
+        let (s, acc) = (stop.clone(), accepted.clone());
+        let thread = std::thread::Builder::new()
+            .name("iwpm-lab-acceptor".into())
+            .spawn(move || {
+                let mut index: HashMap<u64, usize> = HashMap::new();
+                while !s.load(Ordering::Acquire) {
+                    let Ok(ev) = channel.get_event(Duration::from_millis(50)) else {
+                        continue;
+                    };
+                    let mut list = acc.lock().unwrap_or_else(PoisonError::into_inner);
+                    match ev.kind {
+                        CmEventKind::ConnectRequest(info) => {
+                            index.insert(ev.id.num(), list.len());
+                            list.push(Accepted {
+                                id: ev.id,
+                                info,
+                                established: false,
+                                disconnected: false,
+                            });
+                        }
+                        CmEventKind::Established(_) => {
+                            if let Some(&i) = index.get(&ev.id.num()) {
+                                list[i].established = true;
+                            }
+                        }
+                        CmEventKind::Disconnected => {
+                            if let Some(&i) = index.get(&ev.id.num()) {
+                                list[i].disconnected = true;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            })
+            .ok();
+        Acceptor {
+            stop,
+            accepted,
+            thread,
+        }
+    }
+
+    /// What was accepted so far.
+    pub fn accepted(&self) -> Vec<Accepted> {
+        self.accepted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until `cond` holds for the accepted list.
+    pub fn wait(&self, timeout: Duration, cond: impl Fn(&[Accepted]) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if cond(&self.accepted.lock().unwrap_or_else(PoisonError::into_inner)) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
