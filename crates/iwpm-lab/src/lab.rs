@@ -325,13 +325,30 @@ impl Side {
     /// Kills the daemon with SIGKILL, waits `pause`, starts a new one, waits until it has
     /// acknowledged the kernel's MAPINFO replay, and compares its table with the kernel's.
     pub fn restart_daemon(&mut self, pause: Duration) -> Result<RestartOutcome, LabError> {
-        let before = self.dump()?;
-        retire(&mut self.retired, &before);
+        let old_pid = self.daemon_mut()?.pid();
         let acks_before = self.host.stats().kernel.mapinfo_num_acks;
         let replayed_before = self.host.stats().kernel.mapinfo_records_sent;
-        let old_pid = self.daemon_mut()?.pid();
+        // Hold peer traffic at the relay for a moment so the counters read just before the
+        // kill are the daemon's last (what reaches a dying daemon is lost either way).
+        let saved = self.relay.as_ref().map(|r| {
+            let saved = r.config();
+            r.set_config(RelayConfig {
+                block: [true; 4],
+                ..saved.clone()
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            saved
+        });
+        let before = self.dump().and_then(|d| {
+            self.kill_daemon()?;
+            Ok(d)
+        });
         let killed_at = Instant::now();
-        self.kill_daemon()?;
+        if let (Some(r), Some(saved)) = (&self.relay, saved) {
+            r.set_config(saved);
+        }
+        let before = before?;
+        retire(&mut self.retired, &before);
         std::thread::sleep(pause);
         self.start_daemon()?;
         let nonempty = !self.host.kernel_view().mapinfo.is_empty();

@@ -34,9 +34,10 @@ struct Cli {
     #[arg(long, default_value_t = 1000)]
     connections: usize,
 
-    /// Connections in progress at once.
-    #[arg(long, default_value_t = 32)]
-    concurrency: usize,
+    /// Connections in progress at once [default: 64, or 256 with --loss, whose
+    /// retransmissions make each connection take about a second].
+    #[arg(long)]
+    concurrency: Option<usize>,
 
     /// Print the report as JSON (same numbers).
     #[arg(long)]
@@ -70,7 +71,8 @@ struct Cli {
     #[arg(long, value_name = "PORT")]
     peer_port: Option<u16>,
 
-    /// No relays and no kernel-link taps: the daemons talk directly (no latency split).
+    /// No relays and no kernel-link taps: the daemons talk directly to each other and to
+    /// the emulated kernels (no latency split; exposes the Unix kernel link's queue limits).
     #[arg(long, conflicts_with_all = ["loss", "duplicate"])]
     direct: bool,
 
@@ -161,7 +163,9 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     let opts = RunOptions {
         workload: WorkloadConfig {
             connections: cli.connections,
-            concurrency: cli.concurrency,
+            concurrency: cli
+                .concurrency
+                .unwrap_or(if cli.loss > 0.0 { 256 } else { 64 }),
             ..WorkloadConfig::default()
         },
         restart_daemon: cli.restart_daemon,

@@ -133,6 +133,9 @@ pub struct Peer {
     pub relay_dropped: u64,
     /// Extra copies the relays sent.
     pub relay_extra_copies: u64,
+    /// REMOTE_INFO entries B's kernel still holds after teardown (a REQUEST answered
+    /// twice, e.g. across a daemon restart, leaves one the kernel never consumes).
+    pub stale_remote_info: usize,
 }
 
 /// Latencies of established connections.
@@ -267,6 +270,13 @@ impl Report {
                 o,
                 "              relays: {} datagrams seen, {} dropped, {} extra copies",
                 p.relay_seen, p.relay_dropped, p.relay_extra_copies
+            );
+        }
+        if p.stale_remote_info > 0 {
+            let _ = writeln!(
+                o,
+                "              {} REMOTE_INFO entries left unconsumed in B's kernel",
+                p.stale_remote_info
             );
         }
         let l = &self.latency;

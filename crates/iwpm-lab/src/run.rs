@@ -317,6 +317,7 @@ pub fn run(
 
     // Counters, violations, exits.
     report.peer = peer_counters(lab)?;
+    report.peer.stale_remote_info = lab.b.host.kernel_view().remote_info.len();
     for side in [&lab.a, &lab.b] {
         for v in side.host.violations() {
             report.violations.push(format!("host {}: {v:?}", side.name));

@@ -168,6 +168,8 @@ impl Tap {
                 kernel,
                 inner: None,
                 next_inner: 0,
+                to_kernel: VecDeque::new(),
+                to_daemon: VecDeque::new(),
                 shared: sh,
             };
             let thread = std::thread::Builder::new()
@@ -275,8 +277,10 @@ impl Drop for Inner {
 
 /// Both sockets of a link are connected to their peer: Linux then skips the receive-queue
 /// length limit of Unix datagram sockets (`net.unix.max_dgram_qlen`, 10 by default), which
-/// netlink does not have either. A burst of REG_PIDs or replies must not be dropped by the
-/// emulation when the real kernel would deliver it.
+/// netlink does not have either. And the tap never blocks: what a full socket does not take
+/// waits in a queue and is retried. Blocking here could deadlock with the emulator, which
+/// sends to the daemon (to us) while holding its host lock, and whose driver needs that
+/// lock to read what we send it.
 struct Worker {
     poll: Poll,
     daemon_side: UnixDatagram,
@@ -286,22 +290,30 @@ struct Worker {
     kernel: PathBuf,
     inner: Option<Inner>,
     next_inner: usize,
+    /// Daemon datagrams waiting for room at the emulator.
+    to_kernel: VecDeque<Vec<u8>>,
+    /// Kernel datagrams waiting for room at the daemon.
+    to_daemon: VecDeque<Vec<u8>>,
     shared: Arc<Shared>,
 }
 
-/// How long a send to the emulator may wait for room (netlink sends to the kernel never
-/// fail for lack of room, so the tap waits rather than drops).
-const KERNEL_SEND_WAIT: Duration = Duration::from_secs(2);
+/// A full queue: `EAGAIN`, or `ENOBUFS` which Unix sockets may return for the same.
+fn is_full(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(105)
+}
 
 impl Worker {
     fn run(mut self) {
         let mut events = Events::with_capacity(64);
         let mut buf = vec![0u8; 65536];
         while !self.shared.stop.load(Ordering::Acquire) {
-            if let Err(e) = self
-                .poll
-                .poll(&mut events, Some(Duration::from_millis(200)))
-            {
+            let backlog = !self.to_kernel.is_empty() || !self.to_daemon.is_empty();
+            let timeout = if backlog {
+                Duration::from_micros(500)
+            } else {
+                Duration::from_millis(200)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     tracing::error!(error = %e, "tap poll failed");
                     return;
@@ -316,6 +328,7 @@ impl Worker {
                     _ => self.drain_inner(&mut buf),
                 }
             }
+            self.flush();
         }
     }
 
@@ -341,6 +354,8 @@ impl Worker {
     }
 
     fn close_inner(&mut self) {
+        self.to_kernel.clear();
+        self.to_daemon.clear();
         if let Some(inner) = self.inner.take() {
             let _ = self
                 .poll
@@ -387,7 +402,7 @@ impl Worker {
                     if self.note_from_daemon(&bytes) {
                         continue;
                     }
-                    self.send_kernel(&bytes);
+                    self.to_kernel.push_back(bytes);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -439,24 +454,35 @@ impl Worker {
         }
     }
 
-    fn send_kernel(&self, bytes: &[u8]) {
-        let Some(inner) = &self.inner else {
-            self.records().kernel_send_failures += 1;
-            return;
-        };
-        let deadline = Instant::now() + KERNEL_SEND_WAIT;
-        loop {
+    /// Sends what the sockets take now; the rest waits for the next round.
+    fn flush(&mut self) {
+        while let Some(bytes) = self.to_kernel.front() {
+            let Some(inner) = &self.inner else {
+                self.records().kernel_send_failures += self.to_kernel.len() as u64;
+                self.to_kernel.clear();
+                break;
+            };
             match inner.socket.send(bytes) {
-                Ok(_) => return,
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
-                {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
+                Ok(_) => {}
+                Err(e) if is_full(&e) => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "tap: kernel side send failed");
                     self.records().kernel_send_failures += 1;
-                    return;
+                }
+            }
+            self.to_kernel.pop_front();
+        }
+        while let Some(bytes) = self.to_daemon.front() {
+            match self.daemon_side.send(bytes) {
+                Ok(_) => {
+                    self.to_daemon.pop_front();
+                }
+                Err(e) if is_full(&e) => break,
+                Err(_) => {
+                    // Like a unicast to a dead netlink port: this and later sends fail.
+                    self.records().undeliverable += self.to_daemon.len() as u64;
+                    self.close_inner();
+                    break;
                 }
             }
         }
@@ -471,11 +497,10 @@ impl Worker {
                 Ok(n) => {
                     let bytes = buf[..n].to_vec();
                     self.note_to_daemon(&bytes);
-                    if !self.connected || self.daemon_side.send(&bytes).is_err() {
-                        // Like a unicast to a dead netlink port: this and later sends fail.
+                    if self.connected {
+                        self.to_daemon.push_back(bytes);
+                    } else {
                         self.records().undeliverable += 1;
-                        self.close_inner();
-                        return;
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
