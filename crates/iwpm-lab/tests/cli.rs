@@ -1,0 +1,113 @@
+//! The `iwpm-lab` binary end to end: the report, `--json` with the same numbers, the
+//! options, and the exit status.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs the binary with `args`, killing it after `limit`.
+fn lab(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iwpm-lab"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iwpm-lab");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("iwpm-lab {args:?} ran longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = lab(args, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "iwpm-lab {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
+#[test]
+fn json_report() {
+    let r = json(&["--connections", "300", "--json"]);
+    assert_eq!(r["ok"], true);
+    assert_eq!(r["connections"]["attempted"], 300);
+    assert_eq!(r["connections"]["established"], 300);
+    assert_eq!(r["connections"]["consistent"], 300);
+    assert_eq!(r["connections"]["failed"], 0);
+    assert_eq!(r["mappings"]["peak_a"], 300);
+    assert_eq!(r["mappings"]["peak_b"], 1);
+    assert_eq!(r["mappings"]["after_teardown_a"], 0);
+    assert_eq!(r["peer"]["exchanges"], 300);
+    assert_eq!(r["violations"].as_array().unwrap().len(), 0);
+    assert_eq!(r["mismatches"].as_array().unwrap().len(), 0);
+    for part in [
+        "connect",
+        "daemon_local",
+        "peer_exchange",
+        "kernel_and_fabric",
+    ] {
+        assert_eq!(r["latency"][part]["count"], 300, "{part}");
+    }
+}
+
+#[test]
+fn text_report() {
+    let out = lab(&["--connections", "100"], Duration::from_secs(120));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for needle in [
+        "100/100 established, 0 failed",
+        "held at peak: A 100",
+        "violations    0",
+        "mismatches    0",
+        "result        OK",
+        "daemon-local",
+        "peer exchange",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn no_port_map_and_loss() {
+    let r = json(&[
+        "--connections",
+        "60",
+        "--no-port-map",
+        "--loss",
+        "30",
+        "--json",
+    ]);
+    assert_eq!(r["ok"], true);
+    assert_eq!(r["connections"]["consistent"], 60);
+    assert_eq!(
+        r["mappings"]["ports_held_a"], 0,
+        "siw mappings reserve nothing"
+    );
+    assert!(r["peer"]["relay_dropped"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn restart_daemon() {
+    let r = json(&["--connections", "200", "--restart-daemon", "--json"]);
+    assert_eq!(r["ok"], true);
+    assert_eq!(r["restart"]["recovered"], 1);
+    assert_eq!(r["restart"]["lost"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let out = lab(&["--loss", "150"], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2));
+    let out = lab(&["--no-such-flag"], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2));
+}
