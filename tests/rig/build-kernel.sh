@@ -4,7 +4,7 @@
 #
 # Usage: tests/rig/build-kernel.sh [-f]     (-f: build from source even if a kernel exists)
 # Order: $RIG_KERNEL if set; else ../shared/rig/bzImage when present with the same
-# fragment; else $RIG_CACHE/bzImage, built from Debian's linux-source-6.1 if missing or
+# fragment (RIG_NO_SHARED=1 skips it); else $RIG_CACHE/bzImage, built from Debian's linux-source-6.1 if missing or
 # stale. Prints the path of the kernel to use as its last line.
 # Env: RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3).
 set -euo pipefail

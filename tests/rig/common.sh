@@ -13,11 +13,11 @@ SHARED_RIG="$REPO/../shared/rig"
 # Print the CONFIG_ lines of a fragment, sorted, so comments do not matter.
 rig_frag_key() { grep -E '^(CONFIG_|# CONFIG_.* is not set)' "$1" | LC_ALL=C sort; }
 
-# rig_kernel: print the kernel image to boot ($RIG_KERNEL, the shared prebuilt one,
-# or the one build-kernel.sh left in the cache); empty if there is none yet.
+# rig_kernel: print the kernel image to boot ($RIG_KERNEL, the shared prebuilt one unless
+# RIG_NO_SHARED=1, or the one build-kernel.sh left in the cache); empty if none yet.
 rig_kernel() {
   if [ -n "${RIG_KERNEL:-}" ]; then echo "$RIG_KERNEL"; return; fi
-  if [ -f "$SHARED_RIG/bzImage" ] && [ -f "$SHARED_RIG/siw-rig.config" ] &&
+  if [ "${RIG_NO_SHARED:-0}" != 1 ] && [ -f "$SHARED_RIG/bzImage" ] && [ -f "$SHARED_RIG/siw-rig.config" ] &&
      [ "$(rig_frag_key "$SHARED_RIG/siw-rig.config")" = "$(rig_frag_key "$RIG_DIR/kernel/siw-rig.config")" ]; then
     echo "$SHARED_RIG/bzImage"; return
   fi

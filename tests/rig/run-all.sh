@@ -125,7 +125,7 @@ if [ $SELFTEST = 1 ]; then
   MUTE=/usr/local/bin/rigtool
   "$RIG_DIR/run-vm.sh" -n selftest-mute -s "$SHARE" -T 300 -m 1024 -l "$RES/console-selftest-mute.log" \
     -e iwpmd=$MUTE -e iwpmd_args=mute-responder -e cmtime=5 -e ipv6=0 "$RIG_DIR/guest/suite-single.sh" > /dev/null 2>&1
-  expect_fail selftest-mute rping ucmatose dump trace-peer trace-answered cmtime
+  expect_fail selftest-mute rping ucmatose dump dmesg trace-peer trace-answered cmtime dmesg-cmtime
   "$RIG_DIR/run-vm.sh" -n selftest-forged-c -s "$SHARE" -T 180 -m 1024 -l "$RES/console-selftest-forged-c.log" \
     -e iwpmd=$C -e forged=ignored "$RIG_DIR/guest/suite-negative.sh" > /dev/null 2>&1
   expect_fail selftest-forged-c forge-no-reply forge-table
@@ -145,7 +145,8 @@ done
   for f in "$SHARE"/out/*/cmtime-*.txt; do
     [ -s "$f" ] || continue
     r=$(basename "$(dirname "$f")"); k=$(basename "$f" .txt); k=${k#cmtime-}
-    awk -v n="$r/$k" '$1=="connect"{printf "   %-36s %10s %10s %12s\n", n, $3, $4, $6}' "$f"
+    awk -v n="$r/$k" '$1=="connect" { s=substr($0, index($0, ":") + 2)
+      printf "   %-36s %10.2f %10.2f %12.2f\n", n, substr(s, 1, 11), substr(s, 12, 11), substr(s, 34, 11) }' "$f"
   done; } | tee -a "$SUMMARY" >> "$CMT"
 
 # ---- verdict ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 # port-mapper message, so guest suites can check the daemon's real conversation:
 #
 #   TIME nl recv src=PORTID CLIENT OP hseq=N hpid=N flags=F ATTR=VAL ...
+#        (src=? when the daemon reads without asking for the sender's address)
 #   TIME nl send dst=PORTID CLIENT OP hseq=N hpid=N flags=F ATTR=VAL ...
 #   TIME nl recv src=PORTID DONE hseq=N err=E        (NLMSG_DONE, the kernel's dump end)
 #   TIME nl recv src=PORTID ERROR hseq=N err=E       (NLMSG_ERROR)
@@ -86,7 +87,7 @@ function attrs(n, dir, op,   o, len, ty, name, out, pl) { out = ""; o = 1
   if (dir == "send" && $0 ~ /resumed>/) next
 }
 /nlmsg_len=/ {
-  peer = ""; if (match($0, /sa_family=AF_NETLINK, nl_pid=[0-9]+/)) peer = substr($0, RSTART + 29, RLENGTH - 29)
+  peer = "?"; if (match($0, /sa_family=AF_NETLINK, nl_pid=[0-9]+/)) peer = substr($0, RSTART + 29, RLENGTH - 29)
   pw = (dir == "recv") ? "src=" peer : "dst=" peer
   rest = $0
   while (match(rest, /\{nlmsg_len=[0-9]+, nlmsg_type=[^,]+, nlmsg_flags=[^,]+, nlmsg_seq=[0-9]+, nlmsg_pid=[0-9]+\}, /)) {

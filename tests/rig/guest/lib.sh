@@ -31,7 +31,7 @@ bad()  { echo "FAIL $1: $2" >> "$CHECKS"; log "FAIL $1: $2"; FAILS=$((FAILS+1));
 check() { local n=$1 d=$2; shift 2; if "$@"; then ok "$n" "$d"; else bad "$n" "$d"; fi; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 elapsed() { echo "$1 $(uptime_s)" | awk '{printf "%.2f", $2-$1}'; }
-lt() { echo "$1 $2" | awk '{exit !($1 < $2)}'; }       # lt A B: A < B (decimals)
+lt() { echo "$1 $2" | awk '{exit !(($1 + 0) < ($2 + 0))}'; }   # lt A B: A < B (decimals)
 finish() {
   cp "$SYSLOG" "$OUT/syslog.txt" 2>/dev/null; dmesg > "$OUT/dmesg.txt"
   echo "===== $RIG_NAME checks"; cat "$CHECKS"
@@ -167,6 +167,19 @@ check_rping() {
   else bad "$1" "rping -C $3 to $2 failed ($RPING_LINES ping lines, ${RPING_T}s; see rping-$4-*.log)"; fi
 }
 
+# live_pair ADDR PORT TAG: a persistent rping server (-P) and a client that keeps
+# pinging; waits (max 15 s) until the client has exchanged data, so no connect is left
+# half-done when they are killed. Sets LIVE_SP, LIVE_CP; returns 1 if it never connected.
+live_pair() {
+  local i=0
+  rping -s -P -a "$1" -p "$2" > "$OUT/rping-$3-server.log" 2>&1 & LIVE_SP=$!
+  sleep 1
+  rping -c -v -a "$1" -p "$2" > "$OUT/rping-$3-client.log" 2>&1 & LIVE_CP=$!
+  while ! grep -q 'ping data' "$OUT/rping-$3-client.log"; do
+    i=$((i+1)); [ $i -ge 75 ] && { log "live rping client on :$2 never connected"; return 1; }; sleep 0.2
+  done
+  sleep 0.5
+}
 # cmtime_pair ADDR N TAG: cmtime server (-b) + client (-s); table to cmtime-TAG.txt;
 # sets CM_CONNECT_MAX_MS, CM_FAILS, CM_RC.
 cmtime_pair() {
@@ -177,9 +190,12 @@ cmtime_pair() {
   sleep 0.5; kill $sp 2>/dev/null; wait $sp 2>/dev/null
   CM_FAILS=$(grep -c -i 'fail' "$OUT/cmtime-$tag-client.log")
   grep -A8 '^step' "$OUT/cmtime-$tag-client.log" > "$OUT/cmtime-$tag.txt"
-  CM_CONNECT_MAX_MS=$(awk '$1=="connect"{print $4}' "$OUT/cmtime-$tag.txt")
+  CM_CONNECT_MAX_MS=$(cm_col "$OUT/cmtime-$tag.txt" connect 2)
   log "cmtime[$tag] -c $n: rc=$CM_RC, $CM_FAILS failure lines, connect max ${CM_CONNECT_MAX_MS:-?} ms"
 }
+# cm_col FILE ROW N: column N (1 total ms, 2 max ms, 3 min us, 4 us/conn) of a cmtime
+# table row; cmtime prints %11.2f fields with no separator, so wide numbers touch
+cm_col() { awk -v r="$2" -v n="$3" '$1==r { s=substr($0, index($0, ":") + 2); printf "%.2f\n", substr(s, 11*(n-1) + 1, 11) + 0 }' "$1"; }
 # check_cmtime NAME ADDR N TAG
 check_cmtime() {
   cmtime_pair "$2" "$3" "$4"
@@ -198,7 +214,7 @@ cnt() { grep -c -E "$2" "$1"; }
 # unanswered FILE: kernel requests (REG_PID, ADD, QUERY, MAPINFO_NUM from port id 0)
 # without a daemon reply carrying SEQ=<request hseq>, one line each
 unanswered() {
-  awk '$3=="recv" && $4=="src=0" && $5=="IWCM" && $6 ~ /^(REG_PID|ADD_MAPPING|QUERY_MAPPING|MAPINFO_NUM)$/ {
+  awk '$3=="recv" && ($4=="src=0" || $4=="src=?") && $5=="IWCM" && $6 ~ /^(REG_PID|ADD_MAPPING|QUERY_MAPPING|MAPINFO_NUM)$/ {
          s=$7; sub(/hseq=/,"",s); want[$6 " " s]=$0 }
        $3=="send" && $5=="IWCM" { for (i=8;i<=NF;i++) if ($i ~ /^SEQ=/) { s=$i; sub(/SEQ=/,"",s); got[$6 " " s]=1 } }
        END { for (k in want) if (!(k in got)) print want[k] }' "$1"
