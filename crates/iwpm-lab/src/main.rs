@@ -28,7 +28,16 @@ IPv6: the loopback interface has only ::1, so --ipv6 runs the lab in a private n
 namespace (a user namespace too when not root) and adds fd00:6c61:62::1/::2 (hosts) and \
 ::11/::12 (daemons) to its own lo. --netns (root) puts each host in its own namespace, \
 joined by a veth pair (198.18.0.0/24 or fd00:6c61:62::/64); the namespaces are deleted \
-at exit.")]
+at exit.
+
+REMOTE_INFO race: B's daemon answers A's REQUEST with a UDP ACCEPT and tells its own \
+kernel the peer's real address with REMOTE_INFO; when the connection overtakes the \
+REMOTE_INFO, B's kernel reports the peer's mapped address and keeps the entry. The \
+report counts these ('arrived after their connection'); they are not mismatches, a \
+REMOTE_INFO that never arrives is.
+
+Exit status: 0 all connections established and consistent, no protocol violation; \
+1 otherwise; 2 the lab could not be set up.")]
 struct Cli {
     /// Connections to open from A to B.
     #[arg(long, default_value_t = 1000)]

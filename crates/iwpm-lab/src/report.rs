@@ -87,6 +87,12 @@ pub struct Connections {
     pub mapped: usize,
     /// Passive ends that found the peer's real address in the remote-info table.
     pub remote_info_found: usize,
+    /// Passive ends whose REMOTE_INFO reached B's kernel only after the connection (the
+    /// kernel then reports the peer's mapped address and keeps the entry forever). A race
+    /// the protocol allows: B's daemon sends its UDP ACCEPT before its REMOTE_INFO, and the
+    /// connection can overtake it. Reported, not counted as a mismatch; a REMOTE_INFO that
+    /// never arrives is one.
+    pub remote_info_late: usize,
     /// Connections whose both ends, both daemons and both kernels agree.
     pub consistent: usize,
 }
@@ -250,6 +256,13 @@ impl Report {
             "              {} mapped by the daemons, {} consistent on both sides, remote-info found {}",
             c.mapped, c.consistent, c.remote_info_found
         );
+        if c.remote_info_late > 0 {
+            let _ = writeln!(
+                o,
+                "              {} REMOTE_INFO arrived after their connection (race lost, see --help)",
+                c.remote_info_late
+            );
+        }
         let _ = writeln!(
             o,
             "mappings      held at peak: A {} (TCP ports {}), B {} (TCP ports {}); after teardown: A {}, B {}",
