@@ -6,11 +6,11 @@
 //! UDP. The lab watches both kernel links ([`tap`]), sits in the UDP path between the
 //! daemons ([`relay`], which can also lose, duplicate and replay datagrams), reads the
 //! daemons' tables through their SIGUSR1 dumps ([`dump`]), and cross-checks all of it
-//! ([`run`]). The binary `iwpm-lab` prints the [`report`]; the integration tests use the
+//! ([`mod@run`]). The binary `iwpm-lab` prints the [`report`]; the integration tests use the
 //! same pieces.
 //!
 //! Layout: [`lab`] builds the topology (namespaces, hosts, taps, relays, daemons),
-//! [`workload`] drives the connections, [`run`] is the whole scenario with its checks.
+//! [`workload`] drives the connections, [`mod@run`] is the whole scenario with its checks.
 
 pub mod daemon;
 pub mod dump;
