@@ -21,8 +21,13 @@ done
 shift $((OPTIND-1))
 TEST="${1:-$HERE/guest/suite-twovm.sh}"
 NA=${NAMES%,*}; NB=${NAMES#*,}
-# first free loopback port at or above PORT
-while ss -ltn 2>/dev/null | grep -q "127.0.0.1:$PORT "; do PORT=$((PORT+1)); done
+# first free loopback port at or above PORT, held with a lock file so two pairs started
+# at once never share a link
+while :; do
+  exec 8> "/tmp/iwpm-rig-2vm-port-$PORT.lock"
+  if flock -n 8 && ! ss -ltn 2>/dev/null | grep -q "127.0.0.1:$PORT "; then break; fi
+  exec 8>&-; PORT=$((PORT+1))
+done
 SYNCNAME="sync-$NA-$NB"
 mkdir -p "$SHARE/out"; rm -rf "${SHARE:?}/out/$SYNCNAME"
 [ -f "$INITRD_DEFAULT" ] || "$HERE/mkinitramfs.sh" || exit 1

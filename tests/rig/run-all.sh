@@ -33,6 +33,11 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; esac; return 1; }
 RES="${CARGO_TARGET_DIR:-$REPO/target}/rig"
 SHARE="$RES/share"
 SUMMARY="$RES/summary.txt"
+# One run at a time per results folder (cargo test and a manual run may overlap): the
+# VM names, the share and the two-VM sockets would collide.
+mkdir -p "$RES"
+exec 9> "$RES/.lock"
+flock -n 9 || { echo "[run-all] waiting for another run-all on $RES" >&2; flock -w 1800 9 || { echo "[run-all] gave up waiting" >&2; exit 1; }; }
 T_START=$(date +%s)
 rm -rf "$SHARE/out"; mkdir -p "$SHARE/bin" "$SHARE/out"
 : > "$SUMMARY"

@@ -27,7 +27,8 @@ note "peer daemon: $(cat "$SYNC/$OTHER.daemon" 2>/dev/null)"
 if [ "$ROLE" = server ]; then
   rping -s -a "$IP" -p 7600 -C "$N" -v > "$OUT/rping-server.log" 2>&1 & sp=$!
   flag rping.listening; wait_flag rping.done 120; wait_or_kill $sp 10; rc=$?
-  check rping-server "rping server -C $N: rc=$rc" test $rc = 0
+  l=$(grep -c '^server ping data' "$OUT/rping-server.log")
+  check rping-server "rping server -C $N: $l ping lines (rc $rc)" test "$l" = "$N"
   rping -s -P -a "$IP" -p 7601 > "$OUT/rping-live-server.log" 2>&1 & sp=$!
   flag live.listening; wait_flag live.connected 120
   iwpmd_dump "$OUT/dump-live.txt"
