@@ -3,6 +3,7 @@
 //! and after each input the core's actions are executed at once (a `Reserve` is answered
 //! with `handle_reserved` before anything else is fed in).
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
@@ -30,6 +31,10 @@ const DRAIN_BUDGET: usize = 64;
 
 /// Burst of rate-limited warnings per window.
 const WARN_BURST: u32 = 5;
+/// Most datagrams held for the kernel link while its socket is full (a Unix-datagram
+/// receiver queues only `net.unix.max_dgram_qlen` datagrams); past this, new ones are
+/// dropped and counted, so a stalled kernel side cannot grow our memory without bound.
+const KERNEL_QUEUE_MAX: usize = 65_536;
 /// Window of rate-limited warnings.
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
@@ -62,6 +67,8 @@ pub struct IoCounters {
     pub kernel_tx: u64,
     /// Sends to the kernel that failed.
     pub kernel_tx_errors: u64,
+    /// Sends that found the kernel link full and were queued until it drained.
+    pub kernel_tx_queued: u64,
     /// Kernel datagrams longer than the receive buffer.
     pub kernel_truncated: u64,
     /// Netlink datagrams from a port other than the kernel's (dropped).
@@ -90,6 +97,10 @@ pub struct Shell {
     warn_kernel: RateLimit,
     warn_peer: RateLimit,
     peer_buf: Vec<u8>,
+    /// Datagrams for the kernel waiting for the link to become writable, oldest first.
+    kernel_out: VecDeque<Vec<u8>>,
+    /// Whether the kernel link is registered for WRITABLE too.
+    kernel_wants_write: bool,
 }
 
 impl Shell {
@@ -124,6 +135,8 @@ impl Shell {
             warn_kernel: RateLimit::new(WARN_WINDOW, WARN_BURST),
             warn_peer: RateLimit::new(WARN_WINDOW, WARN_BURST),
             peer_buf: vec![0; PEER_RECV_BUFFER],
+            kernel_out: VecDeque::new(),
+            kernel_wants_write: false,
         })
     }
 
@@ -170,7 +183,14 @@ impl Shell {
                             return Ok(exit);
                         }
                     }
-                    KERNEL => backlog[0] = true,
+                    KERNEL => {
+                        if event.is_writable() {
+                            self.flush_kernel_queue();
+                        }
+                        if event.is_readable() {
+                            backlog[0] = true;
+                        }
+                    }
                     Token(t) => {
                         if let Some(slot) = t
                             .checked_sub(PEER_BASE)
@@ -207,12 +227,14 @@ impl Shell {
         let mut io_line = String::new();
         let _ = write!(
             io_line,
-            "io counters: kernel_rx={} kernel_tx={} kernel_tx_errors={} kernel_truncated={} \
+            "io counters: kernel_rx={} kernel_tx={} kernel_tx_errors={} kernel_tx_queued={} \
+             kernel_truncated={} \
              kernel_foreign={} kernel_overruns={} peer_rx={} peer_tx={} peer_tx_dropped={} \
              ports_held={}",
             c.kernel_rx,
             c.kernel_tx,
             c.kernel_tx_errors,
+            c.kernel_tx_queued,
             c.kernel_truncated,
             c.kernel_foreign,
             c.kernel_overruns,
@@ -356,21 +378,78 @@ impl Shell {
         }
     }
 
+    /// Sends one datagram to the kernel, in order: behind any queued ones, and queued itself
+    /// when the link is full (`EAGAIN`), never silently dropped while there is room.
     fn send_kernel(&mut self, bytes: &[u8]) {
-        match self.kernel.send(bytes) {
-            Ok(()) => self.counters.kernel_tx += 1,
-            Err(e) => {
-                self.counters.kernel_tx_errors += 1;
-                if let Some(suppressed) = self.warn_kernel.allow(Instant::now()) {
-                    tracing::warn!(
-                        link = self.kernel.kind_name(),
-                        len = bytes.len(),
-                        error = %e,
-                        suppressed,
-                        "cannot send to the kernel"
-                    );
+        if self.kernel_out.is_empty() {
+            match self.kernel.send(bytes) {
+                Ok(()) => {
+                    self.counters.kernel_tx += 1;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    self.kernel_send_failed(bytes.len(), &e);
+                    return;
                 }
             }
+        }
+        if self.kernel_out.len() >= KERNEL_QUEUE_MAX {
+            let e = io::Error::other("kernel link queue full");
+            self.kernel_send_failed(bytes.len(), &e);
+            return;
+        }
+        self.counters.kernel_tx_queued += 1;
+        self.kernel_out.push_back(bytes.to_vec());
+        self.want_kernel_writable(true);
+    }
+
+    /// Sends queued kernel datagrams until the link is full again or the queue is empty.
+    fn flush_kernel_queue(&mut self) {
+        while let Some(bytes) = self.kernel_out.front() {
+            match self.kernel.send(bytes) {
+                Ok(()) => self.counters.kernel_tx += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    let len = bytes.len();
+                    self.kernel_send_failed(len, &e);
+                }
+            }
+            self.kernel_out.pop_front();
+        }
+        self.want_kernel_writable(false);
+    }
+
+    fn want_kernel_writable(&mut self, want: bool) {
+        if want == self.kernel_wants_write {
+            return;
+        }
+        let interest = if want {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        let raw = self.kernel.as_raw_fd();
+        match self
+            .poll
+            .registry()
+            .reregister(&mut SourceFd(&raw), KERNEL, interest)
+        {
+            Ok(()) => self.kernel_wants_write = want,
+            Err(e) => tracing::error!(error = %e, "cannot change kernel link poll interest"),
+        }
+    }
+
+    fn kernel_send_failed(&mut self, len: usize, e: &io::Error) {
+        self.counters.kernel_tx_errors += 1;
+        if let Some(suppressed) = self.warn_kernel.allow(Instant::now()) {
+            tracing::warn!(
+                link = self.kernel.kind_name(),
+                len,
+                error = %e,
+                suppressed,
+                "cannot send to the kernel"
+            );
         }
     }
 

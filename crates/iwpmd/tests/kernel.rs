@@ -110,3 +110,33 @@ fn register_add_dump_remove() {
     d.signal(Signal::TERM);
     assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));
 }
+
+/// A Unix-datagram kernel side queues only `net.unix.max_dgram_qlen` (often 10) datagrams:
+/// a burst of replies larger than that must be held and delivered in order, not dropped.
+#[test]
+fn reply_burst_larger_than_the_link_queue_is_delivered_in_order() {
+    const BURST: u32 = 200;
+    let dir = scratch_dir("burst");
+    let mut kernel = FakeKernel::bind(&dir);
+    let _d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    kernel.handshake();
+    kernel.register();
+    let first = kernel.seq + 1;
+    for i in 0..BURST {
+        let port = 20_000 + u16::try_from(i).unwrap();
+        kernel.send(&KernelMsg::AddMapping(ManageMappingRequest {
+            echo_seq: 0,
+            addr: SockAddrStorage::from_socket_addr(SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
+            flags: Some(iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP),
+            unknown: vec![],
+        }));
+    }
+    // Let the daemon hit the full queue before we read anything.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for i in 0..BURST {
+        match kernel.recv_msg(WAIT) {
+            Some((_, DaemonMsg::AddMapping(r))) => assert_eq!(r.seq, first + i, "order"),
+            other => panic!("reply {i} of {BURST}: {other:?}"),
+        }
+    }
+}

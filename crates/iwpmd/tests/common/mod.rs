@@ -50,7 +50,7 @@ pub struct FakeKernel {
     pub path: PathBuf,
     pub sock: UnixDatagram,
     pub daemon: Option<UnixAddr>,
-    seq: u32,
+    pub seq: u32,
     pending: VecDeque<(Envelope, DaemonMsg)>,
 }
 
