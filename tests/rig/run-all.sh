@@ -150,6 +150,7 @@ done
   for f in "$SHARE"/out/*/cmtime-*.txt; do
     [ -s "$f" ] || continue
     r=$(basename "$(dirname "$f")"); k=$(basename "$f" .txt); k=${k#cmtime-}
+    case "$r" in selftest-*) continue ;; esac
     awk -v n="$r/$k" '$1=="connect" { s=substr($0, index($0, ":") + 2)
       printf "   %-36s %10.2f %10.2f %12.2f\n", n, substr(s, 1, 11), substr(s, 12, 11), substr(s, 34, 11) }' "$f"
   done; } | tee -a "$SUMMARY" >> "$CMT"
