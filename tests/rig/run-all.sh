@@ -67,9 +67,9 @@ run1() {  # run1 NAME TIMEOUT SUITE [-e KEY=VAL]...
     "$RIG_DIR/guest/suite-$suite.sh" > /dev/null 2>&1; rc=$?
   collect "$name" "$rc" "$(( $(date +%s) - t0 ))"
 }
-run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON
-  local name=$1 t0 rc; t0=$(date +%s)
-  "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$2" -B iwpmd="$3" \
+run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...
+  local name=$1 a=$2 b=$3 t0 rc; shift 3; t0=$(date +%s)
+  "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$a" -B iwpmd="$b" "$@" \
     > "$RES/console-$name.log" 2>&1
   grep -q "status" "$RES/console-$name.log" || true
   rc=$(sed -n "s/.*$name-A status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-A" "${rc:-125}" "$(( $(date +%s) - t0 ))"
@@ -114,6 +114,10 @@ if want twovm; then
   run2 twovm-ours-c $RS $C
   run2 twovm-c-ours $C $RS
   [ $WITH_C = 1 ] && run2 twovm-c-c $C $C
+  # timing only (daemons untraced): ours, C, none
+  run2 twovm-perf-ours $RS $RS -e trace=0
+  run2 twovm-perf-c $C $C -e trace=0
+  run2 twovm-perf-none none none -e trace=0
 fi
 
 # ---- self-test: checks that must fail against broken daemons ------------------------------
@@ -143,8 +147,11 @@ tbl "$SHARE/out/single-ours/cmtime-daemon.txt" "one VM, cmtime -c 50 through OUR
 tbl "$SHARE/out/single-c/cmtime-daemon.txt" "one VM, cmtime -c 50 through the C iwpmd"
 tbl "$SHARE/out/single-c/cmtime-nodaemon.txt" "one VM, cmtime -c 50 with no daemon (after the C run)"
 tbl "$SHARE/out/single-ours/cmtime-nodaemon.txt" "one VM, cmtime -c 50 with no daemon (after our run)"
+for p in ours c none; do
+  tbl "$SHARE/out/twovm-perf-$p-B/cmtime-across.txt" "two VMs, cmtime -c 50, daemons untraced: $p on both sides"
+done
 for p in ours-ours ours-c c-ours c-c; do
-  tbl "$SHARE/out/twovm-$p-B/cmtime-across.txt" "two VMs, cmtime -c 50, server daemon ${p%-*}, client daemon ${p#*-}"
+  tbl "$SHARE/out/twovm-$p-B/cmtime-across.txt" "two VMs, cmtime -c 50, both daemons under strace: server ${p%-*}, client ${p#*-}"
 done
 { echo; echo "== cmtime connect rows (total ms, max ms, us/conn)"
   for f in "$SHARE"/out/*/cmtime-*.txt; do

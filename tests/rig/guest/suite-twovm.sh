@@ -7,7 +7,9 @@
 # REMOTE_INFO to its kernel, client QUERY reply to its kernel + ACK. Each side checks its
 # own trace, then the peer's half against its own (same association handles).
 # Knobs: role=server|client hostid=1|2 peer=ADDR sync=DIR (set by run-2vm.sh),
-#        iwpmd=PATH iwpmd_args=A,B  rping_count=N [10]  cmtime=N [50]
+#        iwpmd=PATH|none iwpmd_args=A,B  rping_count=N [10]  cmtime=N [50]
+#        trace=0|1 [1]: 0 = timing run: daemons not traced, only rping/dump/cmtime checks
+#        (iwpmd=none: no daemon at all, the kernel connects unmapped)
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
 N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
@@ -17,8 +19,9 @@ setup_net
 note "kernel $(uname -r); role $ROLE; siw0 on $DEV ($IP); peer $PEER; daemon $IWPMD $IWPMD_ARGS"
 start_syslog
 dmesg_mark
-ST="$OUT/iwpmd.strace"
-check start "daemon up" start_iwpmd "$ST"
+TRACE=${RIG_TRACE:-1}; NODAEMON=0; [ "$IWPMD" = none ] && { NODAEMON=1; TRACE=0; }
+ST=""; [ "$TRACE" = 1 ] && ST="$OUT/iwpmd.strace"
+[ $NODAEMON = 1 ] || check start "daemon up" start_iwpmd "$ST"
 echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon" 2>/dev/null || { mkdir -p "$SYNC"; echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon"; }
 flag "$ROLE.up"; wait_flag "$OTHER.up" 120
 check ping "ICMP ping $PEER" sh -c "ping -c 2 -W 5 $PEER > $OUT/ping.txt 2>&1"
@@ -32,7 +35,7 @@ if [ "$ROLE" = server ]; then
   rping -s -P -a "$IP" -p 7601 > "$OUT/rping-live-server.log" 2>&1 & sp=$!
   flag live.listening; wait_flag live.connected 120
   iwpmd_dump "$OUT/dump-live.txt"
-  check dump "SIGUSR1 on the passive side: $DUMP_N mappings, incl. listener $IP:7601" \
+  [ $NODAEMON = 1 ] || check dump "SIGUSR1 on the passive side: $DUMP_N mappings, incl. listener $IP:7601" \
     sh -c "[ $DUMP_N -ge 1 ] && grep -q '$IP:7601(' $OUT/dump-live.txt"
   flag live.dumped; wait_flag live.done 120; kill $sp; wait $sp 2>/dev/null
   cmtime -b "$IP" -c "$CM" > "$OUT/cmtime-server.log" 2>&1 & sp=$!
@@ -50,7 +53,7 @@ else
   check live "live rping client to $PEER:7601 exchanging data" grep -q 'ping data' "$OUT/rping-live-client.log"
   sleep 0.5
   iwpmd_dump "$OUT/dump-live.txt"
-  check dump "SIGUSR1 on the active side: $DUMP_N mappings, incl. its own $IP:port" \
+  [ $NODAEMON = 1 ] || check dump "SIGUSR1 on the active side: $DUMP_N mappings, incl. its own $IP:port" \
     sh -c "[ $DUMP_N -ge 1 ] && grep -q 'Local address IPV4 $IP:' $OUT/dump-live.txt"
   flag live.connected; wait_flag live.dumped 60; kill $cp; wait $cp 2>/dev/null; flag live.done
   wait_flag cmtime.listening; sleep 1
@@ -58,9 +61,10 @@ else
   flag cmtime.done
 fi
 sed 's/^.*iwpmd[-a-z]*\[[0-9]*\]: /    /' "$OUT/dump-live.txt" | grep -E 'Mapping|address' >> "$SUM"
-check_dmesg dmesg
+[ $NODAEMON = 1 ] || check_dmesg dmesg
 flag "$ROLE.finished"; wait_flag "$OTHER.finished" 120
-check stop "daemon exits on SIGTERM" stop_iwpmd
+[ $NODAEMON = 1 ] || check stop "daemon exits on SIGTERM" stop_iwpmd
+if [ "$TRACE" = 0 ]; then cat "$SUM"; finish; fi
 
 T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
 cp "$T" "$SYNC/$ROLE-traffic.txt"
