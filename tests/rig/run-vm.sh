@@ -13,6 +13,7 @@
 #               listen:PORT | connect:PORT | udp:LOCALPORT:PEERPORT  (all 127.0.0.1)
 #   -M MAC      MAC for eth0 [52:54:00:12:34:56]
 #   -e KEY=VAL  kernel cmdline rig.KEY=VAL -> guest env RIG_KEY=VAL (repeatable)
+#   -K ARG      append ARG to the kernel cmdline as is, e.g. ipv6.disable=1 (repeatable)
 #   -k FILE     kernel [see build-kernel.sh]   -i FILE   initramfs [$RIG_CACHE/initramfs.cpio.gz]
 #   -l FILE     also save the console log to FILE
 # Exit: guest status; 124 = timeout; 125 = no status line (guest crashed).
@@ -21,15 +22,15 @@ set -euo pipefail
 HERE="$RIG_DIR"
 NAME=vm0; SHARE="$CACHE/share"; TMO=300; MEM=1024; CPUS=1; NET=""; MAC=52:54:00:12:34:56
 KERNEL="$(rig_kernel || true)"; INITRD="$INITRD_DEFAULT"; LOG=""; EXTRA_CMD=""
-while getopts "n:s:T:m:c:N:M:e:k:i:l:h" o; do
+while getopts "n:s:T:m:c:N:M:e:K:k:i:l:h" o; do
   case $o in
     n) NAME=$OPTARG ;; s) SHARE=$OPTARG ;; T) TMO=$OPTARG ;; m) MEM=$OPTARG ;; c) CPUS=$OPTARG ;;
-    N) NET=$OPTARG ;; M) MAC=$OPTARG ;; e) EXTRA_CMD+=" rig.$OPTARG" ;; k) KERNEL=$OPTARG ;;
-    i) INITRD=$OPTARG ;; l) LOG=$OPTARG ;; *) sed -n '2,20p' "$0"; exit 2 ;;
+    N) NET=$OPTARG ;; M) MAC=$OPTARG ;; e) EXTRA_CMD+=" rig.$OPTARG" ;; K) EXTRA_CMD+=" $OPTARG" ;; k) KERNEL=$OPTARG ;;
+    i) INITRD=$OPTARG ;; l) LOG=$OPTARG ;; *) sed -n '2,21p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND-1))
-[ $# -eq 1 ] || { sed -n '2,20p' "$0"; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,21p' "$0"; exit 2; }
 TEST="$1"
 [ -n "$KERNEL" ] && [ -f "$KERNEL" ] || { echo "no kernel: run tests/rig/build-kernel.sh" >&2; exit 2; }
 [ -f "$INITRD" ] || "$HERE/mkinitramfs.sh" -o "$INITRD" >&2
