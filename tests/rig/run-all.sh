@@ -5,8 +5,8 @@
 #   --daemon PATH  our iwpmd binary (default: cargo build --release -p iwpmd, then
 #                  target/release/iwpmd)
 #   --no-c         skip the C reference runs that are not comparisons (restart, negative,
-#                  abi, twovm C<->C); single (cmtime) and the mixed twovm pairs always run
-#   --only LIST    only these suites: single,restart,negative,abi,twovm
+#                  abi, noipv6, twovm C<->C); single (cmtime) and the mixed twovm pairs always run
+#   --only LIST    only these suites: single,restart,negative,abi,noipv6,twovm
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -18,7 +18,7 @@
 # exit status 0 only if every check of every run passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,twovm"; SELFTEST=0
+OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,noipv6,twovm"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
@@ -108,6 +108,10 @@ if want abi; then
     run1 abi-before-c 180 abi -e iwpmd=$C -e abi_order=before
     run1 abi-after-c 180 abi -e iwpmd=$C -e abi_order=after
   fi
+fi
+if want noipv6; then  # kernel booted with ipv6.disable=1: socket(AF_INET6) gives EAFNOSUPPORT
+  run1 noipv6-ours 180 noipv6 -K ipv6.disable=1 -e iwpmd=$RS
+  [ $WITH_C = 1 ] && run1 noipv6-c 180 noipv6 -K ipv6.disable=1 -e iwpmd=$C
 fi
 if want twovm; then
   run2 twovm-ours-ours $RS $RS
