@@ -6,7 +6,7 @@
 #                  target/release/iwpmd)
 #   --no-c         skip the C reference runs that are not comparisons (restart, negative,
 #                  abi, noipv6, twovm C<->C); single (cmtime) and the mixed twovm pairs always run
-#   --only LIST    only these suites: single,restart,negative,abi,noipv6,twovm
+#   --only LIST    only these suites: single,restart,negative,abi,noipv6,twovm,perf
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -18,7 +18,7 @@
 # exit status 0 only if every check of every run passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,noipv6,twovm"; SELFTEST=0
+OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,noipv6,twovm,perf"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
@@ -124,6 +124,10 @@ if want twovm; then
   run2 twovm-perf-none none none -e trace=0
 fi
 
+if want perf; then  # cmtime interleaved ours / C / none in one boot (fair timing)
+  run1 perf 300 perf -e daemons=$RS,$C,none -e rounds=5
+fi
+
 # ---- self-test: checks that must fail against broken daemons ------------------------------
 expect_fail() {  # expect_fail RUN CHECK...: those checks of RUN must be FAIL
   local run=$1 c f="$SHARE/out/$1/checks.txt" out="$SHARE/out/$1-selftest/checks.txt"; shift
@@ -146,6 +150,8 @@ fi
 
 # ---- cmtime tables: ours vs C vs no daemon -----------------------------------------------
 CMT="$RES/cmtime.txt"; : > "$CMT"
+[ -s "$SHARE/out/perf/perf-table.txt" ] && { echo "one VM, cmtime -c 50, daemons untraced, interleaved in one boot (suite perf)"
+  sed 's/^/  /' "$SHARE/out/perf/perf-table.txt"; echo; } | tee -a "$SUMMARY" >> "$CMT"
 tbl() { [ -s "$1" ] && { echo "$2"; sed 's/^/  /' "$1"; echo; } >> "$CMT"; }
 tbl "$SHARE/out/single-ours/cmtime-daemon.txt" "one VM, cmtime -c 50 through OUR iwpmd"
 tbl "$SHARE/out/single-c/cmtime-daemon.txt" "one VM, cmtime -c 50 through the C iwpmd"

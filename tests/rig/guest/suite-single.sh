@@ -2,7 +2,7 @@
 # Suite "single": one VM, siw on a veth, the daemon under test (strace'd) serving
 # rping, ucmatose and IPv6 rping; SIGUSR1 dumps with live mappings; then cmtime through
 # the daemon (not traced, for timing) and, after stopping it, without any daemon.
-# Knobs: iwpmd=PATH iwpmd_args=A,B  cmtime=N [50]  cmtime_runs=R [3]  rping_count=N [10]
+# Knobs: iwpmd=PATH iwpmd_args=A,B  cmtime=N [50]  cmtime_runs=R [1]  rping_count=N [10]
 #        ipv6=0|1 [1]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
@@ -85,9 +85,9 @@ grep -v '^#' "$T" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*
 # ---- cmtime through the daemon (untraced) and with no daemon at all ----------------
 dmesg_mark
 check start2 "daemon restarted untraced for cmtime" start_iwpmd ""
-# R runs each (TCG timing is noisy); cmtime-daemon.txt / cmtime-nodaemon.txt are the
+# R runs each (TCG timing is noisy; suite perf interleaves daemons for comparisons); cmtime-daemon.txt / cmtime-nodaemon.txt are the
 # first, the others are cmtime-*-2.txt ...; connect totals of all runs go to the summary
-RUNS=${RIG_CMTIME_RUNS:-3}
+RUNS=${RIG_CMTIME_RUNS:-1}
 check_cmtime cmtime "$IP" "$CM" daemon
 tot="$(cm_col "$OUT/cmtime-daemon.txt" connect 1)"
 i=2; while [ $i -le "$RUNS" ]; do
