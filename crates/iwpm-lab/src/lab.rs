@@ -30,6 +30,12 @@ use crate::daemon::{Daemon, DaemonConfig, DaemonError};
 use crate::dump::Dump;
 use crate::locate::{self, LocateError};
 use crate::netns::{NetPlace, NetnsError};
+
+/// Emulated ephemeral ports of each host (the unmapped side of a connection; not real
+/// sockets). Every live connection holds one until teardown.
+pub const EMULATED_PORTS: std::ops::RangeInclusive<u16> = 10_000..=59_999;
+/// Most connections one run can hold at once: one emulated port each.
+pub const MAX_CONNECTIONS: usize = 50_000;
 use crate::relay::{Relay, RelayConfig, RelayError};
 use crate::tap::{Tap, TapError};
 
@@ -576,9 +582,11 @@ fn build_side(
 ) -> Result<Side, LabError> {
     let lower = name.to_lowercase();
     let kernel_path = dir.join(format!("{lower}-kernel.sock"));
-    let host_config = HostConfig::new(name, addrs.public, &kernel_path)
+    let mut host_config = HostConfig::new(name, addrs.public, &kernel_path)
         .with_mode(config.mode)
         .with_request_timeout(config.request_timeout);
+    // Emulated (unmapped) ports only: wide enough for `MAX_CONNECTIONS` live connections.
+    host_config.ephemeral_ports = EMULATED_PORTS;
     let host = match fabric.host(name) {
         Some(h) => h,
         None => place.run(|| fabric.add_host(host_config))??,

@@ -114,8 +114,11 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     if !(0.0..=100.0).contains(&cli.loss) || !(0.0..=100.0).contains(&cli.duplicate) {
         bail!("--loss and --duplicate are percentages (0 to 100)");
     }
-    if cli.connections == 0 {
-        bail!("--connections must be at least 1");
+    if cli.connections == 0 || cli.connections > iwpm_lab::lab::MAX_CONNECTIONS {
+        bail!(
+            "--connections must be 1 to {} (each live connection holds one emulated port)",
+            iwpm_lab::lab::MAX_CONNECTIONS
+        );
     }
     let topology = if cli.netns {
         if !netns::is_root() {
