@@ -41,20 +41,7 @@ impl Core {
                 local_ep,
             } => match self.take_port(now, p.id, result, None, Some(received)) {
                 Taken::Port(port) => {
-                    let mapped_ep = Endpoint {
-                        ip: local_ep.ip,
-                        port,
-                    };
-                    let mapped = local.with_port(port);
-                    let id = self.new_mapping(
-                        now,
-                        client,
-                        local,
-                        local_ep,
-                        mapped,
-                        mapped_ep,
-                        Some(p.id),
-                    );
+                    let id = self.map_to_granted_port(now, client, local, local_ep, port, p.id);
                     self.reply_add(client, seq, local, id);
                 }
                 Taken::Failed => self.send_handle_err(client, seq, code::CREATE),
@@ -70,20 +57,7 @@ impl Core {
                 remote_sa,
             } => match self.take_port(now, p.id, result, None, Some(received)) {
                 Taken::Port(port) => {
-                    let mapped_ep = Endpoint {
-                        ip: local_ep.ip,
-                        port,
-                    };
-                    let mapped = local.with_port(port);
-                    let id = self.new_mapping(
-                        now,
-                        client,
-                        local,
-                        local_ep,
-                        mapped,
-                        mapped_ep,
-                        Some(p.id),
-                    );
+                    let id = self.map_to_granted_port(now, client, local, local_ep, port, p.id);
                     self.start_query_exchange(
                         now, received, client, seq, id, local, remote, remote_sa,
                     );
@@ -185,5 +159,34 @@ impl Core {
         if let Some(m) = self.table.get_mut(id) {
             m.refcount = m.refcount.saturating_add(1);
         }
+    }
+}
+
+impl Core {
+    /// Creates the mapping for a granted reservation: the local address with only the port
+    /// replaced (IP addresses are never changed).
+    fn map_to_granted_port(
+        &mut self,
+        now: Instant,
+        client: u8,
+        local: SockAddrStorage,
+        local_ep: Endpoint,
+        port: u16,
+        reservation: ReservationId,
+    ) -> MappingId {
+        let mapped_ep = Endpoint {
+            ip: local_ep.ip,
+            port,
+        };
+        let mapped = local.with_port(port);
+        self.new_mapping(
+            now,
+            client,
+            local,
+            local_ep,
+            mapped,
+            mapped_ep,
+            Some(reservation),
+        )
     }
 }
