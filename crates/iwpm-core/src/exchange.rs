@@ -31,10 +31,15 @@ pub(crate) enum ExchangeKey {
         handle: u64,
         cp: Endpoint,
     },
+    /// The handle alone is not unique: the C daemon's handle is a heap address, reused as
+    /// soon as its record is freed (right after the ACK), while we keep a completed passive
+    /// exchange for its whole lifetime to absorb late duplicates. The connecting endpoint
+    /// tells a reused handle (a new association) from a retransmission.
     Passive {
         handle: u64,
         from: SocketAddr,
         ap: Endpoint,
+        cp: Endpoint,
     },
 }
 

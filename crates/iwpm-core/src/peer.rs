@@ -150,6 +150,7 @@ impl Core {
             handle: msg.assoc_handle,
             from,
             ap: answer_ap.into(),
+            cp: msg.cp().into(),
         };
         if self.exchanges.find(&key).is_some() {
             self.stats.peer_duplicates += 1;
@@ -334,6 +335,7 @@ impl Core {
             handle: msg.assoc_handle,
             from,
             ap: msg.ap().into(),
+            cp: msg.cp().into(),
         };
         let Some(xid) = self.exchanges.find(&key) else {
             self.stats.peer_unmatched += 1;

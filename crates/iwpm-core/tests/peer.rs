@@ -503,3 +503,41 @@ fn input_buffered_behind_a_reservation_is_bounded() {
     assert_eq!(h.peer_out.len(), 1);
     assert!(!h.core.reservation_pending());
 }
+
+/// The C daemon's handle is a heap address, reused as soon as its record is freed after the
+/// ACK. A REQUEST with a reused handle but a new connecting endpoint is a new association
+/// (seen on the real kernel: C client, our server), not a duplicate to stay silent about.
+#[test]
+fn reused_handle_with_a_new_connecting_endpoint_is_a_new_association() {
+    let mut h = Host::booted();
+    listener(&mut h, "10.0.0.2:4000");
+    let first = request_to("10.0.0.2:4000", 0x5633_7305_d1a0);
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:47222", &first);
+    let acc = h.expect_peer();
+    expect_remote_info(&mut h);
+    h.peer(
+        PeerSocket::V4Listener,
+        "10.0.0.1:47222",
+        &PeerMessage::ack_for(&acc.msg),
+    );
+    h.advance(SEC / 10);
+    // Same handle, same source socket, another connecting port.
+    let second = PeerMessage::request(
+        0x5633_7305_d1a0,
+        addr("10.0.0.1:5001"),
+        addr("10.0.0.1:5001"),
+        addr("10.0.0.2:4000"),
+    );
+    h.order.clear();
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:47222", &second);
+    assert_eq!(
+        h.order, "KP",
+        "a new association gets REMOTE_INFO then ACCEPT at once"
+    );
+    let ri = expect_remote_info(&mut h);
+    assert_eq!(ri.remote_addr, sa("10.0.0.1:5001"));
+    assert_eq!(h.expect_peer().msg.cp(), addr("10.0.0.1:5001"));
+    // A retransmission of that second REQUEST is still a duplicate.
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:47222", &second);
+    h.no_kernel();
+}
