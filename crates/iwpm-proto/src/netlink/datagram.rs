@@ -139,22 +139,13 @@ impl KernelFrame {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             KernelFrame::Msg(env, msg) => encode_kernel_msg(env, msg, out),
-            KernelFrame::Done { header, result } => {
-                encode_done(header.seq, header.pid, header.flags, *result, out)
-            }
+            KernelFrame::Done { header, result } => encode_done_frame(header, *result, out),
             KernelFrame::Error {
                 header,
                 error,
                 request,
-            } => encode_error(header.seq, header.pid, *error, request.as_ref(), out),
-            KernelFrame::Control { header, payload } => push_message(
-                header.ty,
-                header.flags,
-                header.seq,
-                header.pid,
-                payload,
-                out,
-            ),
+            } => encode_error_frame(header, *error, request.as_ref(), out),
+            KernelFrame::Control { header, payload } => encode_control_frame(header, payload, out),
         }
     }
 }
@@ -164,22 +155,38 @@ impl DaemonFrame {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             DaemonFrame::Msg(env, msg) => encode_daemon_msg(env, msg, out),
-            DaemonFrame::Done { header, result } => {
-                encode_done(header.seq, header.pid, header.flags, *result, out)
-            }
+            DaemonFrame::Done { header, result } => encode_done_frame(header, *result, out),
             DaemonFrame::Error {
                 header,
                 error,
                 request,
-            } => encode_error(header.seq, header.pid, *error, request.as_ref(), out),
-            DaemonFrame::Control { header, payload } => push_message(
-                header.ty,
-                header.flags,
-                header.seq,
-                header.pid,
-                payload,
-                out,
-            ),
+            } => encode_error_frame(header, *error, request.as_ref(), out),
+            DaemonFrame::Control { header, payload } => encode_control_frame(header, payload, out),
         }
     }
+}
+
+/// The control-frame encodings both directions share.
+fn encode_done_frame(header: &NlHeader, result: Option<i32>, out: &mut Vec<u8>) {
+    encode_done(header.seq, header.pid, header.flags, result, out);
+}
+
+fn encode_error_frame(
+    header: &NlHeader,
+    error: i32,
+    request: Option<&NlHeader>,
+    out: &mut Vec<u8>,
+) {
+    encode_error(header.seq, header.pid, error, request, out);
+}
+
+fn encode_control_frame(header: &NlHeader, payload: &[u8], out: &mut Vec<u8>) {
+    push_message(
+        header.ty,
+        header.flags,
+        header.seq,
+        header.pid,
+        payload,
+        out,
+    );
 }
