@@ -8,7 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use iwpm_core::fuzzing::{core_sequence, decode, encode, Driver, Op, Setup};
+use iwpm_core::fuzzing::{core_sequence, core_sequence_strict, decode, encode, Driver, Op, Setup};
 use proptest::prelude::*;
 
 fn fuzz_dir() -> PathBuf {
@@ -28,7 +28,11 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 fn replay(path: &Path) {
     let data = fs::read(path).unwrap();
     let outcome = std::panic::catch_unwind(|| core_sequence(&data));
-    assert!(outcome.is_ok(), "core_sequence failed on {}", path.display());
+    assert!(
+        outcome.is_ok(),
+        "core_sequence failed on {}",
+        path.display()
+    );
 }
 
 #[test]
@@ -38,6 +42,20 @@ fn corpus_replays_clean() {
     assert!(!inputs.is_empty(), "no corpus in {}", dir.display());
     for p in &inputs {
         replay(p);
+    }
+}
+
+/// Reproducers of past findings: `fixed-*` must pass with every check; `known-*` are
+/// findings not fixed yet, run by the ignored tests below.
+#[test]
+fn fixed_findings_stay_fixed() {
+    for p in files(&fuzz_dir().join("artifacts-found/core_sequence")) {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("fixed-") {
+            let data = fs::read(&p).unwrap();
+            let outcome = std::panic::catch_unwind(|| core_sequence_strict(&data));
+            assert!(outcome.is_ok(), "{} fails again", p.display());
+        }
     }
 }
 
@@ -72,10 +90,12 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let manual = Setup {
         caps: 0xff,
         mode: 0,
+        limits: 0x7f,
     };
     let auto = Setup {
         caps: 0xff,
         mode: 1,
+        limits: 0x7f,
     };
     vec![
         (
@@ -247,7 +267,10 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                         done: 0,
                         records: vec![[7, 2, 0]],
                     },
-                    Op::Answer { kind: 5, port: 40_003 },
+                    Op::Answer {
+                        kind: 5,
+                        port: 40_003,
+                    },
                 ],
             ),
         ),
@@ -257,6 +280,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 Setup {
                     caps: 0x09,
                     mode: 3,
+                    limits: 0x80,
                 },
                 &[
                     Op::NlError {
@@ -325,7 +349,11 @@ fn write_seeds() {
     let dir = fuzz_dir().join("corpus/core_sequence");
     fs::create_dir_all(&dir).unwrap();
     for p in files(&dir) {
-        if p.file_name().unwrap().to_string_lossy().starts_with("seed-") {
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("seed-")
+        {
             fs::remove_file(p).unwrap();
         }
     }
@@ -348,6 +376,7 @@ fn driver_sees_a_full_exchange() {
     let mut d = Driver::new(Setup {
         caps: 0xff,
         mode: 1,
+        limits: 0x7f,
     });
     d.step(&Op::Query {
         client: 0,
@@ -407,6 +436,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u16..60).prop_map(|secs| Op::AdvanceLong { secs }),
         1 => (0u16..200).prop_map(|ms| Op::Jump { ms }),
         1 => Just(Op::Tick),
+        1 => Just(Op::Overrun),
         8 => (b(), any::<u16>()).prop_map(|(kind, port)| Op::Answer { kind, port }),
         1 => (b(), b(), any::<u16>())
             .prop_map(|(pick, ok, port)| Op::AnswerUnknown { pick, ok, port }),
@@ -414,7 +444,11 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
-    (any::<u8>(), any::<u8>()).prop_map(|(caps, mode)| Setup { caps, mode })
+    (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(caps, mode, limits)| Setup {
+        caps,
+        mode,
+        limits,
+    })
 }
 
 fn cases() -> u32 {
@@ -422,6 +456,22 @@ fn cases() -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256)
+}
+
+/// Known finding, not fixed (see `iwpm_core::fuzzing::Checks`): the shell calls
+/// `handle_timeout` late (here 4.096 s after a REQUEST whose exchange lives 3 s, e.g. the
+/// process was stopped); the timer due at 1 s resends the REQUEST at 4.096 s although the
+/// exchange's lifetime is over, and only then drops the exchange. Fails with
+/// `core_sequence: Request retransmitted 4.096s after it was first sent (lifetime 3s)`.
+#[test]
+#[ignore = "known finding: REQUEST retransmitted after its lifetime on a late timer call"]
+fn known_finding_stale_retransmit_after_late_timer() {
+    let data = fs::read(
+        fuzz_dir().join("artifacts-found/core_sequence/known-stale-retransmit-late-timer"),
+    )
+    .unwrap();
+    core_sequence(&data); // tolerated by default…
+    core_sequence_strict(&data); // …and a failure with every check.
 }
 
 fn play(setup: Setup, ops: &[Op]) {
@@ -432,7 +482,11 @@ fn play(setup: Setup, ops: &[Op]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_sequences_keep_every_invariant(
