@@ -14,7 +14,7 @@
 //! printed (run with `-- --nocapture` to see them):
 //!
 //! ```text
-//! IWPM_SOAK=1000000 cargo test --release -p iwpmd --test soak -- --nocapture --test-threads 1
+//! IWPM_SOAK=1000000 cargo test -p iwpmd --test soak -- --nocapture --test-threads 1
 //! ```
 
 mod common;
@@ -30,7 +30,7 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 /// Allowed RSS growth over a soak, in KiB.
 const RSS_BOUND_KIB: u64 = 8 * 1024;
 /// ADD/REMOVE cycles (and datagrams) without `IWPM_SOAK`.
-const CI_CYCLES: u64 = 50_000;
+const CI_CYCLES: u64 = 100_000;
 const CI_DATAGRAMS: u64 = 200_000;
 /// Peer datagrams between two waits for the daemon's UDP receive queue to empty (so the
 /// datagrams are processed, not dropped by a full socket; drops are counted and bounded).
@@ -173,11 +173,16 @@ fn add_remove_cycles_leak_nothing() {
 
     let t = Instant::now();
     let mut last = addr;
-    for _ in 0..n {
+    let mut tenths = Vec::new();
+    for i in 0..n {
         last = add(&mut kernel, addr);
         remove(&mut kernel, addr);
+        if (i + 1) % (n / 10).max(1) == 0 {
+            tenths.push(usage(daemon.pid()).rss_kib);
+        }
     }
     let secs = t.elapsed().as_secs_f64();
+    println!("soak ADD/REMOVE cycles: VmRSS (KiB) after each tenth: {tenths:?}");
     assert!(
         eventually(WAIT, || tcp_port_free(SocketAddr::from((LO, last.port())))),
         "the last mapped port {last} is still reserved after its REMOVE"
@@ -285,7 +290,8 @@ fn bogus_peer_datagrams_leak_nothing() {
     let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
     let mut answers = 0u64;
     let (pid, port) = (daemon.pid(), daemon.peer_port);
-    let mut run = |count: u64, kernel: &mut FakeKernel, answers: &mut u64| {
+    let mut tenths = Vec::new();
+    let mut run = |count: u64, kernel: &mut FakeKernel, answers: &mut u64, rss: &mut Vec<u64>| {
         let mut buf = [0u8; 128];
         for i in 0..count {
             let k = noise.next();
@@ -301,18 +307,21 @@ fn bogus_peer_datagrams_leak_nothing() {
             if i % KERNEL_PING_EVERY == KERNEL_PING_EVERY - 1 {
                 kernel.register();
             }
+            if (i + 1) % (count / 10).max(1) == 0 {
+                rss.push(usage(pid).rss_kib);
+            }
         }
         wait_drained(pid, port);
     };
     let warm_up = (n / 20).clamp(1_000, 20_000);
-    run(warm_up, &mut kernel, &mut answers);
+    run(warm_up, &mut kernel, &mut answers, &mut Vec::new());
     std::thread::sleep(SETTLE);
     let before = usage(daemon.pid());
     let drops_before = udp_drops(daemon.pid(), daemon.peer_port);
 
     let t = Instant::now();
     answers = 0;
-    run(n, &mut kernel, &mut answers);
+    run(n, &mut kernel, &mut answers, &mut tenths);
     let secs = t.elapsed().as_secs_f64();
     std::thread::sleep(SETTLE);
     let after = usage(daemon.pid());
@@ -326,7 +335,7 @@ fn bogus_peer_datagrams_leak_nothing() {
         .map(|(a, b)| a - b);
     println!(
         "soak bogus datagrams: {answers} answers (REJECTs) received; dropped by the \
-         daemon's socket: {drops:?}"
+         daemon's socket: {drops:?}; VmRSS (KiB) after each tenth: {tenths:?}"
     );
     if let Some(d) = drops {
         assert!(
