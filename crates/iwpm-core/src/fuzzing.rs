@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use iwpm_proto::cidr::Cidr;
 use iwpm_proto::consts::op::*;
 use iwpm_proto::consts::{
     rdma_nl_get_type, IWPM_FLAGS_NO_PORT_MAP, IWPM_ULIB_NAME, NLM_F_MULTI, NLM_F_REQUEST,
@@ -51,7 +52,7 @@ use iwpm_proto::netlink::{
 use iwpm_proto::peer::{IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
-use crate::{Action, Core, CoreConfig, PeerSocket, ReservationId, ReserveError};
+use crate::{Action, Core, CoreConfig, PeerAllow, PeerSocket, ReservationId, ReserveError};
 
 /// Our netlink port id in the driven core.
 pub const PID: u32 = 0x4657;
@@ -101,7 +102,8 @@ pub struct Setup {
     pub caps: u8,
     /// Bit 0: answer reservations at once (else only `Op::Answer` does); bit 1: skip the
     /// boot (HELLO 4 + REG_PID client 2); bit 2: 3 s exchange lifetime (shorter than the
-    /// reply deadline) instead of 10 s.
+    /// reply deadline) instead of 10 s; bit 3: `peer_allow` only `10.0.0.9/32` and
+    /// `2001:db8::9/128` (one peer of each family; the other sources are dropped).
     pub mode: u8,
     /// Bits 0-2: `max_peer_exchanges - 1`; bits 3-4: `peer_source_quota` (1, 2, 4, 256);
     /// bits 5-6: `remote_info_budget` (0, 1, 2, 128); bit 7: `max_rejects_per_sec` 2
@@ -126,6 +128,16 @@ impl Setup {
             remote_info_budget: [0, 1, 2, 128][usize::from((self.limits >> 5) & 3)],
             max_rejects_per_sec: if self.limits & 0x80 != 0 { 2 } else { 100 },
             handle_key: *b"iwpm-core fuzzing driver key 007",
+            peer_allow: if self.mode & 8 != 0 {
+                PeerAllow::only(
+                    [peer_ip(0, false), peer_ip(0, true)]
+                        .into_iter()
+                        .filter_map(|ip| Cidr::new(ip, if ip.is_ipv4() { 32 } else { 128 }))
+                        .collect(),
+                )
+            } else {
+                PeerAllow::default()
+            },
             ..CoreConfig::default()
         }
     }
