@@ -8,6 +8,7 @@
 //! after the fork), signals, HELLO, loop.
 
 mod cli;
+mod dump_writer;
 mod instance_lock;
 mod kernel_link;
 mod logging;
@@ -68,9 +69,9 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         iwpm_proto::consts::IWPM_UABI_VERSION,
         std::process::id()
     );
-    if let Some(limit) = process::raise_fd_limit() {
-        tracing::debug!(limit, "descriptor limit");
-    }
+    let max_mappings = CoreConfig::default().max_mappings;
+    let fd_limit = process::raise_fd_limit(max_mappings);
+    process::log_fd_limit(&fd_limit, max_mappings);
 
     let kernel = match &cli.kernel {
         KernelSpec::Netlink => {
@@ -84,12 +85,25 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         peers = %peers.describe(),
         "sockets open"
     );
+    if let Some(rb) = kernel.receive_buffer() {
+        tracing::info!(
+            requested = rb.requested,
+            granted = rb.granted,
+            option = if rb.forced {
+                "SO_RCVBUFFORCE"
+            } else {
+                "SO_RCVBUF"
+            },
+            "netlink receive buffer"
+        );
+    }
 
     let now = Instant::now();
     let config = CoreConfig {
         netlink_pid: kernel.port_id(),
         peer_port: settings.peer_bind.port,
         handle_seed: settings::random_seed(),
+        max_mappings,
         ..CoreConfig::default()
     };
     let core = Core::new(config, now);
