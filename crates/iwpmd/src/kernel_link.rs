@@ -358,23 +358,24 @@ impl AsRawFd for KernelLink {
 /// exist passes; connecting to it then fails with its own error.
 pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkError> {
     use rustix::fs::{FileType, Mode};
-    let refuse = |reason: String| KernelLinkError::UnsafeEmulatorPath {
-        path: path.to_owned(),
-        reason,
-    };
     let Ok(real) = std::fs::canonicalize(path) else {
         return Ok(());
     };
-    let shown = |p: &Path| {
-        if p == real && real != path {
-            format!("{} (resolved from {})", p.display(), path.display())
+    let refuse = |reason: String| KernelLinkError::UnsafeEmulatorPath {
+        path: path.to_owned(),
+        reason: if real == path {
+            reason
         } else {
-            p.display().to_string()
-        }
+            format!(
+                "{reason} ({} resolved from {})",
+                real.display(),
+                path.display()
+            )
+        },
     };
     for (i, object) in real.ancestors().enumerate() {
         let st = rustix::fs::stat(object)
-            .map_err(|e| refuse(format!("cannot stat {}: {e}", shown(object))))?;
+            .map_err(|e| refuse(format!("cannot stat {}: {e}", object.display())))?;
         let mode = Mode::from_raw_mode(st.st_mode);
         let kind = if i == 0 {
             match FileType::from_raw_mode(st.st_mode) {
@@ -387,7 +388,7 @@ pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkErro
         if st.st_uid != owner {
             return Err(refuse(format!(
                 "{kind} {} is owned by uid {}, not {owner}",
-                shown(object),
+                object.display(),
                 st.st_uid
             )));
         }
@@ -396,7 +397,7 @@ pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkErro
         if writable && !sticky {
             return Err(refuse(format!(
                 "{kind} {} is writable by {} (mode {:04o}){}",
-                shown(object),
+                object.display(),
                 if mode.contains(Mode::WOTH) {
                     "everyone"
                 } else {

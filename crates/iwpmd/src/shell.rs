@@ -491,12 +491,15 @@ impl Shell {
             self.counters.reserve_no_fd += 1;
             if let Some(suppressed) = self.warn_resource.allow(now) {
                 let (soft, hard) = process::fd_limit_now();
-                let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+                // Listing /proc/self/fd itself needs a descriptor; at EMFILE it fails.
+                let open = std::fs::read_dir("/proc/self/fd")
+                    .map(|d| format!("{} open, ", d.count()))
+                    .unwrap_or_default();
                 if f.process_out_of_fds() {
                     tracing::warn!(
                         suppressed,
                         "out of file descriptors: the daemon has reached its RLIMIT_NOFILE \
-                         limit of {} (hard {}; {open} open, {held} ports held for mappings), \
+                         limit of {} (hard {}; {open}{held} ports held for mappings), \
                          so a new mapping cannot hold its port; the kernel gets \
                          CREATE_MAPPING_ERR for it. Mappings work again as others are \
                          removed; raise LimitNOFILE or `ulimit -n` for more.",
@@ -507,7 +510,7 @@ impl Shell {
                     tracing::warn!(
                         suppressed,
                         "out of file descriptors: the system-wide file table is full \
-                         (ENFILE, limit fs.file-max; the daemon has {open} open, {held} ports \
+                         (ENFILE, limit fs.file-max; the daemon has {open}{held} ports \
                          held), so a new mapping cannot hold its port; the kernel gets \
                          CREATE_MAPPING_ERR for it"
                     );
