@@ -56,6 +56,7 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         tracing::warn!("option -f is accepted for compatibility and ignored");
     }
     let settings = Settings::load(cli);
+    tracing::debug!(?settings, "effective settings");
     let _lock = instance_lock::InstanceLock::acquire(&cli.kernel)?;
     let peers = PeerSockets::open(settings.peer_bind)?;
 
