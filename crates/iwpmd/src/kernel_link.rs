@@ -166,13 +166,13 @@ impl KernelLink {
     /// `configured` or [`NETLINK_RCVBUF_MIN`], whichever is larger. Both calls failing is an
     /// error when `configured` asked for a size, a warning otherwise.
     pub fn open_netlink(groups: u32, configured: usize) -> Result<Self, KernelLinkError> {
-        Self::open_netlink_protocol(netlink::RDMA, groups, configured)
+        Self::open_netlink_protocol(Some(netlink::RDMA), groups, configured)
     }
 
     /// [`KernelLink::open_netlink`] for any netlink protocol (tests use `NETLINK_ROUTE`,
-    /// whose multicasts they can provoke).
+    /// `None`, whose multicasts they can provoke).
     fn open_netlink_protocol(
-        protocol: rustix::net::Protocol,
+        protocol: Option<rustix::net::Protocol>,
         groups: u32,
         configured: usize,
     ) -> Result<Self, KernelLinkError> {
@@ -180,7 +180,7 @@ impl KernelLink {
             AddressFamily::NETLINK,
             SocketType::RAW,
             SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            Some(protocol),
+            protocol,
         )
         .map_err(|e| KernelLinkError::Socket {
             kind: "NETLINK_RDMA",
@@ -482,6 +482,65 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// `ENOBUFS` from a real netlink socket is reported as [`Received::Overrun`], once,
+    /// and reading goes on. `NETLINK_RDMA` multicasts need an iWARP device, so the test
+    /// uses `NETLINK_ROUTE` link notifications in a private network namespace, with a
+    /// receive buffer far too small for them.
+    #[test]
+    fn netlink_enobufs_is_reported_as_overrun() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root for a private network namespace");
+            return;
+        }
+        let t = std::thread::spawn(|| {
+            if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "unshare(CLONE_NEWNET): {e}"
+                );
+                eprintln!("skipped: unshare(CLONE_NEWNET): {e}");
+                return;
+            }
+            const RTMGRP_LINK: u32 = 1;
+            let mut link = KernelLink::open_netlink_protocol(None, RTMGRP_LINK, 0).unwrap();
+            assert!(link
+                .receive_buffer()
+                .is_some_and(|r| r.requested >= NETLINK_RCVBUF_MIN));
+            rustix::net::sockopt::set_socket_recv_buffer_size(&link.fd, 1).unwrap();
+            // Each state change of lo is multicast to the link group (from this namespace).
+            let script: String = (0..50)
+                .map(|_| "link set lo up\nlink set lo down\n")
+                .collect();
+            let mut ip = std::process::Command::new("ip")
+                .args(["-batch", "-"])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .expect("ip (iproute2)");
+            use std::io::Write as _;
+            ip.stdin
+                .take()
+                .unwrap()
+                .write_all(script.as_bytes())
+                .unwrap();
+            assert!(ip.wait().unwrap().success());
+            let (mut overruns, mut messages) = (0, 0);
+            loop {
+                match link.recv().unwrap() {
+                    Received::Empty => break,
+                    Received::Overrun => overruns += 1,
+                    Received::Kernel { .. } => messages += 1,
+                    Received::Foreign { .. } => panic!("not from the kernel"),
+                }
+            }
+            assert_eq!(overruns, 1, "ENOBUFS is reported once per overflow");
+            assert!(
+                messages >= 1,
+                "what was queued before the overflow is still read"
+            );
+        });
+        t.join().unwrap();
     }
 
     #[test]

@@ -70,7 +70,7 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         iwpm_proto::consts::IWPM_UABI_VERSION,
         std::process::id()
     );
-    let max_mappings = CoreConfig::default().max_mappings;
+    let max_mappings = settings.core.max_mappings;
     let fd_limit = process::raise_fd_limit(max_mappings);
     process::log_fd_limit(&fd_limit, max_mappings);
 
@@ -103,9 +103,8 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     let config = CoreConfig {
         netlink_pid: kernel.port_id(),
         peer_port: settings.peer_bind.port,
-        handle_seed: settings::random_seed(),
-        max_mappings,
-        ..CoreConfig::default()
+        handle_key: settings::random_key().context("no random bytes for association handles")?,
+        ..settings.core.clone()
     };
     let core = Core::new(config, now);
     let mut shell = Shell::new(core, kernel, peers, mode == RunMode::Systemd)

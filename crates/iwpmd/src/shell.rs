@@ -49,17 +49,6 @@ const KERNEL_QUEUE_MAX: usize = 65_536;
 /// Window of rate-limited warnings.
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
-/// Stand-in for `Core::handle_kernel_overrun` until the core on main provides it (an
-/// inherent method of that name takes precedence over this one).
-// TODO(merge): remove once main's iwpm-core has `handle_kernel_overrun`.
-trait KernelOverrun {
-    fn handle_kernel_overrun(&mut self, now: Instant);
-}
-
-impl KernelOverrun for Core {
-    fn handle_kernel_overrun(&mut self, _now: Instant) {}
-}
-
 /// How the loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -468,9 +457,8 @@ impl Shell {
             tracing::warn!(
                 suppressed,
                 overruns = self.counters.kernel_overruns,
-                "netlink receive queue overrun (ENOBUFS): kernel messages for the daemon \
-                 were lost with a receive buffer of {rcvbuf}; announcing the daemon to the \
-                 kernel again (raise nl_sock_rbuf_size if this repeats)"
+                "netlink receive queue overrun (ENOBUFS) with a receive buffer of {rcvbuf}; \
+                 raise nl_sock_rbuf_size if this repeats"
             );
         }
         self.core.handle_kernel_overrun(now);
@@ -647,5 +635,95 @@ impl Shell {
                 tracing::warn!(error = %e, "sd_notify READY=1 failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use std::os::unix::net::UnixDatagram;
+
+    use iwpm_core::CoreConfig;
+    use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
+    use iwpm_proto::netlink::{
+        decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, Hello,
+        KernelMsg,
+    };
+
+    use crate::peer_sockets::PeerBind;
+
+    fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
+        let mut buf = vec![0u8; 65536];
+        let n = emu.recv(&mut buf).expect("nothing from the shell");
+        match decode_daemon_datagram(&buf[..n]).into_iter().next() {
+            Some(Ok(DaemonFrame::Msg(_, m))) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The Unix kernel link cannot produce `ENOBUFS` (a full Unix datagram queue makes the
+    /// sender wait), so the overrun path is driven directly: it is counted, and the core
+    /// announces the daemon to the kernel again with HELLO.
+    #[test]
+    fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
+        let path = std::env::temp_dir().join(format!("iwpmd-shell-ovr-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let emu = UnixDatagram::bind(&path).unwrap();
+        emu.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let kernel = KernelLink::open_unix(&path).unwrap();
+        let peers = PeerSockets::open(PeerBind {
+            port: 0,
+            v4: Ipv4Addr::LOCALHOST,
+            v6: None,
+        })
+        .unwrap();
+        let now = Instant::now();
+        let config = CoreConfig {
+            netlink_pid: kernel.port_id(),
+            ..CoreConfig::default()
+        };
+        let mut shell = Shell::new(Core::new(config, now), kernel, peers, false).unwrap();
+        shell.start().unwrap();
+        let mut buf = vec![0u8; 65536];
+        let (n, daemon) = emu.recv_from(&mut buf).unwrap();
+        assert!(matches!(
+            decode_daemon_datagram(&buf[..n]).into_iter().next(),
+            Some(Ok(DaemonFrame::Msg(_, DaemonMsg::Hello(_))))
+        ));
+        let mut hello = Vec::new();
+        encode_kernel_msg(
+            &Envelope {
+                client: RDMA_NL_IWCM,
+                flags: NLM_F_REQUEST,
+                seq: 1,
+                pid: 0,
+            },
+            &KernelMsg::Hello(Hello {
+                abi_version: 4,
+                unknown: vec![],
+            }),
+            &mut hello,
+        );
+        emu.send_to_addr(&hello, &daemon).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !shell.ready_seen && Instant::now() < deadline {
+            shell.drain_kernel();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(shell.ready_seen, "handshake did not finish");
+        assert!(matches!(next_msg(&emu), DaemonMsg::MapInfo(_)));
+
+        shell.kernel_overrun(Instant::now());
+        assert_eq!(shell.counters.kernel_overruns, 1);
+        assert!(
+            matches!(
+                next_msg(&emu),
+                DaemonMsg::Hello(Hello { abi_version: 4, .. })
+            ),
+            "no HELLO after the overrun"
+        );
+        assert!(shell.io_counters_line().contains("kernel_overruns=1"));
+        let _ = std::fs::remove_file(&path);
     }
 }
