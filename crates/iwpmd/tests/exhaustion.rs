@@ -44,6 +44,16 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// A prefix that runs a command with RLIMIT_NOFILE 64:64: util-linux `prlimit`, else the
+/// shell's `ulimit -n` (which sets both limits).
+fn nofile_64() -> Vec<&'static str> {
+    if have("prlimit") {
+        vec!["prlimit", "--nofile=64:64", "--"]
+    } else {
+        vec!["sh", "-c", "ulimit -n 64 && exec \"$@\"", "sh"]
+    }
+}
+
 fn local(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
@@ -159,13 +169,6 @@ fn have_cap_sys_resource() -> bool {
 /// As root the daemon raises even the hard limit to what max_mappings needs.
 #[test]
 fn root_raises_the_descriptor_limit_for_max_mappings() {
-    if !have("prlimit") {
-        skip(
-            "root_raises_the_descriptor_limit_for_max_mappings",
-            "prlimit (util-linux) missing",
-        );
-        return;
-    }
     if !rustix::process::geteuid().is_root() {
         skip(
             "root_raises_the_descriptor_limit_for_max_mappings",
@@ -176,10 +179,7 @@ fn root_raises_the_descriptor_limit_for_max_mappings() {
     let dir = scratch_dir("nofile-raise");
     let kernel = FakeKernel::bind(&dir);
     let daemon = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
-    let (d, _k) = start(
-        kernel,
-        wrapped(&["prlimit", "--nofile=64:64", "--"], &daemon),
-    );
+    let (d, _k) = start(kernel, wrapped(&nofile_64(), &daemon));
     let (soft, hard) = nofile_limits(d.pid()).expect("/proc limits");
     assert!(
         d.wait_line("descriptor limit RLIMIT_NOFILE: soft", WAIT),
@@ -213,26 +213,28 @@ fn root_raises_the_descriptor_limit_for_max_mappings() {
 #[test]
 fn descriptor_exhaustion_is_reported_and_recovers() {
     const NAME: &str = "descriptor_exhaustion_is_reported_and_recovers";
-    if !have("prlimit") || !have("setpriv") {
-        skip(NAME, "prlimit or setpriv (util-linux) missing");
-        return;
-    }
-    let dir = scratch_dir("nofile");
-    let kernel = FakeKernel::bind(&dir);
-    let daemon = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
-    // Without CAP_SYS_RESOURCE (dropped from the bounding set) the hard limit stays 64.
-    let cmd = wrapped(
-        &[
-            "prlimit",
-            "--nofile=64:64",
-            "--",
+    let mut prefix = nofile_64();
+    if have_cap_sys_resource() {
+        // With CAP_SYS_RESOURCE the daemon would raise the hard limit: drop it from the
+        // bounding set (util-linux setpriv), so the limit stays 64.
+        if !have("setpriv") {
+            skip(
+                NAME,
+                "setpriv (util-linux) missing to drop CAP_SYS_RESOURCE",
+            );
+            return;
+        }
+        prefix.extend([
             "setpriv",
             "--inh-caps=-sys_resource",
             "--bounding-set=-sys_resource",
             "--",
-        ],
-        &daemon,
-    );
+        ]);
+    }
+    let dir = scratch_dir("nofile");
+    let kernel = FakeKernel::bind(&dir);
+    let daemon = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let cmd = wrapped(&prefix, &daemon);
     let (mut d, mut k) = start(kernel, cmd);
     assert_eq!(
         nofile_limits(d.pid()),
