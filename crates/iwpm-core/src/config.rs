@@ -1,15 +1,18 @@
 //! Tunables of the core. Defaults follow the C daemon's timing (1 s × 9 retransmissions,
-//! 10 s lifetime) and the kernel's 10 s request timeout.
+//! 10 s lifetime) and the kernel's 10 s request timeout; the limits are sized so that a
+//! remote flood costs bounded memory here and in the kernel (see `admission.rs`).
 
 use std::time::Duration;
+
+use crate::peer_allow::PeerAllow;
 
 use iwpm_proto::consts::{IWPM_PEER_PORT, IWPM_UABI_VERSION};
 
 /// Configuration of a [`crate::Core`].
 ///
 /// Construct with `CoreConfig { netlink_pid, ..Default::default() }`: the shell must fill in
-/// `netlink_pid` (a 0 there makes the kernel unicast to itself) and should fill
-/// `handle_seed` with a random value.
+/// `netlink_pid` (a 0 there makes the kernel unicast to itself) and must fill `handle_key`
+/// with 32 bytes from the operating system's random source (the default key is public).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoreConfig {
     /// Our bound netlink port id, written into every `nlmsg_pid`.
@@ -26,11 +29,33 @@ pub struct CoreConfig {
     pub exchange_lifetime: Duration,
     /// Most distinct mappings held at once; beyond it creations fail with CREATE_MAPPING_ERR.
     pub max_mappings: usize,
-    /// Most peer exchanges held at once; beyond it new ones are refused. An exchange lives
-    /// for `exchange_lifetime` (10 s) even after it completes, so this bounds the sustained
-    /// connection rate to `max_exchanges / 10 s` (131 072 → 13 107 connections per second)
-    /// while capping memory at a few hundred bytes per exchange (~40 MiB worst case).
+    /// Most *local* (active) peer exchanges held at once: one per connect of this host in the
+    /// last `exchange_lifetime`. Beyond it a QUERY gets CREATE_MAPPING_ERR. Remote traffic
+    /// never counts here, so a flood cannot refuse local connects. 131 072 sustains
+    /// 13 107 connects per second with the 10 s lifetime (a few hundred bytes each).
     pub max_exchanges: usize,
+    /// Most *remote* (passive) peer exchanges held at once. At the limit the oldest exchange
+    /// not yet confirmed by an ACK is evicted (then the oldest confirmed one): a new REQUEST
+    /// is never refused for lack of room, like SYN-flood handling.
+    pub max_peer_exchanges: usize,
+    /// Most unconfirmed passive exchanges per source (IPv4 address, IPv6 /64). A REQUEST
+    /// beyond it is dropped without an answer (the peer retransmits after 1 s), so one host
+    /// cannot make us reflect more than this many ACCEPTs per `exchange_lifetime`.
+    pub peer_source_quota: u32,
+    /// REMOTE_INFO entries the kernel may be holding for exchanges no ACK has confirmed
+    /// (the kernel frees an entry only when its connection arrives; spoofed REQUESTs never
+    /// connect). Sent at once while tokens remain (an ACK returns the token); without a token
+    /// the REMOTE_INFO waits for the ACK. 0 = always wait for the ACK.
+    pub remote_info_budget: u32,
+    /// One REMOTE_INFO token comes back per this interval (covers lost ACKs), so a flood pins
+    /// at most `remote_info_budget` entries plus one per interval.
+    pub remote_info_refill: Duration,
+    /// REJECTs sent per second at most (burst as large); beyond, REQUESTs for unknown
+    /// addresses are dropped silently (the peer's kernel then times out instead of failing
+    /// fast).
+    pub max_rejects_per_sec: u32,
+    /// Source addresses whose peer datagrams are processed (default: all).
+    pub peer_allow: PeerAllow,
     /// Minimum time between two log lines of the same kind (the rest are counted).
     pub log_interval: Duration,
     /// A reply the core could not produce within this time after the kernel's request is
@@ -39,8 +64,9 @@ pub struct CoreConfig {
     /// If the kernel answers neither HELLO reply nor error within this time, report
     /// [`crate::Action::Ready`] anyway.
     pub handshake_timeout: Duration,
-    /// Seed of the association-handle generator (handles are unique for any seed).
-    pub handle_seed: u64,
+    /// Key of the association-handle generator (a ChaCha20 stream): handles cannot be
+    /// predicted from earlier ones without it.
+    pub handle_key: [u8; 32],
 }
 
 impl Default for CoreConfig {
@@ -54,10 +80,16 @@ impl Default for CoreConfig {
             exchange_lifetime: Duration::from_secs(10),
             max_mappings: 100_000,
             max_exchanges: 131_072,
+            max_peer_exchanges: 65_536,
+            peer_source_quota: 256,
+            remote_info_budget: 128,
+            remote_info_refill: Duration::from_secs(10),
+            max_rejects_per_sec: 100,
+            peer_allow: PeerAllow::default(),
             log_interval: Duration::from_secs(5),
             reply_deadline: Duration::from_millis(9_500),
             handshake_timeout: Duration::from_secs(5),
-            handle_seed: 0x6977_706d_6421_5eed,
+            handle_key: *b"iwpmd-rs public test key 0000001",
         }
     }
 }

@@ -30,6 +30,8 @@ use crate::kernel::{AnsweredSeqs, OwnedFrame};
 use crate::ratelimit::{LogKind, LogLimiter};
 use crate::stats::Stats;
 use crate::table::{Mapping, MappingId, MappingTable, MappingView};
+use crate::token_bucket::TokenBucket;
+use crate::usage::{Resource, Usage, UsageChange};
 
 /// Most input items buffered while a reservation is pending.
 pub(crate) const MAX_DEFERRED: usize = 4096;
@@ -109,6 +111,15 @@ pub struct Core {
     pub(crate) stats: Stats,
     log: LogLimiter,
     pub(crate) last_now: Instant,
+    /// REMOTE_INFOs the kernel may hold for exchanges no ACK confirmed yet.
+    pub(crate) remote_info_tokens: TokenBucket,
+    /// REJECTs we may send.
+    pub(crate) reject_tokens: TokenBucket,
+    /// Clients whose MAPINFO replay we asked for, until when records are accepted.
+    pub(crate) mapinfo_windows: Vec<(u8, Instant)>,
+    /// When the last resynchronisation HELLO went out (after lost kernel input).
+    pub(crate) last_resync: Option<Instant>,
+    usage: Usage,
 }
 
 impl Core {
@@ -117,9 +128,12 @@ impl Core {
         if config.netlink_pid == 0 {
             tracing::warn!("netlink_pid is 0: the kernel would unicast to itself");
         }
+        let remote_info_tokens =
+            TokenBucket::new(config.remote_info_budget, config.remote_info_refill, now);
+        let reject_tokens = TokenBucket::per_second(config.max_rejects_per_sec, now);
         Core {
             abi: config.max_abi,
-            handles: HandleGen::new(config.handle_seed),
+            handles: HandleGen::new(config.handle_key),
             log: LogLimiter::new(config.log_interval),
             answered: AnsweredSeqs::new(config.reply_deadline * 2),
             config,
@@ -133,6 +147,11 @@ impl Core {
             actions: VecDeque::new(),
             stats: Stats::default(),
             last_now: now,
+            remote_info_tokens,
+            reject_tokens,
+            mapinfo_windows: Vec::new(),
+            last_resync: None,
+            usage: Usage::default(),
         }
     }
 
@@ -146,7 +165,23 @@ impl Core {
     pub fn handle_kernel_datagram(&mut self, now: Instant, datagram: &[u8]) {
         self.last_now = now;
         self.process_kernel_datagram(now, datagram);
-        self.sync_gauges();
+        self.sync_gauges(now);
+    }
+
+    /// The kernel link lost input (`ENOBUFS` on the netlink socket): a kernel message was
+    /// dropped, possibly a REG_PID multicast, after which the kernel believes no port mapper
+    /// is running. Re-sends HELLO (at most once a second), which makes the kernel record us
+    /// again without replaying mappings we already hold.
+    pub fn handle_kernel_overrun(&mut self, now: Instant) {
+        self.last_now = now;
+        self.stats.kernel_overruns += 1;
+        self.warn(
+            now,
+            LogKind::Overrun,
+            format_args!("kernel messages were lost (netlink receive queue overrun)"),
+        );
+        self.resync(now);
+        self.sync_gauges(now);
     }
 
     /// One UDP datagram received on `via` from `from`.
@@ -170,7 +205,7 @@ impl Core {
         } else {
             self.process_peer_datagram(now, via, from, datagram);
         }
-        self.sync_gauges();
+        self.sync_gauges(now);
     }
 
     /// The shell's answer to [`Action::Reserve`]; replays input buffered meanwhile.
@@ -196,7 +231,7 @@ impl Core {
             }
         }
         self.drain_deferred(now);
-        self.sync_gauges();
+        self.sync_gauges(now);
     }
 
     /// Runs every timer due at or before `now`.
@@ -204,7 +239,7 @@ impl Core {
         self.last_now = now;
         self.handshake_timeout(now);
         self.run_exchange_timers(now);
-        self.sync_gauges();
+        self.sync_gauges(now);
     }
 
     /// Next output, if any.
@@ -215,7 +250,9 @@ impl Core {
     /// When [`Core::handle_timeout`] should be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let hs = match self.handshake {
-            Handshake::Awaiting { deadline, .. } => Some(deadline),
+            Handshake::Awaiting { deadline, .. } | Handshake::Resyncing { deadline, .. } => {
+                Some(deadline)
+            }
             _ => None,
         };
         match (hs, self.exchanges.next_timer()) {
@@ -277,9 +314,15 @@ impl Core {
         if self.table.len() > self.config.max_mappings {
             return Err(InvariantError("more mappings than max_mappings"));
         }
-        if self.exchanges.len() > self.config.max_exchanges {
-            return Err(InvariantError("more exchanges than max_exchanges"));
+        if self.exchanges.active_len() > self.config.max_exchanges {
+            return Err(InvariantError("more local exchanges than max_exchanges"));
         }
+        if self.exchanges.passive_len() > self.config.max_peer_exchanges.max(1) {
+            return Err(InvariantError(
+                "more peer exchanges than max_peer_exchanges",
+            ));
+        }
+
         if self.pending.is_none() && !self.deferred.is_empty() {
             return Err(InvariantError(
                 "input left buffered without a pending reservation",
@@ -319,9 +362,34 @@ impl Core {
         }
     }
 
-    fn sync_gauges(&mut self) {
+    fn sync_gauges(&mut self, now: Instant) {
         self.stats.mappings = self.table.len() as u64;
         self.stats.exchanges_active = self.exchanges.len() as u64;
+        self.stats.peer_exchanges_active = self.exchanges.passive_len() as u64;
+        self.stats.peer_exchanges_unconfirmed = self.exchanges.unconfirmed_len() as u64;
+        let ri_free = u64::from(self.remote_info_tokens.available(now));
+        let (mappings, active, passive) = (
+            self.table.len() as u64,
+            self.exchanges.active_len() as u64,
+            self.exchanges.passive_len() as u64,
+        );
+        let c = &self.config;
+        let ri_cap = u64::from(c.remote_info_budget);
+        let levels = |r: Resource| match r {
+            Resource::Mappings => (mappings, c.max_mappings as u64),
+            Resource::LocalExchanges => (active, c.max_exchanges as u64),
+            Resource::PeerExchanges => (passive, c.max_peer_exchanges as u64),
+            Resource::RemoteInfoBudget => (ri_cap.saturating_sub(ri_free), ri_cap),
+        };
+        for change in self.usage.update(levels) {
+            match change {
+                UsageChange::High { key, used, max } => tracing::warn!(
+                    "{used} of {max} in use ({key}): at the limit, new work is refused, \
+                     evicted or delayed; raise {key} in iwpmd.conf if this is legitimate load"
+                ),
+                UsageChange::Normal { key } => tracing::info!("{key} use back under 70 %"),
+            }
+        }
     }
 
     // ----- shared helpers -----

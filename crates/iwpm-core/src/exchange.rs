@@ -1,27 +1,36 @@
-//! Peer-protocol exchanges in flight, their keys and their timers.
+//! Peer-protocol exchanges in flight, their keys, their timers and their budgets.
 //!
 //! * *Active* exchanges (we connect) are keyed by (association handle, our unmapped local
 //!   endpoint = the `cp` every answer echoes).
 //! * *Passive* exchanges (a peer connects to us) are keyed by (handle, the datagram's source
-//!   address, the `ap` we answered with). The C daemon keys them by (handle, mapped address)
-//!   only, so two hosts that happen to pick the same handle collide there; adding the source
-//!   keeps them apart while retransmissions from one peer still match.
+//!   address, the `ap` we answered with, the `cp` it asked for). The C daemon keys them by
+//!   (handle, mapped address) only, so two hosts that pick the same handle collide there.
+//!
+//! The two kinds have separate budgets, so remote traffic can never refuse a local connect:
+//! active exchanges are capped (`max_exchanges`; a QUERY beyond it fails), passive ones are
+//! never refused for lack of room but evict the oldest *unconfirmed* passive exchange (no ACK
+//! yet), then the oldest confirmed one. Unconfirmed passive exchanges are also counted per
+//! source (an IPv4 address or an IPv6 /64) for the per-source quota.
 //!
 //! Every exchange has exactly one entry in a `BTreeSet<(Instant, ExchangeId)>`: its next
-//! retransmission, or its expiry when nothing is left to resend. `handle_timeout` pops due
-//! entries only, so there is no per-tick walk over all exchanges. Every exchange belongs to a
-//! live mapping; freeing the mapping cancels its exchanges.
+//! retransmission, or its expiry when nothing is left to resend. [`Exchanges`] keeps that
+//! rule itself (callers say what happened, not where the timer goes). Timers pop in order,
+//! so there is no per-tick walk over all exchanges. Every exchange belongs to a live mapping;
+//! freeing the mapping cancels its exchanges.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
+use iwpm_proto::netlink::QueryMappingReply;
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
+use rand::rngs::ChaCha20Rng;
+use rand::{Rng, SeedableRng};
 
 use crate::action::PeerSocket;
 use crate::table::MappingId;
 
-/// Names one exchange.
+/// Names one exchange; larger ids are newer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct ExchangeId(u64);
 
@@ -43,17 +52,37 @@ pub(crate) enum ExchangeKey {
     },
 }
 
+/// Where a source's unconfirmed exchanges are counted: an IPv4 address, or an IPv6 /64 (one
+/// host can hold a whole /64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SourceKey(IpAddr);
+
+impl SourceKey {
+    pub fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => SourceKey(IpAddr::V4(v4)),
+                None => SourceKey(IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())),
+            },
+            v4 => SourceKey(v4),
+        }
+    }
+}
+
 /// Where the active side stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ActiveState {
     /// REQUEST sent, retransmitting, waiting for ACCEPT or REJECT.
-    Requesting,
-    /// ACCEPT answered (kernel reply and ACK sent); kept to re-ACK duplicate ACCEPTs.
-    Acked { ack: Vec<u8> },
+    Requesting {
+        request: Vec<u8>,
+        retransmits_left: u32,
+    },
+    /// ACCEPT answered (ACK and kernel reply sent); kept to re-ACK a few duplicate ACCEPTs
+    /// (the peer lost our ACK). The count bounds what a replayed ACCEPT can make us send.
+    Acked { ack: Vec<u8>, re_acks_left: u32 },
 }
 
-/// The active side's bookkeeping (boxed: it is large and passive exchanges are the ones a
-/// remote flood creates).
+/// The active side's bookkeeping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ActiveQuery {
     /// Kernel client and header seq of the QUERY to answer.
@@ -67,14 +96,39 @@ pub(crate) struct ActiveQuery {
     pub state: ActiveState,
 }
 
+/// The kernel's REMOTE_INFO for a passive exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RemoteInfo {
+    /// Sent when the REQUEST came, on a budget token the ACK gives back.
+    SentOnToken,
+    /// No token was left: sent when (if) the ACK proves the peer real.
+    AwaitingAck {
+        owner: u8,
+        msg: Box<QueryMappingReply>,
+    },
+    /// Settled: token returned, or sent on the ACK.
+    Settled,
+}
+
+/// The passive side's bookkeeping. We never retransmit an ACCEPT on our own: the active
+/// side retransmits its REQUEST every second, and each duplicate REQUEST gets the ACCEPT
+/// again (at most `resends_left` more times, at most once per half interval). So what we send
+/// never exceeds what we receive, and a spoofed REQUEST costs one datagram, not ten.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PassiveAnswer {
+    pub accept: Vec<u8>,
+    pub resends_left: u32,
+    /// A duplicate REQUEST before this gets no new ACCEPT.
+    pub next_resend: Instant,
+    pub source: SourceKey,
+    pub confirmed: bool,
+    pub remote_info: RemoteInfo,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ExchangeKind {
     Active(Box<ActiveQuery>),
-    Passive {
-        /// ACK received: ACCEPT retransmission stopped; kept until expiry so late duplicate
-        /// REQUESTs do not cause a second REMOTE_INFO.
-        acked: bool,
-    },
+    Passive(Box<PassiveAnswer>),
 }
 
 #[derive(Clone, Debug)]
@@ -83,23 +137,16 @@ pub(crate) struct Exchange {
     pub mapping: MappingId,
     pub via: PeerSocket,
     pub to: SocketAddr,
-    /// Datagram to resend on each tick (REQUEST or ACCEPT); `None` once answered.
-    pub retransmit: Option<Vec<u8>>,
-    pub retransmits_left: u32,
-    pub expires: Instant,
     pub kind: ExchangeKind,
+    expires: Instant,
     timer: Instant,
 }
 
 impl Exchange {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         key: ExchangeKey,
         mapping: MappingId,
-        via: PeerSocket,
-        to: SocketAddr,
-        retransmit: Vec<u8>,
-        retransmits_left: u32,
+        (via, to): (PeerSocket, SocketAddr),
         expires: Instant,
         kind: ExchangeKind,
     ) -> Self {
@@ -108,19 +155,28 @@ impl Exchange {
             mapping,
             via,
             to,
-            retransmit: Some(retransmit),
-            retransmits_left,
-            expires,
             kind,
+            expires,
             timer: expires,
         }
     }
 
-    /// True while waiting for the other side (REQUEST or ACCEPT still retransmitting).
+    /// True while waiting for the other side (REQUEST retransmitting, or ACCEPT not ACKed).
     pub fn is_waiting(&self) -> bool {
         match &self.kind {
-            ExchangeKind::Active(q) => q.state == ActiveState::Requesting,
-            ExchangeKind::Passive { acked } => !acked,
+            ExchangeKind::Active(q) => matches!(q.state, ActiveState::Requesting { .. }),
+            ExchangeKind::Passive(p) => !p.confirmed,
+        }
+    }
+
+    pub fn expires(&self) -> Instant {
+        self.expires
+    }
+
+    fn unconfirmed_source(&self) -> Option<SourceKey> {
+        match &self.kind {
+            ExchangeKind::Passive(p) if !p.confirmed => Some(p.source),
+            _ => None,
         }
     }
 }
@@ -138,12 +194,39 @@ pub(crate) struct Exchanges {
     keys: HashMap<ExchangeKey, ExchangeId>,
     by_mapping: HashMap<MappingId, HashSet<ExchangeId>>,
     timers: BTreeSet<(Instant, ExchangeId)>,
+    active: usize,
+    /// Passive exchanges without an ACK yet, oldest first (eviction order).
+    unconfirmed: BTreeSet<ExchangeId>,
+    /// Passive exchanges with an ACK, oldest first.
+    confirmed: BTreeSet<ExchangeId>,
+    /// Unconfirmed passive exchanges per source.
+    per_source: HashMap<SourceKey, u32>,
     next_id: u64,
 }
 
 impl Exchanges {
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Local (active) exchanges.
+    pub fn active_len(&self) -> usize {
+        self.active
+    }
+
+    /// Remote (passive) exchanges.
+    pub fn passive_len(&self) -> usize {
+        self.unconfirmed.len() + self.confirmed.len()
+    }
+
+    /// Remote exchanges no ACK has confirmed yet.
+    pub fn unconfirmed_len(&self) -> usize {
+        self.unconfirmed.len()
+    }
+
+    /// Unconfirmed remote exchanges from `source`.
+    pub fn unconfirmed_from(&self, source: SourceKey) -> u32 {
+        self.per_source.get(&source).copied().unwrap_or(0)
     }
 
     pub fn find(&self, key: &ExchangeKey) -> Option<ExchangeId> {
@@ -158,7 +241,8 @@ impl Exchanges {
         self.entries.get_mut(&id)
     }
 
-    /// Inserts `ex` with its first timer at `first_timer`. The key must be free.
+    /// Inserts `ex`; its first timer is `first_timer` (capped at its expiry). The key must
+    /// be free.
     pub fn insert(&mut self, mut ex: Exchange, first_timer: Instant) -> ExchangeId {
         self.next_id += 1;
         let id = ExchangeId(self.next_id);
@@ -166,16 +250,75 @@ impl Exchanges {
         self.keys.insert(ex.key, id);
         self.by_mapping.entry(ex.mapping).or_default().insert(id);
         self.timers.insert((ex.timer, id));
+        match &ex.kind {
+            ExchangeKind::Active(_) => self.active += 1,
+            ExchangeKind::Passive(p) if p.confirmed => {
+                self.confirmed.insert(id);
+            }
+            ExchangeKind::Passive(p) => {
+                self.unconfirmed.insert(id);
+                *self.per_source.entry(p.source).or_default() += 1;
+            }
+        }
         self.entries.insert(id, ex);
         id
     }
 
-    /// Moves the exchange's single timer to `at` (capped at its expiry).
-    pub fn reschedule(&mut self, id: ExchangeId, at: Instant) {
+    /// The passive exchange to evict when the passive budget is full: the oldest one not
+    /// confirmed, else the oldest confirmed one.
+    pub fn eviction_candidate(&self) -> Option<ExchangeId> {
+        self.unconfirmed
+            .first()
+            .or_else(|| self.confirmed.first())
+            .copied()
+    }
+
+    /// Marks a passive exchange confirmed (its ACK came). Returns false if it was already.
+    pub fn confirm(&mut self, id: ExchangeId) -> bool {
+        let Some(ex) = self.entries.get_mut(&id) else {
+            return false;
+        };
+        let ExchangeKind::Passive(p) = &mut ex.kind else {
+            return false;
+        };
+        if p.confirmed {
+            return false;
+        }
+        p.confirmed = true;
+        let source = p.source;
+        self.unconfirmed.remove(&id);
+        self.confirmed.insert(id);
+        self.forget_source(source);
+        true
+    }
+
+    /// The active exchange got its answer: no more retransmissions; it lives on until its
+    /// expiry to re-ACK duplicates.
+    pub fn answered(&mut self, id: ExchangeId, state: ActiveState) {
+        let Some(ex) = self.entries.get_mut(&id) else {
+            return;
+        };
+        if let ExchangeKind::Active(q) = &mut ex.kind {
+            q.state = state;
+        }
+        let expires = ex.expires;
+        self.move_timer(id, expires);
+    }
+
+    fn move_timer(&mut self, id: ExchangeId, at: Instant) {
         if let Some(ex) = self.entries.get_mut(&id) {
             self.timers.remove(&(ex.timer, id));
             ex.timer = at.min(ex.expires);
             self.timers.insert((ex.timer, id));
+        }
+    }
+
+    fn forget_source(&mut self, source: SourceKey) {
+        if let Some(n) = self.per_source.get_mut(&source) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&source);
+            }
         }
     }
 
@@ -187,6 +330,17 @@ impl Exchanges {
             set.remove(&id);
             if set.is_empty() {
                 self.by_mapping.remove(&ex.mapping);
+            }
+        }
+        match &ex.kind {
+            ExchangeKind::Active(_) => self.active -= 1,
+            ExchangeKind::Passive(_) => {
+                self.confirmed.remove(&id);
+                if self.unconfirmed.remove(&id) {
+                    if let Some(source) = ex.unconfirmed_source() {
+                        self.forget_source(source);
+                    }
+                }
             }
         }
         Some(ex)
@@ -208,7 +362,7 @@ impl Exchanges {
     }
 
     /// Pops the earliest timer due at or before `now` (its exchange stays, timer-less until
-    /// rescheduled or removed).
+    /// [`Exchanges::rearm`] or [`Exchanges::remove`]).
     pub fn pop_due(&mut self, now: Instant) -> Option<Due> {
         let &(at, id) = self.timers.first()?;
         if at > now {
@@ -218,7 +372,7 @@ impl Exchanges {
         Some(Due { id, at })
     }
 
-    /// Re-arms an exchange whose timer was popped.
+    /// Re-arms an exchange whose timer was popped (capped at its expiry).
     pub fn rearm(&mut self, id: ExchangeId, at: Instant) {
         if let Some(ex) = self.entries.get_mut(&id) {
             ex.timer = at.min(ex.expires);
@@ -230,7 +384,7 @@ impl Exchanges {
         self.entries.values()
     }
 
-    /// Checks keys, mapping index and timers against the entries.
+    /// Checks keys, mapping index, timers and budgets against the entries.
     pub fn check(&self, mapping_exists: impl Fn(MappingId) -> bool) -> Result<(), &'static str> {
         if self.keys.len() != self.entries.len() {
             return Err("exchange key index size differs");
@@ -241,6 +395,13 @@ impl Exchanges {
         let indexed: usize = self.by_mapping.values().map(HashSet::len).sum();
         if indexed != self.entries.len() {
             return Err("exchange mapping index size differs");
+        }
+        if self.active + self.passive_len() != self.entries.len() {
+            return Err("exchange kind counts differ");
+        }
+        let per_source: u32 = self.per_source.values().sum();
+        if per_source as usize != self.unconfirmed.len() {
+            return Err("per-source counts differ from unconfirmed exchanges");
         }
         for (id, ex) in &self.entries {
             if self.keys.get(&ex.key) != Some(id) {
@@ -255,35 +416,42 @@ impl Exchanges {
             if !mapping_exists(ex.mapping) {
                 return Err("exchange of a freed mapping");
             }
+            if let ExchangeKind::Passive(p) = &ex.kind {
+                let listed = if p.confirmed {
+                    self.confirmed.contains(id)
+                } else {
+                    self.unconfirmed.contains(id)
+                };
+                if !listed {
+                    return Err("passive exchange missing from its eviction list");
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// Association handles: unique for 2^64 draws and unpredictable without the seed (the C
-/// daemon uses a heap address, which leaks memory layout).
+/// Association handles: a ChaCha20 stream keyed by the shell's 32 random bytes. Without the
+/// key, earlier handles say nothing about later ones (the C daemon sends heap addresses,
+/// which also leak its memory layout). 0 is skipped; a repeat within the exchange lifetime
+/// is as likely as a 64-bit collision, and would still differ in its `cp`.
 #[derive(Debug)]
 pub(crate) struct HandleGen {
-    seed: u64,
-    counter: u64,
+    rng: ChaCha20Rng,
 }
 
 impl HandleGen {
-    pub fn new(seed: u64) -> Self {
-        HandleGen { seed, counter: 0 }
+    pub fn new(key: [u8; 32]) -> Self {
+        HandleGen {
+            rng: ChaCha20Rng::from_seed(key),
+        }
     }
 
-    /// Each step is a bijection of the counter (odd multiply, xor, splitmix64 finaliser), so
-    /// distinct counters give distinct handles. 0 is skipped.
     pub fn next_handle(&mut self) -> u64 {
         loop {
-            self.counter = self.counter.wrapping_add(1);
-            let mut z = self.counter.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ self.seed;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            if z != 0 {
-                return z;
+            let h = self.rng.next_u64();
+            if h != 0 {
+                return h;
             }
         }
     }
@@ -295,12 +463,30 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn handles_are_unique_and_seed_dependent() {
-        let mut a = HandleGen::new(1);
-        let mut b = HandleGen::new(2);
+    fn handles_are_distinct_and_key_dependent() {
+        let mut a = HandleGen::new([1; 32]);
         let xs: HashSet<u64> = (0..10_000).map(|_| a.next_handle()).collect();
         assert_eq!(xs.len(), 10_000);
-        assert_ne!(HandleGen::new(1).next_handle(), b.next_handle());
+        assert_ne!(
+            HandleGen::new([1; 32]).next_handle(),
+            HandleGen::new([2; 32]).next_handle()
+        );
+        // Consecutive handles share no simple relation (the old generator was a bijection
+        // of a counter: h(n+1) - h(n) was not constant, but xor-ing the finaliser out was).
+        let mut g = HandleGen::new([7; 32]);
+        let (h1, h2, h3) = (g.next_handle(), g.next_handle(), g.next_handle());
+        assert_ne!(h2.wrapping_sub(h1), h3.wrapping_sub(h2));
+    }
+
+    fn passive(source: &str, confirmed: bool) -> ExchangeKind {
+        ExchangeKind::Passive(Box::new(PassiveAnswer {
+            accept: vec![1],
+            resends_left: 9,
+            next_resend: Instant::now(),
+            source: SourceKey::of(source.parse().unwrap()),
+            confirmed,
+            remote_info: RemoteInfo::Settled,
+        }))
     }
 
     #[test]
@@ -308,16 +494,14 @@ mod tests {
         let t0 = Instant::now();
         let mut x = Exchanges::default();
         let ep: Endpoint = "10.0.0.1:5000".parse::<SocketAddr>().unwrap().into();
+        let to = (PeerSocket::V4Client, "10.0.0.2:3935".parse().unwrap());
         let mk = |handle, expires| {
             Exchange::new(
                 ExchangeKey::Active { handle, cp: ep },
                 MappingId(1),
-                PeerSocket::V4Client,
-                "10.0.0.2:3935".parse().unwrap(),
-                vec![1, 2, 3],
-                9,
+                to,
                 expires,
-                ExchangeKind::Passive { acked: false },
+                passive("10.0.0.2", false),
             )
         };
         let a = x.insert(
@@ -339,9 +523,38 @@ mod tests {
             "capped"
         );
         x.check(|_| true).unwrap();
+        assert_eq!(
+            x.unconfirmed_from(SourceKey::of("10.0.0.2".parse().unwrap())),
+            2
+        );
+        assert!(x.confirm(a));
+        assert!(!x.confirm(a), "once");
+        assert_eq!(
+            x.unconfirmed_from(SourceKey::of("10.0.0.2".parse().unwrap())),
+            1
+        );
+        assert_eq!(x.eviction_candidate(), Some(b), "unconfirmed first");
+        x.check(|_| true).unwrap();
         assert_eq!(x.remove_for_mapping(MappingId(1)), 2);
         assert!(x.get(a).is_none());
         assert_eq!(x.len(), 0);
+        assert_eq!(
+            x.unconfirmed_from(SourceKey::of("10.0.0.2".parse().unwrap())),
+            0
+        );
         x.check(|_| true).unwrap();
+    }
+
+    #[test]
+    fn ipv6_sources_count_per_64() {
+        let a = SourceKey::of("fd00:1:2:3::1".parse().unwrap());
+        let b = SourceKey::of("fd00:1:2:3:ffff::9".parse().unwrap());
+        let c = SourceKey::of("fd00:1:2:4::1".parse().unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(
+            SourceKey::of("::ffff:10.0.0.1".parse().unwrap()),
+            SourceKey::of("10.0.0.1".parse().unwrap())
+        );
     }
 }

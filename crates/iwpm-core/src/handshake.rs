@@ -13,6 +13,15 @@
 //!   them, and the kernel then rejects every REG_PID reply.
 //! * **A HELLO the kernel could not answer** (its `NLMSG_DONE` carries an error) ends the
 //!   handshake without MAPINFO instead of waiting forever.
+//! * **Kernel answers are accepted only for our own requests.** No iwpm op needs a
+//!   capability, so any local user can send the kernel a HELLO or MAPINFO request naming our
+//!   port id, and the kernel then sends *us* a HELLO answer or a MAPINFO replay. A HELLO
+//!   outside our handshake is dropped (C adopts its ABI), and MAPINFO records are taken only
+//!   between our MAPINFO request and that client's MAPINFO_NUM (C adds them to its table,
+//!   and identical records would inflate reference counts, leaking ports).
+//! * **Lost kernel input is repaired**: after a receive-queue overrun the shell calls
+//!   `handle_kernel_overrun` and we say HELLO again (the kernel may have marked us absent
+//!   when its REG_PID multicast could not be queued).
 
 use std::time::Instant;
 
@@ -33,6 +42,8 @@ pub(crate) enum Handshake {
     Idle,
     /// HELLO sent with header seq `seq`.
     Awaiting { seq: u32, deadline: Instant },
+    /// Handshake done earlier; HELLO re-sent after lost kernel input.
+    Resyncing { seq: u32, deadline: Instant },
     /// Negotiated (or given up on); [`Action::Ready`] emitted.
     Done,
 }
@@ -57,9 +68,37 @@ impl Core {
         };
     }
 
+    /// Re-sends HELLO with the negotiated ABI after lost kernel input (at most once a
+    /// second; not during the start-up handshake, whose own deadline covers a lost answer).
+    pub(crate) fn resync(&mut self, now: Instant) {
+        let recent = self
+            .last_resync
+            .is_some_and(|t| now.saturating_duration_since(t) < std::time::Duration::from_secs(1));
+        if self.handshake != Handshake::Done || recent {
+            return;
+        }
+        self.last_resync = Some(now);
+        let seq = self.clients.peek_seq(RDMA_NL_IWCM);
+        let abi_version = self.abi;
+        self.send_kernel(
+            RDMA_NL_IWCM,
+            DaemonMsg::Hello(Hello {
+                abi_version,
+                unknown: Vec::new(),
+            }),
+        );
+        self.handshake = Handshake::Resyncing {
+            seq,
+            deadline: now + self.config.handshake_timeout,
+        };
+    }
+
     /// Ends the handshake: MAPINFO request to each of `mapinfo_clients`, then Ready.
-    fn finish_handshake(&mut self, mapinfo_clients: &[u8]) {
+    fn finish_handshake(&mut self, now: Instant, mapinfo_clients: &[u8]) {
+        let until = now + self.config.reply_deadline;
         for &client in mapinfo_clients {
+            self.mapinfo_windows.retain(|(c, _)| *c != client);
+            self.mapinfo_windows.push((client, until));
             let ulib_version = self.abi;
             self.send_kernel(
                 client,
@@ -75,15 +114,33 @@ impl Core {
     }
 
     pub(crate) fn handshake_timeout(&mut self, now: Instant) {
-        if let Handshake::Awaiting { deadline, .. } = self.handshake {
-            if now >= deadline {
+        match self.handshake {
+            Handshake::Awaiting { deadline, .. } if now >= deadline => {
                 tracing::warn!("no answer to HELLO; assuming ABI {}", self.abi);
-                self.finish_handshake(&[RDMA_NL_IWCM]);
+                self.finish_handshake(now, &[RDMA_NL_IWCM]);
             }
+            Handshake::Resyncing { deadline, .. } if now >= deadline => {
+                tracing::warn!("no answer to the resynchronisation HELLO");
+                self.handshake = Handshake::Done;
+            }
+            _ => {}
         }
+        self.mapinfo_windows.retain(|(_, until)| now < *until);
     }
 
-    pub(crate) fn on_done(&mut self, header: NlHeader, result: Option<i32>) {
+    /// True while MAPINFO records from `client` answer our request.
+    pub(crate) fn mapinfo_expected(&self, now: Instant, client: u8) -> bool {
+        self.mapinfo_windows
+            .iter()
+            .any(|(c, until)| *c == client && now < *until)
+    }
+
+    /// The client's MAPINFO_NUM ends its replay.
+    pub(crate) fn close_mapinfo_window(&mut self, client: u8) {
+        self.mapinfo_windows.retain(|(c, _)| *c != client);
+    }
+
+    pub(crate) fn on_done(&mut self, now: Instant, header: NlHeader, result: Option<i32>) {
         self.stats.netlink_done_in += 1;
         if result.is_some_and(|r| r != 0) {
             self.stats.netlink_done_nonzero += 1;
@@ -94,7 +151,7 @@ impl Core {
         if let (Handshake::Awaiting { seq, .. }, Some(r)) = (self.handshake, result) {
             if header.seq == seq && r != 0 {
                 tracing::warn!("kernel failed our HELLO (error {r}); no MAPINFO request sent");
-                self.finish_handshake(&[]);
+                self.finish_handshake(now, &[]);
             }
         }
     }
@@ -112,7 +169,7 @@ impl Core {
             if header.seq == seq && request.is_none_or(|r| r.ty == hello_ty) {
                 tracing::warn!("kernel refused HELLO (error {error}): using iwpm ABI 3");
                 self.abi = IWPM_UABI_VERSION_MIN;
-                self.finish_handshake(&[RDMA_NL_IWCM, RDMA_NL_RSVD]);
+                self.finish_handshake(now, &[RDMA_NL_IWCM, RDMA_NL_RSVD]);
                 return;
             }
         }
@@ -129,7 +186,35 @@ impl Core {
 
     pub(crate) fn on_hello(&mut self, now: Instant, client: u8, seq: u32, h: Hello) {
         let v = h.abi_version;
-        let awaiting = matches!(self.handshake, Handshake::Awaiting { .. });
+        match self.handshake {
+            Handshake::Awaiting { .. } => {}
+            Handshake::Resyncing { .. } => {
+                let abi = self.abi;
+                if v != abi {
+                    self.warn(
+                        now,
+                        LogKind::Protocol,
+                        format_args!(
+                            "resynchronisation HELLO answered with ABI {v}; keeping {abi}"
+                        ),
+                    );
+                }
+                self.handshake = Handshake::Done;
+                return;
+            }
+            Handshake::Idle | Handshake::Done => {
+                self.stats.kernel_unsolicited += 1;
+                self.warn(
+                    now,
+                    LogKind::Unsolicited,
+                    format_args!(
+                        "kernel HELLO (ABI {v}) outside our handshake dropped: another local \
+                         program asked the kernel in our name"
+                    ),
+                );
+                return;
+            }
+        }
         if v > self.config.max_abi || v < IWPM_UABI_VERSION_MIN {
             self.warn(
                 now,
@@ -137,17 +222,13 @@ impl Core {
                 format_args!("kernel HELLO with unusable ABI version {v}"),
             );
             self.send_handle_err(client, seq, code::VERSION);
-            if awaiting {
-                self.finish_handshake(&[]);
-            }
+            self.finish_handshake(now, &[]);
             return;
         }
         if v != self.abi {
             tracing::info!("iwpm ABI version {v} negotiated");
         }
         self.abi = v;
-        if awaiting {
-            self.finish_handshake(&[RDMA_NL_IWCM]);
-        }
+        self.finish_handshake(now, &[RDMA_NL_IWCM]);
     }
 }

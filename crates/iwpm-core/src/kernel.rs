@@ -44,7 +44,7 @@ use crate::clients::{ClientInfo, Registration};
 use crate::core::{code, wildcard_of, Core, Deferred, Purpose};
 use crate::ratelimit::LogKind;
 use crate::stats::Stats;
-use crate::table::MappingId;
+use crate::table::{MappingId, MappingRole};
 
 /// A netlink frame kept while a reservation is pending.
 #[derive(Clone, Debug)]
@@ -196,7 +196,7 @@ impl Core {
 
     fn on_frame(&mut self, now: Instant, received: Instant, frame: Frame<'_>) {
         match frame {
-            Frame::Done { header, result } => self.on_done(header, result),
+            Frame::Done { header, result } => self.on_done(now, header, result),
             Frame::Error {
                 header,
                 error,
@@ -370,7 +370,14 @@ impl Core {
             return;
         }
         if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
-            let id = self.new_mapping(now, client, req.addr, local_ep, req.addr, local_ep, None);
+            let id = self.new_mapping(
+                now,
+                client,
+                (req.addr, local_ep),
+                (req.addr, local_ep),
+                None,
+                MappingRole::Listener,
+            );
             self.reply_add(client, seq, req.addr, id);
             return;
         }
@@ -421,7 +428,7 @@ impl Core {
             self.mapping_failed(now, client, seq, "QUERY_MAPPING of a wildcard address");
             return;
         }
-        if self.exchanges.len() >= self.config.max_exchanges {
+        if self.exchanges.active_len() >= self.config.max_exchanges {
             self.stats.exchanges_refused += 1;
             self.mapping_failed(now, client, seq, "too many peer exchanges in flight");
             return;
@@ -441,7 +448,14 @@ impl Core {
             return;
         }
         if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
-            let id = self.new_mapping(now, client, local, local_ep, local, local_ep, None);
+            let id = self.new_mapping(
+                now,
+                client,
+                (local, local_ep),
+                (local, local_ep),
+                None,
+                MappingRole::Connector,
+            );
             self.start_query_exchange(now, received, client, seq, id, local, remote, remote_sa);
             return;
         }
@@ -482,6 +496,7 @@ impl Core {
     }
 
     fn on_mapinfo_num(&mut self, client: u8, seq: u32, n: MapInfoNumRequest) {
+        self.close_mapinfo_window(client);
         let ack_num = self.clients.take_mapinfo_acks(client);
         if ack_num != n.send_num {
             tracing::info!(

@@ -1,29 +1,48 @@
-//! Peer side (UDP 3935): the active (connecting) and passive (accepting) state machines and
-//! their retransmission timers.
+//! Peer side (UDP 3935): the active (connecting) and passive (accepting) state machines.
 //!
 //! Active: QUERY → REQUEST, retransmitted every `retransmit_interval` up to
-//! `max_retransmits` times, dropped after `exchange_lifetime`. ACCEPT → QUERY reply + ACK;
-//! the exchange then lives on (refreshed by each duplicate ACCEPT) to re-ACK duplicates.
-//! REJECT → QUERY reply with error 16. Passive: REQUEST → loose look-up → ACCEPT
-//! (retransmitted until ACK) + REMOTE_INFO to the mapping's owner, or an immediate REJECT.
-//! Answers go out on the socket the datagram came in on, to its source.
+//! `max_retransmits` times, dropped after `exchange_lifetime`. ACCEPT → ACK + QUERY reply;
+//! the exchange then lives on to re-ACK a few duplicate ACCEPTs. REJECT → QUERY reply with
+//! error 16. Passive: REQUEST → loose look-up of a listener → ACCEPT + REMOTE_INFO to the
+//! mapping's owner, or a REJECT. Answers go out on the socket the datagram came in on.
 //!
-//! # Where we differ from the C daemon, on purpose
+//! # Defences (what a host on the network can make us do, and the bound)
 //!
-//! * **A late duplicate REQUEST stays a duplicate**: after the ACK the passive exchange is
-//!   kept until its lifetime ends, so a REQUEST retransmission still in flight does not
-//!   produce a second ACCEPT and a second REMOTE_INFO (which the kernel would keep forever).
-//! * **Passive exchanges are keyed by source address too**, see `exchange.rs`.
+//! Anyone can send UDP to port 3935 with any source address, so every answer is metered:
+//!
+//! * **No identity forgery.** A REQUEST whose connecting address (`cp`) and mapped connecting
+//!   address differ in IP is dropped: a port mapper never changes IPs, and the kernel would
+//!   otherwise report `cp` as the peer of the next connection from the mapped address (an
+//!   attacker could name any trusted IP). The 48-byte form has no mapped address.
+//! * **Answers at most 1:1.** We never retransmit an ACCEPT; a duplicate REQUEST gets it
+//!   again, at most `max_retransmits` times and once per half interval. A duplicate ACCEPT
+//!   is re-ACKed at most `max_retransmits` times and never extends the exchange. REJECTs are
+//!   limited to `max_rejects_per_sec`.
+//! * **Per-source quota** of unconfirmed (not yet ACKed) passive exchanges; beyond it a
+//!   REQUEST is dropped unanswered (the real peer retransmits).
+//! * **Kernel memory.** The kernel keeps each REMOTE_INFO until its connection arrives, so
+//!   spoofed REQUESTs would pin kernel memory for ever. REMOTE_INFO goes out at once only on
+//!   a budget token that the ACK returns; without a token it waits for the ACK (a spoofed
+//!   source never ACKs). The active side ACKs *before* answering its kernel, so the ACK
+//!   normally still beats the connection.
+//! * **Separate budgets**: passive exchanges evict the oldest unconfirmed one when full;
+//!   local connects have their own cap and are never refused because of remote traffic.
+//! * **Answers only from the asked host**: an ACCEPT or REJECT counts only if it comes from
+//!   the IP the REQUEST went to, and an ACCEPT's mapped IP must be the IP we asked for.
+//! * **Listeners only**: a REQUEST is answered only from a listener mapping (ADD or
+//!   restart recovery), never from a connecting one, and never for a wildcard address.
+//! * `peer_allow` drops every datagram from a source outside the configured networks.
+//!
+//! # Other differences from the C daemon, on purpose
+//!
+//! * **A late duplicate REQUEST stays a duplicate**: the passive exchange is kept until its
+//!   lifetime ends, so a REQUEST retransmission still in flight causes no second REMOTE_INFO.
 //! * **Exchanges end with their mapping**: a REMOVE that frees a mapping stops its
 //!   retransmissions at once (C keeps sending for up to 10 s).
-//! * **No answer after the kernel gave up**: an ACCEPT/REJECT arriving after
-//!   `reply_deadline` produces no QUERY reply (and no ACK); it is counted.
-//! * **Bounded**: at most `max_exchanges` exchanges; a REQUEST beyond that is dropped
-//!   without an answer (the peer retransmits), a QUERY gets CREATE_MAPPING_ERR.
-//! * **A 48-byte REQUEST** (pre-2014 peers) has no mapped address; C reads uninitialised
-//!   memory there. We use the connecting IP with the reserved port (or the cp port if 0).
-//! * **Malformed datagrams** (length not 48/64, IP nibble not 4/6) are dropped with a
-//!   rate-limited warning and counted.
+//! * **No answer after the kernel gave up** (`reply_deadline`).
+//! * **A 48-byte REQUEST** (pre-2014 peers): we use the connecting IP with the reserved
+//!   port (or the cp port if 0); C reads uninitialised memory there.
+//! * **Malformed datagrams** are dropped with a rate-limited warning and counted.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -34,9 +53,16 @@ use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
 use crate::action::PeerSocket;
 use crate::core::{code, Core};
-use crate::exchange::{ActiveQuery, ActiveState, Exchange, ExchangeKey, ExchangeKind};
+use crate::exchange::{
+    ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
+    RemoteInfo, SourceKey,
+};
 use crate::ratelimit::LogKind;
-use crate::table::MappingId;
+use crate::table::{MappingId, MappingRole};
+
+/// Most timers handled per [`Core::handle_timeout`] call; the rest are due at once on the
+/// next call, so one loop turn never stalls on a burst of expiries.
+pub(crate) const MAX_TIMERS_PER_CALL: usize = 1024;
 
 impl Core {
     pub(crate) fn process_peer_datagram(
@@ -46,6 +72,15 @@ impl Core {
         from: SocketAddr,
         datagram: &[u8],
     ) {
+        if !self.config.peer_allow.allows(from.ip()) {
+            self.stats.peer_not_allowed += 1;
+            self.warn(
+                now,
+                LogKind::NotAllowed,
+                format_args!("peer datagram from {from} dropped: source not in peer_allow"),
+            );
+            return;
+        }
         let msg = match PeerMessage::decode(datagram) {
             Ok(m) => m,
             Err(e) => {
@@ -87,13 +122,13 @@ impl Core {
             return;
         };
         let handle = self.handles.next_handle();
-        let req = PeerMessage::request(
+        let request = PeerMessage::request(
             handle,
             SocketAddr::new(local_ep.ip, local_ep.port),
             SocketAddr::new(mapped_ep.ip, mapped_ep.port),
             remote_sa,
-        );
-        let datagram = req.encode();
+        )
+        .encode();
         let mut to = remote_sa;
         to.set_port(self.config.peer_port);
         let via = PeerSocket::client_for(&to);
@@ -103,10 +138,7 @@ impl Core {
                 cp: local_ep,
             },
             id,
-            via,
-            to,
-            datagram.clone(),
-            self.config.max_retransmits,
+            (via, to),
             now + self.config.exchange_lifetime,
             ExchangeKind::Active(Box::new(ActiveQuery {
                 client,
@@ -114,71 +146,39 @@ impl Core {
                 reply_deadline: received + self.config.reply_deadline,
                 local,
                 remote,
-                state: ActiveState::Requesting,
+                state: ActiveState::Requesting {
+                    request: request.clone(),
+                    retransmits_left: self.config.max_retransmits,
+                },
             })),
         );
         self.exchanges
             .insert(ex, now + self.config.retransmit_interval);
-        self.send_peer(via, to, PeerMsgType::Request, datagram);
+        self.send_peer(via, to, PeerMsgType::Request, request);
+    }
+
+    /// The listener mapping a REQUEST asks for, with the `ap` to answer: `None` for a
+    /// wildcard `ap`, an unknown address, a connecting (QUERY) mapping or a family mismatch.
+    fn listener_for(&self, msg: &PeerMessage) -> Option<(MappingId, SocketAddr)> {
+        if msg.ap_ip.is_unspecified() {
+            return None;
+        }
+        let id = self.table.loose_local(&Endpoint::from(msg.ap()))?;
+        let m = self.table.get(id)?;
+        if m.role == MappingRole::Connector {
+            return None;
+        }
+        // A wildcard listener answers with the requested IP and its mapped port.
+        let ip = if m.local_ep.is_wildcard() {
+            msg.ap_ip
+        } else {
+            m.mapped_ep.ip
+        };
+        let answer = SocketAddr::new(ip, m.mapped_ep.port);
+        (answer.is_ipv4() == msg.ap_ip.is_ipv4()).then_some((id, answer))
     }
 
     fn on_request(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
-        let ap_ep = Endpoint::from(msg.ap());
-        let found = self.table.loose_local(&ap_ep).and_then(|id| {
-            let m = self.table.get(id)?;
-            // A wildcard listener answers with the requested IP and its mapped port.
-            let ip = if m.local_ep.is_wildcard() {
-                msg.ap_ip
-            } else {
-                m.mapped_ep.ip
-            };
-            let answer = SocketAddr::new(ip, m.mapped_ep.port);
-            (answer.is_ipv4() == msg.ap_ip.is_ipv4())
-                .then_some((id, answer, m.owner, m.local, m.mapped))
-        });
-        let Some((id, answer_ap, owner, m_local, m_mapped)) = found else {
-            self.stats.rejects_sent += 1;
-            self.send_peer(
-                via,
-                from,
-                PeerMsgType::Reject,
-                PeerMessage::reject_for(msg).encode(),
-            );
-            return;
-        };
-        let key = ExchangeKey::Passive {
-            handle: msg.assoc_handle,
-            from,
-            ap: answer_ap.into(),
-            cp: msg.cp().into(),
-        };
-        if self.exchanges.find(&key).is_some() {
-            self.stats.peer_duplicates += 1;
-            return;
-        }
-        if self.exchanges.len() >= self.config.max_exchanges {
-            self.stats.exchanges_refused += 1;
-            let max = self.config.max_exchanges;
-            self.warn(
-                now,
-                LogKind::CapReached,
-                format_args!("REQUEST from {from} dropped: {max} exchanges in flight"),
-            );
-            return;
-        }
-        let accept = PeerMessage::accept_for(msg, answer_ap).encode();
-        let ex = Exchange::new(
-            key,
-            id,
-            via,
-            from,
-            accept.clone(),
-            self.config.max_retransmits,
-            now + self.config.exchange_lifetime,
-            ExchangeKind::Passive { acked: false },
-        );
-        self.exchanges
-            .insert(ex, now + self.config.retransmit_interval);
         let mapped_cp = msg.mapped_cp().unwrap_or_else(|| {
             let port = if msg.reserved_port != 0 {
                 msg.reserved_port
@@ -187,48 +187,204 @@ impl Core {
             };
             SocketAddr::new(msg.cp_ip, port)
         });
-        self.send_kernel(
-            owner,
-            DaemonMsg::RemoteInfo(QueryMappingReply {
-                seq: 0,
-                local_addr: m_local,
-                remote_addr: SockAddrStorage::from(msg.cp()),
-                mapped_local_addr: m_mapped,
-                mapped_remote_addr: SockAddrStorage::from(mapped_cp),
-                err: 0,
-                unknown: Vec::new(),
-            }),
+        if mapped_cp.ip() != msg.cp_ip || msg.cp_ip.is_unspecified() {
+            self.stats.peer_forged += 1;
+            self.warn(
+                now,
+                LogKind::Forged,
+                format_args!(
+                    "REQUEST from {from} dropped: connecting address {} but mapped {mapped_cp} \
+                     (a port mapper never changes IPs)",
+                    msg.cp()
+                ),
+            );
+            return;
+        }
+        let Some((id, answer_ap)) = self.listener_for(msg) else {
+            self.reject(now, via, from, msg);
+            return;
+        };
+        let key = ExchangeKey::Passive {
+            handle: msg.assoc_handle,
+            from,
+            ap: answer_ap.into(),
+            cp: msg.cp().into(),
+        };
+        if let Some(xid) = self.exchanges.find(&key) {
+            self.duplicate_request(now, xid);
+            return;
+        }
+        let source = SourceKey::of(from.ip());
+        if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
+            self.stats.peer_quota_dropped += 1;
+            let quota = self.config.peer_source_quota;
+            self.warn(
+                now,
+                LogKind::Quota,
+                format_args!("REQUEST from {from} dropped: {quota} unconfirmed from that source"),
+            );
+            return;
+        }
+        while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
+            let Some(victim) = self.exchanges.eviction_candidate() else {
+                break;
+            };
+            self.exchanges.remove(victim);
+            self.stats.exchanges_evicted += 1;
+        }
+        let Some((owner, m_local, m_mapped)) =
+            self.table.get(id).map(|m| (m.owner, m.local, m.mapped))
+        else {
+            return;
+        };
+        let remote_info = QueryMappingReply {
+            seq: 0,
+            local_addr: m_local,
+            remote_addr: SockAddrStorage::from(msg.cp()),
+            mapped_local_addr: m_mapped,
+            mapped_remote_addr: SockAddrStorage::from(mapped_cp),
+            err: 0,
+            unknown: Vec::new(),
+        };
+        let remote_info = if self.remote_info_tokens.take(now) {
+            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
+            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
+            // remote-info entry is reported with the peer's mapped address and leaks the
+            // entry. (C gets this order by accident, through its sender thread.)
+            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+            RemoteInfo::SentOnToken
+        } else {
+            self.stats.remote_info_deferred += 1;
+            self.warn(
+                now,
+                LogKind::RemoteInfoBudget,
+                format_args!(
+                    "REMOTE_INFO budget spent ({} unconfirmed): REMOTE_INFO now waits for the \
+                     peer's ACK",
+                    self.remote_info_tokens.capacity()
+                ),
+            );
+            RemoteInfo::AwaitingAck {
+                owner,
+                msg: Box::new(remote_info),
+            }
+        };
+        let accept = PeerMessage::accept_for(msg, answer_ap).encode();
+        let ex = Exchange::new(
+            key,
+            id,
+            (via, from),
+            now + self.config.exchange_lifetime,
+            ExchangeKind::Passive(Box::new(PassiveAnswer {
+                accept: accept.clone(),
+                resends_left: self.config.max_retransmits,
+                next_resend: now + self.config.retransmit_interval / 2,
+                source,
+                confirmed: false,
+                remote_info,
+            })),
         );
-        // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as soon
-        // as it has the ACCEPT, and a connection that reaches iw_cm before its remote-info
-        // entry is reported with the peer's mapped address and leaks the entry
-        // (kernel-iwpm.md §4.4). The C daemon gets this order by accident (its ACCEPT goes
-        // through a sender thread); we make it explicit.
+        // Passive exchanges have no retransmission timer: their only timer is the expiry.
+        self.exchanges
+            .insert(ex, now + self.config.exchange_lifetime);
         self.send_peer(via, from, PeerMsgType::Accept, accept);
     }
 
-    fn on_accept(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
+    /// A REQUEST for no listener: REJECT, within the REJECT rate.
+    fn reject(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
+        if !self.reject_tokens.take(now) {
+            self.stats.rejects_suppressed += 1;
+            return;
+        }
+        self.stats.rejects_sent += 1;
+        self.send_peer(
+            via,
+            from,
+            PeerMsgType::Reject,
+            PeerMessage::reject_for(msg).encode(),
+        );
+    }
+
+    /// A retransmitted REQUEST: our ACCEPT (or its ACK) was lost. Answer again while the
+    /// exchange is unconfirmed, within its resend allowance.
+    fn duplicate_request(&mut self, now: Instant, xid: ExchangeId) {
+        self.stats.peer_duplicates += 1;
+        let half = self.config.retransmit_interval / 2;
+        let Some(ex) = self.exchanges.get_mut(xid) else {
+            return;
+        };
+        let (via, to) = (ex.via, ex.to);
+        let ExchangeKind::Passive(p) = &mut ex.kind else {
+            return;
+        };
+        if p.confirmed || p.resends_left == 0 || now < p.next_resend {
+            return;
+        }
+        p.resends_left -= 1;
+        p.next_resend = now + half;
+        let accept = p.accept.clone();
+        self.stats.retransmissions += 1;
+        self.send_peer(via, to, PeerMsgType::Accept, accept);
+    }
+
+    /// The active exchange an ACCEPT or REJECT answers, if it came from the host asked.
+    fn answered_exchange(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        msg: &PeerMessage,
+    ) -> Option<ExchangeId> {
         let key = ExchangeKey::Active {
             handle: msg.assoc_handle,
             cp: msg.cp().into(),
         };
         let Some(xid) = self.exchanges.find(&key) else {
             self.stats.peer_unmatched += 1;
+            if msg.msg_type == PeerMsgType::Reject {
+                self.warn(
+                    now,
+                    LogKind::RejectUnknown,
+                    format_args!("received reject for unknown mapping from {from}"),
+                );
+            }
+            return None;
+        };
+        let asked = self.exchanges.get(xid).map(|ex| ex.to.ip());
+        if asked != Some(from.ip()) {
+            self.stats.peer_wrong_source += 1;
+            self.warn(
+                now,
+                LogKind::WrongSource,
+                format_args!(
+                    "{:?} from {from} dropped: the REQUEST went to {asked:?}",
+                    msg.msg_type
+                ),
+            );
+            return None;
+        }
+        Some(xid)
+    }
+
+    fn on_accept(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
+        let Some(xid) = self.answered_exchange(now, from, msg) else {
             return;
         };
-        let lifetime = self.config.exchange_lifetime;
         let Some(ex) = self.exchanges.get_mut(xid) else {
             return;
         };
+        let mapping = ex.mapping;
         let ExchangeKind::Active(q) = &mut ex.kind else {
             return;
         };
-        if let ActiveState::Acked { ack } = &q.state {
-            // Our ACK was lost: answer the retransmitted ACCEPT again.
-            let ack = ack.clone();
-            ex.expires = now + lifetime;
-            self.exchanges.reschedule(xid, now + lifetime);
+        if let ActiveState::Acked { ack, re_acks_left } = &mut q.state {
+            // Our ACK was lost: answer the retransmitted ACCEPT again, a bounded number of
+            // times and without extending the exchange.
             self.stats.peer_duplicates += 1;
+            if *re_acks_left == 0 {
+                return;
+            }
+            *re_acks_left -= 1;
+            let ack = ack.clone();
             self.send_peer(via, from, PeerMsgType::Ack, ack);
             return;
         }
@@ -239,22 +395,35 @@ impl Core {
             self.late_answer(now, "ACCEPT");
             return;
         }
-        let Some(mapped_remote) = remote
-            .to_socket_addr()
-            .filter(|r| r.is_ipv4() == msg.ap_ip.is_ipv4())
-            .map(|mut r| {
-                r.set_ip(msg.ap_ip);
-                r.set_port(msg.ap_port);
-                SockAddrStorage::from(r)
-            })
+        // The peer maps ports, never IPs: its answer must be for the IP we asked about.
+        let Some(mapped_remote) =
+            remote
+                .to_socket_addr()
+                .filter(|r| r.ip() == msg.ap_ip)
+                .map(|mut r| {
+                    r.set_port(msg.ap_port);
+                    SockAddrStorage::from(r)
+                })
         else {
-            self.stats.peer_malformed += 1;
+            self.stats.peer_forged += 1;
+            self.warn(
+                now,
+                LogKind::Forged,
+                format_args!(
+                    "ACCEPT from {from} names another IP ({}); dropped",
+                    msg.ap_ip
+                ),
+            );
             return;
         };
-        let mapping = ex.mapping;
         let Some(mapped_local) = self.table.get(mapping).map(|m| m.mapped) else {
             return;
         };
+        // The ACK leaves before the kernel hears the answer: the kernel connects as soon as
+        // it has it, and a passive peer short of REMOTE_INFO budget sends REMOTE_INFO on
+        // this ACK, which must beat our connection there.
+        let ack = PeerMessage::ack_for(msg).encode();
+        self.send_peer(via, from, PeerMsgType::Ack, ack.clone());
         self.send_kernel(
             client,
             DaemonMsg::QueryMapping(QueryMappingReply {
@@ -267,37 +436,20 @@ impl Core {
                 unknown: Vec::new(),
             }),
         );
-        let ack = PeerMessage::ack_for(msg).encode();
-        if let Some(ex) = self.exchanges.get_mut(xid) {
-            ex.retransmit = None;
-            ex.expires = now + lifetime;
-            if let ExchangeKind::Active(q) = &mut ex.kind {
-                q.state = ActiveState::Acked { ack: ack.clone() };
-            }
-        }
-        self.exchanges.reschedule(xid, now + lifetime);
-        self.send_peer(via, from, PeerMsgType::Ack, ack);
+        let re_acks_left = self.config.max_retransmits;
+        self.exchanges
+            .answered(xid, ActiveState::Acked { ack, re_acks_left });
     }
 
     fn on_reject(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage) {
-        let key = ExchangeKey::Active {
-            handle: msg.assoc_handle,
-            cp: msg.cp().into(),
-        };
-        let Some(xid) = self.exchanges.find(&key) else {
-            self.stats.peer_unmatched += 1;
-            self.warn(
-                now,
-                LogKind::RejectUnknown,
-                format_args!("received reject for unknown mapping from {from}"),
-            );
+        let Some(xid) = self.answered_exchange(now, from, msg) else {
             return;
         };
         let Some(ex) = self.exchanges.get(xid) else {
             return;
         };
         let (client, kernel_seq, reply_deadline, local, remote) = match &ex.kind {
-            ExchangeKind::Active(q) if q.state == ActiveState::Requesting => {
+            ExchangeKind::Active(q) if matches!(q.state, ActiveState::Requesting { .. }) => {
                 (q.client, q.kernel_seq, q.reply_deadline, q.local, q.remote)
             }
             _ => {
@@ -330,6 +482,8 @@ impl Core {
         );
     }
 
+    /// The ACK confirms the peer is real (it received our ACCEPT at its source address):
+    /// the REMOTE_INFO token comes back, or the waiting REMOTE_INFO goes out now.
     fn on_ack(&mut self, from: SocketAddr, msg: &PeerMessage) {
         let key = ExchangeKey::Passive {
             handle: msg.assoc_handle,
@@ -341,17 +495,23 @@ impl Core {
             self.stats.peer_unmatched += 1;
             return;
         };
+        if !self.exchanges.confirm(xid) {
+            self.stats.peer_duplicates += 1;
+            return;
+        }
         let Some(ex) = self.exchanges.get_mut(xid) else {
             return;
         };
-        match &mut ex.kind {
-            ExchangeKind::Passive { acked } if !*acked => {
-                *acked = true;
-                ex.retransmit = None;
-                let expires = ex.expires;
-                self.exchanges.reschedule(xid, expires);
+        let ExchangeKind::Passive(p) = &mut ex.kind else {
+            return;
+        };
+        match std::mem::replace(&mut p.remote_info, RemoteInfo::Settled) {
+            RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
+            RemoteInfo::AwaitingAck { owner, msg } => {
+                self.stats.remote_info_on_ack += 1;
+                self.send_kernel(owner, DaemonMsg::RemoteInfo(*msg));
             }
-            _ => self.stats.peer_duplicates += 1,
+            RemoteInfo::Settled => {}
         }
     }
 
@@ -364,14 +524,17 @@ impl Core {
         );
     }
 
-    /// Retransmissions and expiries due at `now`.
+    /// REQUEST retransmissions and expiries due at `now`, at most [`MAX_TIMERS_PER_CALL`].
     pub(crate) fn run_exchange_timers(&mut self, now: Instant) {
         let interval = self.config.retransmit_interval;
-        while let Some(due) = self.exchanges.pop_due(now) {
+        for _ in 0..MAX_TIMERS_PER_CALL {
+            let Some(due) = self.exchanges.pop_due(now) else {
+                return;
+            };
             let Some(ex) = self.exchanges.get_mut(due.id) else {
                 continue;
             };
-            if due.at >= ex.expires {
+            if due.at >= ex.expires() {
                 if let Some(ex) = self.exchanges.remove(due.id) {
                     if ex.is_waiting() {
                         self.stats.exchanges_expired += 1;
@@ -379,29 +542,30 @@ impl Core {
                 }
                 continue;
             }
-            let resend = match &ex.retransmit {
-                Some(d) if ex.retransmits_left > 0 => {
-                    ex.retransmits_left -= 1;
-                    Some((ex.via, ex.to, d.clone(), ex.kind.clone()))
-                }
-                _ => None,
+            let (via, to, expires) = (ex.via, ex.to, ex.expires());
+            let resend = match &mut ex.kind {
+                ExchangeKind::Active(q) => match &mut q.state {
+                    ActiveState::Requesting {
+                        request,
+                        retransmits_left,
+                    } if *retransmits_left > 0 => {
+                        *retransmits_left -= 1;
+                        Some((request.clone(), *retransmits_left > 0))
+                    }
+                    _ => None,
+                },
+                ExchangeKind::Passive(_) => None,
             };
-            let more = ex.retransmit.is_some() && ex.retransmits_left > 0;
-            let expires = ex.expires;
             // Skip ticks missed while the shell was late rather than bursting them.
-            let next = match due.at + interval {
-                _ if !more => expires,
-                t if t <= now => now + interval,
-                t => t,
+            let next = match (&resend, due.at + interval) {
+                (Some((_, true)), t) if t <= now => now + interval,
+                (Some((_, true)), t) => t,
+                _ => expires,
             };
             self.exchanges.rearm(due.id, next);
-            if let Some((via, to, d, kind)) = resend {
+            if let Some((datagram, _)) = resend {
                 self.stats.retransmissions += 1;
-                let ty = match kind {
-                    ExchangeKind::Active(_) => PeerMsgType::Request,
-                    ExchangeKind::Passive { .. } => PeerMsgType::Accept,
-                };
-                self.send_peer(via, to, ty, d);
+                self.send_peer(via, to, PeerMsgType::Request, datagram);
             }
         }
     }

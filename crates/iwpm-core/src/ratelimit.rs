@@ -20,6 +20,13 @@ pub(crate) enum LogKind {
     RejectUnknown,
     LateReply,
     Protocol,
+    NotAllowed,
+    Forged,
+    Quota,
+    WrongSource,
+    RemoteInfoBudget,
+    Unsolicited,
+    Overrun,
 }
 
 /// Remembers, per kind, when a line was last emitted and how many were held back since.

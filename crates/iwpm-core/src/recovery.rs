@@ -2,6 +2,8 @@
 //!
 //! # Where we differ from the C daemon, on purpose
 //!
+//! * **Records are taken only during our own replay request** (from our MAPINFO request to
+//!   the client's MAPINFO_NUM, at most `reply_deadline`): see `handshake.rs`.
 //! * **Reference counts are restored.** The kernel replays one record per kernel reference
 //!   (each listening or connecting cm_id), so a record identical to an existing mapping
 //!   (same local and mapped address) adds a reference instead of only being counted. In C
@@ -19,9 +21,21 @@ use iwpm_proto::netlink::MapInfoRecord;
 
 use crate::core::{code, wildcard_of, Core, Purpose};
 use crate::ratelimit::LogKind;
+use crate::table::MappingRole;
 
 impl Core {
     pub(crate) fn on_mapinfo(&mut self, now: Instant, client: u8, seq: u32, rec: MapInfoRecord) {
+        if !self.mapinfo_expected(now, client) {
+            self.stats.kernel_unsolicited += 1;
+            self.warn(
+                now,
+                LogKind::Unsolicited,
+                format_args!(
+                    "MAPINFO record from client {client} outside our replay request dropped"
+                ),
+            );
+            return;
+        }
         let flags = if self.abi > iwpm_proto::consts::IWPM_UABI_VERSION_MIN {
             rec.flags.unwrap_or(0)
         } else {
@@ -63,7 +77,14 @@ impl Core {
             return;
         }
         if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
-            self.new_mapping(now, client, local, local_ep, mapped, mapped_ep, None);
+            self.new_mapping(
+                now,
+                client,
+                (local, local_ep),
+                (mapped, mapped_ep),
+                None,
+                MappingRole::Recovered,
+            );
             self.accept_record(client);
             return;
         }

@@ -13,7 +13,7 @@ use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 use crate::action::{ReservationId, ReserveError};
 use crate::core::{code, Core, Pending, Purpose};
 use crate::ratelimit::LogKind;
-use crate::table::{Mapping, MappingId};
+use crate::table::{Mapping, MappingId, MappingRole};
 
 /// How a reservation answer turned out.
 enum Taken {
@@ -41,7 +41,8 @@ impl Core {
                 local_ep,
             } => match self.take_port(now, p.id, result, None, Some(received)) {
                 Taken::Port(port) => {
-                    let id = self.map_to_granted_port(now, client, local, local_ep, port, p.id);
+                    let granted = (local, local_ep, port, p.id);
+                    let id = self.map_to_granted_port(now, client, granted, MappingRole::Listener);
                     self.reply_add(client, seq, local, id);
                 }
                 Taken::Failed => self.send_handle_err(client, seq, code::CREATE),
@@ -57,7 +58,8 @@ impl Core {
                 remote_sa,
             } => match self.take_port(now, p.id, result, None, Some(received)) {
                 Taken::Port(port) => {
-                    let id = self.map_to_granted_port(now, client, local, local_ep, port, p.id);
+                    let granted = (local, local_ep, port, p.id);
+                    let id = self.map_to_granted_port(now, client, granted, MappingRole::Connector);
                     self.start_query_exchange(
                         now, received, client, seq, id, local, remote, remote_sa,
                     );
@@ -74,7 +76,14 @@ impl Core {
                 mapped_ep,
             } => match self.take_port(now, p.id, result, Some(mapped_ep.port), None) {
                 Taken::Port(_) => {
-                    self.new_mapping(now, client, local, local_ep, mapped, mapped_ep, Some(p.id));
+                    self.new_mapping(
+                        now,
+                        client,
+                        (local, local_ep),
+                        (mapped, mapped_ep),
+                        Some(p.id),
+                        MappingRole::Recovered,
+                    );
                     self.accept_record(client);
                 }
                 Taken::Failed | Taken::Late => self.send_handle_err(client, seq, code::CREATE),
@@ -131,16 +140,16 @@ impl Core {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Inserts a mapping with one reference; `local` and `mapped` are each the address as
+    /// the kernel sent it and its endpoint.
     pub(crate) fn new_mapping(
         &mut self,
         now: Instant,
         owner: u8,
-        local: SockAddrStorage,
-        local_ep: Endpoint,
-        mapped: SockAddrStorage,
-        mapped_ep: Endpoint,
+        (local, local_ep): (SockAddrStorage, Endpoint),
+        (mapped, mapped_ep): (SockAddrStorage, Endpoint),
         reservation: Option<ReservationId>,
+        role: MappingRole,
     ) -> MappingId {
         self.insert_mapping(Mapping {
             local,
@@ -150,6 +159,7 @@ impl Core {
             owner,
             refcount: 1,
             no_port_map: reservation.is_none(),
+            role,
             reservation,
             created_at: now,
         })
@@ -169,10 +179,8 @@ impl Core {
         &mut self,
         now: Instant,
         client: u8,
-        local: SockAddrStorage,
-        local_ep: Endpoint,
-        port: u16,
-        reservation: ReservationId,
+        (local, local_ep, port, reservation): (SockAddrStorage, Endpoint, u16, ReservationId),
+        role: MappingRole,
     ) -> MappingId {
         let mapped_ep = Endpoint {
             ip: local_ep.ip,
@@ -182,11 +190,10 @@ impl Core {
         self.new_mapping(
             now,
             client,
-            local,
-            local_ep,
-            mapped,
-            mapped_ep,
+            (local, local_ep),
+            (mapped, mapped_ep),
             Some(reservation),
+            role,
         )
     }
 }

@@ -84,6 +84,31 @@ pub struct Stats {
     pub mapinfo_duplicates: u64,
     /// MAPINFO records conflicting with an existing mapping (HANDLE_ERR 12).
     pub mapinfo_conflicts: u64,
+    /// Peer datagrams from sources outside `peer_allow` (dropped).
+    pub peer_not_allowed: u64,
+    /// REQUESTs naming a connecting IP other than their mapped one, or ACCEPTs naming an IP
+    /// other than the one asked about (dropped: identity forgery).
+    pub peer_forged: u64,
+    /// ACCEPT/REJECTs from another IP than the one the REQUEST went to (dropped).
+    pub peer_wrong_source: u64,
+    /// REQUESTs dropped because their source had `peer_source_quota` unconfirmed exchanges.
+    pub peer_quota_dropped: u64,
+    /// Passive exchanges evicted to make room (`max_peer_exchanges`).
+    pub exchanges_evicted: u64,
+    /// REJECTs not sent because of `max_rejects_per_sec`.
+    pub rejects_suppressed: u64,
+    /// REMOTE_INFOs held back until the peer's ACK (budget spent).
+    pub remote_info_deferred: u64,
+    /// REMOTE_INFOs sent on an ACK after being held back.
+    pub remote_info_on_ack: u64,
+    /// Passive exchanges alive now (gauge; part of `exchanges_active`).
+    pub peer_exchanges_active: u64,
+    /// Passive exchanges not yet confirmed by an ACK (gauge).
+    pub peer_exchanges_unconfirmed: u64,
+    /// MAPINFO records or HELLOs from the kernel that answer no request of ours (dropped).
+    pub kernel_unsolicited: u64,
+    /// Times the kernel link reported lost input (`ENOBUFS`).
+    pub kernel_overruns: u64,
     /// Input dropped because too much was already buffered behind a pending reservation.
     pub input_dropped_busy: u64,
     /// Log lines suppressed by the rate limiter.

@@ -24,6 +24,18 @@ use crate::action::ReservationId;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MappingId(pub u64);
 
+/// What a mapping is for, as far as the daemon can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MappingRole {
+    /// Created by ADD_MAPPING: a listening endpoint, which peers may ask about.
+    Listener,
+    /// Created by QUERY_MAPPING: a connecting endpoint, never disclosed to peers.
+    Connector,
+    /// Replayed by the kernel after a restart (MAPINFO does not say which); treated as a
+    /// listener, as the C daemon does.
+    Recovered,
+}
+
 /// One mapping as stored.
 #[derive(Clone, Debug)]
 pub(crate) struct Mapping {
@@ -38,6 +50,7 @@ pub(crate) struct Mapping {
     /// Kernel references (ADD/QUERY/MAPINFO records); freed at 0.
     pub refcount: u32,
     pub no_port_map: bool,
+    pub role: MappingRole,
     /// The shell's reserved TCP socket (`None` for NO_PORT_MAP).
     pub reservation: Option<ReservationId>,
     pub created_at: Instant,
@@ -64,6 +77,8 @@ pub struct MappingView<'a> {
     pub wildcard: bool,
     /// Created with `IWPM_FLAGS_NO_PORT_MAP` (mapped = local, no reservation).
     pub no_port_map: bool,
+    /// Listener, connector or recovered.
+    pub role: MappingRole,
     /// The reservation holding the mapped port, if any.
     pub reservation: Option<ReservationId>,
     /// When the mapping was created.
@@ -208,6 +223,7 @@ impl MappingTable {
             owner_client: m.owner,
             wildcard: m.local_ep.is_wildcard(),
             no_port_map: m.no_port_map,
+            role: m.role,
             reservation: m.reservation,
             created_at: m.created_at,
         }
@@ -273,6 +289,7 @@ mod tests {
             owner: 2,
             refcount: 1,
             no_port_map: false,
+            role: MappingRole::Listener,
             reservation: None,
             created_at: now,
         }

@@ -224,15 +224,18 @@ fn passive_request_accept_remote_info_ack() {
     assert_eq!(ri.mapped_remote_addr, sa("10.0.0.1:41234"));
     assert_eq!(ri.err, 0);
 
-    // Retransmitted REQUEST: nothing new.
+    // A REQUEST retransmission arriving at once: nothing new (at most one ACCEPT per half
+    // interval, never a second REMOTE_INFO).
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     h.no_peer();
     h.no_kernel();
-    // ACCEPT retransmitted each second until the ACK.
-    h.advance(SEC);
+    // We never retransmit the ACCEPT on our own...
+    h.advance(SEC * 2);
+    h.no_peer();
+    // ...but the peer's next REQUEST retransmission gets it again.
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     assert_eq!(h.expect_peer().raw, acc.raw);
-    h.advance(SEC);
-    assert_eq!(h.expect_peer().raw, acc.raw);
+    h.no_kernel();
     let ack = PeerMessage::ack_for(&acc.msg);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &ack);
     h.no_peer();
@@ -243,7 +246,7 @@ fn passive_request_accept_remote_info_ack() {
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     h.no_peer();
     h.no_kernel();
-    assert_eq!(h.core.stats().peer_duplicates, 2);
+    assert_eq!(h.core.stats().peer_duplicates, 3);
     // After the lifetime the same handle is a new exchange.
     h.advance(SEC * 6);
     assert_eq!(h.core.stats().exchanges_active, 0);
@@ -253,19 +256,25 @@ fn passive_request_accept_remote_info_ack() {
 }
 
 #[test]
-fn accept_retransmission_stops_after_9_and_expires() {
+fn accept_is_only_resent_for_requests_at_most_9_times() {
     let mut h = Host::booted();
     listener(&mut h, "10.0.0.2:4000");
-    h.peer(
-        PeerSocket::V4Listener,
-        "10.0.0.1:33333",
-        &request_to("10.0.0.2:4000", 1),
-    );
+    let req = request_to("10.0.0.2:4000", 1);
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     h.expect_peer();
     h.kernel_in.clear();
+    // No ACK and no more REQUESTs: silence, then expiry.
     h.advance(SEC * 20);
-    assert_eq!(h.peer_out.len(), 9);
+    assert_eq!(h.peer_out.len(), 0, "no ACCEPT retransmission of our own");
     assert_eq!(h.core.stats().exchanges_expired, 1);
+    // A hostile peer replaying one REQUEST 100 times a second for 9 s (the exchange lives 10).
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
+    for _ in 0..900 {
+        h.advance(SEC / 100);
+        h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
+    }
+    assert_eq!(h.peer_out.len(), 1 + 9, "first ACCEPT + 9 resends, no more");
+    assert_eq!(h.kernel_in.len(), 1, "one REMOTE_INFO");
 }
 
 #[test]
@@ -360,9 +369,10 @@ fn malformed_peer_datagrams_are_dropped_and_counted() {
 }
 
 #[test]
-fn exchange_cap_bounds_memory() {
+fn remote_traffic_never_refuses_local_connects() {
     let mut h = Host::booted_with(CoreConfig {
         max_exchanges: 2,
+        max_peer_exchanges: 2,
         ..config()
     });
     listener(&mut h, "0.0.0.0:4000");
@@ -373,12 +383,21 @@ fn exchange_cap_bounds_memory() {
             &request_to("10.0.0.2:4000", handle),
         );
     }
-    assert_eq!(h.peer_out.len(), 2, "third REQUEST dropped without answer");
-    assert_eq!(h.core.stats().exchanges_refused, 1);
+    assert_eq!(h.peer_out.len(), 3, "every REQUEST answered");
+    assert_eq!(h.core.stats().exchanges_evicted, 1, "the oldest made room");
+    assert_eq!(h.core.stats().peer_exchanges_active, 2);
+    h.peer_out.clear();
     h.kernel_in.clear();
-    let s = h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
+    // The peer flood does not count against local connects...
+    h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
+    assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Request);
+    h.query("10.0.0.1:5001", "10.0.0.2:4000", Some(0));
+    assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Request);
+    // ...which have their own cap.
+    let s = h.query("10.0.0.1:5002", "10.0.0.2:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
-    assert_eq!(h.core.stats().exchanges_active, 2);
+    assert_eq!(h.core.stats().exchanges_refused, 1);
+    assert_eq!(h.core.stats().exchanges_active, 4);
 }
 
 #[test]
@@ -469,13 +488,13 @@ fn peer_input_during_a_reservation_waits() {
 }
 
 #[test]
-fn handles_differ_between_cores_with_different_seeds() {
+fn handles_differ_between_cores_with_different_keys() {
     let mut a = Host::booted_with(CoreConfig {
-        handle_seed: 1,
+        handle_key: [1; 32],
         ..config()
     });
     let mut b = Host::booted_with(CoreConfig {
-        handle_seed: 2,
+        handle_key: [2; 32],
         ..config()
     });
     let (_, ra) = query(&mut a);

@@ -30,6 +30,12 @@
 //! | `peer_port` | extension | UDP port of the peer protocol, 1..=65535 (default 3935) |
 //! | `peer_bind_v4` | extension | IPv4 address the peer sockets bind to (default `0.0.0.0`) |
 //! | `peer_bind_v6` | extension | IPv6 address the peer sockets bind to (default `::`) |
+//! | `peer_allow` | extension | networks whose peer datagrams are processed, CIDR list separated by commas or spaces (default: all); repeated lines add to the list |
+//! | `max_mappings` | extension | most mappings held at once (default 100000) |
+//! | `max_exchanges` | extension | most local (connecting) peer exchanges in flight (default 131072) |
+//! | `max_peer_exchanges` | extension | most remote (accepting) peer exchanges held (default 65536; the oldest unconfirmed is evicted) |
+//! | `peer_source_quota` | extension | most unconfirmed remote exchanges per source address (default 256) |
+//! | `remote_info_budget` | extension | most REMOTE_INFO entries sent to the kernel before a peer confirmed them (default 128) |
 //!
 //! Extension values are strict: the whole value (surrounding whitespace aside) must parse,
 //! else [`ConfigDiagnostic::InvalidValue`]. The C daemon only warns about extension keys
@@ -55,6 +61,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::cidr::{parse_cidr_list, Cidr};
 use crate::consts::IWPM_PEER_PORT;
 
 /// Where the C daemon (and we, by default) read the configuration.
@@ -84,6 +91,18 @@ pub struct ExtraConfig {
     pub peer_bind_v4: Option<Ipv4Addr>,
     /// `peer_bind_v6`: address of the IPv6 peer sockets.
     pub peer_bind_v6: Option<Ipv6Addr>,
+    /// `peer_allow`: networks whose peer datagrams are processed (every line adds to it).
+    pub peer_allow: Option<Vec<Cidr>>,
+    /// `max_mappings`.
+    pub max_mappings: Option<u32>,
+    /// `max_exchanges` (local exchanges).
+    pub max_exchanges: Option<u32>,
+    /// `max_peer_exchanges` (remote exchanges).
+    pub max_peer_exchanges: Option<u32>,
+    /// `peer_source_quota`.
+    pub peer_source_quota: Option<u32>,
+    /// `remote_info_budget`.
+    pub remote_info_budget: Option<u32>,
 }
 
 impl Config {
@@ -114,6 +133,18 @@ pub enum ConfigKey {
     PeerBindV4,
     /// `peer_bind_v6` (extension).
     PeerBindV6,
+    /// `peer_allow` (extension).
+    PeerAllow,
+    /// `max_mappings` (extension).
+    MaxMappings,
+    /// `max_exchanges` (extension).
+    MaxExchanges,
+    /// `max_peer_exchanges` (extension).
+    MaxPeerExchanges,
+    /// `peer_source_quota` (extension).
+    PeerSourceQuota,
+    /// `remote_info_budget` (extension).
+    RemoteInfoBudget,
 }
 
 /// Whether a key is also understood by the C daemon.
@@ -127,11 +158,17 @@ pub enum KeyOrigin {
 
 impl ConfigKey {
     /// The table of known keys.
-    pub const ALL: [ConfigKey; 4] = [
+    pub const ALL: [ConfigKey; 10] = [
         ConfigKey::NlSockRbufSize,
         ConfigKey::PeerPort,
         ConfigKey::PeerBindV4,
         ConfigKey::PeerBindV6,
+        ConfigKey::PeerAllow,
+        ConfigKey::MaxMappings,
+        ConfigKey::MaxExchanges,
+        ConfigKey::MaxPeerExchanges,
+        ConfigKey::PeerSourceQuota,
+        ConfigKey::RemoteInfoBudget,
     ];
 
     /// The key as written in the file.
@@ -141,6 +178,12 @@ impl ConfigKey {
             ConfigKey::PeerPort => "peer_port",
             ConfigKey::PeerBindV4 => "peer_bind_v4",
             ConfigKey::PeerBindV6 => "peer_bind_v6",
+            ConfigKey::PeerAllow => "peer_allow",
+            ConfigKey::MaxMappings => "max_mappings",
+            ConfigKey::MaxExchanges => "max_exchanges",
+            ConfigKey::MaxPeerExchanges => "max_peer_exchanges",
+            ConfigKey::PeerSourceQuota => "peer_source_quota",
+            ConfigKey::RemoteInfoBudget => "remote_info_budget",
         }
     }
 
@@ -148,9 +191,7 @@ impl ConfigKey {
     pub fn origin(self) -> KeyOrigin {
         match self {
             ConfigKey::NlSockRbufSize => KeyOrigin::CDaemon,
-            ConfigKey::PeerPort | ConfigKey::PeerBindV4 | ConfigKey::PeerBindV6 => {
-                KeyOrigin::Extension
-            }
+            _ => KeyOrigin::Extension,
         }
     }
 
@@ -508,7 +549,7 @@ impl Parser {
         match key {
             ConfigKey::NlSockRbufSize => self.config.nl_sock_rbuf_size = Some(value),
             // Extension keys never come here.
-            ConfigKey::PeerPort | ConfigKey::PeerBindV4 | ConfigKey::PeerBindV6 => return,
+            _ => return,
         }
         self.mark_set(line, key);
         let trailing = trim_c_space(int.rest);
@@ -565,6 +606,49 @@ impl Parser {
                     return;
                 }
             },
+            ConfigKey::PeerAllow => match parse_cidr_list(&text) {
+                Ok(nets) => {
+                    // Every line adds to the list (a long list need not fit C's 127-byte
+                    // line), so no "overridden" diagnostic.
+                    self.config
+                        .extra
+                        .peer_allow
+                        .get_or_insert_with(Vec::new)
+                        .extend(nets);
+                    return;
+                }
+                Err(_) => {
+                    self.diags.push(invalid(
+                        "a list of IP networks (e.g. 10.0.0.0/8, fd00::/64)",
+                    ));
+                    return;
+                }
+            },
+            ConfigKey::MaxMappings
+            | ConfigKey::MaxExchanges
+            | ConfigKey::MaxPeerExchanges
+            | ConfigKey::PeerSourceQuota
+            | ConfigKey::RemoteInfoBudget => {
+                let n = value
+                    .iter()
+                    .all(u8::is_ascii_digit)
+                    .then(|| text.parse::<u32>().ok())
+                    .flatten()
+                    .filter(|n| *n > 0 || key == ConfigKey::RemoteInfoBudget);
+                let Some(n) = n else {
+                    self.diags.push(invalid("a whole number within 32 bits"));
+                    return;
+                };
+                let extra = &mut self.config.extra;
+                let slot = match key {
+                    ConfigKey::MaxMappings => &mut extra.max_mappings,
+                    ConfigKey::MaxExchanges => &mut extra.max_exchanges,
+                    ConfigKey::MaxPeerExchanges => &mut extra.max_peer_exchanges,
+                    ConfigKey::PeerSourceQuota => &mut extra.peer_source_quota,
+                    _ => &mut extra.remote_info_budget,
+                };
+                *slot = Some(n);
+            }
             // C keys never come here.
             ConfigKey::NlSockRbufSize => return,
         }

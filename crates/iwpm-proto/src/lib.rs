@@ -13,6 +13,7 @@
 //! captures from the real kernel and the C daemon.
 #![forbid(unsafe_code)]
 
+pub mod cidr;
 pub mod config;
 pub mod consts;
 pub mod fuzzing;

@@ -89,8 +89,8 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     let config = CoreConfig {
         netlink_pid: kernel.port_id(),
         peer_port: settings.peer_bind.port,
-        handle_seed: settings::random_seed(),
-        ..CoreConfig::default()
+        handle_key: settings::random_key().context("no random bytes for association handles")?,
+        ..settings.core.clone()
     };
     let core = Core::new(config, now);
     let mut shell = Shell::new(core, kernel, peers, mode == RunMode::Systemd)

@@ -3,6 +3,7 @@
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use iwpm_core::{CoreConfig, PeerAllow};
 use iwpm_proto::config::{parse_config_bytes, Severity};
 use iwpm_proto::consts::IWPM_PEER_PORT;
 
@@ -16,6 +17,9 @@ pub struct Settings {
     pub nl_sock_rbuf_size: usize,
     /// UDP peer sockets.
     pub peer_bind: PeerBind,
+    /// Limits and the peer allow-list, as the core takes them (`netlink_pid`, `peer_port`
+    /// and `handle_key` are filled in at start-up).
+    pub core: CoreConfig,
 }
 
 impl Settings {
@@ -46,6 +50,7 @@ impl Settings {
                 v4: Ipv4Addr::UNSPECIFIED,
                 v6: Some(Ipv6Addr::UNSPECIFIED),
             },
+            core: CoreConfig::default(),
         }
     }
 
@@ -72,6 +77,29 @@ impl Settings {
         if let Some(v6) = config.extra.peer_bind_v6 {
             self.peer_bind.v6 = Some(v6);
         }
+        let x = &config.extra;
+        let core = &mut self.core;
+        if let Some(nets) = &x.peer_allow {
+            let list: Vec<String> = nets.iter().map(ToString::to_string).collect();
+            tracing::info!("config: peer_allow = {}", list.join(", "));
+            core.peer_allow = PeerAllow::only(nets.clone());
+        }
+        let limits: [(Option<u32>, &mut usize); 3] = [
+            (x.max_mappings, &mut core.max_mappings),
+            (x.max_exchanges, &mut core.max_exchanges),
+            (x.max_peer_exchanges, &mut core.max_peer_exchanges),
+        ];
+        for (value, slot) in limits {
+            if let Some(v) = value {
+                *slot = v as usize;
+            }
+        }
+        if let Some(v) = x.peer_source_quota {
+            core.peer_source_quota = v;
+        }
+        if let Some(v) = x.remote_info_budget {
+            core.remote_info_budget = v;
+        }
     }
 
     fn apply_cli(&mut self, cli: &Cli) {
@@ -90,20 +118,16 @@ impl Settings {
     }
 }
 
-/// A seed for the core's association-handle generator: the kernel's randomness, or the
-/// clock and pid if that is unavailable. Handles only need to differ between restarts.
-pub fn random_seed() -> u64 {
-    let mut bytes = [0u8; 8];
-    if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::NONBLOCK)
-        .is_ok_and(|n| n == bytes.len())
-    {
-        return u64::from_ne_bytes(bytes);
+/// The key of the core's association-handle generator, from the kernel's random source.
+/// Handles must not be predictable, so there is no weak fallback: start-up fails instead.
+pub fn random_key() -> std::io::Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    let mut filled = 0;
+    while filled < key.len() {
+        let rest = key.get_mut(filled..).unwrap_or_default();
+        filled += rustix::rand::getrandom(rest, rustix::rand::GetRandomFlags::empty())?;
     }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    nanos ^ (u64::from(std::process::id()) << 32)
+    Ok(key)
 }
 
 #[cfg(test)]
@@ -141,6 +165,6 @@ mod tests {
 
     #[test]
     fn seeds_differ() {
-        assert_ne!(random_seed(), random_seed());
+        assert_ne!(random_key().unwrap(), random_key().unwrap());
     }
 }
