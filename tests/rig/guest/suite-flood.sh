@@ -27,6 +27,10 @@
 #               garbage flood, FLOOR s); the absolute floor (rping_floor, 1.0 s) keeps
 #               TCG jitter (say 0.2 s vs 0.5 s) from failing the check; and no rping failed
 #   alive       daemon alive afterwards, fd count unchanged, SIGUSR1 dump lists the listener
+# Output: flood-table.txt (the comparison), flood-results.txt (one "daemon key value" per
+# line), flood-snap-DAEMON.txt (raw Slab/SUnreclaim kB, Udp InDatagrams/OutDatagrams/
+# RcvbufErrors, VmRSS kB, fds: before / after), flood-DAEMON-MODE.txt (the flooder's
+# output), rping-DAEMON-*.log.
 # Knobs: daemons=PATH,PATH [/mnt/rig/bin/iwpmd-rs,/usr/sbin/iwpmd]  reference=PATH
 #        [/usr/sbin/iwpmd]  count=N [100000]  rate=R datagrams/s [20000, 0 = unpaced]
 #        linger=MS [12000]  rping_floor=S [1.0]  flood_cp=IP [attacker address]
@@ -98,6 +102,8 @@ for d in $DAEMONS; do
   flood_phase request "$tag" $port
   snap a
   q_line=$FLINE
+  for v in slab sunr udpin udpout rcvbuf rss fds; do eval "echo $v \$b_$v \$a_$v"; done \
+    > "$OUT/flood-snap-$tag.txt"   # raw figures before / after the REQUEST flood
   alive=0; kill -0 "$IWPMD_PID" 2>/dev/null && alive=1
   iwpmd_dump "$OUT/dump-$tag.txt"; dump_pairs "$OUT/dump-$tag.txt" > "$OUT/pairs-$tag.txt"
   listed=0; grep -q "$IP:$port(" "$OUT/pairs-$tag.txt" && listed=1
