@@ -23,9 +23,12 @@
 #   sent-back   datagrams back to the flooder <= REQUESTs the daemon read, and fewer than
 #               the reference sent back
 #   rss         daemon VmRSS growth <= 1024 kB
-#   rping       worst rping -C 1 during the REQUEST flood <= max(2 x worst during the
+#   rping       median rping -C 1 during the REQUEST flood <= max(2 x median during the
 #               garbage flood, FLOOR s); the absolute floor (rping_floor, 1.0 s) keeps
-#               TCG jitter (say 0.2 s vs 0.5 s) from failing the check; and no rping failed
+#               TCG jitter (say 0.2 s vs 0.5 s) from failing the check; the median (of up
+#               to 3) keeps one retransmitted peer message (+1-2 s when a flooded socket
+#               dropped it) from deciding alone; and no rping failed or took >= STALL_S (5 s,
+#               the rig's stall limit: a 10 s port-mapper timeout shows up there)
 #   alive       daemon alive afterwards, fd count unchanged, SIGUSR1 dump lists the listener
 # Output: flood-table.txt (the comparison), flood-results.txt (one "daemon key value" per
 # line), flood-snap-DAEMON.txt (raw Slab/SUnreclaim kB, Udp InDatagrams/OutDatagrams/
@@ -63,7 +66,7 @@ rping1() {
   grep -q '^ping data' "$2" || [ $R1 != 0 ] || R1=99
 }
 # flood_phase MODE TAG PORT: flood in the background, rping -C 1 while it is still sending
-# (at least once, at most 3 times); sets FT (rping times), FWORST, FFAILS, FDURING (rpings
+# (at least once, at most 3 times); sets FT (rping times), FWORST, FMED (median), FFAILS, FDURING (rpings
 # that ended before the flood's last send), FLINE (the flooder's result line)
 flood_phase() {
   local mode=$1 tag=$2 port=$3 f="$OUT/flood-$2-$1.txt" fp i=0 lg=$LINGER
@@ -80,6 +83,7 @@ flood_phase() {
     i=$((i+1))
   done
   wait $fp
+  FMED=$(echo $FT | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {printf "%.2f", (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}')
   FLINE=$(grep '^sent=' "$f")
   log "$tag $mode flood: $FLINE; rping -C 1:$FT ($FDURING ended while the flood was sending, $FFAILS failed)"
 }
@@ -95,9 +99,10 @@ for d in $DAEMONS; do
   rping1 $port "$OUT/rping-$tag-quiet.log"; tq=$T1; rq=$R1
   log "$tag: rping -C 1 with no flood: ${tq}s rc=$rq"
   # 2. garbage baseline
+  snap g
   flood_phase garbage "$tag" $port
-  g_line=$FLINE; g_t=$FT; g_worst=$FWORST; g_fails=$FFAILS; g_during=$FDURING
-  # 3.-4. REQUEST flood between two snapshots
+  g_line=$FLINE; g_t=$FT; g_worst=$FWORST; g_med=$FMED; g_fails=$FFAILS; g_during=$FDURING
+  # 3.-4. REQUEST flood between two snapshots (g: before the garbage flood, for its drops)
   snap b
   flood_phase request "$tag" $port
   snap a
@@ -126,6 +131,10 @@ for d in $DAEMONS; do
     echo "$tag rping_request $(echo $FT | tr ' ' '/')"
     echo "$tag rping_garbage_worst $g_worst"
     echo "$tag rping_request_worst $FWORST"
+    echo "$tag rping_garbage_median $g_med"
+    echo "$tag rping_request_median $FMED"
+    echo "$tag rping_medians $g_med/$FMED"
+    echo "$tag garbage_read_drops $(( b_udpin - g_udpin ))/$(( b_rcvbuf - g_rcvbuf ))"
     echo "$tag rping_fails $((g_fails + FFAILS + (rq != 0)))"
     echo "$tag rping_during ${g_during}/${FDURING}"
     echo "$tag send_s $(kv "$g_line" send_s)/$(kv "$q_line" send_s)"
@@ -160,12 +169,14 @@ row() {  # row LABEL KEY
   row "  of which ACCEPT/REJECT/other" back_types
   row "host UDP out beyond the flood" udp_out_extra
   row "UDP receive-buffer drops (RcvbufErrors)" rcvbuf_drops
+  row "garbage flood: datagrams read/dropped" garbage_read_drops
   row "daemon RSS growth, kB" rss_kb
   row "daemon RSS after, kB" rss_after_kb
   row "daemon open fds before->after" fds
   row "rping -C 1, no flood, s" rping_quiet
   row "rping -C 1 during the garbage flood, s" rping_garbage
   row "rping -C 1 during the REQUEST flood, s" rping_request
+  row "rping median garbage/REQUEST, s" rping_medians
   row "rpings ended while sending (garbage/REQUEST)" rping_during
   row "rping failures" rping_fails
   row "flood send time garbage/REQUEST, s" send_s
@@ -193,10 +204,11 @@ for d in $DAEMONS; do
   else check "sent-back-$t" "${b} datagrams back to the flooder <= ${rd} read" test "$b" -le "$rd"; fi
   r=$(val "$t" rss_kb)
   check "rss-$t" "daemon RSS growth ${r} kB <= 1024 kB" test "$r" -le 1024
-  gw=$(val "$t" rping_garbage_worst); qw=$(val "$t" rping_request_worst); rf=$(val "$t" rping_fails)
-  lim=$(echo "$gw $FLOOR" | awk '{v=2*$1; if (v<$2) v=$2; printf "%.2f", v}')
-  r=1; [ "$rf" = 0 ] && ! lt "$lim" "$qw" && r=0
-  check "rping-$t" "worst rping -C 1 during the REQUEST flood ${qw}s <= max(2 x ${gw}s during garbage, floor ${FLOOR}s) = ${lim}s; rping failures: $rf" test $r = 0
+  gm=$(val "$t" rping_garbage_median); qm=$(val "$t" rping_request_median); rf=$(val "$t" rping_fails)
+  qw=$(val "$t" rping_request_worst)
+  lim=$(echo "$gm $FLOOR" | awk '{v=2*$1; if (v<$2) v=$2; printf "%.2f", v}')
+  r=1; [ "$rf" = 0 ] && ! lt "$lim" "$qm" && lt "$qw" "$STALL_S" && r=0
+  check "rping-$t" "median rping -C 1 during the REQUEST flood ${qm}s <= max(2 x ${gm}s median during garbage, floor ${FLOOR}s) = ${lim}s; worst ${qw}s < ${STALL_S}s; rping failures: $rf" test $r = 0
   fd=$(val "$t" fds)
   check "alive-$t" "daemon alive after the flood ($(val "$t" alive)), fds unchanged ($fd), listener in the SIGUSR1 dump ($(val "$t" listed))" \
     sh -c "[ $(val "$t" alive) = 1 ] && [ ${fd%->*} = ${fd#*->} ] && [ $(val "$t" listed) = 1 ]"
