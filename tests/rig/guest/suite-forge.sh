@@ -60,7 +60,7 @@ for d in $DAEMONS; do
     rit=$(grep ' nl send .* IWCM REMOTE_INFO ' "$T" | grep -c "REMOTE_ADDR=$TRUSTED:")
     ans=$(cat "$SYNC/answer-$tag" 2>/dev/null)
     if [ "$fgd" = "$TRUSTED:$fport" ]; then verdict="reproduced: the kernel reports the forged $TRUSTED"
-    elif [ "$fgd" = "$PEER:$fport" ]; then verdict="failed: the kernel reports the true $PEER"
+    elif [ "$fgd" = "$PEER:$fport" ]; then verdict="blocked: the kernel reports the true $PEER"
     else verdict="inconclusive (peer '${fgd:-none}')"; fi
     {
       echo "$tag answer ${ans:-none}"
