@@ -64,6 +64,7 @@ fn forged_connecting_identity_is_dropped() {
 fn spoofed_requests_pin_at_most_the_remote_info_budget() {
     let mut h = Host::booted_with(CoreConfig {
         remote_info_budget: 8,
+        remote_info_refill: SEC * 10,
         ..config()
     });
     listener(&mut h, "10.0.0.2:4000");
