@@ -47,8 +47,10 @@ pub struct CoreConfig {
     /// connect). Sent at once while tokens remain (an ACK returns the token); without a token
     /// the REMOTE_INFO waits for the ACK. 0 = always wait for the ACK.
     pub remote_info_budget: u32,
-    /// One REMOTE_INFO token comes back per this interval (covers lost ACKs), so a flood pins
-    /// at most `remote_info_budget` entries plus one per interval.
+    /// One REMOTE_INFO token comes back per this interval (1 s): lost ACKs would otherwise
+    /// drain the budget for good. A flood therefore pins at most `remote_info_budget`
+    /// entries plus one per interval (about 1 KiB of kernel memory per second), and legitimate
+    /// traffic stays in eager mode while fewer than one ACK per interval is lost.
     pub remote_info_refill: Duration,
     /// REJECTs sent per second at most (burst as large); beyond, REQUESTs for unknown
     /// addresses are dropped silently (the peer's kernel then times out instead of failing
@@ -83,7 +85,7 @@ impl Default for CoreConfig {
             max_peer_exchanges: 65_536,
             peer_source_quota: 256,
             remote_info_budget: 128,
-            remote_info_refill: Duration::from_secs(10),
+            remote_info_refill: Duration::from_secs(1),
             max_rejects_per_sec: 100,
             peer_allow: PeerAllow::default(),
             log_interval: Duration::from_secs(5),

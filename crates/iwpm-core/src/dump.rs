@@ -7,7 +7,6 @@ use std::time::Instant;
 use iwpm_proto::sockaddr::Endpoint;
 
 use crate::core::Core;
-use crate::exchange::ExchangeKind;
 
 /// `Local address IPV4 10.0.0.1:4000(0x0FA0)` as C prints it.
 fn address_line(label: &str, ep: &Endpoint) -> String {
@@ -47,13 +46,7 @@ impl Core {
                 now.saturating_duration_since(m.created_at).as_secs(),
             ));
         }
-        let (mut active, mut passive) = (0usize, 0usize);
-        for ex in self.exchanges.iter() {
-            match ex.kind {
-                ExchangeKind::Active(_) => active += 1,
-                ExchangeKind::Passive { .. } => passive += 1,
-            }
-        }
+        let (active, passive) = (self.exchanges.active_len(), self.exchanges.passive_len());
         for client in 0..=u8::MAX {
             let Some(info) = self.clients.info(client) else {
                 continue;

@@ -380,10 +380,6 @@ impl Exchanges {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Exchange> {
-        self.entries.values()
-    }
-
     /// Checks keys, mapping index, timers and budgets against the entries.
     pub fn check(&self, mapping_exists: impl Fn(MappingId) -> bool) -> Result<(), &'static str> {
         if self.keys.len() != self.entries.len() {

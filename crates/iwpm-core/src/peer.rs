@@ -534,7 +534,9 @@ impl Core {
             let Some(ex) = self.exchanges.get_mut(due.id) else {
                 continue;
             };
-            if due.at >= ex.expires() {
+            // A late call (the process was stopped) may find the exchange past its
+            // lifetime: it ends without a last retransmission.
+            if now >= ex.expires() {
                 if let Some(ex) = self.exchanges.remove(due.id) {
                     if ex.is_waiting() {
                         self.stats.exchanges_expired += 1;

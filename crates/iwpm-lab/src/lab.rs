@@ -276,8 +276,17 @@ pub struct RestartOutcome {
     pub new_pid: u32,
     /// Entries in the kernel's mapinfo table when the new daemon was checked.
     pub kernel_mappings: usize,
-    /// Mappings the old daemon held just before the kill.
+    /// Mappings the old daemon held just before the kill (its last dump).
     pub daemon_mappings_before: usize,
+    /// Mappings the new daemon holds once the replay is acknowledged (its first dump).
+    pub daemon_mappings_after: usize,
+    /// Connections in flight (started, no outcome yet) when the daemon was killed, when
+    /// the caller could tell.
+    pub in_flight_at_kill: Option<usize>,
+    /// Mappings of the old daemon's last dump that the new daemon's first dump lacks, or
+    /// has with another mapped address, although the kernel still holds them: one line
+    /// each. "mappings lost: 0" is this list being empty.
+    pub mappings_lost: Vec<String>,
     /// MAPINFO records the kernel replayed.
     pub replayed: u64,
     /// Kernel mappings found in the new daemon with the same mapped address.
@@ -329,8 +338,19 @@ impl Side {
     }
 
     /// Kills the daemon with SIGKILL, waits `pause`, starts a new one, waits until it has
-    /// acknowledged the kernel's MAPINFO replay, and compares its table with the kernel's.
+    /// acknowledged the kernel's MAPINFO replay, and compares its table with the kernel's
+    /// and with the old daemon's last dump.
     pub fn restart_daemon(&mut self, pause: Duration) -> Result<RestartOutcome, LabError> {
+        self.restart_daemon_observed(pause, || None)
+    }
+
+    /// [`Side::restart_daemon`], recording `in_flight()` (connections in flight) at the
+    /// moment of the kill.
+    pub fn restart_daemon_observed(
+        &mut self,
+        pause: Duration,
+        in_flight: impl Fn() -> Option<usize>,
+    ) -> Result<RestartOutcome, LabError> {
         let old_pid = self.daemon_mut()?.pid();
         let acks_before = self.host.stats().kernel.mapinfo_num_acks;
         let replayed_before = self.host.stats().kernel.mapinfo_records_sent;
@@ -350,6 +370,7 @@ impl Side {
             Ok(d)
         });
         let killed_at = Instant::now();
+        let in_flight_at_kill = in_flight();
         if let (Some(r), Some(saved)) = (&self.relay, saved) {
             r.set_config(saved);
         }
@@ -370,6 +391,8 @@ impl Side {
             new_pid: self.daemon.as_ref().map_or(0, Daemon::pid),
             kernel_mappings: view.mapinfo.len(),
             daemon_mappings_before: before.mappings.len(),
+            daemon_mappings_after: after.mappings.len(),
+            in_flight_at_kill,
             replayed: stats.mapinfo_records_sent - replayed_before,
             downtime_ms,
             ..RestartOutcome::default()
@@ -392,13 +415,22 @@ impl Side {
             }
         }
         for m in &before.mappings {
-            if let Some(n) = after.find(m.local) {
-                if n.mapped != m.mapped {
-                    out.changed.push(format!(
-                        "host {}: {} was {} before the restart, {} after",
-                        self.name, m.local, m.mapped, n.mapped
-                    ));
-                }
+            let kernel_has = view
+                .mapinfo
+                .iter()
+                .any(|e| e.local.to_socket_addr() == Some(m.local));
+            match after.find(m.local) {
+                Some(n) if n.mapped != m.mapped => out.changed.push(format!(
+                    "host {}: {} was {} before the restart, {} after",
+                    self.name, m.local, m.mapped, n.mapped
+                )),
+                Some(_) => {}
+                None if kernel_has => out.mappings_lost.push(format!(
+                    "host {}: {} -> {} held before the kill, missing after the restart",
+                    self.name, m.local, m.mapped
+                )),
+                // The kernel removed it meanwhile (its connection ended): gone, not lost.
+                None => {}
             }
         }
         Ok(out)

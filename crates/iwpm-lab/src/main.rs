@@ -19,7 +19,8 @@ use iwpm_lab::{run, Family, Lab, LabConfig, RelayConfig, RunOptions, Topology, W
 /// Host A (127.0.0.1) opens N connections to a listener on host B (127.0.0.2); each host's
 /// kernel port-mapper client is emulated and talks to a real iwpmd child process, and the
 /// two daemons exchange mappings over real UDP. Each daemon's peer port sits behind a
-/// relay the lab controls (for --loss, and to time the peer exchange). Prints what
+/// relay the lab controls (for --loss, --duplicate and --reorder, and to time the peer
+/// exchange). Prints what
 /// happened and cross-checks both hosts, both daemons and both kernels.
 #[derive(Debug, Parser)]
 #[command(name = "iwpm-lab", version)]
@@ -72,6 +73,20 @@ struct Cli {
     #[arg(long, value_name = "PCT", default_value_t = 0.0)]
     duplicate: f64,
 
+    /// Hold back this percentage of the peer datagram copies for 1 ms up to
+    /// --reorder-window-ms, so that later datagrams overtake them.
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    reorder: f64,
+
+    /// Longest hold of a reordered datagram, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 20)]
+    reorder_window_ms: u64,
+
+    /// From an exchange's Nth REQUEST on, --loss spares its datagrams, so that chance
+    /// alone cannot defeat all ten attempts of one connection (0: never spare).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    spare_after_requests: u32,
+
     /// Kill host B's iwpmd with SIGKILL half-way and restart it (MAPINFO recovery).
     #[arg(long)]
     restart_daemon: bool,
@@ -82,7 +97,7 @@ struct Cli {
 
     /// No relays and no kernel-link taps: the daemons talk directly to each other and to
     /// the emulated kernels (no latency split; exposes the Unix kernel link's queue limits).
-    #[arg(long, conflicts_with_all = ["loss", "duplicate"])]
+    #[arg(long, conflicts_with_all = ["loss", "duplicate", "reorder"])]
     direct: bool,
 
     /// Emulated TCP/MPA connection set-up time, in milliseconds.
@@ -111,8 +126,11 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: &Cli) -> anyhow::Result<bool> {
-    if !(0.0..=100.0).contains(&cli.loss) || !(0.0..=100.0).contains(&cli.duplicate) {
-        bail!("--loss and --duplicate are percentages (0 to 100)");
+    if [cli.loss, cli.duplicate, cli.reorder]
+        .iter()
+        .any(|p| !(0.0..=100.0).contains(p))
+    {
+        bail!("--loss, --duplicate and --reorder are percentages (0 to 100)");
     }
     if cli.connections == 0 || cli.connections > iwpm_lab::lab::MAX_CONNECTIONS {
         bail!(
@@ -161,6 +179,10 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         relay: (!cli.direct).then(|| RelayConfig {
             loss: cli.loss / 100.0,
             duplicate: cli.duplicate / 100.0,
+            reorder: cli.reorder / 100.0,
+            reorder_window: Duration::from_millis(cli.reorder_window_ms.max(1)),
+            spare_after_requests: (cli.spare_after_requests > 0)
+                .then_some(cli.spare_after_requests),
             seed: cli.seed,
             ..RelayConfig::default()
         }),

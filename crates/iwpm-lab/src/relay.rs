@@ -1,7 +1,23 @@
 //! A UDP relay in front of one daemon's peer port: the "network" between the daemons,
-//! which the lab controls. It drops, duplicates and replays datagrams on request, and it
-//! timestamps every peer message, which is how the lab splits connection latency into the
-//! peer exchange and the rest.
+//! which the lab controls. It drops, duplicates, reorders and replays datagrams on
+//! request, and it timestamps every peer message, which is how the lab splits connection
+//! latency into the peer exchange and the rest.
+//!
+//! # Faults
+//!
+//! Each datagram is dropped with probability `loss`; a delivered one is sent a second time
+//! with probability `duplicate`; each copy is held back with probability `reorder` for a
+//! random 1 ms..`reorder_window` and sent then, so that datagrams sent after it overtake
+//! it (the relay counts how many held copies really were overtaken). All draws come from
+//! one seeded generator per relay.
+//!
+//! Loss has one bound: an exchange is never lost *entirely* to chance. The active daemon
+//! sends at most ten REQUESTs (one a second) before the kernel's 10 s timeout; at 30 %
+//! loss all ten attempts fail for about one connection in 850, which would make any test
+//! of "every connection is established" a lottery. So from an exchange's
+//! `spare_after_requests`-th REQUEST on, its datagrams are not dropped for loss (counted
+//! as `spared`; `block` still applies). What the lab then checks is that the daemons
+//! recover from every loss pattern the protocol can survive.
 //!
 //! # Why a relay, and how it is wired
 //!
@@ -41,6 +57,13 @@ pub struct RelayConfig {
     pub loss: f64,
     /// Share of delivered datagrams delivered twice.
     pub duplicate: f64,
+    /// Share of delivered copies held back (and so overtaken by later datagrams).
+    pub reorder: f64,
+    /// Longest hold of a reordered copy (each draws 1 ms up to this).
+    pub reorder_window: Duration,
+    /// From this REQUEST of an exchange on (counting retransmissions), its datagrams are
+    /// not dropped for `loss` (see the module docs); `None` lets chance defeat exchanges.
+    pub spare_after_requests: Option<u32>,
     /// Deliver one more copy of every delivered datagram this much later.
     pub replay_after: Option<Duration>,
     /// Drop every datagram of these types (REQUEST, ACCEPT, ACK, REJECT by wire code).
@@ -54,6 +77,9 @@ impl Default for RelayConfig {
         RelayConfig {
             loss: 0.0,
             duplicate: 0.0,
+            reorder: 0.0,
+            reorder_window: Duration::from_millis(20),
+            spare_after_requests: Some(8),
             replay_after: None,
             block: [false; 4],
             seed: 0x1d_5eed,
@@ -74,6 +100,12 @@ pub struct RelayStats {
     pub duplicated: u64,
     /// Extra copies sent by `replay_after`.
     pub replayed: u64,
+    /// Copies held back by `reorder`.
+    pub reordered: u64,
+    /// Held-back copies that a later datagram overtook.
+    pub overtaken: u64,
+    /// Datagrams the loss draw picked but `spare_after_requests` let through.
+    pub spared: u64,
     /// Datagrams that are not peer messages (forwarded untouched).
     pub malformed: u64,
     /// Sends that failed (daemon gone, buffer full).
@@ -181,6 +213,7 @@ impl Relay {
                 timers: BinaryHeap::new(),
                 timer_seq: 0,
                 rng: 0,
+                sent: 0,
                 shared: sh,
             };
             let thread = std::thread::Builder::new()
@@ -274,6 +307,15 @@ enum Via {
     Inner(usize),
 }
 
+/// Why a datagram waits in the timer heap.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Hold {
+    /// A `replay_after` copy.
+    Replay,
+    /// A `reorder` copy, held when `sent` datagrams had been sent.
+    Reorder { sent: u64 },
+}
+
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Timer {
     at: std::cmp::Reverse<(Instant, u64)>,
@@ -281,6 +323,7 @@ struct Timer {
     to: SocketAddr,
     bytes: Vec<u8>,
     code: Option<u8>,
+    hold: Hold,
 }
 
 struct Worker {
@@ -294,6 +337,8 @@ struct Worker {
     timers: BinaryHeap<Timer>,
     timer_seq: u64,
     rng: u64,
+    /// Datagrams sent so far (to tell whether a held copy was overtaken).
+    sent: u64,
     shared: Arc<Shared>,
 }
 
@@ -432,34 +477,68 @@ impl Worker {
                 None => st.malformed += 1,
             }
         }
-        if let Some(m) = msg {
-            self.note_arrival(now, &m);
-        }
+        let requests = msg.map_or(0, |m| self.note_arrival(now, &m));
         let blocked = code.is_some_and(|c| cfg.block[usize::from(c)]);
-        if blocked || (cfg.loss > 0.0 && self.draw() < cfg.loss) {
+        let mut lost = cfg.loss > 0.0 && self.draw() < cfg.loss;
+        if lost && !blocked && cfg.spare_after_requests.is_some_and(|n| requests >= n) {
+            self.stats().spared += 1;
+            lost = false;
+        }
+        if blocked || lost {
             if let Some(c) = code {
                 self.stats().dropped[usize::from(c)] += 1;
             }
             return;
         }
-        self.send(via, to, &bytes, code);
-        if let Some(m) = msg {
-            self.note_delivery(now, &m);
-        }
-        if cfg.duplicate > 0.0 && self.draw() < cfg.duplicate {
+        let copies = if cfg.duplicate > 0.0 && self.draw() < cfg.duplicate {
             self.stats().duplicated += 1;
-            self.send(via, to, &bytes, code);
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            if cfg.reorder > 0.0 && self.draw() < cfg.reorder {
+                let window = cfg.reorder_window.as_secs_f64().max(0.001);
+                let delay = Duration::from_secs_f64(0.001 + self.draw() * (window - 0.001));
+                self.stats().reordered += 1;
+                self.schedule(
+                    now + delay,
+                    via,
+                    to,
+                    bytes.clone(),
+                    code,
+                    Hold::Reorder { sent: self.sent },
+                );
+            } else {
+                self.send(via, to, &bytes, code);
+                if let Some(m) = msg {
+                    self.note_delivery(Instant::now(), &m);
+                }
+            }
         }
         if let Some(after) = cfg.replay_after {
-            self.timer_seq += 1;
-            self.timers.push(Timer {
-                at: std::cmp::Reverse((now + after, self.timer_seq)),
-                via,
-                to,
-                bytes,
-                code,
-            });
+            self.schedule(now + after, via, to, bytes, code, Hold::Replay);
         }
+    }
+
+    fn schedule(
+        &mut self,
+        at: Instant,
+        via: Via,
+        to: SocketAddr,
+        bytes: Vec<u8>,
+        code: Option<u8>,
+        hold: Hold,
+    ) {
+        self.timer_seq += 1;
+        self.timers.push(Timer {
+            at: std::cmp::Reverse((at, self.timer_seq)),
+            via,
+            to,
+            bytes,
+            code,
+            hold,
+        });
     }
 
     fn stats(&self) -> std::sync::MutexGuard<'_, RelayStats> {
@@ -475,6 +554,7 @@ impl Worker {
             Via::Inner(k) => self.inner.get(k).map(|(s, _)| s),
         };
         let ok = sock.is_some_and(|s| s.send_to(bytes, to).is_ok());
+        self.sent += 1;
         let mut st = self.stats();
         if !ok {
             st.send_errors += 1;
@@ -487,8 +567,18 @@ impl Worker {
         let now = Instant::now();
         while self.timers.peek().is_some_and(|t| t.at.0 .0 <= now) {
             let Some(t) = self.timers.pop() else { break };
-            self.stats().replayed += 1;
+            match t.hold {
+                Hold::Replay => self.stats().replayed += 1,
+                Hold::Reorder { sent } => {
+                    if self.sent > sent {
+                        self.stats().overtaken += 1;
+                    }
+                }
+            }
             self.send(t.via, t.to, &t.bytes, t.code);
+            if let (Hold::Reorder { .. }, Ok(m)) = (&t.hold, PeerMessage::decode(&t.bytes)) {
+                self.note_delivery(now, &m);
+            }
         }
     }
 
@@ -499,7 +589,9 @@ impl Worker {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn note_arrival(&self, now: Instant, m: &PeerMessage) {
+    /// Records a message; returns the REQUESTs seen so far in its exchange (this one
+    /// included), 0 when the exchange is unknown.
+    fn note_arrival(&self, now: Instant, m: &PeerMessage) -> u32 {
         let cp = m.cp();
         let mut times = self.times();
         match m.msg_type {
@@ -526,6 +618,7 @@ impl Worker {
                     };
                 }
                 e.requests += 1;
+                return e.requests;
             }
             PeerMsgType::Accept => {
                 if let Some(e) = times.get_mut(&cp) {
@@ -543,6 +636,10 @@ impl Worker {
                 }
             }
         }
+        times
+            .get(&cp)
+            .filter(|e| e.handle == m.assoc_handle)
+            .map_or(0, |e| e.requests)
     }
 
     fn note_delivery(&self, now: Instant, m: &PeerMessage) {

@@ -66,6 +66,10 @@ pub struct RunSettings {
     pub relays: bool,
     /// Relay loss, percent.
     pub loss_percent: f64,
+    /// Relay duplication, percent.
+    pub duplicate_percent: f64,
+    /// Relay reordering, percent.
+    pub reorder_percent: f64,
     /// Whether B's daemon was killed and restarted.
     pub restart_daemon: bool,
     /// The daemon binary.
@@ -139,6 +143,13 @@ pub struct Peer {
     pub relay_dropped: u64,
     /// Extra copies the relays sent.
     pub relay_extra_copies: u64,
+    /// Copies the relays held back to reorder them.
+    pub relay_reordered: u64,
+    /// Held-back copies that later datagrams overtook.
+    pub relay_overtaken: u64,
+    /// Datagrams the loss draw picked but the relays let through, because their exchange
+    /// had already sent its eighth REQUEST (see the relay's docs).
+    pub relay_spared: u64,
     /// REMOTE_INFO entries B's kernel still holds after teardown (a REQUEST answered
     /// twice, e.g. across a daemon restart, leaves one the kernel never consumes).
     pub stale_remote_info: usize,
@@ -234,7 +245,10 @@ impl Report {
             s.host_b,
             s.peer_port,
             if s.relays {
-                format!("daemons behind lab relays (loss {}%)", s.loss_percent)
+                format!(
+                    "daemons behind lab relays (loss {}%, duplicate {}%, reorder {}%)",
+                    s.loss_percent, s.duplicate_percent, s.reorder_percent
+                )
             } else {
                 "daemons talk directly".to_string()
             }
@@ -281,8 +295,14 @@ impl Report {
         if s.relays {
             let _ = writeln!(
                 o,
-                "              relays: {} datagrams seen, {} dropped, {} extra copies",
-                p.relay_seen, p.relay_dropped, p.relay_extra_copies
+                "              relays: {} datagrams seen, {} dropped, {} extra copies, {} held back \
+                 ({} overtaken), {} spared from loss",
+                p.relay_seen,
+                p.relay_dropped,
+                p.relay_extra_copies,
+                p.relay_reordered,
+                p.relay_overtaken,
+                p.relay_spared
             );
         }
         if p.stale_remote_info > 0 {
@@ -317,16 +337,28 @@ impl Report {
             t.connections_per_s, c.established, t.connect_s, t.setup_s, t.teardown_s, t.total_s
         );
         if let Some(r) = &self.restart {
+            let in_flight = r.in_flight_at_kill.map_or(String::new(), |n| {
+                format!(" with {n} connections in flight")
+            });
             let _ = writeln!(
                 o,
-                "restart       B's iwpmd pid {} killed (-9), pid {} recovered {}/{} kernel mappings ({} replayed), same mapped ports: {}; down {:.0} ms",
-                r.old_pid,
-                r.new_pid,
+                "restart       B's iwpmd pid {} killed (-9){in_flight}, restarted as pid {}; down {:.0} ms",
+                r.old_pid, r.new_pid, r.downtime_ms
+            );
+            let _ = writeln!(
+                o,
+                "              mappings before the kill {}, after the restart {}, mappings lost: {}",
+                r.daemon_mappings_before,
+                r.daemon_mappings_after,
+                r.mappings_lost.len()
+            );
+            let _ = writeln!(
+                o,
+                "              kernel mappings recovered {}/{} ({} replayed), same mapped ports: {}",
                 r.recovered,
                 r.kernel_mappings,
                 r.replayed,
-                if r.lost.is_empty() && r.changed.is_empty() { "yes" } else { "NO" },
-                r.downtime_ms
+                if r.lost.is_empty() && r.changed.is_empty() { "yes" } else { "NO" }
             );
         }
         let exits: Vec<String> = self

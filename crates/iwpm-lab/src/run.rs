@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -88,14 +89,23 @@ pub fn run(
     let (tx, rx) = mpsc::channel::<()>();
     let mut records: Vec<ConnRecord> = Vec::new();
     let mut restart = None;
+    // Connections in flight as of the latest outcome, read by the restarter at the kill.
+    let in_flight = AtomicUsize::new(0);
     std::thread::scope(|s| {
         let side_b = &mut lab.b;
         let pause = opts.restart_pause;
-        let restarter = opts
-            .restart_daemon
-            .then(|| s.spawn(move || rx.recv().ok().map(|()| side_b.restart_daemon(pause))));
+        let in_flight = &in_flight;
+        let restarter = opts.restart_daemon.then(|| {
+            s.spawn(move || {
+                rx.recv().ok().map(|()| {
+                    side_b
+                        .restart_daemon_observed(pause, || Some(in_flight.load(Ordering::Relaxed)))
+                })
+            })
+        });
         let mut signalled = false;
         records = connect_all(&host_a, listen_addr, &opts.workload, |p| {
+            in_flight.store(p.in_flight, Ordering::Relaxed);
             progress(p);
             if !signalled && p.done >= (n / 2).max(1) {
                 signalled = true;
@@ -110,6 +120,7 @@ pub fn run(
         Some(Ok(r)) => {
             mismatches.extend(r.lost.iter().cloned());
             mismatches.extend(r.changed.iter().cloned());
+            mismatches.extend(r.mappings_lost.iter().cloned());
             if r.recovered == 0 {
                 mismatches.push("the restarted daemon recovered no mapping".into());
             }
@@ -413,6 +424,8 @@ fn settings(lab: &Lab, opts: &RunOptions) -> RunSettings {
         peer_port: lab.peer_port,
         relays: c.relay.is_some(),
         loss_percent: c.relay.as_ref().map_or(0.0, |r| r.loss * 100.0),
+        duplicate_percent: c.relay.as_ref().map_or(0.0, |r| r.duplicate * 100.0),
+        reorder_percent: c.relay.as_ref().map_or(0.0, |r| r.reorder * 100.0),
         restart_daemon: opts.restart_daemon,
         daemon_binary: lab
             .a
@@ -540,6 +553,9 @@ fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
             p.relay_seen += st.seen.iter().sum::<u64>();
             p.relay_dropped += st.dropped.iter().sum::<u64>();
             p.relay_extra_copies += st.duplicated + st.replayed;
+            p.relay_reordered += st.reordered;
+            p.relay_overtaken += st.overtaken;
+            p.relay_spared += st.spared;
         }
     }
     p.requests = totals["peer_out[0]"];

@@ -103,6 +103,8 @@ pub struct Progress {
     pub established: usize,
     /// Of which failed.
     pub failed: usize,
+    /// Started and still without an outcome (connections in flight).
+    pub in_flight: usize,
 }
 
 /// Opens the connections from `host` to `dst`; returns every attempt, established ones
@@ -134,6 +136,7 @@ pub fn connect_all(
         rec.outcome = Some(outcome);
         progress.done += 1;
         *in_flight -= 1;
+        progress.in_flight = *in_flight;
         true
     };
     while progress.done < config.connections {

@@ -85,6 +85,10 @@ fn no_port_map_and_loss() {
         "--no-port-map",
         "--loss",
         "30",
+        "--duplicate",
+        "20",
+        "--reorder",
+        "20",
         "--json",
     ]);
     assert_eq!(r["ok"], true);
@@ -94,6 +98,9 @@ fn no_port_map_and_loss() {
         "siw mappings reserve nothing"
     );
     assert!(r["peer"]["relay_dropped"].as_u64().unwrap() > 0);
+    assert!(r["peer"]["relay_extra_copies"].as_u64().unwrap() > 0);
+    assert!(r["peer"]["relay_reordered"].as_u64().unwrap() > 0);
+    assert_eq!(r["settings"]["reorder_percent"], 20.0);
 }
 
 #[test]
@@ -102,11 +109,15 @@ fn restart_daemon() {
     assert_eq!(r["ok"], true);
     assert_eq!(r["restart"]["recovered"], 1);
     assert_eq!(r["restart"]["lost"].as_array().unwrap().len(), 0);
+    assert_eq!(r["restart"]["mappings_lost"].as_array().unwrap().len(), 0);
+    assert!(r["restart"]["in_flight_at_kill"].as_u64().unwrap() > 0);
 }
 
 #[test]
 fn bad_arguments_exit_2() {
     let out = lab(&["--loss", "150"], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2));
+    let out = lab(&["--reorder", "-1"], Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(2));
     let out = lab(&["--no-such-flag"], Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(2));

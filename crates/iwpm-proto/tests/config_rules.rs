@@ -582,6 +582,46 @@ fn extension_key_lexing_is_shared_with_c() {
     assert_eq!(parse_config("peer_port == 1").0.peer_port(), 1);
 }
 
+#[test]
+fn peer_allow_lines_accumulate_and_bad_lists_are_ignored() {
+    let (c, d) = parse_config(
+        "peer_allow=10.0.0.0/8, 192.168.1.7\npeer_allow = fd00::/64\npeer_allow=10.0.0.0/33\n",
+    );
+    let nets: Vec<String> = c
+        .extra
+        .peer_allow
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(nets, ["10.0.0.0/8", "192.168.1.7/32", "fd00::/64"]);
+    assert!(matches!(
+        &d[..],
+        [D::InvalidValue {
+            line: 3,
+            key: ConfigKey::PeerAllow,
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn limits_are_positive_whole_numbers() {
+    let (c, d) = parse_config(
+        "max_mappings=200000\nmax_exchanges=0\nmax_peer_exchanges=12x\npeer_source_quota=64\nremote_info_budget=0\n",
+    );
+    assert_eq!(c.extra.max_mappings, Some(200_000));
+    assert_eq!(c.extra.max_exchanges, None, "0 refused");
+    assert_eq!(c.extra.max_peer_exchanges, None);
+    assert_eq!(c.extra.peer_source_quota, Some(64));
+    assert_eq!(
+        c.extra.remote_info_budget,
+        Some(0),
+        "0 = always wait for the ACK"
+    );
+    assert_eq!(d.len(), 2, "{d:?}");
+}
+
 // ---------------------------------------------------------------- table, display, severity
 
 #[test]
@@ -593,7 +633,13 @@ fn key_table() {
             "nl_sock_rbuf_size",
             "peer_port",
             "peer_bind_v4",
-            "peer_bind_v6"
+            "peer_bind_v6",
+            "peer_allow",
+            "max_mappings",
+            "max_exchanges",
+            "max_peer_exchanges",
+            "peer_source_quota",
+            "remote_info_budget"
         ]
     );
     for k in ConfigKey::ALL {

@@ -24,6 +24,34 @@ use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFla
 /// margin, and `MSG_TRUNC` still reports anything longer.
 pub const RECV_BUFFER: usize = 64 * 1024;
 
+/// Smallest receive buffer (`SO_RCVBUF`) asked for on the `NETLINK_RDMA` socket, whatever
+/// `nl_sock_rbuf_size` says (a larger configured value is kept).
+///
+/// Why a floor at all: when the socket's queue is over its limit the kernel *drops* what it
+/// sends without waiting, and some of that cannot be resent by anyone:
+///
+/// * the REG_PID multicast is lost with `ENOBUFS`, and the kernel then marks the daemon
+///   unavailable: every later connection runs unmapped until we announce ourselves again;
+/// * the HELLO reply and the MAPINFO replay after a restart are non-blocking unicasts;
+/// * each message we send is answered by an `NLMSG_DONE` built by a netlink "dump"; a dump
+///   cannot start on a full queue, so our reply's handler is deferred to our next read
+///   and, until it has run, every further reply is refused (`EBUSY`).
+///
+/// Why this size: the kernel allocates each `NLMSG_DONE` skb at the size of the largest
+/// buffer we pass to `recvmsg` (capped at 32 KiB; ours is [`RECV_BUFFER`]), so one DONE is
+/// charged about 33 KiB of truesize against the queue although it carries 20 bytes. The
+/// event loop reads at most `DRAIN_BUDGET` (64) datagrams from each of its five sources per
+/// round and may answer every one before it reads the kernel link again: 320 DONEs, about
+/// 10.6 MiB. A MAPINFO replay adds at most 19 page-sized skbs (~80 KiB) and kernel requests
+/// are ~1 KiB each. The kernel doubles the value we set (bookkeeping overhead), so asking
+/// for 16 MiB gives a 32 MiB limit: three times the worst round. It is a limit, not an
+/// allocation; rdma-core's packaged `iwpmd.conf` asks for 400 MiB.
+pub const NETLINK_RCVBUF_MIN: usize = 16 * 1024 * 1024;
+
+/// Truesize charged for one `NLMSG_DONE` skb when we read with [`RECV_BUFFER`] (32 KiB
+/// data, rounded up for the skb head and shared info).
+pub const NETLINK_DONE_TRUESIZE: usize = 34 * 1024;
+
 /// Why the kernel link could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelLinkError {
@@ -58,6 +86,19 @@ pub enum KernelLinkError {
     /// Autobinding the Unix socket failed.
     #[error("cannot bind the Unix kernel-link socket: {0}")]
     UnixBind(io::Error),
+    /// Running as root, the emulator socket or a directory above it could be controlled by
+    /// another user, who could then play the kernel.
+    #[error(
+        "refusing the kernel emulator socket {path}: {reason} (as root, the socket and every \
+         directory above it must belong to root and not be writable by group or others; \
+         sticky directories such as /tmp are fine)"
+    )]
+    UnsafeEmulatorPath {
+        /// The `--kernel unix:` path as given.
+        path: PathBuf,
+        /// What is wrong, naming the object.
+        reason: String,
+    },
     /// Connecting to the emulator failed (is it running and bound to PATH?).
     #[error("cannot connect to the kernel emulator at {path}: {source}")]
     UnixConnect {
@@ -97,6 +138,17 @@ enum Kind {
     Unix,
 }
 
+/// How the netlink receive buffer was set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveBuffer {
+    /// Bytes asked for (the larger of the configured value and [`NETLINK_RCVBUF_MIN`]).
+    pub requested: usize,
+    /// What `SO_RCVBUF` reads back (the kernel reports twice the value it accepted).
+    pub granted: Option<usize>,
+    /// `SO_RCVBUFFORCE` worked (no `net.core.rmem_max` cap).
+    pub forced: bool,
+}
+
 /// An open kernel link.
 #[derive(Debug)]
 pub struct KernelLink {
@@ -104,26 +156,45 @@ pub struct KernelLink {
     kind: Kind,
     port_id: u32,
     buf: Vec<u8>,
+    rcvbuf: Option<ReceiveBuffer>,
 }
 
 impl KernelLink {
     /// Opens `NETLINK_RDMA`, bound to `groups` with port id = our pid (or, if that id is
-    /// taken, a kernel-assigned one). `rcvbuf` > 0 sets the receive buffer like rdma-core:
-    /// `SO_RCVBUFFORCE`, falling back to `SO_RCVBUF`; both failing is an error.
-    pub fn open_netlink(groups: u32, rcvbuf: usize) -> Result<Self, KernelLinkError> {
+    /// taken, a kernel-assigned one). The receive buffer is set like rdma-core does with
+    /// `nl_sock_rbuf_size` (`SO_RCVBUFFORCE`, falling back to `SO_RCVBUF`), to
+    /// `configured` or [`NETLINK_RCVBUF_MIN`], whichever is larger. Both calls failing is an
+    /// error when `configured` asked for a size, a warning otherwise.
+    pub fn open_netlink(groups: u32, configured: usize) -> Result<Self, KernelLinkError> {
+        Self::open_netlink_protocol(Some(netlink::RDMA), groups, configured)
+    }
+
+    /// [`KernelLink::open_netlink`] for any netlink protocol (tests use `NETLINK_ROUTE`,
+    /// `None`, whose multicasts they can provoke).
+    fn open_netlink_protocol(
+        protocol: Option<rustix::net::Protocol>,
+        groups: u32,
+        configured: usize,
+    ) -> Result<Self, KernelLinkError> {
         let fd = rustix::net::socket_with(
             AddressFamily::NETLINK,
             SocketType::RAW,
             SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            Some(netlink::RDMA),
+            protocol,
         )
         .map_err(|e| KernelLinkError::Socket {
             kind: "NETLINK_RDMA",
             source: e.into(),
         })?;
-        if rcvbuf > 0 {
-            set_receive_buffer(&fd, rcvbuf)?;
-        }
+        let requested = configured.max(NETLINK_RCVBUF_MIN);
+        let rcvbuf = match set_receive_buffer(&fd, requested) {
+            Ok(r) => Some(r),
+            Err(e) if configured == 0 => {
+                tracing::warn!("{e}; keeping the kernel's default");
+                None
+            }
+            Err(e) => return Err(e),
+        };
         let pid = rustix::process::getpid()
             .as_raw_nonzero()
             .get()
@@ -159,12 +230,20 @@ impl KernelLink {
             kind: Kind::Netlink,
             port_id,
             buf: vec![0; RECV_BUFFER],
+            rcvbuf,
         })
     }
 
     /// Opens a Unix datagram socket connected to the emulator at `path` (see module docs).
     /// The port id reported to the core is our pid, as rdma-core does with netlink.
+    ///
+    /// As root, `path` is checked first (see [`check_emulator_path`]): whoever controls
+    /// that socket plays the kernel for a root process.
     pub fn open_unix(path: &Path) -> Result<Self, KernelLinkError> {
+        let euid = rustix::process::geteuid();
+        if euid.is_root() {
+            check_emulator_path(path, euid.as_raw())?;
+        }
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::DGRAM,
@@ -192,12 +271,19 @@ impl KernelLink {
             kind: Kind::Unix,
             port_id,
             buf: vec![0; RECV_BUFFER],
+            rcvbuf: None,
         })
     }
 
     /// The port id to put in `nlmsg_pid` of every message.
     pub fn port_id(&self) -> u32 {
         self.port_id
+    }
+
+    /// How the netlink receive buffer was set (`None` for the Unix link, or when neither
+    /// socket option worked).
+    pub fn receive_buffer(&self) -> Option<ReceiveBuffer> {
+        self.rcvbuf
     }
 
     /// `netlink` or `unix`, for logs.
@@ -264,9 +350,70 @@ impl AsRawFd for KernelLink {
     }
 }
 
-fn set_receive_buffer(fd: &OwnedFd, size: usize) -> Result<(), KernelLinkError> {
-    match rustix::net::sockopt::set_socket_recv_buffer_size_force(fd, size) {
-        Ok(()) => Ok(()),
+/// Refuses an emulator socket that a user other than `owner` could have put there or could
+/// replace: the socket (symbolic links resolved) must belong to `owner` and not be
+/// writable by group or others, and so must every directory above it, except that a
+/// group- or world-writable directory with the sticky bit (`/tmp`) is accepted, since
+/// nobody else can remove or rename what `owner` created in it. A path that does not
+/// exist passes; connecting to it then fails with its own error.
+pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkError> {
+    use rustix::fs::{FileType, Mode};
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return Ok(());
+    };
+    let refuse = |reason: String| KernelLinkError::UnsafeEmulatorPath {
+        path: path.to_owned(),
+        reason: if real == path {
+            reason
+        } else {
+            format!(
+                "{reason} ({} resolved from {})",
+                real.display(),
+                path.display()
+            )
+        },
+    };
+    for (i, object) in real.ancestors().enumerate() {
+        let st = rustix::fs::stat(object)
+            .map_err(|e| refuse(format!("cannot stat {}: {e}", object.display())))?;
+        let mode = Mode::from_raw_mode(st.st_mode);
+        let kind = if i == 0 {
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::Socket => "socket",
+                _ => "file",
+            }
+        } else {
+            "directory"
+        };
+        if st.st_uid != owner {
+            return Err(refuse(format!(
+                "{kind} {} is owned by uid {}, not {owner}",
+                object.display(),
+                st.st_uid
+            )));
+        }
+        let writable = mode.intersects(Mode::WGRP | Mode::WOTH);
+        let sticky = i > 0 && mode.contains(Mode::SVTX);
+        if writable && !sticky {
+            return Err(refuse(format!(
+                "{kind} {} is writable by {} (mode {:04o}){}",
+                object.display(),
+                if mode.contains(Mode::WOTH) {
+                    "everyone"
+                } else {
+                    "its group"
+                },
+                st.st_mode & 0o7777,
+                if i > 0 { " without the sticky bit" } else { "" }
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn set_receive_buffer(fd: &OwnedFd, size: usize) -> Result<ReceiveBuffer, KernelLinkError> {
+    let forced = match rustix::net::sockopt::set_socket_recv_buffer_size_force(fd, size) {
+        Ok(()) => true,
         Err(force_err) => {
             tracing::debug!(%force_err, "SO_RCVBUFFORCE refused; trying SO_RCVBUF");
             rustix::net::sockopt::set_socket_recv_buffer_size(fd, size).map_err(|e| {
@@ -275,19 +422,23 @@ fn set_receive_buffer(fd: &OwnedFd, size: usize) -> Result<(), KernelLinkError> 
                     source: e.into(),
                 }
             })?;
-            if let Ok(got) = rustix::net::sockopt::socket_recv_buffer_size(fd) {
-                // The kernel doubles the request and caps SO_RCVBUF at net.core.rmem_max.
-                if got < size {
-                    tracing::warn!(
-                        requested = size,
-                        granted = got,
-                        "netlink receive buffer capped by net.core.rmem_max"
-                    );
-                }
-            }
-            Ok(())
+            false
         }
+    };
+    let granted = rustix::net::sockopt::socket_recv_buffer_size(fd).ok();
+    // The kernel doubles the request; SO_RCVBUF is capped at net.core.rmem_max first.
+    if let Some(got) = granted.filter(|g| *g < size) {
+        tracing::warn!(
+            "netlink receive buffer is {got} bytes, {size} requested: capped by \
+             net.core.rmem_max (SO_RCVBUFFORCE needs CAP_NET_ADMIN); kernel messages may \
+             be lost in bursts"
+        );
     }
+    Ok(ReceiveBuffer {
+        requested: size,
+        granted,
+        forced,
+    })
 }
 
 #[cfg(test)]
@@ -331,6 +482,65 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// `ENOBUFS` from a real netlink socket is reported as [`Received::Overrun`], once,
+    /// and reading goes on. `NETLINK_RDMA` multicasts need an iWARP device, so the test
+    /// uses `NETLINK_ROUTE` link notifications in a private network namespace, with a
+    /// receive buffer far too small for them.
+    #[test]
+    fn netlink_enobufs_is_reported_as_overrun() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root for a private network namespace");
+            return;
+        }
+        let t = std::thread::spawn(|| {
+            if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "unshare(CLONE_NEWNET): {e}"
+                );
+                eprintln!("skipped: unshare(CLONE_NEWNET): {e}");
+                return;
+            }
+            const RTMGRP_LINK: u32 = 1;
+            let mut link = KernelLink::open_netlink_protocol(None, RTMGRP_LINK, 0).unwrap();
+            assert!(link
+                .receive_buffer()
+                .is_some_and(|r| r.requested >= NETLINK_RCVBUF_MIN));
+            rustix::net::sockopt::set_socket_recv_buffer_size(&link.fd, 1).unwrap();
+            // Each state change of lo is multicast to the link group (from this namespace).
+            let script: String = (0..50)
+                .map(|_| "link set lo up\nlink set lo down\n")
+                .collect();
+            let mut ip = std::process::Command::new("ip")
+                .args(["-batch", "-"])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .expect("ip (iproute2)");
+            use std::io::Write as _;
+            ip.stdin
+                .take()
+                .unwrap()
+                .write_all(script.as_bytes())
+                .unwrap();
+            assert!(ip.wait().unwrap().success());
+            let (mut overruns, mut messages) = (0, 0);
+            loop {
+                match link.recv().unwrap() {
+                    Received::Empty => break,
+                    Received::Overrun => overruns += 1,
+                    Received::Kernel { .. } => messages += 1,
+                    Received::Foreign { .. } => panic!("not from the kernel"),
+                }
+            }
+            assert_eq!(overruns, 1, "ENOBUFS is reported once per overflow");
+            assert!(
+                messages >= 1,
+                "what was queued before the overflow is still read"
+            );
+        });
+        t.join().unwrap();
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! after the fork), signals, HELLO, loop.
 
 mod cli;
+mod dump_writer;
 mod instance_lock;
 mod kernel_link;
 mod logging;
@@ -55,6 +56,7 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         tracing::warn!("option -f is accepted for compatibility and ignored");
     }
     let settings = Settings::load(cli);
+    tracing::debug!(?settings, "effective settings");
     let _lock = instance_lock::InstanceLock::acquire(&cli.kernel)?;
     let peers = PeerSockets::open(settings.peer_bind)?;
 
@@ -68,9 +70,9 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         iwpm_proto::consts::IWPM_UABI_VERSION,
         std::process::id()
     );
-    if let Some(limit) = process::raise_fd_limit() {
-        tracing::debug!(limit, "descriptor limit");
-    }
+    let max_mappings = settings.core.max_mappings;
+    let fd_limit = process::raise_fd_limit(max_mappings);
+    process::log_fd_limit(&fd_limit, max_mappings);
 
     let kernel = match &cli.kernel {
         KernelSpec::Netlink => {
@@ -84,6 +86,18 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         peers = %peers.describe(),
         "sockets open"
     );
+    if let Some(rb) = kernel.receive_buffer() {
+        tracing::info!(
+            requested = rb.requested,
+            granted = rb.granted,
+            option = if rb.forced {
+                "SO_RCVBUFFORCE"
+            } else {
+                "SO_RCVBUF"
+            },
+            "netlink receive buffer"
+        );
+    }
 
     let now = Instant::now();
     let config = CoreConfig {

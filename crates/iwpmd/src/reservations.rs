@@ -9,6 +9,34 @@ use iwpm_core::{ReservationId, ReserveError};
 use rustix::io::Errno;
 use socket2::{Domain, Protocol, Socket, Type};
 
+/// A reservation that failed: what the core is told, and the OS error behind it (the shell
+/// explains resource exhaustion in its own log line).
+#[derive(Debug, thiserror::Error)]
+#[error("{error} ({errno})")]
+pub struct ReserveFailure {
+    /// The core's classification.
+    pub error: ReserveError,
+    /// The OS error.
+    pub errno: Errno,
+}
+
+impl ReserveFailure {
+    /// `EMFILE`: this process is at its `RLIMIT_NOFILE`.
+    pub fn process_out_of_fds(&self) -> bool {
+        self.errno == Errno::MFILE
+    }
+
+    /// `ENFILE`: the system-wide file table (`fs.file-max`) is full.
+    pub fn system_out_of_fds(&self) -> bool {
+        self.errno == Errno::NFILE
+    }
+
+    /// `EADDRINUSE` on a port-0 bind: no free port in `net.ipv4.ip_local_port_range`.
+    pub fn out_of_ephemeral_ports(&self, bind: SocketAddr) -> bool {
+        self.errno == Errno::ADDRINUSE && bind.port() == 0
+    }
+}
+
 /// Sockets held for live mappings, by the core's reservation id.
 #[derive(Debug, Default)]
 pub struct Reservations {
@@ -23,7 +51,7 @@ impl Reservations {
 
     /// Binds a TCP socket to `bind` (port 0 = kernel-chosen) and keeps it under `id`.
     /// Returns the bound port. On failure nothing is kept (the socket is closed).
-    pub fn reserve(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveError> {
+    pub fn reserve(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveFailure> {
         let socket = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
             .map_err(reserve_error)?;
         socket.bind(&bind.into()).map_err(reserve_error)?;
@@ -32,7 +60,7 @@ impl Reservations {
             .map_err(reserve_error)?
             .as_socket()
             .map(|a| a.port())
-            .ok_or(ReserveError::Other(Errno::AFNOSUPPORT.raw_os_error()))?;
+            .ok_or_else(|| reserve_error(Errno::AFNOSUPPORT.into()))?;
         if let Some(old) = self.held.insert(id.0, socket) {
             // The core never reuses a live id; if it did, the old port is released here.
             tracing::warn!(
@@ -55,15 +83,14 @@ impl Reservations {
     }
 }
 
-fn reserve_error(e: io::Error) -> ReserveError {
-    match e.raw_os_error() {
-        Some(n) if n == Errno::ADDRINUSE.raw_os_error() => ReserveError::AddrInUse,
-        Some(n) if n == Errno::MFILE.raw_os_error() || n == Errno::NFILE.raw_os_error() => {
-            ReserveError::NoDescriptors
-        }
-        Some(n) => ReserveError::Other(n),
-        None => ReserveError::Other(Errno::IO.raw_os_error()),
-    }
+fn reserve_error(e: io::Error) -> ReserveFailure {
+    let errno = e.raw_os_error().map_or(Errno::IO, Errno::from_raw_os_error);
+    let error = match errno {
+        Errno::ADDRINUSE => ReserveError::AddrInUse,
+        Errno::MFILE | Errno::NFILE => ReserveError::NoDescriptors,
+        other => ReserveError::Other(other.raw_os_error()),
+    };
+    ReserveFailure { error, errno }
 }
 
 #[cfg(test)]
@@ -93,7 +120,8 @@ mod tests {
         let err = r
             .reserve(ReservationId(2), (Ipv4Addr::UNSPECIFIED, port).into())
             .unwrap_err();
-        assert!(matches!(err, ReserveError::AddrInUse), "{err:?}");
+        assert!(matches!(err.error, ReserveError::AddrInUse), "{err:?}");
+        assert!(!err.out_of_ephemeral_ports((Ipv4Addr::UNSPECIFIED, port).into()));
         assert_eq!(r.len(), 1, "a failed bind keeps nothing");
 
         assert!(r.release(ReservationId(1)));
@@ -126,7 +154,10 @@ mod tests {
         let mut r = Reservations::new();
         match r.reserve(ReservationId(7), (Ipv6Addr::UNSPECIFIED, 0).into()) {
             Ok(port) => assert_ne!(port, 0),
-            Err(ReserveError::Other(_)) => {} // no IPv6 on this host
+            Err(ReserveFailure {
+                error: ReserveError::Other(_),
+                ..
+            }) => {} // no IPv6 on this host
             Err(e) => panic!("{e:?}"),
         }
     }

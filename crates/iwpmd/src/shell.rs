@@ -10,24 +10,35 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, PeerSocket};
+use iwpm_core::{Action, Core, PeerSocket, ReservationId};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
-use crate::kernel_link::{KernelLink, Received};
+use crate::dump_writer::{DumpText, DumpWriter};
+use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
 use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
-use crate::process;
+use crate::process::{self, Limit};
 use crate::rate_limit::RateLimit;
-use crate::reservations::Reservations;
+use crate::reservations::{Reservations, ReserveFailure};
 
 const KERNEL: Token = Token(0);
 const SIGNALS: Token = Token(1);
-const PEER_BASE: usize = 2;
+const DUMP_DONE: Token = Token(2);
+const PEER_BASE: usize = 3;
 
 /// Datagrams read from one source before the others get a turn.
 const DRAIN_BUDGET: usize = 64;
+
+// The netlink receive buffer floor covers three rounds of replies (see its docs): every
+// datagram read in one round may be answered, and each answer comes back as an NLMSG_DONE.
+const _: () = assert!(
+    2 * NETLINK_RCVBUF_MIN >= 3 * DRAIN_BUDGET * (1 + ALL_PEER.len()) * NETLINK_DONE_TRUESIZE
+);
+
+/// How long an exit waits for a dump still being written.
+const DUMP_FINISH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Burst of rate-limited warnings per window.
 const WARN_BURST: u32 = 5;
@@ -75,6 +86,14 @@ pub struct IoCounters {
     pub kernel_foreign: u64,
     /// Receive-queue overruns reported by the kernel (`ENOBUFS`).
     pub kernel_overruns: u64,
+    /// Port reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
+    pub reserve_no_fd: u64,
+    /// Port reservations refused because the ephemeral port range is exhausted.
+    pub reserve_no_port: u64,
+    /// SIGUSR1 dumps written (or being written).
+    pub dumps: u64,
+    /// SIGUSR1 signals folded into a dump already pending.
+    pub dumps_coalesced: u64,
     /// Peer datagrams received.
     pub peer_rx: u64,
     /// Peer datagrams sent.
@@ -96,7 +115,11 @@ pub struct Shell {
     counters: IoCounters,
     warn_kernel: RateLimit,
     warn_peer: RateLimit,
+    warn_resource: RateLimit,
     peer_buf: Vec<u8>,
+    dump_writer: DumpWriter,
+    /// A SIGUSR1 arrived while a dump was being written: dump again when it is done.
+    dump_pending: bool,
     /// Datagrams for the kernel waiting for the link to become writable, oldest first.
     kernel_out: VecDeque<Vec<u8>>,
     /// Whether the kernel link is registered for WRITABLE too.
@@ -122,6 +145,8 @@ impl Shell {
         }
         let mut signals = Signals::new([SIGTERM, SIGHUP, SIGUSR1])?;
         registry.register(&mut signals, SIGNALS, Interest::READABLE)?;
+        let dump_writer =
+            DumpWriter::start(Waker::new(registry, DUMP_DONE)?).map_err(io::Error::other)?;
         Ok(Shell {
             poll,
             signals,
@@ -134,7 +159,10 @@ impl Shell {
             counters: IoCounters::default(),
             warn_kernel: RateLimit::new(WARN_WINDOW, WARN_BURST),
             warn_peer: RateLimit::new(WARN_WINDOW, WARN_BURST),
+            warn_resource: RateLimit::new(WARN_WINDOW, WARN_BURST),
             peer_buf: vec![0; PEER_RECV_BUFFER],
+            dump_writer,
+            dump_pending: false,
             kernel_out: VecDeque::new(),
             kernel_wants_write: false,
         })
@@ -159,6 +187,12 @@ impl Shell {
     /// a flood on one socket (UDP 3935 is open to anyone) cannot starve the kernel link or
     /// the signal pipe; a source that still has data is revisited after a zero-timeout poll.
     pub fn run(&mut self) -> io::Result<Exit> {
+        let exit = self.run_loop();
+        self.dump_writer.finish(DUMP_FINISH_TIMEOUT);
+        exit
+    }
+
+    fn run_loop(&mut self) -> io::Result<Exit> {
         let mut events = Events::with_capacity(64);
         // Index 0: kernel link; 1..=4: peer sockets in `ALL_PEER` order.
         let mut backlog = [false; 1 + ALL_PEER.len()];
@@ -183,6 +217,7 @@ impl Shell {
                             return Ok(exit);
                         }
                     }
+                    DUMP_DONE => self.dump_written(),
                     KERNEL => {
                         if event.is_writable() {
                             self.flush_kernel_queue();
@@ -218,11 +253,47 @@ impl Shell {
         }
     }
 
-    /// Logs the SIGUSR1 dump: one WARNING per line, like rdma-core's syslog calls.
-    pub fn dump(&self) {
-        for line in self.core.dump_lines() {
-            tracing::warn!(target: "iwpmd::dump", "{line}");
+    /// SIGUSR1: starts a dump, or, while one is being written, notes that another one is
+    /// wanted (any number of signals meanwhile make one more dump).
+    fn request_dump(&mut self) {
+        if self.dump_writer.busy() {
+            if self.dump_pending {
+                self.counters.dumps_coalesced += 1;
+            }
+            self.dump_pending = true;
+            tracing::info!("a dump is being written; one more follows when it is done");
+            return;
         }
+        self.start_dump();
+    }
+
+    /// The writer finished a dump: start the one asked for meanwhile, if any.
+    fn dump_written(&mut self) {
+        if self.dump_pending && !self.dump_writer.busy() {
+            self.dump_pending = false;
+            self.start_dump();
+        }
+    }
+
+    /// Takes the dump's text now (one consistent moment of the table) and hands the logging
+    /// (one WARNING per table line, like rdma-core's syslog calls) to the writer thread.
+    fn start_dump(&mut self) {
+        self.counters.dumps += 1;
+        let started = Instant::now();
+        let text = DumpText {
+            table: self.core.dump_lines(),
+            io: self.io_counters_line(),
+            core: format!("core counters: {:?}", self.core.stats()),
+        };
+        tracing::debug!(
+            lines = text.table.len(),
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            "dump text taken; writing it in the background"
+        );
+        self.dump_writer.submit(text);
+    }
+
+    fn io_counters_line(&self) -> String {
         let c = &self.counters;
         let mut io_line = String::new();
         let _ = write!(
@@ -230,7 +301,7 @@ impl Shell {
             "io counters: kernel_rx={} kernel_tx={} kernel_tx_errors={} kernel_tx_queued={} \
              kernel_truncated={} \
              kernel_foreign={} kernel_overruns={} peer_rx={} peer_tx={} peer_tx_dropped={} \
-             ports_held={}",
+             reserve_no_fd={} reserve_no_port={} dumps={} dumps_coalesced={} ports_held={}",
             c.kernel_rx,
             c.kernel_tx,
             c.kernel_tx_errors,
@@ -241,10 +312,13 @@ impl Shell {
             c.peer_rx,
             c.peer_tx,
             c.peer_tx_dropped,
+            c.reserve_no_fd,
+            c.reserve_no_port,
+            c.dumps,
+            c.dumps_coalesced,
             self.reservations.len()
         );
-        tracing::info!(target: "iwpmd::dump", "{io_line}");
-        tracing::debug!(target: "iwpmd::dump", "core counters: {:?}", self.core.stats());
+        io_line
     }
 
     fn drain_signals(&mut self) -> Option<Exit> {
@@ -254,7 +328,7 @@ impl Shell {
             match sig {
                 SIGUSR1 => {
                     tracing::warn!("Received SIGUSR1 signal");
-                    self.dump();
+                    self.request_dump();
                 }
                 SIGTERM => {
                     tracing::warn!("Received SIGTERM signal");
@@ -303,17 +377,7 @@ impl Shell {
                     }
                     continue;
                 }
-                Ok(Received::Overrun) => {
-                    self.counters.kernel_overruns += 1;
-                    if let Some(suppressed) = self.warn_kernel.allow(now) {
-                        tracing::warn!(
-                            suppressed,
-                            "netlink receive queue overrun: kernel messages were lost \
-                             (raise nl_sock_rbuf_size)"
-                        );
-                    }
-                    continue;
-                }
+                Ok(Received::Overrun) => self.kernel_overrun(now),
                 Err(e) => {
                     if let Some(suppressed) = self.warn_kernel.allow(now) {
                         tracing::warn!(error = %e, suppressed, "kernel link receive failed");
@@ -363,9 +427,10 @@ impl Shell {
                 Action::ToPeer { via, to, datagram } => self.send_peer(now, via, to, &datagram),
                 Action::Reserve { id, bind } => {
                     let result = self.reservations.reserve(id, bind);
-                    if let Err(e) = &result {
-                        tracing::debug!(id = id.0, %bind, error = %e, "port reservation failed");
-                    }
+                    let result = result.map_err(|f| {
+                        self.reserve_failed(now, id, bind, &f);
+                        f.error
+                    });
                     self.core.handle_reserved(now, id, result);
                 }
                 Action::Release { id } => {
@@ -375,6 +440,86 @@ impl Shell {
                 }
                 Action::Ready => self.on_ready(),
             }
+        }
+    }
+
+    /// `ENOBUFS` on the kernel link: the kernel dropped messages for us. What matters is the
+    /// REG_PID multicast: losing it makes the kernel mark the daemon unavailable (every
+    /// connection then runs unmapped), so the core announces us to the kernel again.
+    fn kernel_overrun(&mut self, now: Instant) {
+        self.counters.kernel_overruns += 1;
+        if let Some(suppressed) = self.warn_kernel.allow(now) {
+            let rcvbuf = self
+                .kernel
+                .receive_buffer()
+                .and_then(|r| r.granted)
+                .map_or_else(|| "the default".to_owned(), |b| format!("{b} bytes"));
+            tracing::warn!(
+                suppressed,
+                overruns = self.counters.kernel_overruns,
+                "netlink receive queue overrun (ENOBUFS) with a receive buffer of {rcvbuf}; \
+                 raise nl_sock_rbuf_size if this repeats"
+            );
+        }
+        self.core.handle_kernel_overrun(now);
+        self.flush(now);
+    }
+
+    /// Logs, rate-limited and in plain words, a reservation refused for lack of a resource
+    /// (descriptors, ephemeral ports); other failures are the core's to report.
+    fn reserve_failed(
+        &mut self,
+        now: Instant,
+        id: ReservationId,
+        bind: SocketAddr,
+        f: &ReserveFailure,
+    ) {
+        let held = self.reservations.len();
+        if f.process_out_of_fds() || f.system_out_of_fds() {
+            self.counters.reserve_no_fd += 1;
+            if let Some(suppressed) = self.warn_resource.allow(now) {
+                let (soft, hard) = process::fd_limit_now();
+                // Listing /proc/self/fd itself needs a descriptor; at EMFILE it fails.
+                let open = std::fs::read_dir("/proc/self/fd")
+                    .map(|d| format!("{} open, ", d.count()))
+                    .unwrap_or_default();
+                if f.process_out_of_fds() {
+                    tracing::warn!(
+                        suppressed,
+                        "out of file descriptors: the daemon has reached its RLIMIT_NOFILE \
+                         limit of {} (hard {}; {open}{held} ports held for mappings), \
+                         so a new mapping cannot hold its port; the kernel gets \
+                         CREATE_MAPPING_ERR for it. Mappings work again as others are \
+                         removed; raise LimitNOFILE or `ulimit -n` for more.",
+                        Limit(soft),
+                        Limit(hard)
+                    );
+                } else {
+                    tracing::warn!(
+                        suppressed,
+                        "out of file descriptors: the system-wide file table is full \
+                         (ENFILE, limit fs.file-max; the daemon has {open}{held} ports \
+                         held), so a new mapping cannot hold its port; the kernel gets \
+                         CREATE_MAPPING_ERR for it"
+                    );
+                }
+            }
+        } else if f.out_of_ephemeral_ports(bind) {
+            self.counters.reserve_no_port += 1;
+            if let Some(suppressed) = self.warn_resource.allow(now) {
+                let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                    .map(|r| r.split_whitespace().collect::<Vec<_>>().join("-"))
+                    .unwrap_or_else(|_| "?".into());
+                tracing::warn!(
+                    suppressed,
+                    "out of ports: no free port left for {} in net.ipv4.ip_local_port_range \
+                     ({range}; {held} ports held for mappings); the kernel gets \
+                     CREATE_MAPPING_ERR for the new mapping",
+                    bind.ip()
+                );
+            }
+        } else {
+            tracing::debug!(id = id.0, %bind, error = %f, "port reservation failed");
         }
     }
 
@@ -490,5 +635,95 @@ impl Shell {
                 tracing::warn!(error = %e, "sd_notify READY=1 failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use std::os::unix::net::UnixDatagram;
+
+    use iwpm_core::CoreConfig;
+    use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
+    use iwpm_proto::netlink::{
+        decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, Hello,
+        KernelMsg,
+    };
+
+    use crate::peer_sockets::PeerBind;
+
+    fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
+        let mut buf = vec![0u8; 65536];
+        let n = emu.recv(&mut buf).expect("nothing from the shell");
+        match decode_daemon_datagram(&buf[..n]).into_iter().next() {
+            Some(Ok(DaemonFrame::Msg(_, m))) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The Unix kernel link cannot produce `ENOBUFS` (a full Unix datagram queue makes the
+    /// sender wait), so the overrun path is driven directly: it is counted, and the core
+    /// announces the daemon to the kernel again with HELLO.
+    #[test]
+    fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
+        let path = std::env::temp_dir().join(format!("iwpmd-shell-ovr-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let emu = UnixDatagram::bind(&path).unwrap();
+        emu.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let kernel = KernelLink::open_unix(&path).unwrap();
+        let peers = PeerSockets::open(PeerBind {
+            port: 0,
+            v4: Ipv4Addr::LOCALHOST,
+            v6: None,
+        })
+        .unwrap();
+        let now = Instant::now();
+        let config = CoreConfig {
+            netlink_pid: kernel.port_id(),
+            ..CoreConfig::default()
+        };
+        let mut shell = Shell::new(Core::new(config, now), kernel, peers, false).unwrap();
+        shell.start().unwrap();
+        let mut buf = vec![0u8; 65536];
+        let (n, daemon) = emu.recv_from(&mut buf).unwrap();
+        assert!(matches!(
+            decode_daemon_datagram(&buf[..n]).into_iter().next(),
+            Some(Ok(DaemonFrame::Msg(_, DaemonMsg::Hello(_))))
+        ));
+        let mut hello = Vec::new();
+        encode_kernel_msg(
+            &Envelope {
+                client: RDMA_NL_IWCM,
+                flags: NLM_F_REQUEST,
+                seq: 1,
+                pid: 0,
+            },
+            &KernelMsg::Hello(Hello {
+                abi_version: 4,
+                unknown: vec![],
+            }),
+            &mut hello,
+        );
+        emu.send_to_addr(&hello, &daemon).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !shell.ready_seen && Instant::now() < deadline {
+            shell.drain_kernel();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(shell.ready_seen, "handshake did not finish");
+        assert!(matches!(next_msg(&emu), DaemonMsg::MapInfo(_)));
+
+        shell.kernel_overrun(Instant::now());
+        assert_eq!(shell.counters.kernel_overruns, 1);
+        assert!(
+            matches!(
+                next_msg(&emu),
+                DaemonMsg::Hello(Hello { abi_version: 4, .. })
+            ),
+            "no HELLO after the overrun"
+        );
+        assert!(shell.io_counters_line().contains("kernel_overruns=1"));
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -1,0 +1,117 @@
+//! Writes SIGUSR1 dumps on a helper thread, so that a table of 100 000 mappings (400 000
+//! syslog lines, seconds on a slow log sink) never stalls the event loop.
+//!
+//! The loop takes a snapshot of the text (a fast, in-memory step, so the dump is one
+//! consistent moment of the table) and hands it over; the writer logs it line by line and
+//! wakes the loop when it is done. One dump is written at a time: a SIGUSR1 arriving while
+//! one is being written is coalesced into a single further dump, taken once the current
+//! one is finished.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::Waker;
+
+/// Log target of every dump line (the lab enables `iwpmd::dump=debug`).
+pub const TARGET: &str = "iwpmd::dump";
+
+/// One dump's text.
+#[derive(Debug, Default)]
+pub struct DumpText {
+    /// The mapping table and core state, rdma-core's lines first (logged as warnings, as
+    /// rdma-core does).
+    pub table: Vec<String>,
+    /// The IO counters line (info).
+    pub io: String,
+    /// The core counters line (debug).
+    pub core: String,
+}
+
+/// Why the writer is not available.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpWriterError {
+    /// The thread could not be started.
+    #[error("cannot start the dump writer thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// The helper thread and its hand-over channel.
+#[derive(Debug)]
+pub struct DumpWriter {
+    tx: Option<mpsc::Sender<DumpText>>,
+    busy: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DumpWriter {
+    /// Starts the thread; `waker` is woken after each dump is written.
+    pub fn start(waker: Waker) -> Result<Self, DumpWriterError> {
+        let (tx, rx) = mpsc::channel::<DumpText>();
+        let busy = Arc::new(AtomicBool::new(false));
+        let flag = busy.clone();
+        let thread = std::thread::Builder::new()
+            .name("iwpmd-dump".into())
+            .spawn(move || {
+                for text in rx {
+                    write(&text);
+                    drop(text);
+                    flag.store(false, Ordering::Release);
+                    if let Err(e) = waker.wake() {
+                        tracing::error!(error = %e, "dump writer cannot wake the event loop");
+                    }
+                }
+            })
+            .map_err(DumpWriterError::Spawn)?;
+        Ok(DumpWriter {
+            tx: Some(tx),
+            busy,
+            thread: Some(thread),
+        })
+    }
+
+    /// True while a dump is being written.
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Acquire)
+    }
+
+    /// Hands `text` to the thread. The caller checks [`DumpWriter::busy`] first; a dump
+    /// submitted while busy is queued behind the current one.
+    pub fn submit(&self, text: DumpText) {
+        self.busy.store(true, Ordering::Release);
+        let sent = self.tx.as_ref().map(|tx| tx.send(text));
+        if !matches!(sent, Some(Ok(()))) {
+            // The thread is gone (it only ends when the channel closes, or by a panic in
+            // the log subscriber): nothing will be written.
+            self.busy.store(false, Ordering::Release);
+            tracing::error!("the dump writer thread is gone; dump dropped");
+        }
+    }
+
+    /// Waits up to `timeout` for the dump in progress to be written (at exit, so that a
+    /// SIGTERM right after a SIGUSR1 still leaves the whole dump in the log).
+    pub fn finish(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.busy() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.busy() {
+            tracing::warn!("exiting with a SIGUSR1 dump still being written; its end is lost");
+            return;
+        }
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn write(text: &DumpText) {
+    for line in &text.table {
+        tracing::warn!(target: TARGET, "{line}");
+    }
+    tracing::info!(target: TARGET, "{}", text.io);
+    tracing::debug!(target: TARGET, "{}", text.core);
+}
