@@ -61,37 +61,13 @@ pub const PID: u32 = 0x4657;
 pub const MAX_OPS: usize = 512;
 
 /// Runs one fuzz input: decode, play every op with checks, then [`Driver::finish`].
-/// Known findings (see [`Checks`]) are tolerated so that fuzzing goes on past them.
 pub fn core_sequence(data: &[u8]) {
-    run(data, Checks::default());
-}
-
-/// [`core_sequence`] with every check, the known findings included.
-pub fn core_sequence_strict(data: &[u8]) {
-    run(data, Checks { strict: true });
-}
-
-fn run(data: &[u8], checks: Checks) {
     let (setup, ops) = decode(data);
-    let mut d = Driver::with_checks(setup, checks);
+    let mut d = Driver::new(setup);
     for op in &ops {
         d.step(op);
     }
     d.finish();
-}
-
-/// Which known findings fail a run.
-///
-/// Known finding (not strict): after a late `handle_timeout` (the shell ran the timers well
-/// after their due time, e.g. the process was stopped), a REQUEST whose exchange's lifetime
-/// has already ended is retransmitted once before the exchange is dropped: a timer due
-/// before the expiry resends at `now` whatever `now` is. Reproducer in
-/// `fuzz/artifacts-found/core_sequence/`; the ignored test `known_finding_*` in
-/// `tests/core_sequence.rs` fails until the core checks the expiry against `now`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Checks {
-    /// Also fail on the known findings.
-    pub strict: bool,
 }
 
 /// Configuration of one run, from the first three input bytes.
@@ -665,15 +641,12 @@ impl<T: Clone> Recent<T> {
 enum Ctx {
     Input,
     Timer,
-    /// A timer call well after the due times (`Op::Jump`).
-    LateTimer,
 }
 
 /// One core, its model shell and model kernel. See the module docs for what is checked.
 #[derive(Debug)]
 pub struct Driver {
     core: Core,
-    checks: Checks,
     config: CoreConfig,
     auto_reserve: bool,
     now: Instant,
@@ -722,19 +695,12 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// A started core (booted unless the setup says otherwise), all output drained; known
-    /// findings tolerated.
+    /// A started core (booted unless the setup says otherwise), all output drained.
     pub fn new(setup: Setup) -> Self {
-        Self::with_checks(setup, Checks::default())
-    }
-
-    /// Like [`Driver::new`] with a choice of [`Checks`].
-    pub fn with_checks(setup: Setup, checks: Checks) -> Self {
         let config = setup.config();
         let now = Instant::now();
         let mut d = Driver {
             core: Core::new(config.clone(), now),
-            checks,
             config,
             auto_reserve: setup.auto_reserve(),
             now,
@@ -1088,9 +1054,9 @@ impl Driver {
             Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(*secs))),
             Op::Jump { ms } => {
                 self.now += Duration::from_millis(u64::from(*ms) * 16);
-                self.timeout(Ctx::LateTimer);
+                self.timeout();
             }
-            Op::Tick => self.timeout(Ctx::Timer),
+            Op::Tick => self.timeout(),
             Op::Overrun => {
                 self.core.handle_kernel_overrun(self.now);
                 self.pump(Ctx::Input);
@@ -1332,9 +1298,9 @@ impl Driver {
         self.pump(Ctx::Input);
     }
 
-    fn timeout(&mut self, ctx: Ctx) {
+    fn timeout(&mut self) {
         self.core.handle_timeout(self.now);
-        self.pump(ctx);
+        self.pump(Ctx::Timer);
         if let Some(t) = self.core.poll_timeout() {
             if t <= self.now {
                 fail("a timer is still due right after handle_timeout");
@@ -1355,7 +1321,7 @@ impl Driver {
                 fail("timers never settle");
             }
             self.now = self.now.max(t);
-            self.timeout(Ctx::Timer);
+            self.timeout();
         }
         self.now = end;
     }
@@ -1563,14 +1529,13 @@ impl Driver {
         }
         let key = (to, datagram.clone());
         match (msg.msg_type, ctx) {
-            (PeerMsgType::Request | PeerMsgType::Accept, Ctx::Timer | Ctx::LateTimer) => {
+            (PeerMsgType::Request | PeerMsgType::Accept, Ctx::Timer) => {
                 let Some((first, resent)) = self.origins.get_mut(&key) else {
                     fail(format!("timer sent a {:?} never sent before", msg.msg_type));
                 };
                 *resent += 1;
                 let age = self.now.saturating_duration_since(*first);
-                let known = ctx == Ctx::LateTimer && !self.checks.strict;
-                if age >= self.config.exchange_lifetime && !known {
+                if age >= self.config.exchange_lifetime {
                     fail(format!(
                         "{:?} retransmitted {age:?} after it was first sent (lifetime {:?})",
                         msg.msg_type, self.config.exchange_lifetime
