@@ -41,13 +41,13 @@ use std::time::{Duration, Instant};
 use iwpm_proto::cidr::Cidr;
 use iwpm_proto::consts::op::*;
 use iwpm_proto::consts::{
-    rdma_nl_get_type, IWPM_FLAGS_NO_PORT_MAP, IWPM_ULIB_NAME, NLM_F_MULTI, NLM_F_REQUEST,
-    RDMA_NL_IWCM, RDMA_NL_RSVD,
+    rdma_nl_get_type, IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION, IWPM_UABI_VERSION_MIN,
+    IWPM_ULIB_NAME, NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM, RDMA_NL_RSVD,
 };
 use iwpm_proto::netlink::{
-    decode_daemon_msg, encode_done, encode_error, encode_kernel_msg, frames, DaemonMsg, Envelope,
-    Frame, Hello, KernelMsg, ManageMappingRequest, MapInfoNumRequest, MapInfoRecord, NlHeader,
-    NlString, QueryMappingRequest, RegPidRequest,
+    decode_daemon_msg, decode_kernel_msg, encode_done, encode_error, encode_kernel_msg, frames,
+    DaemonMsg, Envelope, Frame, Hello, KernelMsg, ManageMappingRequest, MapInfoNumRequest,
+    MapInfoRecord, NlHeader, NlString, QueryMappingRequest, RegPidRequest,
 };
 use iwpm_proto::peer::{IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
@@ -654,14 +654,13 @@ pub struct Driver {
     next_seq: u32,
     last_seq: u32,
     requests: HashMap<(u8, u32), Request>,
-    /// Kernel references confirmed by a success answer, minus the kernel's REMOVEs that
-    /// took one: `kref - debt` = confirmations - effective REMOVEs, one of the two is 0.
+    /// The kernel's view of references, per local endpoint: `kref - debt` = success answers
+    /// (each confirms one distinct reference the core took) minus REMOVE messages sent (an
+    /// upper bound of the REMOVEs that took a reference, counted when sent, whether they are
+    /// processed at once, later behind a reservation, or not at all); one of the two is 0.
+    /// The core's count is never below `kref`.
     kref: HashMap<Endpoint, u32>,
     debt: HashMap<Endpoint, u32>,
-    /// Endpoints whose reference count the model no longer knows (a REMOVE it could not
-    /// order against the answers: buffered behind a reservation, or hidden in raw bytes).
-    kref_unknown: HashSet<Endpoint>,
-    kref_disabled: bool,
     /// A REMOVE may be processed later within the call being drained (buffered behind a
     /// reservation, or after an answer in the same opaque datagram): the core's state after
     /// the call no longer tells what it was when an answer was produced.
@@ -709,8 +708,6 @@ impl Driver {
             requests: HashMap::new(),
             kref: HashMap::new(),
             debt: HashMap::new(),
-            kref_unknown: HashSet::new(),
-            kref_disabled: false,
             removes_in_call: false,
             outstanding: VecDeque::new(),
             issued: BTreeSet::new(),
@@ -1180,29 +1177,15 @@ impl Driver {
     /// Sends a datagram the driver did not build message by message (`opaque`: it may
     /// hold anything, a REMOVE included).
     fn kernel_datagram(&mut self, b: &[u8], opaque: bool) {
-        let removes = self.account_kernel(b, opaque);
-        if removes {
-            self.removes_in_call = true;
-        }
+        self.account_kernel(b, opaque);
         self.core.handle_kernel_datagram(self.now, b);
         self.pump(Ctx::Input);
-        if removes {
-            // REMOVEs the model cannot attribute: forget what it knew, or stop tracking if
-            // they wait behind a reservation.
-            self.kref.clear();
-            self.debt.clear();
-            if self.core.reservation_pending() {
-                self.kref_disabled = true;
-            }
-        }
     }
 
-    /// Records every frame of a datagram about to be sent, as the kernel would. True if
-    /// `opaque` and it holds a REMOVE.
-    fn account_kernel(&mut self, b: &[u8], opaque: bool) -> bool {
-        let mut removes = false;
+    /// Records every frame of a datagram about to be sent, as the kernel would.
+    fn account_kernel(&mut self, b: &[u8], opaque: bool) {
         for f in frames(b) {
-            let Ok(Frame::Message { header, .. }) = f else {
+            let Ok(Frame::Message { header, payload }) = f else {
                 continue;
             };
             let key = (header.client(), header.seq);
@@ -1228,12 +1211,26 @@ impl Driver {
             } else {
                 r.other = true;
             }
-            if op == RDMA_NL_IWPM_REMOVE_MAPPING && (opaque || self.core.reservation_pending()) {
-                removes = opaque;
+            if op != RDMA_NL_IWPM_REMOVE_MAPPING {
+                continue;
+            }
+            if opaque || self.core.reservation_pending() {
                 self.removes_in_call = true;
             }
+            // REMOVE decodes alike in both ABIs; one the core cannot decode has no effect.
+            let ep = [IWPM_UABI_VERSION_MIN, IWPM_UABI_VERSION]
+                .into_iter()
+                .find_map(|abi| match decode_kernel_msg(&header, payload, abi) {
+                    Ok((_, KernelMsg::RemoveMapping(m))) => m.addr.endpoint(),
+                    _ => None,
+                });
+            if let Some(ep) = ep {
+                match self.kref.get_mut(&ep) {
+                    Some(k) if *k > 0 => *k -= 1,
+                    _ => *self.debt.entry(ep).or_default() += 1,
+                }
+            }
         }
-        removes
     }
 
     fn remove(&mut self, client: u8, addr: SockAddrStorage) {
@@ -1254,10 +1251,7 @@ impl Driver {
         self.kernel_msg(client, 0, &msg, None);
         let Some(ep) = ep else { return };
         if pending {
-            // Buffered: applied at some later point the model cannot place.
-            self.kref.remove(&ep);
-            self.debt.remove(&ep);
-            self.kref_unknown.insert(ep);
+            // Buffered: applied at some later point.
             return;
         }
         let after = self
@@ -1272,10 +1266,6 @@ impl Driver {
                     fail(format!(
                         "REMOVE of {ep} by its owner: refcount {rc} became {after:?}"
                     ));
-                }
-                match self.kref.get_mut(&ep) {
-                    Some(k) if *k > 0 => *k -= 1,
-                    _ => *self.debt.entry(ep).or_default() += 1,
                 }
             }
             Some((id, rc, _)) => {
@@ -1511,11 +1501,9 @@ impl Driver {
                 other.map(|m| (m.mapped_endpoint, m.refcount))
             )),
         }
-        if !self.kref_unknown.contains(&ep) {
-            match self.debt.get_mut(&ep) {
-                Some(d) if *d > 0 => *d -= 1,
-                _ => *self.kref.entry(ep).or_default() += 1,
-            }
+        match self.debt.get_mut(&ep) {
+            Some(d) if *d > 0 => *d -= 1,
+            _ => *self.kref.entry(ep).or_default() += 1,
         }
     }
 
@@ -1625,21 +1613,19 @@ impl Driver {
                 "shell holds {held:?} but live mappings hold {live:?}"
             ));
         }
-        if !self.kref_disabled {
-            for (ep, k) in &self.kref {
-                if *k == 0 {
-                    continue;
-                }
-                let rc = self
-                    .core
-                    .mappings()
-                    .find(|m| m.local_endpoint == *ep)
-                    .map_or(0, |m| m.refcount);
-                if rc < *k {
-                    fail(format!(
-                        "{ep}: the kernel was told of {k} references, the core has {rc}"
-                    ));
-                }
+        for (ep, k) in &self.kref {
+            if *k == 0 {
+                continue;
+            }
+            let rc = self
+                .core
+                .mappings()
+                .find(|m| m.local_endpoint == *ep)
+                .map_or(0, |m| m.refcount);
+            if rc < *k {
+                fail(format!(
+                    "{ep}: the kernel was told of {k} references, the core has {rc}"
+                ));
             }
         }
     }
