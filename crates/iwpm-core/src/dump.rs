@@ -59,7 +59,7 @@ impl Core {
         }
         out.push(format!(
             "    peer exchanges in flight: {active} connecting, {passive} accepting; iwpm ABI {}",
-            self.abi
+            self.abi.0
         ));
         out
     }

@@ -34,6 +34,7 @@ use iwpm_proto::netlink::{DaemonMsg, Hello, MapInfoRequest, NlHeader, NlString};
 use crate::action::Action;
 use crate::core::{code, Core};
 use crate::ratelimit::LogKind;
+use crate::request::{Abi, Request};
 
 /// Start-up handshake state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +80,7 @@ impl Core {
         }
         self.last_resync = Some(now);
         let seq = self.clients.peek_seq(RDMA_NL_IWCM);
-        let abi_version = self.abi;
+        let abi_version = self.abi.0;
         self.send_kernel(
             RDMA_NL_IWCM,
             DaemonMsg::Hello(Hello {
@@ -99,7 +100,7 @@ impl Core {
         for &client in mapinfo_clients {
             self.mapinfo_windows.retain(|(c, _)| *c != client);
             self.mapinfo_windows.push((client, until));
-            let ulib_version = self.abi;
+            let ulib_version = self.abi.0;
             self.send_kernel(
                 client,
                 DaemonMsg::MapInfo(MapInfoRequest {
@@ -116,7 +117,7 @@ impl Core {
     pub(crate) fn handshake_timeout(&mut self, now: Instant) {
         match self.handshake {
             Handshake::Awaiting { deadline, .. } if now >= deadline => {
-                tracing::warn!("no answer to HELLO; assuming ABI {}", self.abi);
+                tracing::warn!("no answer to HELLO; assuming ABI {}", self.abi.0);
                 self.finish_handshake(now, &[RDMA_NL_IWCM]);
             }
             Handshake::Resyncing { deadline, .. } if now >= deadline => {
@@ -168,7 +169,7 @@ impl Core {
         if let Handshake::Awaiting { seq, .. } = self.handshake {
             if header.seq == seq && request.is_none_or(|r| r.ty == hello_ty) {
                 tracing::warn!("kernel refused HELLO (error {error}): using iwpm ABI 3");
-                self.abi = IWPM_UABI_VERSION_MIN;
+                self.abi = Abi(IWPM_UABI_VERSION_MIN);
                 self.finish_handshake(now, &[RDMA_NL_IWCM, RDMA_NL_RSVD]);
                 return;
             }
@@ -184,12 +185,13 @@ impl Core {
         );
     }
 
-    pub(crate) fn on_hello(&mut self, now: Instant, client: u8, seq: u32, h: Hello) {
+    pub(crate) fn on_hello(&mut self, now: Instant, req: Request, h: Hello) {
+        let Request { client, seq } = req;
         let v = h.abi_version;
         match self.handshake {
             Handshake::Awaiting { .. } => {}
             Handshake::Resyncing { .. } => {
-                let abi = self.abi;
+                let abi = self.abi.0;
                 if v != abi {
                     self.warn(
                         now,
@@ -225,10 +227,10 @@ impl Core {
             self.finish_handshake(now, &[]);
             return;
         }
-        if v != self.abi {
+        if v != self.abi.0 {
             tracing::info!("iwpm ABI version {v} negotiated");
         }
-        self.abi = v;
+        self.abi = Abi(v);
         self.finish_handshake(now, &[RDMA_NL_IWCM]);
     }
 }

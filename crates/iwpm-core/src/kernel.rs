@@ -1,5 +1,5 @@
 //! Netlink side: framing and dispatch, REG_PID, ADD, QUERY, REMOVE and MAPINFO_NUM. The
-//! handshake is in `handshake.rs`, MAPINFO records in `recovery.rs`, reservation answers in
+//! handshake is in `handshake.rs`, MAPINFO records in `recovery.rs`, mapping creation in
 //! `reserve.rs`.
 //!
 //! # Where we differ from the C daemon, on purpose
@@ -13,8 +13,8 @@
 //!   (client, seq) of every REG_PID/ADD/QUERY answered in the last `2 × reply_deadline` is
 //!   remembered and a repeat is dropped.
 //! * **No late replies.** A reply that could only be produced after `reply_deadline` (the
-//!   kernel waits 10 s) is dropped and counted instead of sent: a reservation answered too
-//!   late, an ACCEPT arriving too late, or a request buffered behind a slow reservation.
+//!   kernel waits 10 s), such as an ACCEPT arriving too late, is dropped and counted instead
+//!   of sent.
 //! * **Never HANDLE_ERR code 0** (the kernel would take it as success with garbage addresses).
 //! * **Control messages other than DONE/ERROR are ignored** (C dispatches them as client 0
 //!   op 1/4). `NLMSG_DONE` is expected after every message we send (−22 after REMOTE_INFO is
@@ -32,7 +32,7 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use iwpm_proto::consts::op::*;
-use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION_MIN, IWPM_ULIB_NAME};
+use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_ULIB_NAME};
 use iwpm_proto::netlink::{
     decode_kernel_msg, frames, AddMappingReply, DaemonMsg, Frame, KernelMsg, ManageMappingRequest,
     MapInfoNumReply, MapInfoNumRequest, NlHeader, NlString, QueryMappingRequest, RegPidReply,
@@ -40,83 +40,23 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
+use crate::action::PortReservations;
 use crate::clients::{ClientInfo, Registration};
-use crate::core::{code, wildcard_of, Core, Deferred, Purpose};
+use crate::core::{code, Core};
 use crate::ratelimit::LogKind;
+use crate::request::{Addr, Request};
 use crate::stats::Stats;
 use crate::table::{MappingId, MappingRole};
 
-/// A netlink frame kept while a reservation is pending.
-#[derive(Clone, Debug)]
-pub(crate) enum OwnedFrame {
-    Done {
-        header: NlHeader,
-        result: Option<i32>,
-    },
-    Error {
-        header: NlHeader,
-        error: i32,
-        request: Option<NlHeader>,
-    },
-    Control {
-        header: NlHeader,
-        payload: Vec<u8>,
-    },
-    Message {
-        header: NlHeader,
-        payload: Vec<u8>,
-    },
-}
-
-impl OwnedFrame {
-    fn from_frame(f: &Frame<'_>) -> Self {
-        match *f {
-            Frame::Done { header, result } => OwnedFrame::Done { header, result },
-            Frame::Error {
-                header,
-                error,
-                request,
-            } => OwnedFrame::Error {
-                header,
-                error,
-                request,
-            },
-            Frame::Control { header, payload } => OwnedFrame::Control {
-                header,
-                payload: payload.to_vec(),
-            },
-            Frame::Message { header, payload } => OwnedFrame::Message {
-                header,
-                payload: payload.to_vec(),
-            },
-        }
-    }
-
-    fn as_frame(&self) -> Frame<'_> {
-        match self {
-            OwnedFrame::Done { header, result } => Frame::Done {
-                header: *header,
-                result: *result,
-            },
-            OwnedFrame::Error {
-                header,
-                error,
-                request,
-            } => Frame::Error {
-                header: *header,
-                error: *error,
-                request: *request,
-            },
-            OwnedFrame::Control { header, payload } => Frame::Control {
-                header: *header,
-                payload,
-            },
-            OwnedFrame::Message { header, payload } => Frame::Message {
-                header: *header,
-                payload,
-            },
-        }
-    }
+/// A QUERY_MAPPING being answered: the request and its two addresses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Query {
+    /// The kernel request to answer.
+    pub req: Request,
+    /// The local (connecting) address.
+    pub local: Addr,
+    /// The remote (listening) address the peer REQUEST goes to.
+    pub remote: Addr,
 }
 
 /// Most (client, seq) pairs remembered for the reply-once rule.
@@ -165,7 +105,12 @@ fn nul_terminated(s: &NlString) -> NlString {
 }
 
 impl Core {
-    pub(crate) fn process_kernel_datagram(&mut self, now: Instant, datagram: &[u8]) {
+    pub(crate) fn process_kernel_datagram(
+        &mut self,
+        now: Instant,
+        datagram: &[u8],
+        ports: &mut dyn PortReservations,
+    ) {
         for item in frames(datagram) {
             match item {
                 Err(e) => {
@@ -176,57 +121,34 @@ impl Core {
                         format_args!("netlink datagram dropped from here: {e}"),
                     );
                 }
-                Ok(frame) if self.pending.is_some() => {
-                    self.defer(
-                        now,
-                        Deferred::Kernel {
-                            received: now,
-                            frame: OwnedFrame::from_frame(&frame),
-                        },
-                    );
+                Ok(Frame::Done { header, result }) => self.on_done(now, header, result),
+                Ok(Frame::Error {
+                    header,
+                    error,
+                    request,
+                }) => self.on_nl_error(now, header, error, request),
+                Ok(Frame::Control { .. }) => self.stats.netlink_control_other += 1,
+                Ok(Frame::Message { header, payload }) => {
+                    self.on_message(now, header, payload, ports)
                 }
-                Ok(frame) => self.on_frame(now, now, frame),
             }
         }
     }
 
-    pub(crate) fn process_frame(&mut self, now: Instant, received: Instant, frame: OwnedFrame) {
-        self.on_frame(now, received, frame.as_frame());
-    }
-
-    fn on_frame(&mut self, now: Instant, received: Instant, frame: Frame<'_>) {
-        match frame {
-            Frame::Done { header, result } => self.on_done(now, header, result),
-            Frame::Error {
-                header,
-                error,
-                request,
-            } => self.on_nl_error(now, header, error, request),
-            Frame::Control { .. } => self.stats.netlink_control_other += 1,
-            Frame::Message { header, payload } => self.on_message(now, received, header, payload),
-        }
-    }
-
-    fn on_message(&mut self, now: Instant, received: Instant, header: NlHeader, payload: &[u8]) {
+    fn on_message(
+        &mut self,
+        now: Instant,
+        header: NlHeader,
+        payload: &[u8],
+        ports: &mut dyn PortReservations,
+    ) {
         let (client, op, seq) = (header.client(), header.op(), header.seq);
         Stats::bump_op(&mut self.stats.netlink_in, op);
         let wants_reply = matches!(
             op,
             RDMA_NL_IWPM_REG_PID | RDMA_NL_IWPM_ADD_MAPPING | RDMA_NL_IWPM_QUERY_MAPPING
         );
-        // Only possible for input buffered behind a slow reservation: the kernel's wait for
-        // this request is over, and an answer now would hit its stale request record.
-        let late = now.saturating_duration_since(received) >= self.config.reply_deadline;
-        if late && wants_reply {
-            self.stats.replies_dropped_late += 1;
-            self.warn(
-                now,
-                LogKind::LateReply,
-                format_args!("kernel request seq {seq} (op {op}) waited too long; dropped"),
-            );
-            return;
-        }
-        let msg = match decode_kernel_msg(&header, payload, self.abi) {
+        let msg = match decode_kernel_msg(&header, payload, self.abi.0) {
             Ok((_, msg)) => msg,
             Err(e) if e.is_malformed_attrs() => {
                 self.stats.netlink_malformed += 1;
@@ -235,9 +157,6 @@ impl Core {
                     LogKind::MalformedNetlink,
                     format_args!("invalid netlink message (client {client}, seq {seq}): {e}"),
                 );
-                if late {
-                    return;
-                }
                 if !wants_reply || self.first_reply(now, client, seq) {
                     self.send_handle_err(client, seq, code::INVALID);
                 }
@@ -253,14 +172,15 @@ impl Core {
                 return;
             }
         };
+        let req = Request { client, seq };
         match msg {
-            KernelMsg::RegPid(req) => self.on_reg_pid(now, client, seq, req),
-            KernelMsg::AddMapping(req) => self.on_add(now, received, client, seq, req),
-            KernelMsg::QueryMapping(req) => self.on_query(now, received, client, seq, req),
-            KernelMsg::RemoveMapping(req) => self.on_remove(now, client, req),
-            KernelMsg::MapInfo(rec) => self.on_mapinfo(now, client, seq, rec),
-            KernelMsg::MapInfoNum(n) => self.on_mapinfo_num(client, seq, n),
-            KernelMsg::Hello(h) => self.on_hello(now, client, seq, h),
+            KernelMsg::RegPid(m) => self.on_reg_pid(now, req, m),
+            KernelMsg::AddMapping(m) => self.on_add(now, req, m, ports),
+            KernelMsg::QueryMapping(m) => self.on_query(now, req, m, ports),
+            KernelMsg::RemoveMapping(m) => self.on_remove(now, client, m, ports),
+            KernelMsg::MapInfo(rec) => self.on_mapinfo(now, req, rec, ports),
+            KernelMsg::MapInfoNum(n) => self.on_mapinfo_num(req, n),
+            KernelMsg::Hello(h) => self.on_hello(now, req, h),
         }
     }
 
@@ -292,23 +212,16 @@ impl Core {
         false
     }
 
-    fn flags(&self, flags: Option<u32>) -> u32 {
-        if self.abi > IWPM_UABI_VERSION_MIN {
-            flags.unwrap_or(0)
-        } else {
-            0
-        }
-    }
-
-    fn on_reg_pid(&mut self, now: Instant, client: u8, seq: u32, req: RegPidRequest) {
+    fn on_reg_pid(&mut self, now: Instant, req: Request, m: RegPidRequest) {
+        let Request { client, seq } = req;
         if !self.first_reply(now, client, seq) {
             return;
         }
-        let ibdev_name = nul_terminated(&req.ibdev_name);
+        let ibdev_name = nul_terminated(&m.ibdev_name);
         let info = ClientInfo {
-            if_name: req.if_name,
-            ibdev_name: req.ibdev_name,
-            ulib_name: req.ulib_name,
+            if_name: m.if_name,
+            ibdev_name: m.ibdev_name,
+            ulib_name: m.ulib_name,
         };
         match self.clients.register(client, info) {
             Registration::LibraryMismatch => {
@@ -320,7 +233,7 @@ impl Core {
                 self.send_handle_err(client, seq, code::LIB_INFO);
             }
             Registration::Ok => {
-                let ulib_version = self.abi;
+                let ulib_version = self.abi.0;
                 self.send_kernel(
                     client,
                     DaemonMsg::RegPid(RegPidReply {
@@ -339,146 +252,122 @@ impl Core {
     fn on_add(
         &mut self,
         now: Instant,
-        received: Instant,
-        client: u8,
-        seq: u32,
-        req: ManageMappingRequest,
+        req: Request,
+        m: ManageMappingRequest,
+        ports: &mut dyn PortReservations,
     ) {
-        if !self.registered(now, client, "ADD_MAPPING") || !self.first_reply(now, client, seq) {
+        if !self.registered(now, req.client, "ADD_MAPPING")
+            || !self.first_reply(now, req.client, req.seq)
+        {
             return;
         }
-        let flags = self.flags(req.flags);
-        let Some(local_ep) = req.addr.endpoint() else {
-            self.mapping_failed(now, client, seq, "ADD_MAPPING of a non-IP address");
+        let flags = self.abi.flags(m.flags);
+        let Some(local) = Addr::parse(m.addr) else {
+            self.mapping_failed(now, req, "ADD_MAPPING of a non-IP address");
             return;
         };
-        if let Some(id) = self.table.loose_local(&local_ep) {
+        if let Some(id) = self.table.loose_local(&local.ep) {
             let shared = self
                 .table
                 .get(id)
-                .is_some_and(|m| m.local_ep.is_wildcard() && m.local_ep == local_ep);
+                .is_some_and(|m| m.local_ep.is_wildcard() && m.local_ep == local.ep);
             if shared {
                 self.add_ref(id);
-                self.reply_add(client, seq, req.addr, id);
+                self.reply_add(req, local.raw, id);
             } else {
-                self.send_handle_err(client, seq, code::DUPLICATE);
+                self.send_handle_err(req.client, req.seq, code::DUPLICATE);
             }
             return;
         }
         if self.mappings_full(now) {
-            self.send_handle_err(client, seq, code::CREATE);
+            self.send_handle_err(req.client, req.seq, code::CREATE);
             return;
         }
-        if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
-            let id = self.new_mapping(
-                now,
-                client,
-                (req.addr, local_ep),
-                (req.addr, local_ep),
-                None,
-                MappingRole::Listener,
-            );
-            self.reply_add(client, seq, req.addr, id);
-            return;
+        let no_port_map = flags & IWPM_FLAGS_NO_PORT_MAP != 0;
+        match self.map_local(
+            now,
+            req.client,
+            local,
+            no_port_map,
+            MappingRole::Listener,
+            ports,
+        ) {
+            Some(id) => self.reply_add(req, local.raw, id),
+            None => self.send_handle_err(req.client, req.seq, code::CREATE),
         }
-        self.reserve(
-            wildcard_of(&local_ep, 0),
-            Purpose::Add {
-                client,
-                seq,
-                received,
-                local: req.addr,
-                local_ep,
-            },
-        );
     }
 
     fn on_query(
         &mut self,
         now: Instant,
-        received: Instant,
-        client: u8,
-        seq: u32,
-        req: QueryMappingRequest,
+        req: Request,
+        m: QueryMappingRequest,
+        ports: &mut dyn PortReservations,
     ) {
-        if !self.registered(now, client, "QUERY_MAPPING") || !self.first_reply(now, client, seq) {
+        if !self.registered(now, req.client, "QUERY_MAPPING")
+            || !self.first_reply(now, req.client, req.seq)
+        {
             return;
         }
-        let flags = self.flags(req.flags);
-        let (Some(local_ep), Some(remote_sa)) =
-            (req.local_addr.endpoint(), req.remote_addr.to_socket_addr())
+        let flags = self.abi.flags(m.flags);
+        let (Some(local), Some(remote)) = (Addr::parse(m.local_addr), Addr::parse(m.remote_addr))
         else {
-            if req.local_addr.endpoint().is_none() {
-                self.mapping_failed(now, client, seq, "QUERY_MAPPING of a non-IP local address");
+            if m.local_addr.endpoint().is_none() {
+                self.mapping_failed(now, req, "QUERY_MAPPING of a non-IP local address");
             } else {
-                self.invalid(
-                    now,
-                    client,
-                    seq,
-                    "QUERY_MAPPING with a non-IP remote address",
-                );
+                self.invalid(now, req, "QUERY_MAPPING with a non-IP remote address");
             }
             return;
         };
-        if local_ep.ip.is_ipv4() != remote_sa.is_ipv4() {
-            self.invalid(now, client, seq, "QUERY_MAPPING mixing IPv4 and IPv6");
+        if local.ep.ip.is_ipv4() != remote.ep.ip.is_ipv4() {
+            self.invalid(now, req, "QUERY_MAPPING mixing IPv4 and IPv6");
             return;
         }
-        if local_ep.is_wildcard() {
-            self.mapping_failed(now, client, seq, "QUERY_MAPPING of a wildcard address");
+        if local.ep.is_wildcard() {
+            self.mapping_failed(now, req, "QUERY_MAPPING of a wildcard address");
             return;
         }
         if self.exchanges.active_len() >= self.config.max_exchanges {
             self.stats.exchanges_refused += 1;
-            self.mapping_failed(now, client, seq, "too many peer exchanges in flight");
+            self.mapping_failed(now, req, "too many peer exchanges in flight");
             return;
         }
-        let (local, remote) = (req.local_addr, req.remote_addr);
-        if let Some(id) = self.table.loose_local(&local_ep) {
+        let query = Query { req, local, remote };
+        if let Some(id) = self.table.loose_local(&local.ep) {
             if self.table.get(id).is_some_and(|m| m.local_ep.is_wildcard()) {
-                self.mapping_failed(now, client, seq, "QUERY_MAPPING resolved to a wildcard");
+                self.mapping_failed(now, req, "QUERY_MAPPING resolved to a wildcard");
                 return;
             }
             self.add_ref(id);
-            self.start_query_exchange(now, received, client, seq, id, local, remote, remote_sa);
+            self.start_query_exchange(now, query, id);
             return;
         }
         if self.mappings_full(now) {
-            self.send_handle_err(client, seq, code::CREATE);
+            self.send_handle_err(req.client, req.seq, code::CREATE);
             return;
         }
-        if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
-            let id = self.new_mapping(
-                now,
-                client,
-                (local, local_ep),
-                (local, local_ep),
-                None,
-                MappingRole::Connector,
-            );
-            self.start_query_exchange(now, received, client, seq, id, local, remote, remote_sa);
-            return;
+        let no_port_map = flags & IWPM_FLAGS_NO_PORT_MAP != 0;
+        match self.map_local(
+            now,
+            req.client,
+            local,
+            no_port_map,
+            MappingRole::Connector,
+            ports,
+        ) {
+            Some(id) => self.start_query_exchange(now, query, id),
+            None => self.send_handle_err(req.client, req.seq, code::CREATE),
         }
-        self.reserve(
-            wildcard_of(&local_ep, 0),
-            Purpose::Query {
-                client,
-                seq,
-                received,
-                local,
-                local_ep,
-                remote,
-                remote_sa,
-            },
-        );
     }
 
-    fn on_remove(&mut self, now: Instant, client: u8, req: ManageMappingRequest) {
-        let Some(id) = req
-            .addr
-            .endpoint()
-            .and_then(|ep| self.table.exact_local(&ep))
-        else {
+    fn on_remove(
+        &mut self,
+        now: Instant,
+        client: u8,
+        m: ManageMappingRequest,
+        ports: &mut dyn PortReservations,
+    ) {
+        let Some(id) = m.addr.endpoint().and_then(|ep| self.table.exact_local(&ep)) else {
             self.stats.remove_unknown += 1;
             return;
         };
@@ -492,10 +381,11 @@ impl Core {
             );
             return;
         }
-        self.unref_mapping(id);
+        self.unref_mapping(id, ports);
     }
 
-    fn on_mapinfo_num(&mut self, client: u8, seq: u32, n: MapInfoNumRequest) {
+    fn on_mapinfo_num(&mut self, req: Request, n: MapInfoNumRequest) {
+        let Request { client, seq } = req;
         self.close_mapinfo_window(client);
         let ack_num = self.clients.take_mapinfo_acks(client);
         if ack_num != n.send_num {
@@ -516,14 +406,14 @@ impl Core {
     }
 
     /// ADD reply: the request's address echoed byte-for-byte, the mapping's mapped address.
-    pub(crate) fn reply_add(&mut self, client: u8, seq: u32, addr: SockAddrStorage, id: MappingId) {
+    fn reply_add(&mut self, req: Request, addr: SockAddrStorage, id: MappingId) {
         let Some(mapped_addr) = self.table.get(id).map(|m| m.mapped) else {
             return;
         };
         self.send_kernel(
-            client,
+            req.client,
             DaemonMsg::AddMapping(AddMappingReply {
-                seq,
+                seq: req.seq,
                 addr,
                 mapped_addr,
                 err: 0,
@@ -532,19 +422,19 @@ impl Core {
         );
     }
 
-    fn mapping_failed(&mut self, now: Instant, client: u8, seq: u32, why: &str) {
+    fn mapping_failed(&mut self, now: Instant, req: Request, why: &str) {
         self.warn(
             now,
             LogKind::MappingFailed,
             format_args!("cannot create mapping: {why}"),
         );
-        self.send_handle_err(client, seq, code::CREATE);
+        self.send_handle_err(req.client, req.seq, code::CREATE);
     }
 
-    fn invalid(&mut self, now: Instant, client: u8, seq: u32, why: &str) {
+    fn invalid(&mut self, now: Instant, req: Request, why: &str) {
         self.stats.netlink_malformed += 1;
         self.warn(now, LogKind::MalformedNetlink, format_args!("{why}"));
-        self.send_handle_err(client, seq, code::INVALID);
+        self.send_handle_err(req.client, req.seq, code::INVALID);
     }
 }
 

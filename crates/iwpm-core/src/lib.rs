@@ -6,10 +6,9 @@
 //! [`Core::poll_action`] / [`Core::poll_timeout`]. The same core therefore runs under the
 //! real kernel, the kernel emulator, the fuzzer and virtual-clock simulations.
 //!
-//! Port reservations are actions too: the core emits [`Action::Reserve`] and the shell must
-//! answer with [`Core::handle_reserved`] before feeding more input (input that arrives
-//! anyway is buffered and replayed in order). [`Action::Release`] follows when the last
-//! reference to a mapping goes.
+//! Port reservations are synchronous: the shell lends its [`PortReservations`] to
+//! [`Core::handle_kernel_datagram`], and a mapping reserves its TCP port when it is created
+//! and releases it when its last reference goes, within that call.
 //!
 //! Deliberate differences from the C daemon are listed in the module docs of `kernel`,
 //! `recovery`, `peer` and `exchange`; in short: refcounts survive restart recovery, no fd or
@@ -31,13 +30,14 @@ mod peer;
 mod peer_allow;
 mod ratelimit;
 mod recovery;
+mod request;
 mod reserve;
 mod stats;
 mod table;
 mod token_bucket;
 mod usage;
 
-pub use crate::action::{Action, PeerSocket, ReservationId, ReserveError};
+pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, ReserveError};
 pub use crate::config::CoreConfig;
 pub use crate::core::{Core, InvariantError};
 pub use crate::peer_allow::PeerAllow;

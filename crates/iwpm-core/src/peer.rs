@@ -57,6 +57,7 @@ use crate::exchange::{
     ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
     RemoteInfo, SourceKey,
 };
+use crate::kernel::Query;
 use crate::ratelimit::LogKind;
 use crate::table::{MappingId, MappingRole};
 
@@ -105,18 +106,9 @@ impl Core {
     }
 
     /// Sends the REQUEST for a QUERY whose mapping `id` now holds a reference.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn start_query_exchange(
-        &mut self,
-        now: Instant,
-        received: Instant,
-        client: u8,
-        seq: u32,
-        id: MappingId,
-        local: SockAddrStorage,
-        remote: SockAddrStorage,
-        remote_sa: SocketAddr,
-    ) {
+    pub(crate) fn start_query_exchange(&mut self, now: Instant, query: Query, id: MappingId) {
+        let Query { req, local, remote } = query;
+        let remote_sa = SocketAddr::new(remote.ep.ip, remote.ep.port);
         let Some((local_ep, mapped_ep)) = self.table.get(id).map(|m| (m.local_ep, m.mapped_ep))
         else {
             return;
@@ -141,11 +133,11 @@ impl Core {
             (via, to),
             now + self.config.exchange_lifetime,
             ExchangeKind::Active(Box::new(ActiveQuery {
-                client,
-                kernel_seq: seq,
-                reply_deadline: received + self.config.reply_deadline,
-                local,
-                remote,
+                client: req.client,
+                kernel_seq: req.seq,
+                reply_deadline: now + self.config.reply_deadline,
+                local: local.raw,
+                remote: remote.raw,
                 state: ActiveState::Requesting {
                     request: request.clone(),
                     retransmits_left: self.config.max_retransmits,

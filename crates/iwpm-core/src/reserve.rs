@@ -1,133 +1,44 @@
-//! Completion of port reservations: the shell's answer to [`crate::Action::Reserve`] turns a
-//! pending ADD, QUERY or MAPINFO record into a mapping, or into CREATE_MAPPING_ERR.
+//! Mapping creation: a new mapping either holds a TCP port reserved through the shell's
+//! [`PortReservations`] (released when its last reference goes) or, for NO_PORT_MAP, maps
+//! the local address to itself.
 //!
-//! Every granted port is either owned by a mapping (released when its last reference goes)
-//! or released at once: when the answer came too late for the kernel, when the shell
+//! Every granted port is either owned by a mapping or released at once: when the shell
 //! returned port 0, or when a recovery got another port than the recorded one. A refused
 //! reservation holds nothing, so nothing is released (C leaks the socket there).
 
 use std::time::Instant;
 
-use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
-
-use crate::action::{ReservationId, ReserveError};
-use crate::core::{code, Core, Pending, Purpose};
+use crate::action::{PortReservations, ReservationId};
+use crate::core::Core;
 use crate::ratelimit::LogKind;
+use crate::request::Addr;
 use crate::table::{Mapping, MappingId, MappingRole};
 
-/// How a reservation answer turned out.
-enum Taken {
-    Port(u16),
-    /// Failed (already counted and logged).
-    Failed,
-    /// Too late to answer the kernel (already counted; port released).
-    Late,
-}
-
 impl Core {
-    /// Dispatches the shell's answer to the pending reservation.
-    pub(crate) fn complete_reservation(
+    /// Reserves a port for `local` (any port, or exactly `recorded` on restart recovery).
+    /// `None` when the shell refused, or granted port 0 or another port than `recorded`
+    /// (released again); the failure is counted and logged.
+    pub(crate) fn reserve(
         &mut self,
         now: Instant,
-        p: Pending,
-        result: Result<u16, ReserveError>,
-    ) {
-        match p.purpose {
-            Purpose::Add {
-                client,
-                seq,
-                received,
-                local,
-                local_ep,
-            } => match self.take_port(now, p.id, result, None, Some(received)) {
-                Taken::Port(port) => {
-                    let granted = (local, local_ep, port, p.id);
-                    let id = self.map_to_granted_port(now, client, granted, MappingRole::Listener);
-                    self.reply_add(client, seq, local, id);
-                }
-                Taken::Failed => self.send_handle_err(client, seq, code::CREATE),
-                Taken::Late => {}
-            },
-            Purpose::Query {
-                client,
-                seq,
-                received,
-                local,
-                local_ep,
-                remote,
-                remote_sa,
-            } => match self.take_port(now, p.id, result, None, Some(received)) {
-                Taken::Port(port) => {
-                    let granted = (local, local_ep, port, p.id);
-                    let id = self.map_to_granted_port(now, client, granted, MappingRole::Connector);
-                    self.start_query_exchange(
-                        now, received, client, seq, id, local, remote, remote_sa,
-                    );
-                }
-                Taken::Failed => self.send_handle_err(client, seq, code::CREATE),
-                Taken::Late => {}
-            },
-            Purpose::Recover {
-                client,
-                seq,
-                local,
-                local_ep,
-                mapped,
-                mapped_ep,
-            } => match self.take_port(now, p.id, result, Some(mapped_ep.port), None) {
-                Taken::Port(_) => {
-                    self.new_mapping(
-                        now,
-                        client,
-                        (local, local_ep),
-                        (mapped, mapped_ep),
-                        Some(p.id),
-                        MappingRole::Recovered,
-                    );
-                    self.accept_record(client);
-                }
-                Taken::Failed | Taken::Late => self.send_handle_err(client, seq, code::CREATE),
-            },
-        }
-    }
-
-    fn take_port(
-        &mut self,
-        now: Instant,
-        id: ReservationId,
-        result: Result<u16, ReserveError>,
-        expected: Option<u16>,
-        received: Option<Instant>,
-    ) -> Taken {
-        let late = received
-            .is_some_and(|r| now.saturating_duration_since(r) >= self.config.reply_deadline);
+        ports: &mut dyn PortReservations,
+        local: &Addr,
+        recorded: Option<u16>,
+    ) -> Option<(ReservationId, u16)> {
+        self.stats.reservations_requested += 1;
+        let result = ports.reserve(local.wildcard_with_port(recorded.unwrap_or(0)));
         match result {
-            Ok(port) if late => {
-                self.release(id);
-                self.stats.replies_dropped_late += 1;
-                self.warn(
-                    now,
-                    LogKind::LateReply,
-                    format_args!("port {port} reserved too late for the kernel; released"),
-                );
-                Taken::Late
-            }
-            Err(_) if late => {
-                self.stats.reservations_failed += 1;
-                self.stats.replies_dropped_late += 1;
-                Taken::Late
-            }
-            Ok(port) if port == 0 || expected.is_some_and(|p| p != port) => {
-                self.release(id);
+            Ok((id, port)) if port == 0 || recorded.is_some_and(|p| p != port) => {
+                self.release(ports, id);
                 self.stats.reservations_failed += 1;
                 self.warn(
                     now,
                     LogKind::MappingFailed,
-                    format_args!("reservation got port {port}, wanted {expected:?}; released"),
+                    format_args!("reservation got port {port}, wanted {recorded:?}; released"),
                 );
-                Taken::Failed
+                None
             }
-            Ok(port) => Taken::Port(port),
+            Ok(granted) => Some(granted),
             Err(e) => {
                 self.stats.reservations_failed += 1;
                 self.warn(
@@ -135,27 +46,51 @@ impl Core {
                     LogKind::MappingFailed,
                     format_args!("unable to reserve a TCP port: {e}"),
                 );
-                Taken::Failed
+                None
             }
         }
     }
 
-    /// Inserts a mapping with one reference; `local` and `mapped` are each the address as
-    /// the kernel sent it and its endpoint.
+    /// Closes a reservation the shell granted.
+    pub(crate) fn release(&mut self, ports: &mut dyn PortReservations, id: ReservationId) {
+        self.stats.reservations_released += 1;
+        ports.release(id);
+    }
+
+    /// Maps a new local address for ADD or QUERY: to a freshly reserved port with the IP
+    /// unchanged, or to itself for NO_PORT_MAP. `None` if no port could be reserved.
+    pub(crate) fn map_local(
+        &mut self,
+        now: Instant,
+        owner: u8,
+        local: Addr,
+        no_port_map: bool,
+        role: MappingRole,
+        ports: &mut dyn PortReservations,
+    ) -> Option<MappingId> {
+        if no_port_map {
+            return Some(self.new_mapping(now, owner, local, local, None, role));
+        }
+        let (reservation, port) = self.reserve(now, ports, &local, None)?;
+        let mapped = local.with_port(port);
+        Some(self.new_mapping(now, owner, local, mapped, Some(reservation), role))
+    }
+
+    /// Inserts a mapping with one reference.
     pub(crate) fn new_mapping(
         &mut self,
         now: Instant,
         owner: u8,
-        (local, local_ep): (SockAddrStorage, Endpoint),
-        (mapped, mapped_ep): (SockAddrStorage, Endpoint),
+        local: Addr,
+        mapped: Addr,
         reservation: Option<ReservationId>,
         role: MappingRole,
     ) -> MappingId {
         self.insert_mapping(Mapping {
-            local,
-            local_ep,
-            mapped,
-            mapped_ep,
+            local: local.raw,
+            local_ep: local.ep,
+            mapped: mapped.raw,
+            mapped_ep: mapped.ep,
             owner,
             refcount: 1,
             no_port_map: reservation.is_none(),
@@ -169,31 +104,5 @@ impl Core {
         if let Some(m) = self.table.get_mut(id) {
             m.refcount = m.refcount.saturating_add(1);
         }
-    }
-}
-
-impl Core {
-    /// Creates the mapping for a granted reservation: the local address with only the port
-    /// replaced (IP addresses are never changed).
-    fn map_to_granted_port(
-        &mut self,
-        now: Instant,
-        client: u8,
-        (local, local_ep, port, reservation): (SockAddrStorage, Endpoint, u16, ReservationId),
-        role: MappingRole,
-    ) -> MappingId {
-        let mapped_ep = Endpoint {
-            ip: local_ep.ip,
-            port,
-        };
-        let mapped = local.with_port(port);
-        self.new_mapping(
-            now,
-            client,
-            (local, local_ep),
-            (mapped, mapped_ep),
-            Some(reservation),
-            role,
-        )
     }
 }

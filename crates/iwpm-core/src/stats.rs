@@ -109,8 +109,6 @@ pub struct Stats {
     pub kernel_unsolicited: u64,
     /// Times the kernel link reported lost input (`ENOBUFS`).
     pub kernel_overruns: u64,
-    /// Input dropped because too much was already buffered behind a pending reservation.
-    pub input_dropped_busy: u64,
     /// Log lines suppressed by the rate limiter.
     pub logs_suppressed: u64,
 }

@@ -405,7 +405,7 @@ fn removing_the_mapping_stops_its_exchanges() {
     let mut h = Host::booted();
     query(&mut h);
     h.remove("10.0.0.1:5000");
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
     assert_eq!(h.core.stats().exchanges_active, 0);
     h.advance(SEC * 5);
     h.no_peer();
@@ -436,7 +436,7 @@ fn no_port_map_query_advertises_the_real_port() {
     );
     let req = h.expect_peer();
     assert_eq!(req.msg.mapped_cp(), Some(addr("10.0.0.1:5000")));
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
 }
 
 #[test]
@@ -448,7 +448,7 @@ fn active_port_reuse_shares_the_mapping_with_distinct_handles() {
     assert_ne!(r1.msg.assoc_handle, r2.msg.assoc_handle);
     assert_eq!(r1.msg.mapped_cp(), r2.msg.mapped_cp());
     assert_eq!(h.refcount("10.0.0.1:5000"), Some(2));
-    assert_eq!(h.held.len(), 1);
+    assert_eq!(h.ports.held.len(), 1);
     // The second answer goes to the second kernel request.
     let accept = PeerMessage::accept_for(&r2.msg, addr("10.0.0.3:40000"));
     h.peer(PeerSocket::V4Client, "10.0.0.3:3935", &accept);
@@ -466,19 +466,16 @@ fn query_resolving_to_a_wildcard_mapping_fails() {
 }
 
 #[test]
-fn peer_input_during_a_reservation_waits() {
+fn peer_input_right_after_an_add_sees_the_mapping() {
     let mut h = Host::booted();
     listener(&mut h, "10.0.0.2:4000");
-    h.policy = ReservePolicy::Manual;
     h.add("10.0.0.2:4001", Some(0));
+    h.expect_add_reply(h.kernel_seq);
     h.peer(
         PeerSocket::V4Listener,
         "10.0.0.1:33333",
         &request_to("10.0.0.2:4001", 1),
     );
-    h.no_peer();
-    h.answer_reservation(None);
-    h.expect_add_reply(h.kernel_seq);
     let acc = h.expect_peer();
     assert_eq!(
         acc.msg.msg_type,
@@ -500,27 +497,6 @@ fn handles_differ_between_cores_with_different_keys() {
     let (_, ra) = query(&mut a);
     let (_, rb) = query(&mut b);
     assert_ne!(ra.msg.assoc_handle, rb.msg.assoc_handle);
-}
-
-#[test]
-fn input_buffered_behind_a_reservation_is_bounded() {
-    let mut h = Host::booted();
-    listener(&mut h, "10.0.0.2:4000");
-    h.policy = ReservePolicy::Manual;
-    let s = h.add("10.0.0.2:4001", Some(0));
-    let req = request_to("10.0.0.2:4000", 1).encode();
-    for _ in 0..5000 {
-        h.core
-            .handle_peer_datagram(h.now, PeerSocket::V4Listener, addr("10.0.0.1:1"), &req);
-    }
-    h.pump();
-    assert_eq!(h.core.stats().input_dropped_busy, 5000 - 4096);
-    h.answer_reservation(None);
-    h.expect_add_reply(s);
-    // The first buffered REQUEST made the exchange; the other 4095 were duplicates.
-    assert_eq!(h.core.stats().peer_duplicates, 4095);
-    assert_eq!(h.peer_out.len(), 1);
-    assert!(!h.core.reservation_pending());
 }
 
 /// The C daemon's handle is a heap address, reused as soon as its record is freed after the

@@ -1,7 +1,7 @@
 //! The event loop: one thread, one `mio::Poll`, the core's deadline as the poll timeout.
 //! Every readable socket is drained until it would block, every datagram goes to the core,
-//! and after each input the core's actions are executed at once (a `Reserve` is answered
-//! with `handle_reserved` before anything else is fed in).
+//! and after each input the core's actions are executed at once. Kernel input gets the
+//! port reservations lent for the call (binding is synchronous, as in C).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, PeerSocket, ReservationId};
+use iwpm_core::{Action, Core, PeerSocket, PortReservations, ReservationId, ReserveError};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
@@ -363,7 +363,13 @@ impl Shell {
                             );
                         }
                     }
-                    self.core.handle_kernel_datagram(now, data);
+                    let mut ports = ShellPorts {
+                        held: &mut self.reservations,
+                        counters: &mut self.counters,
+                        warn: &mut self.warn_resource,
+                        now,
+                    };
+                    self.core.handle_kernel_datagram(now, data, &mut ports);
                 }
                 Ok(Received::Foreign { port_id, len }) => {
                     self.counters.kernel_foreign += 1;
@@ -425,19 +431,6 @@ impl Shell {
             match action {
                 Action::ToKernel(bytes) => self.send_kernel(&bytes),
                 Action::ToPeer { via, to, datagram } => self.send_peer(now, via, to, &datagram),
-                Action::Reserve { id, bind } => {
-                    let result = self.reservations.reserve(id, bind);
-                    let result = result.map_err(|f| {
-                        self.reserve_failed(now, id, bind, &f);
-                        f.error
-                    });
-                    self.core.handle_reserved(now, id, result);
-                }
-                Action::Release { id } => {
-                    if !self.reservations.release(id) {
-                        tracing::debug!(id = id.0, "release of an unknown reservation");
-                    }
-                }
                 Action::Ready => self.on_ready(),
             }
         }
@@ -463,64 +456,6 @@ impl Shell {
         }
         self.core.handle_kernel_overrun(now);
         self.flush(now);
-    }
-
-    /// Logs, rate-limited and in plain words, a reservation refused for lack of a resource
-    /// (descriptors, ephemeral ports); other failures are the core's to report.
-    fn reserve_failed(
-        &mut self,
-        now: Instant,
-        id: ReservationId,
-        bind: SocketAddr,
-        f: &ReserveFailure,
-    ) {
-        let held = self.reservations.len();
-        if f.process_out_of_fds() || f.system_out_of_fds() {
-            self.counters.reserve_no_fd += 1;
-            if let Some(suppressed) = self.warn_resource.allow(now) {
-                let (soft, hard) = process::fd_limit_now();
-                // Listing /proc/self/fd itself needs a descriptor; at EMFILE it fails.
-                let open = std::fs::read_dir("/proc/self/fd")
-                    .map(|d| format!("{} open, ", d.count()))
-                    .unwrap_or_default();
-                if f.process_out_of_fds() {
-                    tracing::warn!(
-                        suppressed,
-                        "out of file descriptors: the daemon has reached its RLIMIT_NOFILE \
-                         limit of {} (hard {}; {open}{held} ports held for mappings), \
-                         so a new mapping cannot hold its port; the kernel gets \
-                         CREATE_MAPPING_ERR for it. Mappings work again as others are \
-                         removed; raise LimitNOFILE or `ulimit -n` for more.",
-                        Limit(soft),
-                        Limit(hard)
-                    );
-                } else {
-                    tracing::warn!(
-                        suppressed,
-                        "out of file descriptors: the system-wide file table is full \
-                         (ENFILE, limit fs.file-max; the daemon has {open}{held} ports \
-                         held), so a new mapping cannot hold its port; the kernel gets \
-                         CREATE_MAPPING_ERR for it"
-                    );
-                }
-            }
-        } else if f.out_of_ephemeral_ports(bind) {
-            self.counters.reserve_no_port += 1;
-            if let Some(suppressed) = self.warn_resource.allow(now) {
-                let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-                    .map(|r| r.split_whitespace().collect::<Vec<_>>().join("-"))
-                    .unwrap_or_else(|_| "?".into());
-                tracing::warn!(
-                    suppressed,
-                    "out of ports: no free port left for {} in net.ipv4.ip_local_port_range \
-                     ({range}; {held} ports held for mappings); the kernel gets \
-                     CREATE_MAPPING_ERR for the new mapping",
-                    bind.ip()
-                );
-            }
-        } else {
-            tracing::debug!(id = id.0, %bind, error = %f, "port reservation failed");
-        }
     }
 
     /// Sends one datagram to the kernel, in order: behind any queued ones, and queued itself
@@ -634,6 +569,85 @@ impl Shell {
             if let Err(e) = process::notify_ready() {
                 tracing::warn!(error = %e, "sd_notify READY=1 failed");
             }
+        }
+    }
+}
+
+/// The daemon's reservations as the core sees them during one kernel datagram; a refusal
+/// for lack of a resource is explained in the log with the shell's own counters.
+struct ShellPorts<'a> {
+    held: &'a mut Reservations,
+    counters: &'a mut IoCounters,
+    warn: &'a mut RateLimit,
+    now: Instant,
+}
+
+impl PortReservations for ShellPorts<'_> {
+    fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
+        self.held.reserve(bind).map_err(|f| {
+            self.reserve_failed(bind, &f);
+            f.error
+        })
+    }
+
+    fn release(&mut self, id: ReservationId) {
+        if !self.held.release(id) {
+            tracing::debug!(id = id.0, "release of an unknown reservation");
+        }
+    }
+}
+
+impl ShellPorts<'_> {
+    /// Logs, rate-limited and in plain words, a reservation refused for lack of a resource
+    /// (descriptors, ephemeral ports); other failures are the core's to report.
+    fn reserve_failed(&mut self, bind: SocketAddr, f: &ReserveFailure) {
+        let now = self.now;
+        let held = self.held.len();
+        if f.process_out_of_fds() || f.system_out_of_fds() {
+            self.counters.reserve_no_fd += 1;
+            if let Some(suppressed) = self.warn.allow(now) {
+                let (soft, hard) = process::fd_limit_now();
+                // Listing /proc/self/fd itself needs a descriptor; at EMFILE it fails.
+                let open = std::fs::read_dir("/proc/self/fd")
+                    .map(|d| format!("{} open, ", d.count()))
+                    .unwrap_or_default();
+                if f.process_out_of_fds() {
+                    tracing::warn!(
+                        suppressed,
+                        "out of file descriptors: the daemon has reached its RLIMIT_NOFILE \
+                         limit of {} (hard {}; {open}{held} ports held for mappings), \
+                         so a new mapping cannot hold its port; the kernel gets \
+                         CREATE_MAPPING_ERR for it. Mappings work again as others are \
+                         removed; raise LimitNOFILE or `ulimit -n` for more.",
+                        Limit(soft),
+                        Limit(hard)
+                    );
+                } else {
+                    tracing::warn!(
+                        suppressed,
+                        "out of file descriptors: the system-wide file table is full \
+                         (ENFILE, limit fs.file-max; the daemon has {open}{held} ports \
+                         held), so a new mapping cannot hold its port; the kernel gets \
+                         CREATE_MAPPING_ERR for it"
+                    );
+                }
+            }
+        } else if f.out_of_ephemeral_ports(bind) {
+            self.counters.reserve_no_port += 1;
+            if let Some(suppressed) = self.warn.allow(now) {
+                let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                    .map(|r| r.split_whitespace().collect::<Vec<_>>().join("-"))
+                    .unwrap_or_else(|_| "?".into());
+                tracing::warn!(
+                    suppressed,
+                    "out of ports: no free port left for {} in net.ipv4.ip_local_port_range \
+                     ({range}; {held} ports held for mappings); the kernel gets \
+                     CREATE_MAPPING_ERR for the new mapping",
+                    bind.ip()
+                );
+            }
+        } else {
+            tracing::debug!(%bind, error = %f, "port reservation failed");
         }
     }
 }
