@@ -10,28 +10,25 @@
 //! [`Core::handle_kernel_datagram`], and a mapping reserves its TCP port when it is created
 //! and releases it when its last reference goes, within that call.
 //!
-//! Deliberate differences from the C daemon are listed in the module docs of `kernel`,
-//! `recovery`, `peer` and `exchange`; in short: refcounts survive restart recovery, no fd or
-//! reservation leaks, association handles are unique pseudo-random values rather than heap
-//! addresses, remote-triggerable logs are rate limited, HANDLE_ERR code 0 is never sent, each
-//! kernel request is answered at most once and never after the kernel gave up, and memory is
-//! bounded by `max_mappings` / `max_exchanges`.
+//! Deliberate differences from the C daemon are listed in the module docs of
+//! `core::kernel`, `core::recovery`, `core::peer` and `exchange`; in short: refcounts
+//! survive restart recovery, no fd or reservation leaks, association handles are unique
+//! pseudo-random values rather than heap addresses, remote-triggerable logs are rate
+//! limited, HANDLE_ERR code 0 is never sent, each kernel request is answered at most once
+//! and never after the kernel gave up, and memory is bounded by `max_mappings` /
+//! `max_exchanges`.
 #![forbid(unsafe_code)]
 
 mod action;
+mod answered;
 mod clients;
 mod config;
 mod core;
-mod dump;
 mod exchange;
 mod handshake;
-mod kernel;
-mod peer;
 mod peer_allow;
 mod ratelimit;
-mod recovery;
 mod request;
-mod reserve;
 mod stats;
 mod table;
 mod token_bucket;

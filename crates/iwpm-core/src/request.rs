@@ -69,3 +69,14 @@ impl Abi {
         }
     }
 }
+
+/// A QUERY_MAPPING being answered: the request and its two addresses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Query {
+    /// The kernel request to answer.
+    pub req: Request,
+    /// The local (connecting) address.
+    pub local: Addr,
+    /// The remote (listening) address the peer REQUEST goes to.
+    pub remote: Addr,
+}

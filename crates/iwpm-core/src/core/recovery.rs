@@ -19,14 +19,14 @@ use std::time::Instant;
 use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
 use iwpm_proto::netlink::MapInfoRecord;
 
+use super::{code, Core};
 use crate::action::PortReservations;
-use crate::core::{code, Core};
 use crate::ratelimit::LogKind;
 use crate::request::{Addr, Request};
 use crate::table::MappingRole;
 
 impl Core {
-    pub(crate) fn on_mapinfo(
+    pub(super) fn on_mapinfo(
         &mut self,
         now: Instant,
         req: Request,
@@ -104,7 +104,7 @@ impl Core {
     }
 
     /// Counts a record towards the ACK_NUM of the next MAPINFO_NUM.
-    pub(crate) fn accept_record(&mut self, client: u8) {
+    pub(super) fn accept_record(&mut self, client: u8) {
         self.clients.count_mapinfo(client);
         self.stats.mapinfo_accepted += 1;
     }

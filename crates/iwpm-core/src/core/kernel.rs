@@ -28,8 +28,7 @@
 //!   since the previous MAPINFO_NUM of that client (C counts since start; identical for the
 //!   single replay that follows a start).
 
-use std::collections::{HashSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use iwpm_proto::consts::op::*;
 use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_ULIB_NAME};
@@ -40,62 +39,13 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
+use super::{code, Core};
 use crate::action::PortReservations;
 use crate::clients::{ClientInfo, Registration};
-use crate::core::{code, Core};
 use crate::ratelimit::LogKind;
-use crate::request::{Addr, Request};
+use crate::request::{Addr, Query, Request};
 use crate::stats::Stats;
 use crate::table::{MappingId, MappingRole};
-
-/// A QUERY_MAPPING being answered: the request and its two addresses.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Query {
-    /// The kernel request to answer.
-    pub req: Request,
-    /// The local (connecting) address.
-    pub local: Addr,
-    /// The remote (listening) address the peer REQUEST goes to.
-    pub remote: Addr,
-}
-
-/// Most (client, seq) pairs remembered for the reply-once rule.
-const MAX_TRACKED_SEQS: usize = 65_536;
-
-/// Kernel requests already answered recently, for the reply-once rule.
-#[derive(Debug)]
-pub(crate) struct AnsweredSeqs {
-    window: Duration,
-    set: HashSet<(u8, u32)>,
-    order: VecDeque<(Instant, u8, u32)>,
-}
-
-impl AnsweredSeqs {
-    pub fn new(window: Duration) -> Self {
-        AnsweredSeqs {
-            window,
-            set: HashSet::new(),
-            order: VecDeque::new(),
-        }
-    }
-
-    /// True the first time (client, seq) is seen within the window.
-    pub fn first_time(&mut self, now: Instant, client: u8, seq: u32) -> bool {
-        while let Some(&(at, c, s)) = self.order.front() {
-            let stale = now.saturating_duration_since(at) >= self.window;
-            if !stale && self.order.len() < MAX_TRACKED_SEQS {
-                break;
-            }
-            self.order.pop_front();
-            self.set.remove(&(c, s));
-        }
-        if !self.set.insert((client, seq)) {
-            return false;
-        }
-        self.order.push_back((now, client, seq));
-        true
-    }
-}
 
 /// A string payload as C writes it: the bytes up to the first NUL, plus one NUL.
 fn nul_terminated(s: &NlString) -> NlString {
@@ -105,7 +55,7 @@ fn nul_terminated(s: &NlString) -> NlString {
 }
 
 impl Core {
-    pub(crate) fn process_kernel_datagram(
+    pub(super) fn process_kernel_datagram(
         &mut self,
         now: Instant,
         datagram: &[u8],
@@ -441,30 +391,6 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn answered_seqs_forget_after_the_window() {
-        let t0 = Instant::now();
-        let mut a = AnsweredSeqs::new(Duration::from_secs(20));
-        assert!(a.first_time(t0, 2, 7));
-        assert!(!a.first_time(t0 + Duration::from_secs(19), 2, 7));
-        assert!(a.first_time(t0, 3, 7), "per client");
-        assert!(
-            a.first_time(t0 + Duration::from_secs(20), 2, 7),
-            "window passed"
-        );
-    }
-
-    #[test]
-    fn answered_seqs_are_bounded() {
-        let t0 = Instant::now();
-        let mut a = AnsweredSeqs::new(Duration::from_secs(20));
-        for s in 0..(MAX_TRACKED_SEQS as u32 + 10) {
-            assert!(a.first_time(t0, 2, s));
-        }
-        assert!(a.order.len() <= MAX_TRACKED_SEQS);
-        assert_eq!(a.set.len(), a.order.len());
-    }
 
     #[test]
     fn strings_are_echoed_as_strlen_plus_one() {

@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
+use super::Core;
 use crate::action::{PortReservations, ReservationId};
-use crate::core::Core;
 use crate::ratelimit::LogKind;
 use crate::request::Addr;
 use crate::table::{Mapping, MappingId, MappingRole};
@@ -18,7 +18,7 @@ impl Core {
     /// Reserves a port for `local` (any port, or exactly `recorded` on restart recovery).
     /// `None` when the shell refused, or granted port 0 or another port than `recorded`
     /// (released again); the failure is counted and logged.
-    pub(crate) fn reserve(
+    pub(super) fn reserve(
         &mut self,
         now: Instant,
         ports: &mut dyn PortReservations,
@@ -52,14 +52,14 @@ impl Core {
     }
 
     /// Closes a reservation the shell granted.
-    pub(crate) fn release(&mut self, ports: &mut dyn PortReservations, id: ReservationId) {
+    pub(super) fn release(&mut self, ports: &mut dyn PortReservations, id: ReservationId) {
         self.stats.reservations_released += 1;
         ports.release(id);
     }
 
     /// Maps a new local address for ADD or QUERY: to a freshly reserved port with the IP
     /// unchanged, or to itself for NO_PORT_MAP. `None` if no port could be reserved.
-    pub(crate) fn map_local(
+    pub(super) fn map_local(
         &mut self,
         now: Instant,
         owner: u8,
@@ -77,7 +77,7 @@ impl Core {
     }
 
     /// Inserts a mapping with one reference.
-    pub(crate) fn new_mapping(
+    pub(super) fn new_mapping(
         &mut self,
         now: Instant,
         owner: u8,
@@ -100,7 +100,7 @@ impl Core {
         })
     }
 
-    pub(crate) fn add_ref(&mut self, id: MappingId) {
+    pub(super) fn add_ref(&mut self, id: MappingId) {
         if let Some(m) = self.table.get_mut(id) {
             m.refcount = m.refcount.saturating_add(1);
         }

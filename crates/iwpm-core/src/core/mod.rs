@@ -1,6 +1,7 @@
-//! The [`Core`] struct: state, input gating, output queue and the helpers every handler
-//! shares. The handlers live in `kernel.rs` (netlink), `recovery.rs` (MAPINFO) and
-//! `peer.rs` (UDP 3935).
+//! The [`Core`] struct: state, output queue and the helpers every handler shares. The
+//! handlers live in child modules, so the state stays private to them: `kernel` (netlink),
+//! `handshake` (HELLO, MAPINFO request), `recovery` (MAPINFO records), `reserve` (mapping
+//! creation), `peer` (UDP 3935) and `dump` (SIGUSR1).
 //!
 //! # Reservations are synchronous
 //!
@@ -20,17 +21,24 @@ use iwpm_proto::peer::PeerMsgType;
 use iwpm_proto::sockaddr::Endpoint;
 
 use crate::action::{Action, PeerSocket, PortReservations};
+use crate::answered::AnsweredSeqs;
 use crate::clients::Clients;
 use crate::config::CoreConfig;
 use crate::exchange::{Exchanges, HandleGen};
 use crate::handshake::Handshake;
-use crate::kernel::AnsweredSeqs;
 use crate::ratelimit::{LogKind, LogLimiter};
 use crate::request::Abi;
 use crate::stats::Stats;
 use crate::table::{Mapping, MappingId, MappingTable, MappingView};
 use crate::token_bucket::TokenBucket;
 use crate::usage::{Resource, Usage, UsageChange};
+
+mod dump;
+mod handshake;
+mod kernel;
+mod peer;
+mod recovery;
+mod reserve;
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -40,26 +48,26 @@ pub struct InvariantError(pub &'static str);
 /// The port mapper state machine.
 #[derive(Debug)]
 pub struct Core {
-    pub(crate) config: CoreConfig,
-    pub(crate) abi: Abi,
-    pub(crate) handshake: Handshake,
-    pub(crate) table: MappingTable,
-    pub(crate) exchanges: Exchanges,
-    pub(crate) clients: Clients,
-    pub(crate) handles: HandleGen,
-    pub(crate) answered: AnsweredSeqs,
+    config: CoreConfig,
+    abi: Abi,
+    handshake: Handshake,
+    table: MappingTable,
+    exchanges: Exchanges,
+    clients: Clients,
+    handles: HandleGen,
+    answered: AnsweredSeqs,
     actions: VecDeque<Action>,
-    pub(crate) stats: Stats,
+    stats: Stats,
     log: LogLimiter,
-    pub(crate) last_now: Instant,
+    last_now: Instant,
     /// REMOTE_INFOs the kernel may hold for exchanges no ACK confirmed yet.
-    pub(crate) remote_info_tokens: TokenBucket,
+    remote_info_tokens: TokenBucket,
     /// REJECTs we may send.
-    pub(crate) reject_tokens: TokenBucket,
+    reject_tokens: TokenBucket,
     /// Clients whose MAPINFO replay we asked for, until when records are accepted.
-    pub(crate) mapinfo_windows: Vec<(u8, Instant)>,
+    mapinfo_windows: Vec<(u8, Instant)>,
     /// When the last resynchronisation HELLO went out (after lost kernel input).
-    pub(crate) last_resync: Option<Instant>,
+    last_resync: Option<Instant>,
     usage: Usage,
 }
 
@@ -259,12 +267,12 @@ impl Core {
 
     // ----- shared helpers -----
 
-    pub(crate) fn push(&mut self, action: Action) {
+    fn push(&mut self, action: Action) {
         self.actions.push_back(action);
     }
 
     /// Encodes `msg` for `client` with the next per-client header seq and queues it.
-    pub(crate) fn send_kernel(&mut self, client: u8, msg: DaemonMsg) {
+    fn send_kernel(&mut self, client: u8, msg: DaemonMsg) {
         let env = Envelope {
             client,
             flags: NLM_F_REQUEST,
@@ -284,7 +292,7 @@ impl Core {
 
     /// HANDLE_ERR for the kernel request with header seq `seq`. Code 0 would make the kernel
     /// complete the request as a success with uninitialised addresses, so it is never sent.
-    pub(crate) fn send_handle_err(&mut self, client: u8, seq: u32, code: u16) {
+    fn send_handle_err(&mut self, client: u8, seq: u32, code: u16) {
         if code == 0 {
             debug_assert!(false, "HANDLE_ERR code 0");
             return;
@@ -299,13 +307,7 @@ impl Core {
         );
     }
 
-    pub(crate) fn send_peer(
-        &mut self,
-        via: PeerSocket,
-        to: SocketAddr,
-        ty: PeerMsgType,
-        datagram: Vec<u8>,
-    ) {
+    fn send_peer(&mut self, via: PeerSocket, to: SocketAddr, ty: PeerMsgType, datagram: Vec<u8>) {
         if let Some(c) = self.stats.peer_out.get_mut(usize::from(ty.code())) {
             *c += 1;
         }
@@ -313,7 +315,7 @@ impl Core {
     }
 
     /// True (and a CREATE_MAPPING_ERR-worthy log) when no new mapping may be created.
-    pub(crate) fn mappings_full(&mut self, now: Instant) -> bool {
+    fn mappings_full(&mut self, now: Instant) -> bool {
         if self.table.len() < self.config.max_mappings {
             return false;
         }
@@ -327,14 +329,14 @@ impl Core {
         true
     }
 
-    pub(crate) fn insert_mapping(&mut self, m: Mapping) -> MappingId {
+    fn insert_mapping(&mut self, m: Mapping) -> MappingId {
         self.stats.mappings_created += 1;
         self.table.insert(m)
     }
 
     /// Drops one kernel reference; at zero frees the mapping, releases its port and cancels
     /// its exchanges.
-    pub(crate) fn unref_mapping(&mut self, id: MappingId, ports: &mut dyn PortReservations) {
+    fn unref_mapping(&mut self, id: MappingId, ports: &mut dyn PortReservations) {
         let Some(m) = self.table.get_mut(id) else {
             return;
         };
@@ -352,7 +354,7 @@ impl Core {
     }
 
     /// Rate-limited WARNING.
-    pub(crate) fn warn(&mut self, now: Instant, kind: LogKind, args: fmt::Arguments<'_>) {
+    fn warn(&mut self, now: Instant, kind: LogKind, args: fmt::Arguments<'_>) {
         match self.log.allow(now, kind) {
             Some(0) => tracing::warn!("{args}"),
             Some(n) => tracing::warn!("{args} ({n} similar messages suppressed)"),
@@ -362,7 +364,7 @@ impl Core {
 }
 
 /// Codes used here, re-exported under short names.
-pub(crate) mod code {
+mod code {
     use super::err;
     pub const INVALID: u16 = err::IWPM_INVALID_NLMSG_ERR;
     pub const CREATE: u16 = err::IWPM_CREATE_MAPPING_ERR;

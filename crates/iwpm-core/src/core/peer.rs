@@ -51,22 +51,22 @@ use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
+use super::{code, Core};
 use crate::action::PeerSocket;
-use crate::core::{code, Core};
 use crate::exchange::{
     ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
     RemoteInfo, SourceKey,
 };
-use crate::kernel::Query;
 use crate::ratelimit::LogKind;
+use crate::request::Query;
 use crate::table::{MappingId, MappingRole};
 
 /// Most timers handled per [`Core::handle_timeout`] call; the rest are due at once on the
 /// next call, so one loop turn never stalls on a burst of expiries.
-pub(crate) const MAX_TIMERS_PER_CALL: usize = 1024;
+const MAX_TIMERS_PER_CALL: usize = 1024;
 
 impl Core {
-    pub(crate) fn process_peer_datagram(
+    pub(super) fn process_peer_datagram(
         &mut self,
         now: Instant,
         via: PeerSocket,
@@ -106,7 +106,7 @@ impl Core {
     }
 
     /// Sends the REQUEST for a QUERY whose mapping `id` now holds a reference.
-    pub(crate) fn start_query_exchange(&mut self, now: Instant, query: Query, id: MappingId) {
+    pub(super) fn start_query_exchange(&mut self, now: Instant, query: Query, id: MappingId) {
         let Query { req, local, remote } = query;
         let remote_sa = SocketAddr::new(remote.ep.ip, remote.ep.port);
         let Some((local_ep, mapped_ep)) = self.table.get(id).map(|m| (m.local_ep, m.mapped_ep))
@@ -517,7 +517,7 @@ impl Core {
     }
 
     /// REQUEST retransmissions and expiries due at `now`, at most [`MAX_TIMERS_PER_CALL`].
-    pub(crate) fn run_exchange_timers(&mut self, now: Instant) {
+    pub(super) fn run_exchange_timers(&mut self, now: Instant) {
         let interval = self.config.retransmit_interval;
         for _ in 0..MAX_TIMERS_PER_CALL {
             let Some(due) = self.exchanges.pop_due(now) else {
