@@ -78,9 +78,7 @@ impl Core {
                     request,
                 }) => self.on_nl_error(now, header, error, request),
                 Ok(Frame::Control { .. }) => self.stats.netlink_control_other += 1,
-                Ok(Frame::Message { header, payload }) => {
-                    self.on_message(now, header, payload, ports)
-                }
+                Ok(Frame::Msg(header, payload)) => self.on_message(now, header, payload, ports),
             }
         }
     }

@@ -44,9 +44,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
                 continue;
             }
             match frame {
-                Frame::Message { header, payload } => {
-                    self.dispatch(now, from, &header, payload, link)
-                }
+                Frame::Msg(header, payload) => self.dispatch(now, from, &header, payload, link),
                 _ => {
                     self.record_violation(Violation::ControlMessage { ty: header.ty });
                     self.ack(from, &header, link);

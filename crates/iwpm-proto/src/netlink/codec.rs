@@ -29,9 +29,63 @@ use crate::consts::{
 };
 use crate::netlink::attr::{push_attr, walk, NlString, RawAttr, WalkError};
 use crate::netlink::error::NetlinkError;
-use crate::netlink::frame::{push_message, NlHeader};
+use crate::netlink::frame::{push_message, FrameBody, NlHeader};
 use crate::netlink::message::*;
 use crate::sockaddr::SockAddrStorage;
+
+/// An iwpm message of one direction: one decode (with its receiver's rules) and one encode,
+/// so frames and datagrams are handled by the same generic code for both directions.
+pub trait NetlinkMessage: FrameBody<Head = Envelope, Control = Vec<u8>> + Sized {
+    /// Decodes the message of a frame as its receiver must accept it; `abi` is the
+    /// negotiated iwpm ABI where the rules depend on it.
+    fn decode(
+        header: &NlHeader,
+        payload: &[u8],
+        abi: u16,
+    ) -> Result<(Envelope, Self), NetlinkError>;
+
+    /// Appends the message (header + attributes, aligned) to `out`.
+    fn encode(&self, env: &Envelope, out: &mut Vec<u8>);
+}
+
+impl FrameBody for KernelMsg {
+    type Head = Envelope;
+    type Control = Vec<u8>;
+}
+
+impl FrameBody for DaemonMsg {
+    type Head = Envelope;
+    type Control = Vec<u8>;
+}
+
+impl NetlinkMessage for KernelMsg {
+    fn decode(
+        header: &NlHeader,
+        payload: &[u8],
+        abi: u16,
+    ) -> Result<(Envelope, Self), NetlinkError> {
+        decode_kernel_msg(header, payload, abi)
+    }
+
+    fn encode(&self, env: &Envelope, out: &mut Vec<u8>) {
+        encode_kernel_msg(env, self, out);
+    }
+}
+
+impl NetlinkMessage for DaemonMsg {
+    /// The kernel's rules do not depend on the ABI.
+    fn decode(
+        header: &NlHeader,
+        payload: &[u8],
+        _abi: u16,
+    ) -> Result<(Envelope, Self), NetlinkError> {
+        decode_daemon_msg(header, payload)
+    }
+
+    fn encode(&self, env: &Envelope, out: &mut Vec<u8>) {
+        encode_daemon_msg(env, self, out);
+    }
+}
 
 /// Longest string (NUL excluded) the kernel's `NLA_NUL_STRING` policies accept.
 const KERNEL_STRING_MAX: usize = IWPM_ULIBNAME_SIZE - 1;

@@ -24,12 +24,16 @@ pub mod frame;
 pub mod message;
 
 pub use attr::{NlString, RawAttr};
-pub use codec::{decode_daemon_msg, decode_kernel_msg, encode_daemon_msg, encode_kernel_msg};
-pub use datagram::{decode_daemon_datagram, decode_kernel_datagram, DaemonFrame, KernelFrame};
+pub use codec::{
+    decode_daemon_msg, decode_kernel_msg, encode_daemon_msg, encode_kernel_msg, NetlinkMessage,
+};
+pub use datagram::{
+    decode_daemon_datagram, decode_datagram, decode_kernel_datagram, DaemonFrame, KernelFrame,
+};
 pub use error::{FrameError, NetlinkError};
 pub use frame::{
-    encode_done, encode_error, encode_error_echo, frames, Frame, Frames, NlHeader, DONE_FLAGS,
-    NLM_F_CAPPED,
+    encode_done, encode_error, encode_error_echo, frames, Frame, FrameBody, Frames, NlHeader,
+    RawFrame, DONE_FLAGS, NLM_F_CAPPED,
 };
 pub use message::{
     AddMappingReply, DaemonMsg, Envelope, HandleErr, Hello, KernelMsg, ManageMappingRequest,
