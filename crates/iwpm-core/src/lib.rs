@@ -18,6 +18,7 @@
 //! and never after the kernel gave up, and memory is bounded by `max_mappings` /
 //! `max_exchanges`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod action;
 mod answered;

@@ -157,12 +157,16 @@ impl Core {
         self.sync_gauges(now);
     }
 
-    /// Next output, if any.
+    /// Next output, if any. Call it until `None` after every `handle_*` call (and after
+    /// `start`): output is queued, never sent by the core.
+    #[must_use = "call poll_action again until None after each input: queued output is lost otherwise"]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
-    /// When [`Core::handle_timeout`] should be called next.
+    /// When [`Core::handle_timeout`] should be called next; `None` if no timer runs. Call
+    /// it again after every `handle_*` call, which may move the deadline.
+    #[must_use = "call poll_timeout again after each input and wake up at the deadline it gives"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let hs = match self.handshake {
             Handshake::Awaiting { deadline, .. } | Handshake::Resyncing { deadline, .. } => {

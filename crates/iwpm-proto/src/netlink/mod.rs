@@ -7,21 +7,23 @@
 //! report `String`s), it has no dependencies to churn, and a zero-dependency codec is cheap
 //! to fuzz and to share with the kernel emulator.
 //!
-//! Layers, bottom up:
-//! * [`attr`]: string payloads ([`NlString`]) and unknown attributes ([`RawAttr`]);
-//! * [`frame`]: `nlmsghdr`, datagram splitting ([`frames`]), `NLMSG_DONE`/`NLMSG_ERROR`;
-//! * [`message`]: one typed struct per op and direction;
-//! * [`codec`]: typed decode with the receiving side's acceptance rules, and encode;
-//! * [`datagram`]: both at once for a whole received datagram.
+//! Layers, bottom up (private modules; everything public is re-exported here, once):
+//! * `attr`: string payloads ([`NlString`]) and unknown attributes ([`RawAttr`]);
+//! * `frame`: `nlmsghdr`, datagram splitting ([`frames`]), `NLMSG_DONE`/`NLMSG_ERROR`, and
+//!   the one [`Frame`] type for raw and decoded frames;
+//! * `message`: one typed struct per op and direction;
+//! * `codec`: typed decode with the receiving side's acceptance rules, and encode
+//!   ([`NetlinkMessage`] names both for either direction);
+//! * `datagram`: both at once for a whole received datagram ([`decode_datagram`]).
 //!
 //! Byte order is the host's (the kernel ABI); only ports and IPs inside sockaddrs are
 //! big-endian, and those stay raw in [`SockAddrStorage`](crate::sockaddr::SockAddrStorage).
-pub mod attr;
-pub mod codec;
-pub mod datagram;
-pub mod error;
-pub mod frame;
-pub mod message;
+mod attr;
+mod codec;
+mod datagram;
+mod error;
+mod frame;
+mod message;
 
 pub use attr::{NlString, RawAttr};
 pub use codec::{
