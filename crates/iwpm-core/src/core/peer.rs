@@ -170,6 +170,62 @@ impl Core {
         (answer.is_ipv4() == msg.ap_ip.is_ipv4()).then_some((id, answer))
     }
 
+    /// Room for a new passive exchange from `from`: false (counted, logged) when its source
+    /// is over the unconfirmed quota; otherwise the oldest unconfirmed exchanges are evicted
+    /// while the table is full.
+    fn admit_passive(&mut self, now: Instant, from: SocketAddr, source: SourceKey) -> bool {
+        if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
+            self.stats.peer_quota_dropped += 1;
+            let quota = self.config.peer_source_quota;
+            self.warn(
+                now,
+                LogKind::Quota,
+                format_args!("REQUEST from {from} dropped: {quota} unconfirmed from that source"),
+            );
+            return false;
+        }
+        while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
+            let Some(victim) = self.exchanges.eviction_candidate() else {
+                break;
+            };
+            self.exchanges.remove(victim);
+            self.stats.exchanges_evicted += 1;
+        }
+        true
+    }
+
+    /// Sends REMOTE_INFO to `owner` now if a budget token is free, else keeps it for the
+    /// peer's ACK (a spoofed source never ACKs, so it cannot pin kernel memory).
+    fn send_or_hold_remote_info(
+        &mut self,
+        now: Instant,
+        owner: u8,
+        remote_info: QueryMappingReply,
+    ) -> RemoteInfo {
+        if self.remote_info_tokens.take(now) {
+            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
+            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
+            // remote-info entry is reported with the peer's mapped address and leaks the
+            // entry. (C gets this order by accident, through its sender thread.)
+            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+            return RemoteInfo::SentOnToken;
+        }
+        self.stats.remote_info_deferred += 1;
+        self.warn(
+            now,
+            LogKind::RemoteInfoBudget,
+            format_args!(
+                "REMOTE_INFO budget spent ({} unconfirmed): REMOTE_INFO now waits for the \
+                 peer's ACK",
+                self.remote_info_tokens.capacity()
+            ),
+        );
+        RemoteInfo::AwaitingAck {
+            owner,
+            msg: Box::new(remote_info),
+        }
+    }
+
     fn on_request(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
         let mapped_cp = msg.mapped_cp().unwrap_or_else(|| {
             let port = if msg.reserved_port != 0 {
@@ -213,22 +269,8 @@ impl Core {
             self.stats.peer_reused_handles += 1;
         }
         let source = SourceKey::of(from.ip());
-        if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
-            self.stats.peer_quota_dropped += 1;
-            let quota = self.config.peer_source_quota;
-            self.warn(
-                now,
-                LogKind::Quota,
-                format_args!("REQUEST from {from} dropped: {quota} unconfirmed from that source"),
-            );
+        if !self.admit_passive(now, from, source) {
             return;
-        }
-        while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
-            let Some(victim) = self.exchanges.eviction_candidate() else {
-                break;
-            };
-            self.exchanges.remove(victim);
-            self.stats.exchanges_evicted += 1;
         }
         let Some((owner, m_local, m_mapped)) =
             self.table.get(id).map(|m| (m.owner, m.local, m.mapped))
@@ -244,29 +286,7 @@ impl Core {
             err: 0,
             unknown: Vec::new(),
         };
-        let remote_info = if self.remote_info_tokens.take(now) {
-            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
-            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
-            // remote-info entry is reported with the peer's mapped address and leaks the
-            // entry. (C gets this order by accident, through its sender thread.)
-            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-            RemoteInfo::SentOnToken
-        } else {
-            self.stats.remote_info_deferred += 1;
-            self.warn(
-                now,
-                LogKind::RemoteInfoBudget,
-                format_args!(
-                    "REMOTE_INFO budget spent ({} unconfirmed): REMOTE_INFO now waits for the \
-                     peer's ACK",
-                    self.remote_info_tokens.capacity()
-                ),
-            );
-            RemoteInfo::AwaitingAck {
-                owner,
-                msg: Box::new(remote_info),
-            }
-        };
+        let remote_info = self.send_or_hold_remote_info(now, owner, remote_info);
         let accept = PeerMessage::accept_for(msg, answer_ap).encode();
         let ex = Exchange::new(
             key,
