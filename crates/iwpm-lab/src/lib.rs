@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod dump;
 pub mod lab;
 pub mod locate;
+pub mod mismatch;
 pub mod netns;
 pub mod relay;
 pub mod report;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::lab::RestartOutcome;
+use crate::mismatch::Mismatch;
 
 /// p50/p99/max of a set of durations, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -206,8 +207,8 @@ pub struct Report {
     pub restart: Option<RestartOutcome>,
     /// Protocol violations the emulated kernels recorded ("host: violation").
     pub violations: Vec<String>,
-    /// Every disagreement between what should hold and what did.
-    pub mismatches: Vec<String>,
+    /// Every disagreement between what should hold and what did (JSON: their text).
+    pub mismatches: Vec<Mismatch>,
     /// Daemon exit statuses after SIGTERM ("A", "B").
     pub daemon_exits: BTreeMap<String, String>,
     /// No failure, mismatch or violation.

@@ -8,14 +8,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
+use iwpm_core::{Counter, KernelOp};
 use iwpm_kernel_emu::kernel::RequestKind;
 use iwpm_kernel_emu::{CmError, MapOutcome, UnmappedReason};
+use iwpm_lab::dump::IoCounter;
 use iwpm_lab::relay::RelayConfig;
 use iwpm_lab::workload::{connect_all, WorkloadConfig};
 use iwpm_lab::{run, LabConfig, RunOptions};
-use iwpm_proto::consts::op::{
-    RDMA_NL_IWPM_ADD_MAPPING, RDMA_NL_IWPM_MAPINFO_NUM, RDMA_NL_IWPM_QUERY_MAPPING,
-};
+use iwpm_proto::consts::op::{RDMA_NL_IWPM_ADD_MAPPING, RDMA_NL_IWPM_QUERY_MAPPING};
 use iwpm_proto::consts::{err, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, HandleErr, KernelMsg,
@@ -195,7 +195,7 @@ fn duplicate_and_late_peer_datagrams() {
         assert_consistent(&lab, &conn, &listener, &acceptor, &dump_a, &dump_b);
     }
     assert!(
-        dump_a.core("peer_duplicates") + dump_b.core("peer_duplicates") > 0,
+        dump_a.core(Counter::PeerDuplicates) + dump_b.core(Counter::PeerDuplicates) > 0,
         "no duplicate absorbed: {dump_a:?} {dump_b:?}"
     );
     let ka = lab.a.host.stats().kernel;
@@ -244,7 +244,7 @@ fn daemon_kill_and_restart_with_live_mappings() {
     );
 
     let after = lab.a.dump().unwrap();
-    assert_eq!(after.io("ports_held"), 30);
+    assert_eq!(after.io(IoCounter::PortsHeld), 30);
     for c in &conns {
         let m = after.find(c.info.local).expect("mapping recovered");
         assert_eq!(m.mapped, c.info.mapped_local, "same mapped port");
@@ -267,7 +267,7 @@ fn daemon_kill_and_restart_with_live_mappings() {
     }
     let d = dump_until(&mut lab, "A", |d| d.mappings.is_empty());
     assert!(d.mappings.is_empty(), "{d:?}");
-    assert_eq!(d.io("ports_held"), 0);
+    assert_eq!(d.io(IoCounter::PortsHeld), 0);
     assert_no_violations(&lab);
 }
 
@@ -472,14 +472,11 @@ fn malformed_and_unexpected_kernel_messages() {
         "answered an unknown op"
     );
     let d = lab.b.dump().unwrap();
-    assert!(d.core("netlink_malformed") >= 2, "{d:?}");
-    assert!(d.core("netlink_unknown_op") >= 1, "{d:?}");
-    assert!(d.core("netlink_bad_framing") >= 1, "{d:?}");
-    assert!(d.core("remove_unknown") >= 1, "{d:?}");
-    assert_eq!(
-        d.core(&format!("netlink_in[{RDMA_NL_IWPM_MAPINFO_NUM}]")),
-        1
-    );
+    assert!(d.core(Counter::NetlinkMalformed) >= 2, "{d:?}");
+    assert!(d.core(Counter::NetlinkUnknownOp) >= 1, "{d:?}");
+    assert!(d.core(Counter::NetlinkBadFraming) >= 1, "{d:?}");
+    assert!(d.core(Counter::RemoveUnknown) >= 1, "{d:?}");
+    assert_eq!(d.core(Counter::NetlinkIn(KernelOp::MapInfoNum)), 1);
     let log = lab.b.daemon.as_ref().unwrap().log();
     for needle in [
         "invalid netlink message",
