@@ -1,8 +1,9 @@
 #!/bin/bash
 # Build the rig's initramfs: busybox-static + C iwpmd + rdmacm-utils + ibverbs-utils
 # + rdma (iproute2) + strace + siw userspace provider + all shared libraries
-# (resolved with the packaged glibc loader), plus an /init that mounts the host
-# 9p share and runs a guest test script non-interactively.
+# (resolved with the packaged glibc loader) + the rig's own tools (tools/*.c: rigtool,
+# rigflood static; rigcm against the packaged librdmacm), plus an /init that mounts the
+# host 9p share and runs a guest test script non-interactively.
 #
 # Usage: tests/rig/mkinitramfs.sh [-f] [-o OUT.cpio.gz] [-a SRC[:DEST]]...
 #   -f  repack even if nothing changed
@@ -59,15 +60,35 @@ if [ "$(cat "$PKG/.rig-pkgs" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$PKG/.rig-pkgs"
 fi
 
-# ---- 1b. host-built static helper (tools/rigtool.c) ----------------------------------
-TOOL="$CACHE/rigtool"
-if [ ! -x "$TOOL" ] || [ "$TOOL" -ot "$HERE/tools/rigtool.c" ]; then
-  command -v gcc >/dev/null || { echo "[mkinitramfs] gcc needed for tools/rigtool.c" >&2; exit 1; }
-  gcc -static -O2 -Wall -o "$TOOL.tmp" "$HERE/tools/rigtool.c" && mv "$TOOL.tmp" "$TOOL"
+# ---- 1b. host-built helpers: static tools/rigtool.c and tools/rigflood.c --------------
+command -v gcc >/dev/null || { echo "[mkinitramfs] gcc needed for tools/*.c" >&2; exit 1; }
+TOOL="$CACHE/rigtool"; FLOOD="$CACHE/rigflood"; CM="$CACHE/rigcm"
+for t in rigtool rigflood; do
+  if [ ! -x "$CACHE/$t" ] || [ "$CACHE/$t" -ot "$HERE/tools/$t.c" ]; then
+    gcc -static -O2 -Wall -o "$CACHE/$t.tmp" "$HERE/tools/$t.c" && mv "$CACHE/$t.tmp" "$CACHE/$t"
+  fi
+done
+# ---- 1c. tools/rigcm.c (librdmacm client/server), linked to the packaged librdmacm -------
+# Headers from Debian's librdmacm-dev + libibverbs-dev (downloaded, not installed; same
+# version as the runtime packages above); the libraries are the packaged ones in $PKG,
+# so the binary runs in the guest as the rdma-core tools do.
+DEV="$CACHE/devroot"
+dwant=$(apt-cache policy librdmacm-dev libibverbs-dev | awk '/^[^ ].*:$/{p=substr($0,1,length($0)-1)} /Candidate:/{printf "%s_%s ", p, $2}')
+if [ "$(cat "$DEV/.rig-pkgs" 2>/dev/null)" != "$dwant" ]; then
+  echo "[mkinitramfs] downloading librdmacm-dev libibverbs-dev (headers for tools/rigcm.c)"
+  rm -rf "$DEV"; mkdir -p "$DEV/debs"
+  (cd "$DEV/debs" && apt-get download librdmacm-dev libibverbs-dev 2>&1 | grep -v '^W: Download is performed unsandboxed' | tail -2)
+  for d in "$DEV"/debs/*.deb; do dpkg-deb -x "$d" "$DEV"; done
+  echo "$dwant" > "$DEV/.rig-pkgs"
+fi
+if [ ! -x "$CM" ] || [ "$CM" -ot "$HERE/tools/rigcm.c" ] || [ "$CM" -ot "$DEV/.rig-pkgs" ]; then
+  gcc -O2 -Wall -I"$DEV/usr/include" -o "$CM.tmp" "$HERE/tools/rigcm.c" \
+    "$PKG/usr/lib/$MA/librdmacm.so.1" "$PKG/usr/lib/$MA/libibverbs.so.1" \
+    -Wl,-rpath-link,"$PKG/usr/lib/$MA:$PKG/lib/$MA" && mv "$CM.tmp" "$CM"
 fi
 
 # Nothing to do when the packages and every input are as they were for the last image.
-key=$( { echo "$want"; sha256sum "$HERE/guest/init" "$HERE/mkinitramfs.sh" "$TOOL";
+key=$( { echo "$want"; sha256sum "$HERE/guest/init" "$HERE/mkinitramfs.sh" "$TOOL" "$FLOOD" "$CM";
          for e in "${EXTRA[@]}"; do echo "$e"; sha256sum "${e%%:*}"; done; } | sha256sum | cut -d' ' -f1)
 if [ $FORCE = 0 ] && [ -f "$OUT" ] && [ "$(cat "$OUT.key" 2>/dev/null)" = "$key" ]; then
   echo "[mkinitramfs] $OUT up to date"; exit 0
@@ -147,6 +168,8 @@ for e in "${EXTRA[@]}"; do
   copy_file "$src" "$dst"; copy_libs "$src"
 done
 copy_file "$TOOL" /usr/local/bin/rigtool
+copy_file "$FLOOD" /usr/local/bin/rigflood
+copy_file "$CM" /usr/local/bin/rigcm; copy_libs "$CM"
 
 # minimal /etc
 cat > "$ROOT/etc/passwd" <<'P'

@@ -5,27 +5,29 @@
 #   --daemon PATH  our iwpmd binary (default: cargo build --release -p iwpmd, then
 #                  target/release/iwpmd)
 #   --no-c         skip the C reference runs that are not comparisons (restart, negative,
-#                  abi, noipv6, twovm C<->C); single (cmtime) and the mixed twovm pairs always run
-#   --only LIST    only these suites: single,restart,negative,abi,noipv6,twovm,perf
+#                  abi, noipv6, twovm C<->C); single (cmtime), the mixed twovm pairs, perf,
+#                  flood and forge (C and ours side by side in one boot) always run
+#   --only LIST    only these suites: single,restart,negative,abi,noipv6,twovm,perf,flood,forge
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
-#                  with forged=ignored (it does not check senders); the checks listed
+#                  with forged=ignored (it does not check senders), and the forge suite
+#                  with the C iwpmd checked as if it were ours; the checks listed
 #                  below must FAIL there, and each such failure counts as a PASS
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
-# Results: target/rig/ (summary.txt, cmtime.txt, share/out/<run>/ with every trace);
-# exit status 0 only if every check of every run passed.
+# Results: target/rig/ (summary.txt, cmtime.txt, flood.txt, forge.txt, share/out/<run>/
+# with every trace); exit status 0 only if every check of every run passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,noipv6,twovm,perf"; SELFTEST=0
+OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,noipv6,twovm,perf,flood,forge"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
     --no-c) WITH_C=0; shift ;;
     --only) ONLY="$2"; shift 2 ;;
     --selftest) SELFTEST=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -67,10 +69,10 @@ run1() {  # run1 NAME TIMEOUT SUITE [-e KEY=VAL]...
     "$RIG_DIR/guest/suite-$suite.sh" > /dev/null 2>&1; rc=$?
   collect "$name" "$rc" "$(( $(date +%s) - t0 ))"
 }
-run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...
+run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...  (guest test: $TEST2, else twovm)
   local name=$1 a=$2 b=$3 t0 rc; shift 3; t0=$(date +%s)
   "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$a" -B iwpmd="$b" "$@" \
-    > "$RES/console-$name.log" 2>&1
+    ${TEST2:+"$TEST2"} > "$RES/console-$name.log" 2>&1
   grep -q "status" "$RES/console-$name.log" || true
   rc=$(sed -n "s/.*$name-A status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-A" "${rc:-125}" "$(( $(date +%s) - t0 ))"
   rc=$(sed -n "s/.*$name-B status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-B" "${rc:-125}" "$(( $(date +%s) - t0 ))"
@@ -127,6 +129,12 @@ fi
 if want perf; then  # cmtime interleaved ours / C / none in one boot (fair timing)
   run1 perf 300 perf -e daemons=$RS,$C,none -e rounds=5
 fi
+if want flood; then  # spoofed-REQUEST flood: ours, then C, in one boot (C reported, not checked)
+  run1 flood 400 flood -m 2048 -e daemons=$RS,$C -e reference=$C
+fi
+if want forge; then  # forged cp address: A runs ours then C, B (no daemon) is the attacker
+  TEST2="$RIG_DIR/guest/suite-forge.sh" run2 forge "$RS" none -e daemons=$RS,$C -e reference=$C
+fi
 
 # ---- self-test: checks that must fail against broken daemons ------------------------------
 expect_fail() {  # expect_fail RUN CHECK...: those checks of RUN must be FAIL
@@ -146,6 +154,10 @@ if [ $SELFTEST = 1 ]; then
   "$RIG_DIR/run-vm.sh" -n selftest-forged-c -s "$SHARE" -T 180 -m 1024 -l "$RES/console-selftest-forged-c.log" \
     -e iwpmd=$C -e forged=ignored "$RIG_DIR/guest/suite-negative.sh" > /dev/null 2>&1
   expect_fail selftest-forged-c forge-no-reply forge-table
+  # the forge checks must fail for a daemon that believes a forged REQUEST (the C iwpmd)
+  "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n selftest-forge-A,selftest-forge-B -e daemons=$C -e reference=none \
+    "$RIG_DIR/guest/suite-forge.sh" > "$RES/console-selftest-forge.log" 2>&1
+  expect_fail selftest-forge-A forge-iwpmd no-forged-remote-info-iwpmd
 fi
 
 # ---- cmtime tables: ours vs C vs no daemon -----------------------------------------------
@@ -172,6 +184,14 @@ done
       printf "   %-36s %10.2f %10.2f %12.2f\n", n, substr(s, 1, 11), substr(s, 12, 11), substr(s, 34, 11) }' "$f"
   done; } | tee -a "$SUMMARY" >> "$CMT"
 
+# ---- flood / forge comparison tables ------------------------------------------------------
+for t in flood:flood/flood-table.txt forge:forge-A/forge-table.txt; do
+  f="$SHARE/out/${t#*:}"; rm -f "$RES/${t%%:*}.txt"
+  [ -s "$f" ] || continue
+  cp "$f" "$RES/${t%%:*}.txt"
+  { echo; echo "== ${t%%:*} (target/rig/${t%%:*}.txt)"; sed 's/^/  /' "$f"; } | tee -a "$SUMMARY"
+done
+
 # ---- verdict ---------------------------------------------------------------------------
 NF=0; NP=0; BAD=()
 for r in "${RUNS[@]}"; do
@@ -182,6 +202,6 @@ done
 say ""
 say "== rig total: $NP passed, $NF failed in ${#RUNS[@]} runs; wall $(stamp)"
 [ $NF -gt 0 ] && say "== runs with failures: ${BAD[*]}"
-say "== results: $RES (summary.txt, cmtime.txt, share/out/<run>/)"
+say "== results: $RES (summary.txt, cmtime.txt, flood.txt, forge.txt, share/out/<run>/)"
 echo "$NP passed, $NF failed"
 [ $NF = 0 ]

@@ -1,0 +1,258 @@
+/*
+ * rigcm: a minimal librdmacm server and client for the rig's forge suite; built on the
+ * host against rdma-core's librdmacm (headers from the Debian -dev packages that
+ * mkinitramfs.sh downloads) and linked dynamically to the initramfs' librdmacm.so.1.
+ *
+ *   rigcm serve IP PORT COUNT [TIMEOUT_S]
+ *       listen on IP:PORT (RDMA_PS_TCP); for each of COUNT incoming connections print
+ *         conn n=K peer=IP:PORT local=IP:PORT      (rdma_get_peer_addr / _local_addr of the
+ *                                                   new cm_id, as the kernel reports them)
+ *       accept it, wait for ESTABLISHED, disconnect. Prints "listening IP:PORT" once the
+ *       listen is up; exits 0 after COUNT connections, 1 on timeout [60 s].
+ *
+ *   rigcm connect SRC_IP:SRC_PORT DST_IP:DST_PORT [TIMEOUT_S]
+ *       bind the cm_id to SRC (port included), connect to DST, print
+ *         connected local=IP:PORT peer=IP:PORT   or   failed EVENT status=N
+ *       then disconnect. Exit 0 when connected.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static const char *fmt(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+	if (sa && sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+		inet_ntop(AF_INET, &s->sin_addr, ip, sizeof(ip));
+		port = ntohs(s->sin_port);
+		snprintf(buf, len, "%s:%u", ip, port);
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+		inet_ntop(AF_INET6, &s->sin6_addr, ip, sizeof(ip));
+		port = ntohs(s->sin6_port);
+		snprintf(buf, len, "[%s]:%u", ip, port);
+	} else {
+		snprintf(buf, len, "?(family %d)", sa ? sa->sa_family : -1);
+	}
+	return buf;
+}
+
+static int parse_ep(const char *s, struct sockaddr_in *sin)
+{
+	char ip[64];
+	const char *colon = strrchr(s, ':');
+	if (!colon || (size_t)(colon - s) >= sizeof(ip))
+		return -1;
+	memcpy(ip, s, colon - s);
+	ip[colon - s] = 0;
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	sin->sin_port = htons(atoi(colon + 1));
+	return inet_pton(AF_INET, ip, &sin->sin_addr) == 1 ? 0 : -1;
+}
+
+/* wait for the next CM event on CH until DEADLINE (monotonic s); NULL on timeout */
+static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, double deadline)
+{
+	for (;;) {
+		double left = deadline - now();
+		if (left <= 0)
+			return NULL;
+		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+		int r = poll(&p, 1, (int)(left * 1000) + 1);
+		if (r < 0 && errno != EINTR)
+			return NULL;
+		if (r > 0) {
+			struct rdma_cm_event *ev;
+			if (rdma_get_cm_event(ch, &ev) == 0)
+				return ev;
+			if (errno != EAGAIN && errno != EINTR)
+				return NULL;
+		}
+	}
+}
+
+/* an RC QP with one-entry queues on ID's device (iWARP needs a QP to connect/accept) */
+static int make_qp(struct rdma_cm_id *id)
+{
+	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
+	struct ibv_cq *cq = pd ? ibv_create_cq(id->verbs, 4, NULL, NULL, 0) : NULL;
+	if (!cq) {
+		perror("pd/cq");
+		return -1;
+	}
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	if (rdma_create_qp(id, pd, &a)) {
+		perror("rdma_create_qp");
+		return -1;
+	}
+	return 0;
+}
+
+static int serve(int argc, char **argv)
+{
+	if (argc < 5)
+		return 2;
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[3])) };
+	char b1[80], b2[80];
+	if (inet_pton(AF_INET, argv[2], &sin.sin_addr) != 1)
+		return 2;
+	int count = atoi(argv[4]);
+	double tmo = argc > 5 ? atof(argv[5]) : 60;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid;
+	if (!ch || rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP)) {
+		perror("rdma_create_id");
+		return 1;
+	}
+	if (rdma_bind_addr(lid, (struct sockaddr *)&sin) || rdma_listen(lid, 16)) {
+		perror("bind/listen");
+		return 1;
+	}
+	printf("listening %s\n", fmt((struct sockaddr *)&sin, b1, sizeof(b1)));
+	fflush(stdout);
+	double deadline = now() + tmo;
+	int n = 0, done = 0;
+	while (done < count) {
+		struct rdma_cm_event *ev = next_event(ch, deadline);
+		if (!ev) {
+			printf("timeout after %d of %d connections\n", done, count);
+			return 1;
+		}
+		struct rdma_cm_id *id = ev->id;
+		enum rdma_cm_event_type t = ev->event;
+		int status = ev->status;
+		rdma_ack_cm_event(ev);
+		switch (t) {
+		case RDMA_CM_EVENT_CONNECT_REQUEST:
+			n++;
+			printf("conn n=%d peer=%s local=%s\n", n, fmt(rdma_get_peer_addr(id), b1, sizeof(b1)),
+			       fmt(rdma_get_local_addr(id), b2, sizeof(b2)));
+			fflush(stdout);
+			struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1 };
+			if (make_qp(id) || rdma_accept(id, &p)) {
+				perror("accept");
+				rdma_destroy_id(id);
+				done++;
+			}
+			break;
+		case RDMA_CM_EVENT_ESTABLISHED:
+			printf("established peer=%s\n", fmt(rdma_get_peer_addr(id), b1, sizeof(b1)));
+			fflush(stdout);
+			rdma_disconnect(id);
+			break;
+		case RDMA_CM_EVENT_DISCONNECTED:
+			rdma_destroy_qp(id);
+			rdma_destroy_id(id);
+			done++;
+			break;
+		default:
+			printf("event %s status=%d\n", rdma_event_str(t), status);
+			fflush(stdout);
+			if (id != lid) {
+				rdma_destroy_qp(id);
+				rdma_destroy_id(id);
+				done++;
+			}
+		}
+	}
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
+	return 0;
+}
+
+static int expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want, double deadline)
+{
+	struct rdma_cm_event *ev = next_event(ch, deadline);
+	if (!ev) {
+		printf("failed timeout waiting for %s\n", rdma_event_str(want));
+		return -1;
+	}
+	enum rdma_cm_event_type t = ev->event;
+	int status = ev->status;
+	rdma_ack_cm_event(ev);
+	if (t != want) {
+		printf("failed %s status=%d (wanted %s)\n", rdma_event_str(t), status, rdma_event_str(want));
+		return -1;
+	}
+	return 0;
+}
+
+static int connect_to(int argc, char **argv)
+{
+	if (argc < 4)
+		return 2;
+	struct sockaddr_in src, dst;
+	char b1[80], b2[80];
+	if (parse_ep(argv[2], &src) || parse_ep(argv[3], &dst))
+		return 2;
+	double deadline = now() + (argc > 4 ? atof(argv[4]) : 30);
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
+		perror("rdma_create_id");
+		return 1;
+	}
+	if (rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 5000)) {
+		perror("rdma_resolve_addr");
+		return 1;
+	}
+	if (expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, deadline))
+		return 1;
+	if (rdma_resolve_route(id, 5000)) {
+		perror("rdma_resolve_route");
+		return 1;
+	}
+	if (expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline) || make_qp(id))
+		return 1;
+	struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 3 };
+	if (rdma_connect(id, &p)) {
+		perror("rdma_connect");
+		return 1;
+	}
+	if (expect(ch, RDMA_CM_EVENT_ESTABLISHED, deadline))
+		return 1;
+	printf("connected local=%s peer=%s\n", fmt(rdma_get_local_addr(id), b1, sizeof(b1)),
+	       fmt(rdma_get_peer_addr(id), b2, sizeof(b2)));
+	fflush(stdout);
+	rdma_disconnect(id);
+	struct rdma_cm_event *ev = next_event(ch, now() + 5);
+	if (ev)
+		rdma_ack_cm_event(ev);
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int rc = 2;
+	if (argc >= 2 && !strcmp(argv[1], "serve"))
+		rc = serve(argc, argv);
+	else if (argc >= 2 && !strcmp(argv[1], "connect"))
+		rc = connect_to(argc, argv);
+	if (rc == 2)
+		fprintf(stderr, "usage: rigcm serve IP PORT COUNT [TIMEOUT_S] | "
+				"connect SRC_IP:PORT DST_IP:PORT [TIMEOUT_S]\n");
+	return rc;
+}

@@ -1,0 +1,406 @@
+/*
+ * rigflood: UDP load for the port mapper's peer port (3935), built static on the host and
+ * baked into the initramfs like rigtool. IPv4 only.
+ *
+ *   rigflood flood request|garbage TARGET COUNT [options]
+ *       COUNT datagrams of 64 bytes to TARGET:3935 from ONE UDP socket.
+ *       request: well-formed IPv4 REQUESTs (magic 0x04) for the accepting address -a,
+ *                each with a random association handle; cp and mapped_cp carry the same
+ *                IP (-c, default the bound source address) with random ports, i.e. a
+ *                spoofed peer that a daemon cannot tell from a real one by its fields.
+ *       garbage: random 64 bytes whose IP-version nibble is neither 4 nor 6 (every
+ *                daemon must drop them): the baseline load.
+ *       Every datagram that comes back is drained (non-blocking, during and after the
+ *       flood) and counted by type. Output: "send-done sent=N t_sent=T1" as soon as the
+ *       last datagram is out (the drain may go on, -l), then one line
+ *         sent=N received=M accept=A reject=R ack=K request=Q other=O send_s=S
+ *         t_start=T0 t_sent=T1 t_end=T2   (CLOCK_BOOTTIME seconds, as /proc/uptime)
+ *     options: -b SRC_IP     bind the socket to this local address (the "attacker")
+ *              -a IP:PORT    accepting address put into REQUESTs (the victim listener)
+ *              -c IP         cp / mapped_cp IP in REQUESTs [the -b address, else -a's]
+ *              -r RATE       pace to RATE datagrams per second [0 = as fast as possible]
+ *              -l MS         keep draining answers for MS milliseconds after the last send [0]
+ *              -B N          datagrams per sendmmsg batch [32]
+ *              -s SEED       PRNG seed [time ^ pid]
+ *              -p PORT       destination port [3935]
+ *
+ *   rigflood request TARGET CP_IP:CP_PORT MAPPED_IP:MAPPED_PORT AP_IP:AP_PORT [options]
+ *       ONE REQUEST with exactly these addresses (a forged one when CP_IP is not the
+ *       sender's), then waits for answers and prints each as
+ *         answer type=ACCEPT handle=0x... cp=IP:PORT ap=IP:PORT from=IP:PORT
+ *       and finally "sent=1 received=M".
+ *     options: -b SRC_IP, -H HANDLE [random], -w MS wait for answers [1000], -p PORT
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PEER_PORT 3935
+#define REQ_LEN 64
+#define MAX_BATCH 256
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	/* xorshift64*: fast, good enough for handles and ports */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+static double now_boot(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int parse_ip(const char *s, struct in_addr *a)
+{
+	return inet_pton(AF_INET, s, a) == 1 ? 0 : -1;
+}
+
+/* "IP:PORT" -> address and port (host order) */
+static int parse_ep(const char *s, struct in_addr *a, uint16_t *port)
+{
+	char buf[64];
+	const char *colon = strrchr(s, ':');
+	if (!colon || (size_t)(colon - s) >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, colon - s);
+	buf[colon - s] = 0;
+	if (parse_ip(buf, a))
+		return -1;
+	*port = (uint16_t)atoi(colon + 1);
+	return 0;
+}
+
+static void put16(unsigned char *p, uint16_t v)
+{
+	p[0] = v >> 8;
+	p[1] = v & 0xff;
+}
+
+/* a 64-byte IPv4 REQUEST; unused address bytes stay zero */
+static void build_request(unsigned char *b, uint64_t handle, struct in_addr cp, uint16_t cp_port,
+			  struct in_addr mapped_cp, uint16_t mapped_port, struct in_addr ap,
+			  uint16_t ap_port)
+{
+	memset(b, 0, REQ_LEN);
+	b[0] = 0x04; /* version 0, type REQUEST, IPv4 */
+	b[1] = 0;    /* pmtime */
+	put16(b + 2, mapped_port);
+	put16(b + 4, ap_port);
+	put16(b + 6, cp_port);
+	for (int i = 0; i < 8; i++)
+		b[8 + i] = handle >> (56 - 8 * i);
+	memcpy(b + 16, &cp, 4);
+	memcpy(b + 32, &ap, 4);
+	memcpy(b + 48, &mapped_cp, 4);
+}
+
+static void build_garbage(unsigned char *b)
+{
+	for (int i = 0; i < REQ_LEN; i += 8) {
+		uint64_t r = rnd();
+		memcpy(b + i, &r, 8);
+	}
+	uint8_t nib = b[0] & 0x0f;
+	if (nib == 4 || nib == 6)
+		nib ^= 0x08; /* 12 or 14: never a valid IP version */
+	b[0] = (b[0] & 0xf0) | nib;
+}
+
+struct counts {
+	unsigned long received, by_type[4], other;
+};
+
+static const char *type_name(int t)
+{
+	static const char *n[] = { "REQUEST", "ACCEPT", "ACK", "REJECT" };
+	return n[t & 3];
+}
+
+/* read everything queued on FD without blocking; VERBOSE prints each peer message */
+static void drain(int fd, struct counts *c, int verbose)
+{
+	for (;;) {
+		unsigned char b[128];
+		struct sockaddr_in from;
+		socklen_t fl = sizeof(from);
+		ssize_t n = recvfrom(fd, b, sizeof(b), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return; /* EAGAIN, or ECONNREFUSED from an ICMP error: nothing more queued */
+		}
+		c->received++;
+		int nib = n > 0 ? (b[0] & 0x0f) : 0;
+		if ((n == 48 || n == 64) && (nib == 4 || nib == 6)) {
+			int t = (b[0] >> 4) & 3;
+			c->by_type[t]++;
+			if (verbose) {
+				uint64_t h = 0;
+				for (int i = 0; i < 8; i++)
+					h = (h << 8) | b[8 + i];
+				char cp[INET_ADDRSTRLEN] = "?", ap[INET_ADDRSTRLEN] = "?",
+				     fr[INET_ADDRSTRLEN];
+				if (nib == 4) {
+					inet_ntop(AF_INET, b + 16, cp, sizeof(cp));
+					inet_ntop(AF_INET, b + 32, ap, sizeof(ap));
+				}
+				inet_ntop(AF_INET, &from.sin_addr, fr, sizeof(fr));
+				printf("answer type=%s len=%zd handle=0x%016llx cp=%s:%u ap=%s:%u from=%s:%u\n",
+				       type_name(t), n, (unsigned long long)h, cp, (b[6] << 8) | b[7], ap,
+				       (b[4] << 8) | b[5], fr, ntohs(from.sin_port));
+			}
+		} else {
+			c->other++;
+		}
+	}
+}
+
+/* poll + drain until the deadline (CLOCK_BOOTTIME seconds) */
+static void drain_until(int fd, struct counts *c, double deadline, int verbose)
+{
+	for (;;) {
+		double left = deadline - now_boot();
+		if (left <= 0)
+			break;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int ms = (int)(left * 1000) + 1;
+		if (poll(&p, 1, ms) > 0)
+			drain(fd, c, verbose);
+	}
+	drain(fd, c, verbose);
+}
+
+static int open_socket(const char *src)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (fd < 0) {
+		perror("socket");
+		return -1;
+	}
+	/* a deep receive queue so that answers are counted, not dropped on our side */
+	int sz = 32 << 20;
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	struct sockaddr_in me = { .sin_family = AF_INET };
+	if (src && parse_ip(src, &me.sin_addr)) {
+		fprintf(stderr, "bad source address %s\n", src);
+		close(fd);
+		return -1;
+	}
+	if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
+		fprintf(stderr, "bind %s: %s\n", src ? src : "0.0.0.0", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void print_counts(const struct counts *c, unsigned long sent)
+{
+	printf("sent=%lu received=%lu accept=%lu reject=%lu ack=%lu request=%lu other=%lu", sent,
+	       c->received, c->by_type[1], c->by_type[3], c->by_type[2], c->by_type[0], c->other);
+}
+
+static int usage(void)
+{
+	fprintf(stderr,
+		"usage: rigflood flood request|garbage TARGET COUNT [-b SRC] [-a IP:PORT] [-c IP]\n"
+		"                      [-r RATE] [-l LINGER_MS] [-B BATCH] [-s SEED] [-p PORT]\n"
+		"       rigflood request TARGET CP_IP:PORT MAPPED_IP:PORT AP_IP:PORT [-b SRC]\n"
+		"                        [-H HANDLE] [-w WAIT_MS] [-p PORT]\n");
+	return 2;
+}
+
+static int cmd_flood(int argc, char **argv)
+{
+	if (argc < 5)
+		return usage();
+	int garbage;
+	if (!strcmp(argv[2], "request"))
+		garbage = 0;
+	else if (!strcmp(argv[2], "garbage"))
+		garbage = 1;
+	else
+		return usage();
+	const char *target = argv[3];
+	unsigned long count = strtoul(argv[4], NULL, 0);
+	const char *src = NULL, *ap_s = NULL, *cp_s = NULL;
+	double rate = 0;
+	long linger_ms = 0;
+	int batch = 32, port = PEER_PORT;
+	rng_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
+	optind = 1; /* options follow COUNT: argv[4] plays the program name */
+	int o;
+	while ((o = getopt(argc - 4, argv + 4, "b:a:c:r:l:B:s:p:")) != -1) {
+		switch (o) {
+		case 'b': src = optarg; break;
+		case 'a': ap_s = optarg; break;
+		case 'c': cp_s = optarg; break;
+		case 'r': rate = atof(optarg); break;
+		case 'l': linger_ms = atol(optarg); break;
+		case 'B': batch = atoi(optarg); break;
+		case 's': rng_state = strtoull(optarg, NULL, 0) | 1; break;
+		case 'p': port = atoi(optarg); break;
+		default: return usage();
+		}
+	}
+	if (batch < 1 || batch > MAX_BATCH)
+		batch = 32;
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port) };
+	if (parse_ip(target, &to.sin_addr))
+		return usage();
+	struct in_addr ap = { 0 }, cp = { 0 };
+	uint16_t ap_port = 0;
+	if (!garbage) {
+		if (!ap_s || parse_ep(ap_s, &ap, &ap_port)) {
+			fprintf(stderr, "flood request needs -a IP:PORT (the accepting address)\n");
+			return 2;
+		}
+		const char *cp_ip = cp_s ? cp_s : src;
+		if (!cp_ip)
+			cp = ap;
+		else if (parse_ip(cp_ip, &cp))
+			return usage();
+	}
+	int fd = open_socket(src);
+	if (fd < 0)
+		return 1;
+
+	static unsigned char bufs[MAX_BATCH][REQ_LEN];
+	struct iovec iov[MAX_BATCH];
+	struct mmsghdr msgs[MAX_BATCH];
+	for (int i = 0; i < batch; i++) {
+		iov[i].iov_base = bufs[i];
+		iov[i].iov_len = REQ_LEN;
+		memset(&msgs[i], 0, sizeof(msgs[i]));
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+		msgs[i].msg_hdr.msg_name = &to;
+		msgs[i].msg_hdr.msg_namelen = sizeof(to);
+	}
+	struct counts c = { 0 };
+	unsigned long sent = 0, send_errors = 0;
+	double t0 = now_boot();
+	while (sent < count) {
+		int n = count - sent < (unsigned long)batch ? (int)(count - sent) : batch;
+		for (int i = 0; i < n; i++) {
+			if (garbage) {
+				build_garbage(bufs[i]);
+			} else {
+				uint16_t p = 1024 + rnd() % 64000;
+				build_request(bufs[i], rnd(), cp, p, cp, p, ap, ap_port);
+			}
+		}
+		int done = 0;
+		while (done < n) {
+			int r = sendmmsg(fd, msgs + done, n - done, 0);
+			if (r < 0) {
+				if (errno == EINTR)
+					continue;
+				/* ENOBUFS / ECONNREFUSED (an ICMP error for an earlier datagram): count, go on */
+				send_errors++;
+				done++;
+				continue;
+			}
+			done += r;
+		}
+		sent += n;
+		drain(fd, &c, 0);
+		if (rate > 0) {
+			double due = t0 + sent / rate;
+			if (due > now_boot())
+				drain_until(fd, &c, due, 0);
+		}
+	}
+	double t1 = now_boot();
+	/* tells a watcher that the send phase is over while answers are still drained */
+	printf("send-done sent=%lu t_sent=%.2f\n", sent - send_errors, t1);
+	if (linger_ms > 0)
+		drain_until(fd, &c, t1 + linger_ms / 1000.0, 0);
+	drain(fd, &c, 0);
+	double t2 = now_boot();
+	print_counts(&c, sent - send_errors);
+	printf(" send_errors=%lu send_s=%.2f t_start=%.2f t_sent=%.2f t_end=%.2f\n", send_errors,
+	       t1 - t0, t0, t1, t2);
+	close(fd);
+	return 0;
+}
+
+static int cmd_request(int argc, char **argv)
+{
+	if (argc < 6)
+		return usage();
+	struct sockaddr_in to = { .sin_family = AF_INET };
+	struct in_addr cp, mcp, ap;
+	uint16_t cp_port, mcp_port, ap_port;
+	if (parse_ip(argv[2], &to.sin_addr) || parse_ep(argv[3], &cp, &cp_port) ||
+	    parse_ep(argv[4], &mcp, &mcp_port) || parse_ep(argv[5], &ap, &ap_port))
+		return usage();
+	const char *src = NULL;
+	long wait_ms = 1000;
+	int port = PEER_PORT;
+	rng_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
+	uint64_t handle = rnd();
+	optind = 1; /* options follow AP: argv[5] plays the program name */
+	int o;
+	while ((o = getopt(argc - 5, argv + 5, "b:H:w:p:")) != -1) {
+		switch (o) {
+		case 'b': src = optarg; break;
+		case 'H': handle = strtoull(optarg, NULL, 0); break;
+		case 'w': wait_ms = atol(optarg); break;
+		case 'p': port = atoi(optarg); break;
+		default: return usage();
+		}
+	}
+	to.sin_port = htons(port);
+	int fd = open_socket(src);
+	if (fd < 0)
+		return 1;
+	unsigned char b[REQ_LEN];
+	build_request(b, handle, cp, cp_port, mcp, mcp_port, ap, ap_port);
+	struct sockaddr_in me;
+	socklen_t ml = sizeof(me);
+	if (sendto(fd, b, sizeof(b), 0, (struct sockaddr *)&to, sizeof(to)) != (ssize_t)sizeof(b)) {
+		perror("sendto");
+		return 1;
+	}
+	getsockname(fd, (struct sockaddr *)&me, &ml);
+	char mine[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &me.sin_addr, mine, sizeof(mine));
+	printf("request handle=0x%016llx cp=%s mapped_cp=%s ap=%s to=%s:%d from=%s:%u\n",
+	       (unsigned long long)handle, argv[3], argv[4], argv[5], argv[2], port, mine,
+	       ntohs(me.sin_port));
+	fflush(stdout);
+	struct counts c = { 0 };
+	drain_until(fd, &c, now_boot() + wait_ms / 1000.0, 1);
+	print_counts(&c, 1);
+	printf("\n");
+	close(fd);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc >= 2 && !strcmp(argv[1], "flood"))
+		return cmd_flood(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "request"))
+		return cmd_request(argc, argv);
+	return usage();
+}
