@@ -9,9 +9,9 @@
 //!   single conflict. Here each message is handled on its own; only broken framing (a length
 //!   that cannot be trusted) ends the walk.
 //! * **At most one reply per kernel request.** The kernel appears never to free completed
-//!   requests (kernel-iwpm §6.5), so a second answer for a seq would touch stale memory. The
-//!   (client, seq) of every REG_PID/ADD/QUERY answered in the last `2 × reply_deadline` is
-//!   remembered and a repeat is dropped.
+//!   requests (`docs/protocol.md` §5.7), so a second answer for a seq would touch stale
+//!   memory. The (client, seq) of every REG_PID/ADD/QUERY answered in the last
+//!   `2 × reply_deadline` is remembered and a repeat is dropped.
 //! * **No late replies.** A reply that could only be produced after `reply_deadline` (the
 //!   kernel waits 10 s) is dropped and counted instead of sent: a reservation answered too
 //!   late, an ACCEPT arriving too late, or a request buffered behind a slow reservation.

@@ -99,7 +99,7 @@ impl Core {
         match msg.msg_type {
             PeerMsgType::Request => self.on_request(now, via, from, &msg),
             PeerMsgType::Accept => self.on_accept(now, via, from, &msg),
-            PeerMsgType::Ack => self.on_ack(from, &msg),
+            PeerMsgType::Ack => self.on_ack(now, from, &msg),
             PeerMsgType::Reject => self.on_reject(now, from, &msg),
         }
     }
@@ -211,8 +211,14 @@ impl Core {
             cp: msg.cp().into(),
         };
         if let Some(xid) = self.exchanges.find(&key) {
-            self.duplicate_request(now, xid);
-            return;
+            if !self.reused_association(now, xid) {
+                self.duplicate_request(now, xid);
+                return;
+            }
+            // The C daemon's handle is a heap address, reused once its record is freed; a
+            // REQUEST this long after our ACK is a new connection from the same endpoint.
+            self.exchanges.remove(xid);
+            self.stats.peer_reused_handles += 1;
         }
         let source = SourceKey::of(from.ip());
         if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
@@ -281,6 +287,7 @@ impl Core {
                 next_resend: now + self.config.retransmit_interval / 2,
                 source,
                 confirmed: false,
+                confirmed_at: None,
                 remote_info,
             })),
         );
@@ -303,6 +310,15 @@ impl Core {
             PeerMsgType::Reject,
             PeerMessage::reject_for(msg).encode(),
         );
+    }
+
+    /// True if the exchange was confirmed at least one retransmission interval ago.
+    fn reused_association(&self, now: Instant, xid: ExchangeId) -> bool {
+        let interval = self.config.retransmit_interval;
+        self.exchanges.get(xid).is_some_and(|ex| match &ex.kind {
+            ExchangeKind::Passive(p) => p.confirmed_at.is_some_and(|t| now >= t + interval),
+            ExchangeKind::Active(_) => false,
+        })
     }
 
     /// A retransmitted REQUEST: our ACCEPT (or its ACK) was lost. Answer again while the
@@ -484,7 +500,7 @@ impl Core {
 
     /// The ACK confirms the peer is real (it received our ACCEPT at its source address):
     /// the REMOTE_INFO token comes back, or the waiting REMOTE_INFO goes out now.
-    fn on_ack(&mut self, from: SocketAddr, msg: &PeerMessage) {
+    fn on_ack(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage) {
         let key = ExchangeKey::Passive {
             handle: msg.assoc_handle,
             from,
@@ -505,6 +521,7 @@ impl Core {
         let ExchangeKind::Passive(p) = &mut ex.kind else {
             return;
         };
+        p.confirmed_at = Some(now);
         match std::mem::replace(&mut p.remote_info, RemoteInfo::Settled) {
             RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
             RemoteInfo::AwaitingAck { owner, msg } => {

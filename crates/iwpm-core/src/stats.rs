@@ -102,6 +102,9 @@ pub struct Stats {
     pub peer_wrong_source: u64,
     /// REQUESTs dropped because their source had `peer_source_quota` unconfirmed exchanges.
     pub peer_quota_dropped: u64,
+    /// REQUESTs taken as a new association although their key matched a confirmed
+    /// exchange (the peer reused its handle for the same endpoint after our ACK).
+    pub peer_reused_handles: u64,
     /// Passive exchanges evicted to make room (`max_peer_exchanges`).
     pub exchanges_evicted: u64,
     /// REJECTs not sent because of `max_rejects_per_sec`.

@@ -240,15 +240,22 @@ fn passive_request_accept_remote_info_ack() {
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &ack);
     h.no_peer();
     h.no_kernel();
-    h.advance(SEC * 3);
+    h.advance(SEC / 2);
     h.no_peer();
-    // A late duplicate REQUEST within the lifetime: still nothing (no second REMOTE_INFO).
+    // A late duplicate REQUEST soon after the ACK: still nothing (no second REMOTE_INFO).
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     h.no_peer();
     h.no_kernel();
     assert_eq!(h.core.stats().peer_duplicates, 3);
-    // After the lifetime the same handle is a new exchange.
-    h.advance(SEC * 6);
+    // A full retransmission interval after the ACK the same key is a new association (C
+    // reuses its handles as soon as an exchange is done): answered, with its REMOTE_INFO.
+    h.advance(SEC * 3);
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
+    assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Accept);
+    expect_remote_info(&mut h);
+    assert_eq!(h.core.stats().peer_reused_handles, 1);
+    // Unconfirmed, it expires with its lifetime; then the same handle is new again.
+    h.advance(SEC * 11);
     assert_eq!(h.core.stats().exchanges_active, 0);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Accept);

@@ -1,7 +1,7 @@
 //! Protocol constants, named as in the kernel's `rdma_netlink.h` and `iw_portmap.h`.
 //!
-//! Values come from the uapi headers (see `shared/reference/kernel-iwpm.md` §1.1 and
-//! §1.9); they are frozen ABI and must never change.
+//! Values come from the kernel's uapi headers (`docs/protocol.md` §3, §4.1 and Appendix A
+//! list them); they are frozen ABI and must never change.
 
 /// `NETLINK_RDMA` protocol number for `socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA)`.
 pub const NETLINK_RDMA: i32 = 20;

@@ -1,5 +1,6 @@
 //! `rdma_nl_rcv`: splitting a daemon datagram into messages and dispatching each the way
-//! `rdma_nl_rcv_skb` / `rdma_nl_rcv_msg` / the netlink dump machinery do (kernel-iwpm §1.6).
+//! `rdma_nl_rcv_skb` / `rdma_nl_rcv_msg` / the netlink dump machinery do
+//! (`docs/protocol.md` §3.7).
 
 use std::time::Instant;
 

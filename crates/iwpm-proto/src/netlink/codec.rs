@@ -2,12 +2,12 @@
 //!
 //! Two receivers, two rule sets:
 //! * the daemon receiving from the kernel ([`decode_kernel_msg`]) follows rdma-core's
-//!   `iwpmd` on libnl (iwpmd-c-behaviour §2.4/§2.5): every attribute of the op is mandatory,
+//!   `iwpmd` on libnl (`docs/protocol.md` §3.8): every attribute of the op is mandatory,
 //!   FLAGS only when the negotiated ABI is 4 or more (below that FLAGS is outside the set and
 //!   lands in `unknown`, as iwpmd ignores it); strings need a NUL as last byte and at most
 //!   the field size (16 or 32 bytes);
 //! * the kernel receiving from the daemon ([`decode_daemon_msg`], for the emulator)
-//!   follows `iwpm_parse_nlmsg` and the nla policies (kernel-iwpm §1.8/§1.9): every
+//!   follows `iwpm_parse_nlmsg` and the nla policies (`docs/protocol.md` §3.8, §4.1): every
 //!   attribute mandatory; strings are `NLA_NUL_STRING` with at most 31 characters.
 //!
 //! Common to both: u32 >= 4 bytes, u16 >= 2, sockaddr >= 128 (only the first 128 kept);

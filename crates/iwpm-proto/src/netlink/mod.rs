@@ -1,11 +1,11 @@
 //! Netlink framing and the iwpm message codec (`NETLINK_RDMA`, client `RDMA_NL_IWCM`,
 //! ABI 3 and 4).
 //!
-//! Hand-written rather than built on a netlink crate (rust-ecosystem.md §1): the protocol is
-//! tiny and frozen (nine ops, four value types, one 128-byte sockaddr), callers need
-//! matchable errors to choose between `HANDLE_ERR` codes and silent drops (the netlink crates
-//! report `String`s), it has no dependencies to churn, and a zero-dependency codec is cheap
-//! to fuzz and to share with the kernel emulator.
+//! Hand-written rather than built on a netlink crate: the protocol is tiny and frozen (nine
+//! ops, four value types, one 128-byte sockaddr), callers need matchable errors to choose
+//! between `HANDLE_ERR` codes and silent drops (the netlink crates report `String`s), it has
+//! no dependencies to churn, and a zero-dependency codec is cheap to fuzz and to share with
+//! the kernel emulator. `docs/protocol.md` specifies the wire format.
 //!
 //! Layers, bottom up:
 //! * [`attr`]: string payloads ([`NlString`]) and unknown attributes ([`RawAttr`]);
