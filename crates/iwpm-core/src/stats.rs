@@ -324,7 +324,8 @@ const PEER_OUT_NAMES: [&str; NUM_PEER_TYPES] = [
 
 /// Defines [`Counter`] and the accessors from the scalar fields, in field order: those
 /// before `peer_in` and those after `peer_out`. The accessors destructure [`Stats`] without
-/// `..`, so a field added to it and not listed here does not compile.
+/// `..`, so a field added to it and not listed here does not compile (rustc then reports
+/// that the pattern "requires `..`" or "does not mention" the field: list it below).
 macro_rules! counters {
     (
         $($early:ident => $early_field:ident,)*
@@ -461,6 +462,7 @@ counters! {
     PeerForged => peer_forged,
     PeerWrongSource => peer_wrong_source,
     PeerQuotaDropped => peer_quota_dropped,
+    PeerReusedHandles => peer_reused_handles,
     ExchangesEvicted => exchanges_evicted,
     RejectsSuppressed => rejects_suppressed,
     RemoteInfoDeferred => remote_info_deferred,
