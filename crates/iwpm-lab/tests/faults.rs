@@ -153,15 +153,17 @@ fn peer_loss_30_percent_still_completes() {
     assert_eq!(report.mappings.peak_a, 60);
 }
 
-/// Every peer datagram is delivered twice at once and a third time 1.5 s later (after
-/// the exchange completed): the daemons absorb them all, answer the kernel exactly once
-/// per QUERY and send no second REMOTE_INFO.
+/// Every peer datagram is delivered twice at once and a third time 0.6 s later (after
+/// the exchange completed, within one retransmission interval of the ACK): the daemons
+/// absorb them all, answer the kernel exactly once per QUERY and send no second
+/// REMOTE_INFO. (A REQUEST a full interval after the ACK is a new association: see
+/// `late_request_after_the_ack_is_a_new_association`.)
 #[test]
 fn duplicate_and_late_peer_datagrams() {
     let mut lab = lab(LabConfig {
         relay: Some(RelayConfig {
             duplicate: 1.0,
-            replay_after: Some(Duration::from_millis(1500)),
+            replay_after: Some(Duration::from_millis(600)),
             ..RelayConfig::default()
         }),
         ..LabConfig::default()
@@ -179,7 +181,7 @@ fn duplicate_and_late_peer_datagrams() {
         |_| {},
     );
     assert!(records.iter().all(|r| r.established().is_some()));
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(1500));
     let relay_b = lab.b.relay.as_ref().unwrap().stats();
     assert!(
         relay_b.duplicated > 0 && relay_b.replayed > 0,
@@ -215,6 +217,41 @@ fn duplicate_and_late_peer_datagrams() {
         missed,
         "a late REQUEST made a second REMOTE_INFO"
     );
+    assert_eq!(acceptor.accepted().len(), 10);
+    assert_no_violations(&lab);
+}
+
+/// Every peer datagram is delivered again 1.5 s later. B's daemon takes the replayed
+/// REQUEST, a full retransmission interval after its ACK, as a new association from the
+/// same endpoint (the C daemon reuses its handles) and answers it with a second
+/// REMOTE_INFO; B's kernel keeps that one unconsumed.
+#[test]
+fn late_request_after_the_ack_is_a_new_association() {
+    let mut lab = lab(LabConfig {
+        relay: Some(RelayConfig {
+            replay_after: Some(Duration::from_millis(1500)),
+            ..RelayConfig::default()
+        }),
+        ..LabConfig::default()
+    });
+    let addr = lab.b_addr(4020);
+    let (_listener, acceptor) = listen(&lab, addr);
+    let records = connect_all(
+        &lab.a.host,
+        addr,
+        &WorkloadConfig {
+            connections: 10,
+            concurrency: 10,
+            ..WorkloadConfig::default()
+        },
+        |_| {},
+    );
+    assert!(records.iter().all(|r| r.established().is_some()));
+    std::thread::sleep(Duration::from_millis(2500));
+    let dump_b = lab.b.dump().unwrap();
+    assert_eq!(dump_b.core(Counter::PeerReusedHandles), 10, "{dump_b:?}");
+    assert_eq!(lab.a.host.stats().kernel.query_replies, 10);
+    assert_eq!(lab.b.host.stats().kernel.remote_info_received, 20);
     assert_eq!(acceptor.accepted().len(), 10);
     assert_no_violations(&lab);
 }
