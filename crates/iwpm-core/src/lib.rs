@@ -41,5 +41,5 @@ pub use crate::action::{Action, PeerSocket, ReservationId, ReserveError};
 pub use crate::config::CoreConfig;
 pub use crate::core::{Core, InvariantError};
 pub use crate::peer_allow::PeerAllow;
-pub use crate::stats::Stats;
+pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
 pub use crate::table::{MappingId, MappingRole, MappingView};
