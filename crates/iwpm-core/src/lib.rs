@@ -39,5 +39,5 @@ pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, Res
 pub use crate::config::CoreConfig;
 pub use crate::core::{Core, InvariantError};
 pub use crate::peer_allow::PeerAllow;
-pub use crate::stats::Stats;
+pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
 pub use crate::table::{MappingId, MappingRole, MappingView};

@@ -10,6 +10,7 @@
 mod cli;
 mod dump_writer;
 mod instance_lock;
+mod io_counters;
 mod kernel_link;
 mod logging;
 mod peer_sockets;

@@ -4,7 +4,6 @@
 //! port reservations lent for the call (binding is synchronous, as in C).
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -16,7 +15,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
-use crate::dump_writer::{DumpText, DumpWriter};
+use crate::dump_writer::{self, DumpText, DumpWriter};
+use crate::io_counters::IoCounters;
 use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
 use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
@@ -67,39 +67,6 @@ impl Exit {
             Exit::HungUp => 1,
         }
     }
-}
-
-/// IO-level counters (the core counts protocol events itself).
-#[derive(Debug, Default)]
-pub struct IoCounters {
-    /// Datagrams received from the kernel.
-    pub kernel_rx: u64,
-    /// Datagrams sent to the kernel.
-    pub kernel_tx: u64,
-    /// Sends to the kernel that failed.
-    pub kernel_tx_errors: u64,
-    /// Sends that found the kernel link full and were queued until it drained.
-    pub kernel_tx_queued: u64,
-    /// Kernel datagrams longer than the receive buffer.
-    pub kernel_truncated: u64,
-    /// Netlink datagrams from a port other than the kernel's (dropped).
-    pub kernel_foreign: u64,
-    /// Receive-queue overruns reported by the kernel (`ENOBUFS`).
-    pub kernel_overruns: u64,
-    /// Port reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
-    pub reserve_no_fd: u64,
-    /// Port reservations refused because the ephemeral port range is exhausted.
-    pub reserve_no_port: u64,
-    /// SIGUSR1 dumps written (or being written).
-    pub dumps: u64,
-    /// SIGUSR1 signals folded into a dump already pending.
-    pub dumps_coalesced: u64,
-    /// Peer datagrams received.
-    pub peer_rx: u64,
-    /// Peer datagrams sent.
-    pub peer_tx: u64,
-    /// Peer datagrams not sent (socket full, family unavailable, send error).
-    pub peer_tx_dropped: u64,
 }
 
 /// Everything the loop owns.
@@ -283,7 +250,7 @@ impl Shell {
         let text = DumpText {
             table: self.core.dump_lines(),
             io: self.io_counters_line(),
-            core: format!("core counters: {:?}", self.core.stats()),
+            core: dump_writer::pairs_line("core counters", self.core.stats().iter()),
         };
         tracing::debug!(
             lines = text.table.len(),
@@ -294,31 +261,9 @@ impl Shell {
     }
 
     fn io_counters_line(&self) -> String {
-        let c = &self.counters;
-        let mut io_line = String::new();
-        let _ = write!(
-            io_line,
-            "io counters: kernel_rx={} kernel_tx={} kernel_tx_errors={} kernel_tx_queued={} \
-             kernel_truncated={} \
-             kernel_foreign={} kernel_overruns={} peer_rx={} peer_tx={} peer_tx_dropped={} \
-             reserve_no_fd={} reserve_no_port={} dumps={} dumps_coalesced={} ports_held={}",
-            c.kernel_rx,
-            c.kernel_tx,
-            c.kernel_tx_errors,
-            c.kernel_tx_queued,
-            c.kernel_truncated,
-            c.kernel_foreign,
-            c.kernel_overruns,
-            c.peer_rx,
-            c.peer_tx,
-            c.peer_tx_dropped,
-            c.reserve_no_fd,
-            c.reserve_no_port,
-            c.dumps,
-            c.dumps_coalesced,
-            self.reservations.len()
-        );
-        io_line
+        let held = u64::try_from(self.reservations.len()).unwrap_or(u64::MAX);
+        let pairs = self.counters.iter().chain([("ports_held", held)]);
+        dump_writer::pairs_line("io counters", pairs)
     }
 
     fn drain_signals(&mut self) -> Option<Exit> {
