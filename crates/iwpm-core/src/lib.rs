@@ -25,6 +25,8 @@ mod config;
 mod core;
 mod dump;
 mod exchange;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod handshake;
 mod kernel;
 mod peer;
