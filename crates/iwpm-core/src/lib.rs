@@ -26,6 +26,8 @@ mod clients;
 mod config;
 mod core;
 mod exchange;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod handshake;
 mod peer_allow;
 mod ratelimit;
