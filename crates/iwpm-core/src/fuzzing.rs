@@ -272,117 +272,121 @@ pub fn decode(data: &[u8]) -> (Setup, Vec<Op>) {
     };
     let mut ops = Vec::new();
     while !r.done() && ops.len() < MAX_OPS {
-        let op = match r.u8() % NUM_TAGS {
-            0 => Op::RegPid {
-                client: r.u8(),
-                lib: r.u8(),
-                seq: r.u8(),
-            },
-            1 => Op::Add {
-                client: r.u8(),
-                local: r.u8(),
-                flags: r.u8(),
-                seq: r.u8(),
-            },
-            2 => Op::Query {
-                client: r.u8(),
-                local: r.u8(),
-                remote: r.u8(),
-                flags: r.u8(),
-                seq: r.u8(),
-            },
-            3 => Op::Remove {
-                client: r.u8(),
-                local: r.u8(),
-            },
-            4 => {
-                let client = r.u8();
-                let done = r.u8();
-                let n = usize::from(r.u8()) % (MAX_RECORDS + 1);
-                let records = (0..n).map(|_| [r.u8(), r.u8(), r.u8()]).collect();
-                Op::MapInfo {
-                    client,
-                    done,
-                    records,
-                }
-            }
-            5 => Op::MapInfoNum {
-                client: r.u8(),
-                send_num: r.u8(),
-            },
-            6 => Op::Hello { abi: r.u8() },
-            7 => Op::Done {
-                seq: r.u8(),
-                result: r.u8(),
-            },
-            8 => Op::NlError {
-                seq: r.u8(),
-                error: r.u8(),
-                request: r.u8(),
-            },
-            9 => Op::KernelRaw {
-                data: r.bytes(MAX_RAW_KERNEL),
-            },
-            10 => Op::KernelMutate {
-                base: r.u8(),
-                local: r.u8(),
-                at: r.u8(),
-                xor: r.u8(),
-            },
-            11 => Op::Request {
-                ap: r.u8(),
-                src: r.u8(),
-                handle: r.u8(),
-                shape: r.u8(),
-            },
-            12 => Op::Accept {
-                pick: r.u8(),
-                port: r.u8(),
-                from: r.u8(),
-            },
-            13 => Op::Reject {
-                pick: r.u8(),
-                from: r.u8(),
-            },
-            14 => Op::Ack {
-                pick: r.u8(),
-                from: r.u8(),
-            },
-            15 => Op::Echo {
-                pick: r.u8(),
-                at: r.u8(),
-                xor: r.u8(),
-            },
-            16 => Op::PeerRaw {
-                src: r.u8(),
-                data: r.bytes(MAX_RAW_PEER),
-            },
-            17 => Op::PeerForged {
-                ty: r.u8(),
-                ips: r.u8(),
-                handle: r.u64(),
-                ap_port: r.u16(),
-                cp_port: r.u16(),
-                extra: r.u8(),
-            },
-            18 => Op::Advance { ms: r.u16() },
-            19 => Op::AdvanceLong { secs: r.u16() },
-            20 => Op::Jump { ms: r.u16() },
-            21 => Op::Tick,
-            22 => Op::Answer {
-                kind: r.u8(),
-                port: r.u16(),
-            },
-            23 => Op::AnswerUnknown {
-                pick: r.u8(),
-                ok: r.u8(),
-                port: r.u16(),
-            },
-            _ => Op::Overrun,
-        };
-        ops.push(op);
+        ops.push(decode_op(&mut r));
     }
     (setup, ops)
+}
+
+/// Decodes one op: a tag byte, then its fields.
+fn decode_op(r: &mut Reader<'_>) -> Op {
+    match r.u8() % NUM_TAGS {
+        0 => Op::RegPid {
+            client: r.u8(),
+            lib: r.u8(),
+            seq: r.u8(),
+        },
+        1 => Op::Add {
+            client: r.u8(),
+            local: r.u8(),
+            flags: r.u8(),
+            seq: r.u8(),
+        },
+        2 => Op::Query {
+            client: r.u8(),
+            local: r.u8(),
+            remote: r.u8(),
+            flags: r.u8(),
+            seq: r.u8(),
+        },
+        3 => Op::Remove {
+            client: r.u8(),
+            local: r.u8(),
+        },
+        4 => {
+            let client = r.u8();
+            let done = r.u8();
+            let n = usize::from(r.u8()) % (MAX_RECORDS + 1);
+            let records = (0..n).map(|_| [r.u8(), r.u8(), r.u8()]).collect();
+            Op::MapInfo {
+                client,
+                done,
+                records,
+            }
+        }
+        5 => Op::MapInfoNum {
+            client: r.u8(),
+            send_num: r.u8(),
+        },
+        6 => Op::Hello { abi: r.u8() },
+        7 => Op::Done {
+            seq: r.u8(),
+            result: r.u8(),
+        },
+        8 => Op::NlError {
+            seq: r.u8(),
+            error: r.u8(),
+            request: r.u8(),
+        },
+        9 => Op::KernelRaw {
+            data: r.bytes(MAX_RAW_KERNEL),
+        },
+        10 => Op::KernelMutate {
+            base: r.u8(),
+            local: r.u8(),
+            at: r.u8(),
+            xor: r.u8(),
+        },
+        11 => Op::Request {
+            ap: r.u8(),
+            src: r.u8(),
+            handle: r.u8(),
+            shape: r.u8(),
+        },
+        12 => Op::Accept {
+            pick: r.u8(),
+            port: r.u8(),
+            from: r.u8(),
+        },
+        13 => Op::Reject {
+            pick: r.u8(),
+            from: r.u8(),
+        },
+        14 => Op::Ack {
+            pick: r.u8(),
+            from: r.u8(),
+        },
+        15 => Op::Echo {
+            pick: r.u8(),
+            at: r.u8(),
+            xor: r.u8(),
+        },
+        16 => Op::PeerRaw {
+            src: r.u8(),
+            data: r.bytes(MAX_RAW_PEER),
+        },
+        17 => Op::PeerForged {
+            ty: r.u8(),
+            ips: r.u8(),
+            handle: r.u64(),
+            ap_port: r.u16(),
+            cp_port: r.u16(),
+            extra: r.u8(),
+        },
+        18 => Op::Advance { ms: r.u16() },
+        19 => Op::AdvanceLong { secs: r.u16() },
+        20 => Op::Jump { ms: r.u16() },
+        21 => Op::Tick,
+        22 => Op::Answer {
+            kind: r.u8(),
+            port: r.u16(),
+        },
+        23 => Op::AnswerUnknown {
+            pick: r.u8(),
+            ok: r.u8(),
+            port: r.u16(),
+        },
+        _ => Op::Overrun,
+    }
 }
 
 /// The bytes [`decode`] turns into `setup` and `ops` (raw lists longer than the format
@@ -733,6 +737,44 @@ impl Driver {
     pub fn step(&mut self, op: &Op) {
         self.steps += 1;
         match op {
+            Op::RegPid { .. }
+            | Op::Add { .. }
+            | Op::Query { .. }
+            | Op::Remove { .. }
+            | Op::MapInfo { .. }
+            | Op::MapInfoNum { .. } => self.kernel_request(op),
+            Op::Hello { .. }
+            | Op::Done { .. }
+            | Op::NlError { .. }
+            | Op::KernelRaw { .. }
+            | Op::KernelMutate { .. } => self.kernel_other(op),
+            Op::Request { .. }
+            | Op::Accept { .. }
+            | Op::Reject { .. }
+            | Op::Ack { .. }
+            | Op::Echo { .. }
+            | Op::PeerRaw { .. }
+            | Op::PeerForged { .. } => self.peer_op(op),
+            Op::Advance { ms } => self.advance(Duration::from_millis(u64::from(*ms))),
+            Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(*secs))),
+            Op::Jump { ms } => {
+                self.now += Duration::from_millis(u64::from(*ms) * 16);
+                self.timeout();
+            }
+            Op::Tick => self.timeout(),
+            Op::Overrun => {
+                self.core.handle_kernel_overrun(self.now);
+                self.pump(Ctx::Input);
+            }
+            Op::Answer { kind, port } => self.shell.next_answer = Some((*kind, *port)),
+            Op::AnswerUnknown { .. } => {}
+        }
+        self.after_step();
+    }
+
+    /// Plays a kernel request (REG_PID, ADD, QUERY, REMOVE, MAPINFO records and count).
+    fn kernel_request(&mut self, op: &Op) {
+        match op {
             Op::RegPid { client, lib, seq } => {
                 let ulib = if lib % 4 == 3 {
                     "otherPortMapper"
@@ -828,6 +870,14 @@ impl Driver {
                 });
                 self.kernel_msg(client_of(*client), 0, &msg, None);
             }
+            // Other ops: `step` plays them elsewhere.
+            _ => {}
+        }
+    }
+
+    /// Plays the other kernel input: HELLO, control messages, raw and mutated datagrams.
+    fn kernel_other(&mut self, op: &Op) {
+        match op {
             Op::Hello { abi } => {
                 let msg = KernelMsg::Hello(Hello {
                     abi_version: u16::from(abi % 7),
@@ -924,6 +974,14 @@ impl Driver {
                 }
                 self.kernel_datagram(&b, true);
             }
+            // Other ops: `step` plays them elsewhere.
+            _ => {}
+        }
+    }
+
+    /// Plays a peer datagram: well-formed answers to what the core sent, echoes, garbage.
+    fn peer_op(&mut self, op: &Op) {
+        match op {
             Op::Request {
                 ap,
                 src,
@@ -1026,21 +1084,9 @@ impl Driver {
                 };
                 self.peer(via, from, &msg.encode());
             }
-            Op::Advance { ms } => self.advance(Duration::from_millis(u64::from(*ms))),
-            Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(*secs))),
-            Op::Jump { ms } => {
-                self.now += Duration::from_millis(u64::from(*ms) * 16);
-                self.timeout();
-            }
-            Op::Tick => self.timeout(),
-            Op::Overrun => {
-                self.core.handle_kernel_overrun(self.now);
-                self.pump(Ctx::Input);
-            }
-            Op::Answer { kind, port } => self.shell.next_answer = Some((*kind, *port)),
-            Op::AnswerUnknown { .. } => {}
+            // Other ops: `step` plays them elsewhere.
+            _ => {}
         }
-        self.after_step();
     }
 
     fn flags(&self, f: u8) -> Option<u32> {
