@@ -6,8 +6,10 @@
 #                  target/release/iwpmd)
 #   --no-c         skip the C reference runs that are not comparisons (restart, negative,
 #                  abi, noipv6, twovm C<->C); single (cmtime), the mixed twovm pairs, perf,
-#                  flood and forge (C and ours side by side in one boot) always run
-#   --only LIST    only these suites: single,restart,negative,abi,noipv6,twovm,perf,flood,forge
+#                  flood and forge (C and ours side by side in one boot) and restart-load
+#                  (ours, then C, compared in one table) always run
+#   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,twovm,
+#                  perf,flood,forge
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -16,18 +18,18 @@
 #                  below must FAIL there, and each such failure counts as a PASS
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
-# Results: target/rig/ (summary.txt, cmtime.txt, flood.txt, forge.txt, share/out/<run>/
+# Results: target/rig/ (summary.txt, cmtime.txt, flood.txt, forge.txt, restart-load.txt, share/out/<run>/
 # with every trace); exit status 0 only if every check of every run passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; WITH_C=1; ONLY="single,restart,negative,abi,noipv6,twovm,perf,flood,forge"; SELFTEST=0
+OURS=""; WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,twovm,perf,flood,forge"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
     --no-c) WITH_C=0; shift ;;
     --only) ONLY="$2"; shift 2 ;;
     --selftest) SELFTEST=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -87,7 +89,7 @@ collect() {  # collect NAME RC SECONDS: fold the run's checks into the summary
   esac
   [ -s "$f" ] || { echo "FAIL vm: no checks reported (rc $rc)" > "$f"; nf=1; }
   say ""; say "== $name: ${np:-0} passed, ${nf:-0} failed (${secs}s, at $(stamp))"
-  grep -E '^(PASS|FAIL)' "$f" | sed 's/^/   /' | tee -a "$SUMMARY" >/dev/null
+  grep -E '^(PASS|FAIL|INFO)' "$f" | sed 's/^/   /' | tee -a "$SUMMARY" >/dev/null
   grep -E '^FAIL' "$f" | sed 's/^/   /' >&2
 }
 
@@ -98,6 +100,11 @@ fi
 if want restart; then
   run1 restart-ours 180 restart -e iwpmd=$RS
   [ $WITH_C = 1 ] && run1 restart-c 180 restart -e iwpmd=$C
+fi
+if want restart-load; then  # kill -9 under load (100 listeners, live rping, connects in flight):
+  # ours checked, then C reported (INFO lines), one table (restart-load.txt)
+  run1 restart-load-ours 180 restart-load -m 2048 -e iwpmd=$RS
+  run1 restart-load-c 180 restart-load -m 2048 -e iwpmd=$C -e reference=1
 fi
 if want negative; then
   run1 negative-ours 180 negative -e iwpmd=$RS -e forged=ignored
@@ -192,6 +199,49 @@ for t in flood:flood/flood-table.txt forge:forge-A/forge-table.txt; do
   { echo; echo "== ${t%%:*} (target/rig/${t%%:*}.txt)"; sed 's/^/  /' "$f"; } | tee -a "$SUMMARY"
 done
 
+# ---- restart-load table: ours vs C -------------------------------------------------------
+RL="$RES/restart-load.txt"; rm -f "$RL"
+rl_rows() {  # label|key, one per line
+  cat <<'ROWS'
+mappings in the SIGUSR1 dump before the kill|mappings_before
+mappings in the SIGUSR1 dump after the restart|mappings_after
+mappings lost (before, not after, same mapped port)|mappings_lost
+mappings after that were not there before|mappings_extra
+MAPINFO records replayed by the kernel|mapinfo_records
+MAPINFO_NUM SEND_NUM/ACK_NUM|mapinfo_num
+replay: HELLO sent -> MAPINFO_NUM answered, ms|replay_ms
+kill -> restarted daemon up, s|kill_to_up_s
+loop connects ok/total (kill window)|loop_connects
+rigcm connects running at the kill (in flight)|inflight_at_kill
+  their connect times, s|inflight_times_s
+connects started while no daemon ran|down_connects
+loop connects >= stall limit (5 s)|loop_stalls
+slowest loop connect, s|loop_max_s
+new connects to old listeners ok/total|new_connects
+  their times (process start to exit), s|new_times_s
+  slowest, s|new_max_s
+  rdma_connect -> ESTABLISHED, ms|new_connect_ms
+rping -C 3 to an old rping server, s|rping_old_s
+REJECTs in the restarted daemon's trace|rejects
+mappings left once everything is closed|mappings_end
+iwpm kernel lines: kill window / after|dmesg
+suite time (guest uptime at the end), s|suite_s
+ROWS
+}
+rl_val() { awk -v k="$2" '$1==k {sub(/^[^ ]* /, ""); print; exit}' "$SHARE/out/$1/restart-load-results.txt" 2>/dev/null; }
+if [ -s "$SHARE/out/restart-load-ours/restart-load-results.txt" ] || [ -s "$SHARE/out/restart-load-c/restart-load-results.txt" ]; then
+  { echo "kill -9 under load, then restart (suite restart-load): $(rl_val restart-load-ours listener_count) listeners + live rping pairs + connect loops"
+    printf '%-52s %-28s %s\n' "" ours C
+    rl_rows | while IFS='|' read -r l k; do
+      if [ "$k" = dmesg ]; then
+        a="$(rl_val restart-load-ours dmesg_kill_window) / $(rl_val restart-load-ours dmesg_after)"
+        b="$(rl_val restart-load-c dmesg_kill_window) / $(rl_val restart-load-c dmesg_after)"
+      else a=$(rl_val restart-load-ours "$k"); b=$(rl_val restart-load-c "$k"); fi
+      printf '%-52s %-28s %s\n' "$l" "${a:--}" "${b:--}"
+    done; } > "$RL"
+  { echo; echo "== restart-load (target/rig/restart-load.txt)"; sed 's/^/  /' "$RL"; } | tee -a "$SUMMARY"
+fi
+
 # ---- verdict ---------------------------------------------------------------------------
 NF=0; NP=0; BAD=()
 for r in "${RUNS[@]}"; do
@@ -202,6 +252,6 @@ done
 say ""
 say "== rig total: $NP passed, $NF failed in ${#RUNS[@]} runs; wall $(stamp)"
 [ $NF -gt 0 ] && say "== runs with failures: ${BAD[*]}"
-say "== results: $RES (summary.txt, cmtime.txt, flood.txt, forge.txt, share/out/<run>/)"
+say "== results: $RES (summary.txt, cmtime.txt, flood.txt, forge.txt, restart-load.txt, share/out/<run>/)"
 echo "$NP passed, $NF failed"
 [ $NF = 0 ]

@@ -1,4 +1,5 @@
-//! What the core asks its IO shell to do, and the shell's answers.
+//! What the core asks its IO shell to do: output actions, and the port reservations it
+//! makes through [`PortReservations`] while handling kernel input.
 
 use std::net::SocketAddr;
 
@@ -30,6 +31,21 @@ impl PeerSocket {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReservationId(pub u64);
 
+/// The shell's TCP port reservations, lent to the core for one kernel datagram.
+///
+/// Binding is synchronous (as in the C daemon), so a mapping is made in one step and input
+/// never waits behind a reservation.
+pub trait PortReservations {
+    /// Binds a TCP socket (no listen) to `bind` and holds it until [`Self::release`].
+    ///
+    /// `bind` is the wildcard IP of the local family with port 0 (any), or the recorded
+    /// port on restart recovery. Returns the new reservation's id and the bound port.
+    fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError>;
+
+    /// Closes the socket of a reservation this shell granted; called exactly once for each.
+    fn release(&mut self, id: ReservationId);
+}
+
 /// Why the shell could not reserve a port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReserveError {
@@ -57,19 +73,6 @@ pub enum Action {
         to: SocketAddr,
         /// Encoded peer message.
         datagram: Vec<u8>,
-    },
-    /// Bind a TCP socket (no listen) to `bind` and keep it until [`Action::Release`];
-    /// answer with [`crate::Core::handle_reserved`] before feeding any other input.
-    Reserve {
-        /// Name of the reservation.
-        id: ReservationId,
-        /// Wildcard IP of the local family; port 0 (any) or the recorded port on recovery.
-        bind: SocketAddr,
-    },
-    /// Close the socket of a reservation.
-    Release {
-        /// The reservation to drop.
-        id: ReservationId,
     },
     /// Start-up handshake done (sd_notify `READY=1`).
     Ready,

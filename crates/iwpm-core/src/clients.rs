@@ -4,7 +4,7 @@
 //! Only the library name is compared on re-registration (HANDLE_ERR 15 on a mismatch, as
 //! C); the interface and device names are kept for the dump.
 
-use iwpm_proto::netlink::attr::NlString;
+use iwpm_proto::netlink::NlString;
 
 /// Number of client indices (6-bit field of `nlmsg_type`).
 pub(crate) const MAX_CLIENTS: usize = 64;

@@ -1,6 +1,6 @@
 //! Tunables of the core. Defaults follow the C daemon's timing (1 s × 9 retransmissions,
 //! 10 s lifetime) and the kernel's 10 s request timeout; the limits are sized so that a
-//! remote flood costs bounded memory here and in the kernel (see `admission.rs`).
+//! remote flood costs bounded memory here and in the kernel (see `docs/HARDENING.md`).
 
 use std::time::Duration;
 

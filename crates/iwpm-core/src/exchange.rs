@@ -122,6 +122,9 @@ pub(crate) struct PassiveAnswer {
     pub next_resend: Instant,
     pub source: SourceKey,
     pub confirmed: bool,
+    /// When the ACK came; a REQUEST with the same key a full retransmission interval later
+    /// is a new association (C reuses its handles), not a late duplicate.
+    pub confirmed_at: Option<Instant>,
     pub remote_info: RemoteInfo,
 }
 
@@ -481,6 +484,7 @@ mod tests {
             next_resend: Instant::now(),
             source: SourceKey::of(source.parse().unwrap()),
             confirmed,
+            confirmed_at: None,
             remote_info: RemoteInfo::Settled,
         }))
     }

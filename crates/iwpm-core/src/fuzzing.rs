@@ -11,10 +11,11 @@
 //! * [`Core::check_invariants`]; the gauges (`mappings` ≤ `max_mappings`, `exchanges_active`
 //!   ≤ `max_exchanges`, `mappings` = the number of listed mappings); at most one mapping per
 //!   exact local endpoint;
-//! * reservations: ids never reused, binds on the wildcard address, every `Release` names a
-//!   reservation the shell granted and still holds, and the reservations the shell holds
-//!   are exactly those of the live mappings (a grant that makes no mapping is released
-//!   within the same call);
+//! * reservations (made through the model shell's [`PortReservations`], within the kernel
+//!   datagram's call): binds on the wildcard address, every release names a reservation
+//!   the shell granted and still holds, and the reservations the shell holds are exactly
+//!   those of the live mappings (a grant that makes no mapping is released within the same
+//!   call); refusals, port 0 and unasked ports are injected ([`Op::Answer`]);
 //! * the kernel's view: everything sent to the kernel decodes (by the kernel's rules), no
 //!   `HANDLE_ERR` code 0, every `nlmsg_pid` is ours; each REG_PID/ADD/QUERY the kernel sent
 //!   once is answered at most once, with the matching reply type, before `reply_deadline`;
@@ -27,8 +28,7 @@
 //!   `exchange_lifetime` ago, at most `max_retransmits` times, and no REQUEST is resent
 //!   after its ACCEPT was acknowledged; after `handle_timeout(t)`, no timer is due at `t`;
 //! * `Ready` at most once;
-//! * at the end ([`Driver::finish`]): every reservation answered, time run forward, every
-//!   mapping REMOVEd by its owner: the table is empty, no exchange is left, every granted
+//! * at the end ([`Driver::finish`]): time run forward, every mapping REMOVEd by its owner: the table is empty, no exchange is left, every granted
 //!   port was released exactly once and the counters agree.
 //!
 //! Memory stays bounded by the checked gauges and by the driver's own bounded lists; the
@@ -52,7 +52,9 @@ use iwpm_proto::netlink::{
 use iwpm_proto::peer::{IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
-use crate::{Action, Core, CoreConfig, PeerAllow, PeerSocket, ReservationId, ReserveError};
+use crate::{
+    Action, Core, CoreConfig, PeerAllow, PeerSocket, PortReservations, ReservationId, ReserveError,
+};
 
 /// Our netlink port id in the driven core.
 pub const PID: u32 = 0x4657;
@@ -76,7 +78,8 @@ pub struct Setup {
     /// Bits 0-2: `max_mappings - 1`; bits 3-5: `max_exchanges - 1`; bits 6-7: retransmit
     /// count (0, 1, 3, 9).
     pub caps: u8,
-    /// Bit 0: answer reservations at once (else only `Op::Answer` does); bit 1: skip the
+    /// Bit 0: unused (reservations are answered within the call; recorded inputs set it to
+    /// delay them); bit 1: skip the
     /// boot (HELLO 4 + REG_PID client 2); bit 2: 3 s exchange lifetime (shorter than the
     /// reply deadline) instead of 10 s; bit 3: `peer_allow` only `10.0.0.9/32` and
     /// `2001:db8::9/128` (one peer of each family; the other sources are dropped).
@@ -118,10 +121,6 @@ impl Setup {
         }
     }
 
-    fn auto_reserve(&self) -> bool {
-        self.mode & 1 != 0
-    }
-
     fn boot(&self) -> bool {
         self.mode & 2 == 0
     }
@@ -129,6 +128,9 @@ impl Setup {
 
 /// One step. Fields are raw fuzz bytes, interpreted when played (indices are taken modulo
 /// the size of small address pools so that operations collide often).
+// Each field is a raw fuzz byte that its variant's doc describes; one doc line per byte
+// would only repeat the name.
+#[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// REG_PID; `lib % 4 == 3` sends another library name.
@@ -207,10 +209,11 @@ pub enum Op {
     Jump { ms: u16 },
     /// `handle_timeout(now)`.
     Tick,
-    /// Answers the oldest unanswered reservation: `kind % 6` 0-2 grant (the asked port, or
-    /// a free one for port 0), 3 fail, 4 `Ok(0)`, 5 `Ok(port)`.
+    /// How the shell answers the next reservation: `kind % 6` 0-2 grant (the asked port,
+    /// or a free one for port 0), 3 fail, 4 `Ok(0)`, 5 `Ok(port)`.
     Answer { kind: u8, port: u16 },
-    /// Answers a reservation id that is not pending (future or finished).
+    /// Does nothing: it answered a reservation that was not pending, which the synchronous
+    /// reservation API cannot express (kept so recorded inputs decode the same).
     AnswerUnknown { pick: u8, ok: u8, port: u16 },
     /// The kernel link lost input (`handle_kernel_overrun`).
     Overrun,
@@ -269,117 +272,121 @@ pub fn decode(data: &[u8]) -> (Setup, Vec<Op>) {
     };
     let mut ops = Vec::new();
     while !r.done() && ops.len() < MAX_OPS {
-        let op = match r.u8() % NUM_TAGS {
-            0 => Op::RegPid {
-                client: r.u8(),
-                lib: r.u8(),
-                seq: r.u8(),
-            },
-            1 => Op::Add {
-                client: r.u8(),
-                local: r.u8(),
-                flags: r.u8(),
-                seq: r.u8(),
-            },
-            2 => Op::Query {
-                client: r.u8(),
-                local: r.u8(),
-                remote: r.u8(),
-                flags: r.u8(),
-                seq: r.u8(),
-            },
-            3 => Op::Remove {
-                client: r.u8(),
-                local: r.u8(),
-            },
-            4 => {
-                let client = r.u8();
-                let done = r.u8();
-                let n = usize::from(r.u8()) % (MAX_RECORDS + 1);
-                let records = (0..n).map(|_| [r.u8(), r.u8(), r.u8()]).collect();
-                Op::MapInfo {
-                    client,
-                    done,
-                    records,
-                }
-            }
-            5 => Op::MapInfoNum {
-                client: r.u8(),
-                send_num: r.u8(),
-            },
-            6 => Op::Hello { abi: r.u8() },
-            7 => Op::Done {
-                seq: r.u8(),
-                result: r.u8(),
-            },
-            8 => Op::NlError {
-                seq: r.u8(),
-                error: r.u8(),
-                request: r.u8(),
-            },
-            9 => Op::KernelRaw {
-                data: r.bytes(MAX_RAW_KERNEL),
-            },
-            10 => Op::KernelMutate {
-                base: r.u8(),
-                local: r.u8(),
-                at: r.u8(),
-                xor: r.u8(),
-            },
-            11 => Op::Request {
-                ap: r.u8(),
-                src: r.u8(),
-                handle: r.u8(),
-                shape: r.u8(),
-            },
-            12 => Op::Accept {
-                pick: r.u8(),
-                port: r.u8(),
-                from: r.u8(),
-            },
-            13 => Op::Reject {
-                pick: r.u8(),
-                from: r.u8(),
-            },
-            14 => Op::Ack {
-                pick: r.u8(),
-                from: r.u8(),
-            },
-            15 => Op::Echo {
-                pick: r.u8(),
-                at: r.u8(),
-                xor: r.u8(),
-            },
-            16 => Op::PeerRaw {
-                src: r.u8(),
-                data: r.bytes(MAX_RAW_PEER),
-            },
-            17 => Op::PeerForged {
-                ty: r.u8(),
-                ips: r.u8(),
-                handle: r.u64(),
-                ap_port: r.u16(),
-                cp_port: r.u16(),
-                extra: r.u8(),
-            },
-            18 => Op::Advance { ms: r.u16() },
-            19 => Op::AdvanceLong { secs: r.u16() },
-            20 => Op::Jump { ms: r.u16() },
-            21 => Op::Tick,
-            22 => Op::Answer {
-                kind: r.u8(),
-                port: r.u16(),
-            },
-            23 => Op::AnswerUnknown {
-                pick: r.u8(),
-                ok: r.u8(),
-                port: r.u16(),
-            },
-            _ => Op::Overrun,
-        };
-        ops.push(op);
+        ops.push(decode_op(&mut r));
     }
     (setup, ops)
+}
+
+/// Decodes one op: a tag byte, then its fields.
+fn decode_op(r: &mut Reader<'_>) -> Op {
+    match r.u8() % NUM_TAGS {
+        0 => Op::RegPid {
+            client: r.u8(),
+            lib: r.u8(),
+            seq: r.u8(),
+        },
+        1 => Op::Add {
+            client: r.u8(),
+            local: r.u8(),
+            flags: r.u8(),
+            seq: r.u8(),
+        },
+        2 => Op::Query {
+            client: r.u8(),
+            local: r.u8(),
+            remote: r.u8(),
+            flags: r.u8(),
+            seq: r.u8(),
+        },
+        3 => Op::Remove {
+            client: r.u8(),
+            local: r.u8(),
+        },
+        4 => {
+            let client = r.u8();
+            let done = r.u8();
+            let n = usize::from(r.u8()) % (MAX_RECORDS + 1);
+            let records = (0..n).map(|_| [r.u8(), r.u8(), r.u8()]).collect();
+            Op::MapInfo {
+                client,
+                done,
+                records,
+            }
+        }
+        5 => Op::MapInfoNum {
+            client: r.u8(),
+            send_num: r.u8(),
+        },
+        6 => Op::Hello { abi: r.u8() },
+        7 => Op::Done {
+            seq: r.u8(),
+            result: r.u8(),
+        },
+        8 => Op::NlError {
+            seq: r.u8(),
+            error: r.u8(),
+            request: r.u8(),
+        },
+        9 => Op::KernelRaw {
+            data: r.bytes(MAX_RAW_KERNEL),
+        },
+        10 => Op::KernelMutate {
+            base: r.u8(),
+            local: r.u8(),
+            at: r.u8(),
+            xor: r.u8(),
+        },
+        11 => Op::Request {
+            ap: r.u8(),
+            src: r.u8(),
+            handle: r.u8(),
+            shape: r.u8(),
+        },
+        12 => Op::Accept {
+            pick: r.u8(),
+            port: r.u8(),
+            from: r.u8(),
+        },
+        13 => Op::Reject {
+            pick: r.u8(),
+            from: r.u8(),
+        },
+        14 => Op::Ack {
+            pick: r.u8(),
+            from: r.u8(),
+        },
+        15 => Op::Echo {
+            pick: r.u8(),
+            at: r.u8(),
+            xor: r.u8(),
+        },
+        16 => Op::PeerRaw {
+            src: r.u8(),
+            data: r.bytes(MAX_RAW_PEER),
+        },
+        17 => Op::PeerForged {
+            ty: r.u8(),
+            ips: r.u8(),
+            handle: r.u64(),
+            ap_port: r.u16(),
+            cp_port: r.u16(),
+            extra: r.u8(),
+        },
+        18 => Op::Advance { ms: r.u16() },
+        19 => Op::AdvanceLong { secs: r.u16() },
+        20 => Op::Jump { ms: r.u16() },
+        21 => Op::Tick,
+        22 => Op::Answer {
+            kind: r.u8(),
+            port: r.u16(),
+        },
+        23 => Op::AnswerUnknown {
+            pick: r.u8(),
+            ok: r.u8(),
+            port: r.u16(),
+        },
+        _ => Op::Overrun,
+    }
 }
 
 /// The bytes [`decode`] turns into `setup` and `ops` (raw lists longer than the format
@@ -648,7 +655,7 @@ enum Ctx {
 pub struct Driver {
     core: Core,
     config: CoreConfig,
-    auto_reserve: bool,
+    shell: ModelShell,
     now: Instant,
     /// Next fresh kernel header seq, and the last one used.
     next_seq: u32,
@@ -657,29 +664,15 @@ pub struct Driver {
     /// The kernel's view of references, per local endpoint: `kref - debt` = success answers
     /// (each confirms one distinct reference the core took) minus REMOVE messages sent (an
     /// upper bound of the REMOVEs that took a reference, counted when sent, whether they are
-    /// processed at once, later behind a reservation, or not at all); one of the two is 0.
+    /// processed at once, later in the same opaque datagram, or not at all); one of the two
+    /// is 0.
     /// The core's count is never below `kref`.
     kref: HashMap<Endpoint, u32>,
     debt: HashMap<Endpoint, u32>,
-    /// A REMOVE may be processed later within the call being drained (buffered behind a
-    /// reservation, or after an answer in the same opaque datagram): the core's state after
-    /// the call no longer tells what it was when an answer was produced.
+    /// A REMOVE may be processed later within the call being drained (after an answer in
+    /// the same opaque datagram): the core's state after the call no longer tells what it
+    /// was when an answer was produced.
     removes_in_call: bool,
-    /// Reserve actions not answered yet (oldest first) and every id ever issued.
-    outstanding: VecDeque<(ReservationId, SocketAddr)>,
-    issued: BTreeSet<ReservationId>,
-    /// Reservations granted and not released, with the port held.
-    held: BTreeMap<ReservationId, SocketAddr>,
-    /// Ids answered with a failure or released (candidates for stray answers).
-    finished: Recent<ReservationId>,
-    granted: u64,
-    refused: u64,
-    /// Answers to ids the core did not have pending.
-    stray: u64,
-    releases: u64,
-    reserves: u64,
-    /// One-shot answer for the next automatic reservation (auto mode).
-    next_answer: Option<(u8, u16)>,
     ready: u32,
     /// Peer datagrams seen, for answers and echoes.
     sent_requests: Recent<(PeerMessage, SocketAddr)>,
@@ -701,7 +694,7 @@ impl Driver {
         let mut d = Driver {
             core: Core::new(config.clone(), now),
             config,
-            auto_reserve: setup.auto_reserve(),
+            shell: ModelShell::default(),
             now,
             next_seq: 1,
             last_seq: 0,
@@ -709,16 +702,6 @@ impl Driver {
             kref: HashMap::new(),
             debt: HashMap::new(),
             removes_in_call: false,
-            outstanding: VecDeque::new(),
-            issued: BTreeSet::new(),
-            held: BTreeMap::new(),
-            finished: Recent::new(),
-            granted: 0,
-            refused: 0,
-            stray: 0,
-            releases: 0,
-            reserves: 0,
-            next_answer: None,
             ready: 0,
             sent_requests: Recent::new(),
             sent_accepts: Recent::new(),
@@ -753,6 +736,44 @@ impl Driver {
     /// Plays one op and checks everything.
     pub fn step(&mut self, op: &Op) {
         self.steps += 1;
+        match op {
+            Op::RegPid { .. }
+            | Op::Add { .. }
+            | Op::Query { .. }
+            | Op::Remove { .. }
+            | Op::MapInfo { .. }
+            | Op::MapInfoNum { .. } => self.kernel_request(op),
+            Op::Hello { .. }
+            | Op::Done { .. }
+            | Op::NlError { .. }
+            | Op::KernelRaw { .. }
+            | Op::KernelMutate { .. } => self.kernel_other(op),
+            Op::Request { .. }
+            | Op::Accept { .. }
+            | Op::Reject { .. }
+            | Op::Ack { .. }
+            | Op::Echo { .. }
+            | Op::PeerRaw { .. }
+            | Op::PeerForged { .. } => self.peer_op(op),
+            Op::Advance { ms } => self.advance(Duration::from_millis(u64::from(*ms))),
+            Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(*secs))),
+            Op::Jump { ms } => {
+                self.now += Duration::from_millis(u64::from(*ms) * 16);
+                self.timeout();
+            }
+            Op::Tick => self.timeout(),
+            Op::Overrun => {
+                self.core.handle_kernel_overrun(self.now);
+                self.pump(Ctx::Input);
+            }
+            Op::Answer { kind, port } => self.shell.next_answer = Some((*kind, *port)),
+            Op::AnswerUnknown { .. } => {}
+        }
+        self.after_step();
+    }
+
+    /// Plays a kernel request (REG_PID, ADD, QUERY, REMOVE, MAPINFO records and count).
+    fn kernel_request(&mut self, op: &Op) {
         match op {
             Op::RegPid { client, lib, seq } => {
                 let ulib = if lib % 4 == 3 {
@@ -849,6 +870,14 @@ impl Driver {
                 });
                 self.kernel_msg(client_of(*client), 0, &msg, None);
             }
+            // Other ops: `step` plays them elsewhere.
+            _ => {}
+        }
+    }
+
+    /// Plays the other kernel input: HELLO, control messages, raw and mutated datagrams.
+    fn kernel_other(&mut self, op: &Op) {
+        match op {
             Op::Hello { abi } => {
                 let msg = KernelMsg::Hello(Hello {
                     abi_version: u16::from(abi % 7),
@@ -945,6 +974,14 @@ impl Driver {
                 }
                 self.kernel_datagram(&b, true);
             }
+            // Other ops: `step` plays them elsewhere.
+            _ => {}
+        }
+    }
+
+    /// Plays a peer datagram: well-formed answers to what the core sent, echoes, garbage.
+    fn peer_op(&mut self, op: &Op) {
+        match op {
             Op::Request {
                 ap,
                 src,
@@ -1047,53 +1084,9 @@ impl Driver {
                 };
                 self.peer(via, from, &msg.encode());
             }
-            Op::Advance { ms } => self.advance(Duration::from_millis(u64::from(*ms))),
-            Op::AdvanceLong { secs } => self.advance(Duration::from_secs(u64::from(*secs))),
-            Op::Jump { ms } => {
-                self.now += Duration::from_millis(u64::from(*ms) * 16);
-                self.timeout();
-            }
-            Op::Tick => self.timeout(),
-            Op::Overrun => {
-                self.core.handle_kernel_overrun(self.now);
-                self.pump(Ctx::Input);
-            }
-            Op::Answer { kind, port } => {
-                if self.auto_reserve {
-                    self.next_answer = Some((*kind, *port));
-                } else if let Some((id, bind)) = self.outstanding.front().copied() {
-                    let r = self.answer_for(id, bind, *kind, *port);
-                    self.core.handle_reserved(self.now, id, r);
-                    self.pump(Ctx::Input);
-                }
-            }
-            Op::AnswerUnknown { pick, ok, port } => {
-                let id = if pick & 1 == 0 {
-                    let last = self.issued.last().map_or(0, |r| r.0);
-                    Some(ReservationId(last + 1 + u64::from(pick >> 1)))
-                } else {
-                    self.finished.pick(pick >> 1)
-                };
-                let stray = id.filter(|id| {
-                    !self.held.contains_key(id) && !self.outstanding.iter().any(|(o, _)| o == id)
-                });
-                if let Some(id) = stray {
-                    self.stray += 1;
-                    let r = if ok & 1 != 0 {
-                        let bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), *port);
-                        self.held.insert(id, bind);
-                        self.granted += 1;
-                        Ok(*port)
-                    } else {
-                        self.refused += 1;
-                        Err(ReserveError::Other(i32::from(*ok)))
-                    };
-                    self.core.handle_reserved(self.now, id, r);
-                    self.pump(Ctx::Input);
-                }
-            }
+            // Other ops: `step` plays them elsewhere.
+            _ => {}
         }
-        self.after_step();
     }
 
     fn flags(&self, f: u8) -> Option<u32> {
@@ -1170,7 +1163,8 @@ impl Driver {
                 }
             }
         }
-        self.core.handle_kernel_datagram(self.now, &b);
+        self.core
+            .handle_kernel_datagram(self.now, &b, &mut self.shell);
         self.pump(Ctx::Input);
     }
 
@@ -1178,14 +1172,15 @@ impl Driver {
     /// hold anything, a REMOVE included).
     fn kernel_datagram(&mut self, b: &[u8], opaque: bool) {
         self.account_kernel(b, opaque);
-        self.core.handle_kernel_datagram(self.now, b);
+        self.core
+            .handle_kernel_datagram(self.now, b, &mut self.shell);
         self.pump(Ctx::Input);
     }
 
     /// Records every frame of a datagram about to be sent, as the kernel would.
     fn account_kernel(&mut self, b: &[u8], opaque: bool) {
         for f in frames(b) {
-            let Ok(Frame::Message { header, payload }) = f else {
+            let Ok(Frame::Msg(header, payload)) = f else {
                 continue;
             };
             let key = (header.client(), header.seq);
@@ -1214,7 +1209,7 @@ impl Driver {
             if op != RDMA_NL_IWPM_REMOVE_MAPPING {
                 continue;
             }
-            if opaque || self.core.reservation_pending() {
+            if opaque {
                 self.removes_in_call = true;
             }
             // REMOVE decodes alike in both ABIs; one the core cannot decode has no effect.
@@ -1235,7 +1230,6 @@ impl Driver {
 
     fn remove(&mut self, client: u8, addr: SockAddrStorage) {
         let ep = addr.endpoint();
-        let pending = self.core.reservation_pending();
         let before = ep.and_then(|ep| {
             self.core
                 .mappings()
@@ -1250,10 +1244,6 @@ impl Driver {
         });
         self.kernel_msg(client, 0, &msg, None);
         let Some(ep) = ep else { return };
-        if pending {
-            // Buffered: applied at some later point.
-            return;
-        }
         let after = self
             .core
             .mappings()
@@ -1316,67 +1306,11 @@ impl Driver {
         self.now = end;
     }
 
-    /// The model shell's answer to a reservation.
-    fn answer_for(
-        &mut self,
-        id: ReservationId,
-        bind: SocketAddr,
-        kind: u8,
-        port: u16,
-    ) -> Result<u16, ReserveError> {
-        self.outstanding.retain(|(o, _)| *o != id);
-        let r = match kind % 6 {
-            0..=2 => self.free_port(bind),
-            3 => Err(match port % 3 {
-                0 => ReserveError::AddrInUse,
-                1 => ReserveError::NoDescriptors,
-                _ => ReserveError::Other(i32::from(port)),
-            }),
-            4 => Ok(0),
-            _ => Ok(port),
-        };
-        match r {
-            Ok(p) => {
-                let mut a = bind;
-                a.set_port(p);
-                self.held.insert(id, a);
-                self.granted += 1;
-            }
-            Err(_) => {
-                self.refused += 1;
-                self.finished.push(id);
-            }
-        }
-        r
-    }
-
-    /// The asked port if no held reservation of that family has it, or for port 0 the
-    /// lowest free one of the grant range.
-    fn free_port(&self, bind: SocketAddr) -> Result<u16, ReserveError> {
-        let taken = |p: u16| {
-            self.held
-                .values()
-                .any(|a| a.port() == p && a.is_ipv4() == bind.is_ipv4())
-        };
-        if bind.port() != 0 {
-            return if taken(bind.port()) {
-                Err(ReserveError::AddrInUse)
-            } else {
-                Ok(bind.port())
-            };
-        }
-        (GRANT_BASE..GRANT_BASE + GRANT_PORTS)
-            .find(|p| !taken(*p))
-            .ok_or(ReserveError::AddrInUse)
-    }
-
-    /// Drains every action, checking each, answering reservations in auto mode.
+    /// Drains every action, checking each.
     fn pump(&mut self, ctx: Ctx) {
         self.drain(ctx);
-        if !self.core.reservation_pending() {
-            // Nothing is buffered any more: every REMOVE sent so far has been processed.
-            self.removes_in_call = false;
-        }
+        // The call is over: every REMOVE sent so far has been processed.
+        self.removes_in_call = false;
     }
 
     fn drain(&mut self, ctx: Ctx) {
@@ -1384,28 +1318,6 @@ impl Driver {
             match a {
                 Action::ToKernel(bytes) => self.on_to_kernel(&bytes),
                 Action::ToPeer { via, to, datagram } => self.on_to_peer(ctx, via, to, datagram),
-                Action::Reserve { id, bind } => {
-                    self.reserves += 1;
-                    if !self.issued.insert(id) {
-                        fail(format!("reservation id {id:?} issued twice"));
-                    }
-                    if !bind.ip().is_unspecified() {
-                        fail(format!("reservation binds {bind}, not a wildcard"));
-                    }
-                    self.outstanding.push_back((id, bind));
-                    if self.auto_reserve {
-                        let (kind, port) = self.next_answer.take().unwrap_or((0, 0));
-                        let r = self.answer_for(id, bind, kind, port);
-                        self.core.handle_reserved(self.now, id, r);
-                    }
-                }
-                Action::Release { id } => {
-                    if self.held.remove(&id).is_none() {
-                        fail(format!("Release of {id:?}, which the shell does not hold"));
-                    }
-                    self.releases += 1;
-                    self.finished.push(id);
-                }
                 Action::Ready => {
                     self.ready += 1;
                     if self.ready > 1 {
@@ -1418,7 +1330,7 @@ impl Driver {
 
     fn on_to_kernel(&mut self, bytes: &[u8]) {
         for f in frames(bytes) {
-            let Ok(Frame::Message { header, payload }) = f else {
+            let Ok(Frame::Msg(header, payload)) = f else {
                 fail(format!("the core sent a non-message frame: {f:?}"));
             };
             if header.pid != PID {
@@ -1583,14 +1495,11 @@ impl Driver {
         if s.peer_exchanges_unconfirmed > passive {
             fail("more unconfirmed peer exchanges than peer exchanges");
         }
-        if s.reservations_requested != self.reserves {
-            fail("reservations_requested differs from the Reserve actions");
+        if s.reservations_requested != self.shell.reserves {
+            fail("reservations_requested differs from the reservations the shell saw");
         }
-        if s.reservations_released != self.releases {
-            fail("reservations_released differs from the Release actions");
-        }
-        if self.core.reservation_pending() && self.outstanding.is_empty() {
-            fail("a reservation is pending but none is unanswered");
+        if s.reservations_released != self.shell.releases {
+            fail("reservations_released differs from the releases the shell saw");
         }
         let mut locals = HashSet::new();
         let mut live = BTreeSet::new();
@@ -1607,7 +1516,7 @@ impl Driver {
                 fail("mapping with refcount 0");
             }
         }
-        let held: BTreeSet<_> = self.held.keys().copied().collect();
+        let held: BTreeSet<_> = self.shell.held.keys().copied().collect();
         if held != live {
             fail(format!(
                 "shell holds {held:?} but live mappings hold {live:?}"
@@ -1630,20 +1539,9 @@ impl Driver {
         }
     }
 
-    /// Ends the run: answers every reservation, runs time forward, REMOVEs every mapping
-    /// from its owner, runs time forward again, and checks that nothing is left.
+    /// Ends the run: runs time forward, REMOVEs every mapping from its owner, runs time
+    /// forward again, and checks that nothing is left.
     pub fn finish(mut self) {
-        let mut guard = 0;
-        while let Some((id, bind)) = self.outstanding.front().copied() {
-            guard += 1;
-            if guard > 10_000 {
-                fail("reservations keep coming");
-            }
-            let r = self.answer_for(id, bind, 0, 0);
-            self.core.handle_reserved(self.now, id, r);
-            self.pump(Ctx::Input);
-            self.after_step();
-        }
         let settle = self.config.exchange_lifetime * 2
             + self.config.reply_deadline * 2
             + self.config.handshake_timeout;
@@ -1670,9 +1568,10 @@ impl Driver {
             if removes > budget {
                 fail("REMOVE by the owner does not free the table");
             }
+            let reserves = self.shell.reserves;
             self.remove(owner, local);
             self.after_step();
-            if !self.outstanding.is_empty() {
+            if self.shell.reserves != reserves {
                 fail("a REMOVE asked for a reservation");
             }
         }
@@ -1681,23 +1580,108 @@ impl Driver {
         if self.core.mappings().next().is_some() {
             fail("mappings left after every REMOVE");
         }
-        if !self.held.is_empty() {
-            fail(format!("reservations never released: {:?}", self.held));
-        }
-        if self.core.reservation_pending() {
-            fail("a reservation is still pending");
+        if !self.shell.held.is_empty() {
+            fail(format!(
+                "reservations never released: {:?}",
+                self.shell.held
+            ));
         }
         if self.core.stats().exchanges_active != 0 {
             fail("exchanges left after the table emptied");
         }
-        if self.granted != self.releases {
+        let sh = &self.shell;
+        if sh.granted != sh.releases {
             fail(format!(
                 "{} ports granted, {} released",
-                self.granted, self.releases
+                sh.granted, sh.releases
             ));
         }
-        if self.reserves + self.stray != self.granted + self.refused {
+        if sh.reserves != sh.granted + sh.refused {
             fail("not every reservation was answered exactly once");
         }
+    }
+}
+
+/// The model shell's port reservations: fresh ids, answers chosen by [`Op::Answer`] (grant
+/// by default), and a check that every release names a reservation it holds.
+#[derive(Debug, Default)]
+struct ModelShell {
+    /// Last id issued (ids are never reused).
+    last_id: u64,
+    /// Reservations granted and not released, with the port held.
+    held: BTreeMap<ReservationId, SocketAddr>,
+    granted: u64,
+    refused: u64,
+    releases: u64,
+    reserves: u64,
+    /// One-shot answer for the next reservation.
+    next_answer: Option<(u8, u16)>,
+}
+
+impl ModelShell {
+    /// The answer `kind` (see [`Op::Answer`]) to a reservation on `bind`.
+    fn answer(&self, bind: SocketAddr, kind: u8, port: u16) -> Result<u16, ReserveError> {
+        match kind % 6 {
+            0..=2 => self.free_port(bind),
+            3 => Err(match port % 3 {
+                0 => ReserveError::AddrInUse,
+                1 => ReserveError::NoDescriptors,
+                _ => ReserveError::Other(i32::from(port)),
+            }),
+            4 => Ok(0),
+            _ => Ok(port),
+        }
+    }
+
+    /// The asked port if no held reservation of that family has it, or for port 0 the
+    /// lowest free one of the grant range.
+    fn free_port(&self, bind: SocketAddr) -> Result<u16, ReserveError> {
+        let taken = |p: u16| {
+            self.held
+                .values()
+                .any(|a| a.port() == p && a.is_ipv4() == bind.is_ipv4())
+        };
+        if bind.port() != 0 {
+            return if taken(bind.port()) {
+                Err(ReserveError::AddrInUse)
+            } else {
+                Ok(bind.port())
+            };
+        }
+        (GRANT_BASE..GRANT_BASE + GRANT_PORTS)
+            .find(|p| !taken(*p))
+            .ok_or(ReserveError::AddrInUse)
+    }
+}
+
+impl PortReservations for ModelShell {
+    fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
+        self.reserves += 1;
+        if !bind.ip().is_unspecified() {
+            fail(format!("reservation binds {bind}, not a wildcard"));
+        }
+        let (kind, port) = self.next_answer.take().unwrap_or((0, 0));
+        match self.answer(bind, kind, port) {
+            Ok(p) => {
+                self.last_id += 1;
+                let id = ReservationId(self.last_id);
+                let mut a = bind;
+                a.set_port(p);
+                self.held.insert(id, a);
+                self.granted += 1;
+                Ok((id, p))
+            }
+            Err(e) => {
+                self.refused += 1;
+                Err(e)
+            }
+        }
+    }
+
+    fn release(&mut self, id: ReservationId) {
+        if self.held.remove(&id).is_none() {
+            fail(format!("release of {id:?}, which the shell does not hold"));
+        }
+        self.releases += 1;
     }
 }

@@ -6,42 +6,40 @@
 //! [`Core::poll_action`] / [`Core::poll_timeout`]. The same core therefore runs under the
 //! real kernel, the kernel emulator, the fuzzer and virtual-clock simulations.
 //!
-//! Port reservations are actions too: the core emits [`Action::Reserve`] and the shell must
-//! answer with [`Core::handle_reserved`] before feeding more input (input that arrives
-//! anyway is buffered and replayed in order). [`Action::Release`] follows when the last
-//! reference to a mapping goes.
+//! Port reservations are synchronous: the shell lends its [`PortReservations`] to
+//! [`Core::handle_kernel_datagram`], and a mapping reserves its TCP port when it is created
+//! and releases it when its last reference goes, within that call.
 //!
-//! Deliberate differences from the C daemon are listed in the module docs of `kernel`,
-//! `recovery`, `peer` and `exchange`; in short: refcounts survive restart recovery, no fd or
-//! reservation leaks, association handles are unique pseudo-random values rather than heap
-//! addresses, remote-triggerable logs are rate limited, HANDLE_ERR code 0 is never sent, each
-//! kernel request is answered at most once and never after the kernel gave up, and memory is
-//! bounded by `max_mappings` / `max_exchanges`.
+//! Deliberate differences from the C daemon are listed in the module docs of
+//! `core::kernel`, `core::recovery`, `core::peer` and `exchange`; in short: refcounts
+//! survive restart recovery, no fd or reservation leaks, association handles are unique
+//! pseudo-random values rather than heap addresses, remote-triggerable logs are rate
+//! limited, HANDLE_ERR code 0 is never sent, each kernel request is answered at most once
+//! and never after the kernel gave up, and memory is bounded by `max_mappings` /
+//! `max_exchanges`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod action;
+mod answered;
 mod clients;
 mod config;
 mod core;
-mod dump;
 mod exchange;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod handshake;
-mod kernel;
-mod peer;
 mod peer_allow;
 mod ratelimit;
-mod recovery;
-mod reserve;
+mod request;
 mod stats;
 mod table;
 mod token_bucket;
 mod usage;
 
-pub use crate::action::{Action, PeerSocket, ReservationId, ReserveError};
+pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, ReserveError};
 pub use crate::config::CoreConfig;
 pub use crate::core::{Core, InvariantError};
 pub use crate::peer_allow::PeerAllow;
-pub use crate::stats::Stats;
+pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
 pub use crate::table::{MappingId, MappingRole, MappingView};

@@ -1,6 +1,15 @@
 //! Counters of everything the core saw and did, for tests, logs and the control socket.
+//!
+//! [`Counter`] names each scalar and each array slot of [`Stats`] with a stable snake_case
+//! name, so the daemon prints `name=value` pairs and tools read them back by type: a
+//! renamed field then breaks the build or the parse instead of reading as 0.
 
-use iwpm_proto::consts::op::RDMA_NL_IWPM_NUM_OPS;
+use std::fmt;
+use std::str::FromStr;
+
+use iwpm_proto::consts::err;
+use iwpm_proto::consts::op::{self, RDMA_NL_IWPM_NUM_OPS};
+use iwpm_proto::peer::PeerMsgType;
 
 /// Number of iwpm ops (array size of the per-op counters).
 pub const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
@@ -93,6 +102,9 @@ pub struct Stats {
     pub peer_wrong_source: u64,
     /// REQUESTs dropped because their source had `peer_source_quota` unconfirmed exchanges.
     pub peer_quota_dropped: u64,
+    /// REQUESTs taken as a new association although their key matched a confirmed
+    /// exchange (the peer reused its handle for the same endpoint after our ACK).
+    pub peer_reused_handles: u64,
     /// Passive exchanges evicted to make room (`max_peer_exchanges`).
     pub exchanges_evicted: u64,
     /// REJECTs not sent because of `max_rejects_per_sec`.
@@ -109,8 +121,6 @@ pub struct Stats {
     pub kernel_unsolicited: u64,
     /// Times the kernel link reported lost input (`ENOBUFS`).
     pub kernel_overruns: u64,
-    /// Input dropped because too much was already buffered behind a pending reservation.
-    pub input_dropped_busy: u64,
     /// Log lines suppressed by the rate limiter.
     pub logs_suppressed: u64,
 }
@@ -138,5 +148,449 @@ impl Stats {
         if let Some(c) = arr.get_mut(usize::from(op)) {
             *c = c.wrapping_add(1);
         }
+    }
+}
+
+/// An iwpm netlink op, naming a slot of [`Stats::netlink_in`] / [`Stats::netlink_out`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelOp {
+    /// `RDMA_NL_IWPM_REG_PID` (0).
+    RegPid,
+    /// `RDMA_NL_IWPM_ADD_MAPPING` (1).
+    AddMapping,
+    /// `RDMA_NL_IWPM_QUERY_MAPPING` (2).
+    QueryMapping,
+    /// `RDMA_NL_IWPM_REMOVE_MAPPING` (3).
+    RemoveMapping,
+    /// `RDMA_NL_IWPM_REMOTE_INFO` (4).
+    RemoteInfo,
+    /// `RDMA_NL_IWPM_HANDLE_ERR` (5).
+    HandleErr,
+    /// `RDMA_NL_IWPM_MAPINFO` (6).
+    MapInfo,
+    /// `RDMA_NL_IWPM_MAPINFO_NUM` (7).
+    MapInfoNum,
+    /// `RDMA_NL_IWPM_HELLO` (8).
+    Hello,
+}
+
+impl KernelOp {
+    /// Every op, in code order (the array index of the per-op counters).
+    pub const ALL: [KernelOp; NUM_OPS] = [
+        KernelOp::RegPid,
+        KernelOp::AddMapping,
+        KernelOp::QueryMapping,
+        KernelOp::RemoveMapping,
+        KernelOp::RemoteInfo,
+        KernelOp::HandleErr,
+        KernelOp::MapInfo,
+        KernelOp::MapInfoNum,
+        KernelOp::Hello,
+    ];
+
+    /// The op's code on the wire.
+    pub fn code(self) -> u16 {
+        match self {
+            KernelOp::RegPid => op::RDMA_NL_IWPM_REG_PID,
+            KernelOp::AddMapping => op::RDMA_NL_IWPM_ADD_MAPPING,
+            KernelOp::QueryMapping => op::RDMA_NL_IWPM_QUERY_MAPPING,
+            KernelOp::RemoveMapping => op::RDMA_NL_IWPM_REMOVE_MAPPING,
+            KernelOp::RemoteInfo => op::RDMA_NL_IWPM_REMOTE_INFO,
+            KernelOp::HandleErr => op::RDMA_NL_IWPM_HANDLE_ERR,
+            KernelOp::MapInfo => op::RDMA_NL_IWPM_MAPINFO,
+            KernelOp::MapInfoNum => op::RDMA_NL_IWPM_MAPINFO_NUM,
+            KernelOp::Hello => op::RDMA_NL_IWPM_HELLO,
+        }
+    }
+
+    fn index(self) -> usize {
+        usize::from(self.code())
+    }
+}
+
+/// A HANDLE_ERR code, naming a slot of [`Stats::handle_err_sent`] (codes below 10 do not
+/// exist and are never sent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrCode {
+    /// `IWPM_INVALID_NLMSG_ERR` (10).
+    InvalidNlmsg,
+    /// `IWPM_CREATE_MAPPING_ERR` (11).
+    CreateMapping,
+    /// `IWPM_DUPLICATE_MAPPING_ERR` (12).
+    DuplicateMapping,
+    /// `IWPM_UNKNOWN_MAPPING_ERR` (13).
+    UnknownMapping,
+    /// `IWPM_CLIENT_DEV_INFO_ERR` (14).
+    ClientDevInfo,
+    /// `IWPM_USER_LIB_INFO_ERR` (15).
+    UserLibInfo,
+    /// `IWPM_REMOTE_QUERY_REJECT` (16).
+    RemoteQueryReject,
+    /// `IWPM_VERSION_MISMATCH_ERR` (17).
+    VersionMismatch,
+}
+
+/// Number of HANDLE_ERR codes.
+const NUM_ERR_CODES: usize = 8;
+
+impl ErrCode {
+    /// Every code, in ascending order.
+    pub const ALL: [ErrCode; NUM_ERR_CODES] = [
+        ErrCode::InvalidNlmsg,
+        ErrCode::CreateMapping,
+        ErrCode::DuplicateMapping,
+        ErrCode::UnknownMapping,
+        ErrCode::ClientDevInfo,
+        ErrCode::UserLibInfo,
+        ErrCode::RemoteQueryReject,
+        ErrCode::VersionMismatch,
+    ];
+
+    /// The code on the wire (and the index into [`Stats::handle_err_sent`]).
+    pub fn code(self) -> u16 {
+        match self {
+            ErrCode::InvalidNlmsg => err::IWPM_INVALID_NLMSG_ERR,
+            ErrCode::CreateMapping => err::IWPM_CREATE_MAPPING_ERR,
+            ErrCode::DuplicateMapping => err::IWPM_DUPLICATE_MAPPING_ERR,
+            ErrCode::UnknownMapping => err::IWPM_UNKNOWN_MAPPING_ERR,
+            ErrCode::ClientDevInfo => err::IWPM_CLIENT_DEV_INFO_ERR,
+            ErrCode::UserLibInfo => err::IWPM_USER_LIB_INFO_ERR,
+            ErrCode::RemoteQueryReject => err::IWPM_REMOTE_QUERY_REJECT,
+            ErrCode::VersionMismatch => err::IWPM_VERSION_MISMATCH_ERR,
+        }
+    }
+
+    /// Position in [`ErrCode::ALL`] (and in the name table).
+    fn ordinal(self) -> usize {
+        usize::from(self.code() - err::IWPM_INVALID_NLMSG_ERR)
+    }
+}
+
+/// Peer message types in wire order (the index of [`Stats::peer_in`] / [`Stats::peer_out`]).
+const PEER_TYPES: [PeerMsgType; NUM_PEER_TYPES] = [
+    PeerMsgType::Request,
+    PeerMsgType::Accept,
+    PeerMsgType::Ack,
+    PeerMsgType::Reject,
+];
+
+// Names of the array slots, spelled out so that each one can be found with grep.
+const NETLINK_IN_NAMES: [&str; NUM_OPS] = [
+    "netlink_in_reg_pid",
+    "netlink_in_add_mapping",
+    "netlink_in_query_mapping",
+    "netlink_in_remove_mapping",
+    "netlink_in_remote_info",
+    "netlink_in_handle_err",
+    "netlink_in_mapinfo",
+    "netlink_in_mapinfo_num",
+    "netlink_in_hello",
+];
+const NETLINK_OUT_NAMES: [&str; NUM_OPS] = [
+    "netlink_out_reg_pid",
+    "netlink_out_add_mapping",
+    "netlink_out_query_mapping",
+    "netlink_out_remove_mapping",
+    "netlink_out_remote_info",
+    "netlink_out_handle_err",
+    "netlink_out_mapinfo",
+    "netlink_out_mapinfo_num",
+    "netlink_out_hello",
+];
+const HANDLE_ERR_NAMES: [&str; NUM_ERR_CODES] = [
+    "handle_err_sent_invalid_nlmsg",
+    "handle_err_sent_create_mapping",
+    "handle_err_sent_duplicate_mapping",
+    "handle_err_sent_unknown_mapping",
+    "handle_err_sent_client_dev_info",
+    "handle_err_sent_user_lib_info",
+    "handle_err_sent_remote_query_reject",
+    "handle_err_sent_version_mismatch",
+];
+const PEER_IN_NAMES: [&str; NUM_PEER_TYPES] = [
+    "peer_in_request",
+    "peer_in_accept",
+    "peer_in_ack",
+    "peer_in_reject",
+];
+const PEER_OUT_NAMES: [&str; NUM_PEER_TYPES] = [
+    "peer_out_request",
+    "peer_out_accept",
+    "peer_out_ack",
+    "peer_out_reject",
+];
+
+/// Defines [`Counter`] and the accessors from the scalar fields, in field order: those
+/// before `peer_in` and those after `peer_out`. The accessors destructure [`Stats`] without
+/// `..`, so a field added to it and not listed here does not compile (rustc then reports
+/// that the pattern "requires `..`" or "does not mention" the field: list it below).
+macro_rules! counters {
+    (
+        $($early:ident => $early_field:ident,)*
+        ;
+        $($late:ident => $late_field:ident,)*
+    ) => {
+        /// One counter of [`Stats`]: a scalar field, or one slot of an array field.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Counter {
+            /// [`Stats::netlink_in`] of one op.
+            NetlinkIn(KernelOp),
+            /// [`Stats::netlink_out`] of one op.
+            NetlinkOut(KernelOp),
+            /// [`Stats::handle_err_sent`] of one code.
+            HandleErrSent(ErrCode),
+            /// [`Stats::peer_in`] of one message type.
+            PeerIn(PeerMsgType),
+            /// [`Stats::peer_out`] of one message type.
+            PeerOut(PeerMsgType),
+            $(
+                #[doc = concat!("[`Stats::", stringify!($early_field), "`].")]
+                $early,
+            )*
+            $(
+                #[doc = concat!("[`Stats::", stringify!($late_field), "`].")]
+                $late,
+            )*
+        }
+
+        impl Counter {
+            const EARLY: &'static [Counter] = &[$(Counter::$early),*];
+            const LATE: &'static [Counter] = &[$(Counter::$late),*];
+
+            /// The stable snake_case name (the field's name; array slots add the op, code
+            /// or message type, e.g. `netlink_in_query_mapping`, `peer_out_ack`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    Counter::NetlinkIn(op) => NETLINK_IN_NAMES[op.index()],
+                    Counter::NetlinkOut(op) => NETLINK_OUT_NAMES[op.index()],
+                    Counter::HandleErrSent(code) => HANDLE_ERR_NAMES[code.ordinal()],
+                    Counter::PeerIn(t) => PEER_IN_NAMES[usize::from(t.code())],
+                    Counter::PeerOut(t) => PEER_OUT_NAMES[usize::from(t.code())],
+                    $(Counter::$early => stringify!($early_field),)*
+                    $(Counter::$late => stringify!($late_field),)*
+                }
+            }
+        }
+
+        impl Stats {
+            /// The value of one counter.
+            pub fn get(&self, counter: Counter) -> u64 {
+                let Stats {
+                    netlink_in,
+                    netlink_out,
+                    handle_err_sent,
+                    peer_in,
+                    peer_out,
+                    $($early_field,)*
+                    $($late_field,)*
+                } = self;
+                match counter {
+                    Counter::NetlinkIn(op) => netlink_in[op.index()],
+                    Counter::NetlinkOut(op) => netlink_out[op.index()],
+                    Counter::HandleErrSent(code) => handle_err_sent[usize::from(code.code())],
+                    Counter::PeerIn(t) => peer_in[usize::from(t.code())],
+                    Counter::PeerOut(t) => peer_out[usize::from(t.code())],
+                    $(Counter::$early => *$early_field,)*
+                    $(Counter::$late => *$late_field,)*
+                }
+            }
+
+            /// Sets one counter (for tools that rebuild a `Stats` from its printed pairs).
+            pub fn set(&mut self, counter: Counter, value: u64) {
+                let Stats {
+                    netlink_in,
+                    netlink_out,
+                    handle_err_sent,
+                    peer_in,
+                    peer_out,
+                    $($early_field,)*
+                    $($late_field,)*
+                } = self;
+                let slot = match counter {
+                    Counter::NetlinkIn(op) => &mut netlink_in[op.index()],
+                    Counter::NetlinkOut(op) => &mut netlink_out[op.index()],
+                    Counter::HandleErrSent(code) => {
+                        &mut handle_err_sent[usize::from(code.code())]
+                    }
+                    Counter::PeerIn(t) => &mut peer_in[usize::from(t.code())],
+                    Counter::PeerOut(t) => &mut peer_out[usize::from(t.code())],
+                    $(Counter::$early => $early_field,)*
+                    $(Counter::$late => $late_field,)*
+                };
+                *slot = value;
+            }
+        }
+    };
+}
+
+counters! {
+    NetlinkDoneIn => netlink_done_in,
+    NetlinkDoneNonzero => netlink_done_nonzero,
+    NetlinkErrorIn => netlink_error_in,
+    NetlinkControlOther => netlink_control_other,
+    NetlinkMalformed => netlink_malformed,
+    NetlinkBadFraming => netlink_bad_framing,
+    NetlinkUnknownOp => netlink_unknown_op,
+    NetlinkUnregistered => netlink_unregistered,
+    NetlinkDuplicateSeq => netlink_duplicate_seq,
+    RepliesDroppedLate => replies_dropped_late,
+    RemoveUnknown => remove_unknown,
+    RemoveWrongOwner => remove_wrong_owner,
+    ;
+    PeerMalformed => peer_malformed,
+    PeerUnmatched => peer_unmatched,
+    PeerDuplicates => peer_duplicates,
+    Retransmissions => retransmissions,
+    RejectsSent => rejects_sent,
+    RejectsReceived => rejects_received,
+    ExchangesActive => exchanges_active,
+    ExchangesExpired => exchanges_expired,
+    ExchangesRefused => exchanges_refused,
+    Mappings => mappings,
+    MappingsCreated => mappings_created,
+    MappingsFreed => mappings_freed,
+    MappingsRefused => mappings_refused,
+    ReservationsRequested => reservations_requested,
+    ReservationsFailed => reservations_failed,
+    ReservationsReleased => reservations_released,
+    MapinfoAccepted => mapinfo_accepted,
+    MapinfoDuplicates => mapinfo_duplicates,
+    MapinfoConflicts => mapinfo_conflicts,
+    PeerNotAllowed => peer_not_allowed,
+    PeerForged => peer_forged,
+    PeerWrongSource => peer_wrong_source,
+    PeerQuotaDropped => peer_quota_dropped,
+    PeerReusedHandles => peer_reused_handles,
+    ExchangesEvicted => exchanges_evicted,
+    RejectsSuppressed => rejects_suppressed,
+    RemoteInfoDeferred => remote_info_deferred,
+    RemoteInfoOnAck => remote_info_on_ack,
+    PeerExchangesActive => peer_exchanges_active,
+    PeerExchangesUnconfirmed => peer_exchanges_unconfirmed,
+    KernelUnsolicited => kernel_unsolicited,
+    KernelOverruns => kernel_overruns,
+    LogsSuppressed => logs_suppressed,
+}
+
+impl Counter {
+    /// Every counter, in the field order of [`Stats`] (array slots in index order).
+    pub fn all() -> impl Iterator<Item = Counter> {
+        let ops_in = KernelOp::ALL.into_iter().map(Counter::NetlinkIn);
+        let ops_out = KernelOp::ALL.into_iter().map(Counter::NetlinkOut);
+        let errs = ErrCode::ALL.into_iter().map(Counter::HandleErrSent);
+        let peer_in = PEER_TYPES.into_iter().map(Counter::PeerIn);
+        let peer_out = PEER_TYPES.into_iter().map(Counter::PeerOut);
+        ops_in
+            .chain(ops_out)
+            .chain(errs)
+            .chain(Counter::EARLY.iter().copied())
+            .chain(peer_in)
+            .chain(peer_out)
+            .chain(Counter::LATE.iter().copied())
+    }
+}
+
+impl fmt::Display for Counter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A counter name that [`Counter`] does not know (renamed, removed, or a typo).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown counter name {0:?}")]
+pub struct UnknownCounter(pub String);
+
+impl FromStr for Counter {
+    type Err = UnknownCounter;
+
+    fn from_str(name: &str) -> Result<Counter, UnknownCounter> {
+        Counter::all()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| UnknownCounter(name.to_string()))
+    }
+}
+
+impl Stats {
+    /// Every counter as `(name, value)`, in [`Counter::all`] order: the stable export the
+    /// daemon prints, instead of `Debug` text whose shape follows the struct.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::all().map(move |c| (c.name(), self.get(c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn every_slot_has_one_distinct_counter() {
+        // Each counter set to a distinct value must land in its own slot: a name table or
+        // accessor pointing two counters at one field would lose a value here.
+        let mut s = Stats::default();
+        for (i, c) in Counter::all().enumerate() {
+            s.set(c, i as u64 + 1);
+        }
+        for (i, c) in Counter::all().enumerate() {
+            assert_eq!(s.get(c), i as u64 + 1, "{c}");
+        }
+        let scalars = Counter::EARLY.len() + Counter::LATE.len();
+        let slots = 2 * NUM_OPS + NUM_ERR_CODES + 2 * NUM_PEER_TYPES + scalars;
+        assert_eq!(Counter::all().count(), slots);
+        // Nothing of the struct is left unset but the non-existent HANDLE_ERR codes 0..=9.
+        let mut expected = s.clone();
+        expected.handle_err_sent[..10].fill(0);
+        assert_eq!(s, expected);
+        assert!(!Stats::default().iter().any(|(_, v)| v != 0));
+    }
+
+    #[test]
+    fn names_are_unique_snake_case_and_parse_back() {
+        let mut seen = HashSet::new();
+        for c in Counter::all() {
+            let name = c.name();
+            assert!(seen.insert(name), "duplicate name {name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}"
+            );
+            assert_eq!(name.parse::<Counter>(), Ok(c));
+        }
+        assert_eq!(
+            "netlink_in".parse::<Counter>(),
+            Err(UnknownCounter("netlink_in".into()))
+        );
+    }
+
+    #[test]
+    fn array_slots_follow_the_wire_codes() {
+        for (i, op) in KernelOp::ALL.into_iter().enumerate() {
+            assert_eq!(op.index(), i);
+        }
+        for (i, code) in ErrCode::ALL.into_iter().enumerate() {
+            assert_eq!(code.ordinal(), i);
+        }
+        for (i, t) in PEER_TYPES.into_iter().enumerate() {
+            assert_eq!(usize::from(t.code()), i);
+        }
+        let mut s = Stats::default();
+        Stats::bump_op(&mut s.netlink_in, op::RDMA_NL_IWPM_QUERY_MAPPING);
+        s.handle_err_sent[usize::from(err::IWPM_REMOTE_QUERY_REJECT)] = 3;
+        s.peer_out[usize::from(PeerMsgType::Ack.code())] = 4;
+        assert_eq!(s.get(Counter::NetlinkIn(KernelOp::QueryMapping)), 1);
+        assert_eq!(s.get(Counter::HandleErrSent(ErrCode::RemoteQueryReject)), 3);
+        assert_eq!(s.get(Counter::PeerOut(PeerMsgType::Ack)), 4);
+        let pairs: Vec<_> = s.iter().filter(|(_, v)| *v != 0).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("netlink_in_query_mapping", 1),
+                ("handle_err_sent_remote_query_reject", 3),
+                ("peer_out_ack", 4)
+            ]
+        );
     }
 }

@@ -99,11 +99,6 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         seq: 0,
     };
     let grant = Op::Answer { kind: 0, port: 0 };
-    let manual = Setup {
-        caps: 0xff,
-        mode: 0,
-        limits: 0x7f,
-    };
     let auto = Setup {
         caps: 0xff,
         mode: 1,
@@ -134,10 +129,10 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "query-accept-ack",
             encode(
-                manual,
+                auto,
                 &[
-                    query(4, 0),
                     grant.clone(),
+                    query(4, 0),
                     Op::Advance { ms: 1500 },
                     Op::Accept {
                         pick: 0,
@@ -244,7 +239,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "slow-reservation",
             encode(
-                manual,
+                auto,
                 &[
                     add(4, 0, 0),
                     query(7, 0),
@@ -268,20 +263,20 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "failed-reservations",
             encode(
-                manual,
+                auto,
                 &[
-                    add(4, 0, 0),
                     Op::Answer { kind: 3, port: 0 },
                     add(4, 0, 0),
                     Op::Answer { kind: 4, port: 0 },
+                    add(4, 0, 0),
+                    Op::Answer {
+                        kind: 5,
+                        port: 40_003,
+                    },
                     Op::MapInfo {
                         client: 0,
                         done: 0,
                         records: vec![[7, 2, 0]],
-                    },
-                    Op::Answer {
-                        kind: 5,
-                        port: 40_003,
                     },
                 ],
             ),

@@ -1,5 +1,5 @@
-//! Property test: random sequences of kernel messages, peer datagrams, reservation answers
-//! (granted, refused, late) and clock jumps never panic, keep the core's indexes consistent,
+//! Property test: random sequences of kernel messages, peer datagrams, reservation outcomes
+//! (granted, refused, port 0) and clock jumps never panic, keep the core's indexes consistent,
 //! keep the shell's held reservations equal to the live mappings' reservations, answer each
 //! kernel request at most once and in time, and leave nothing held once every mapping is
 //! removed.
@@ -80,7 +80,8 @@ enum Ev {
         byte: u8,
     },
     FailNextReservation(u8),
-    Answer,
+    /// The shell grants port 0 (a misbehaving shell).
+    GrantPortZero,
     Advance(u64),
 }
 
@@ -107,7 +108,7 @@ fn ev() -> impl Strategy<Value = Ev> {
         1 => (idx(), idx(), 0usize..170, any::<u8>())
             .prop_map(|(ip, port, at, byte)| Ev::CorruptKernel { ip, port, at, byte }),
         2 => (0u8..3).prop_map(Ev::FailNextReservation),
-        8 => Just(Ev::Answer),
+        1 => Just(Ev::GrantPortZero),
         4 => (0u64..4_000).prop_map(Ev::Advance),
     ]
 }
@@ -134,10 +135,7 @@ fn observe(h: &mut Host, seen: &mut Seen) {
 
 /// The shell's held reservations are exactly the live mappings' reservations.
 fn check_reservations(h: &Host) {
-    if h.core.reservation_pending() {
-        return;
-    }
-    let held: BTreeSet<_> = h.held.keys().copied().collect();
+    let held: BTreeSet<_> = h.ports.held.keys().copied().collect();
     let live: BTreeSet<_> = h.core.mappings().filter_map(|m| m.reservation).collect();
     assert_eq!(held, live);
     assert_eq!(h.core.stats().mappings as usize, h.core.mappings().count());
@@ -287,16 +285,12 @@ fn step(h: &mut Host, seen: &mut Seen, e: Ev) {
             h.sent_at.insert(env.seq, (h.now, op));
             h.kernel_raw(&b);
         }
-        Ev::FailNextReservation(k) => h.fail_next.push_back(match k {
+        Ev::FailNextReservation(k) => h.ports.fail_next.push_back(match k {
             0 => ReserveError::AddrInUse,
             1 => ReserveError::NoDescriptors,
             _ => ReserveError::Other(13),
         }),
-        Ev::Answer => {
-            if !h.reserve_requests.is_empty() {
-                h.answer_reservation(None);
-            }
-        }
+        Ev::GrantPortZero => h.ports.force_port.push_back(0),
         Ev::Advance(ms) => h.advance(Duration::from_millis(ms)),
     }
     observe(h, seen);
@@ -304,7 +298,7 @@ fn step(h: &mut Host, seen: &mut Seen, e: Ev) {
     check_reservations(h);
 }
 
-fn run(events: Vec<Ev>, manual: bool) {
+fn run(events: Vec<Ev>) {
     let mut h = Host::new(
         CoreConfig {
             max_mappings: 6,
@@ -315,18 +309,11 @@ fn run(events: Vec<Ev>, manual: bool) {
     );
     h.boot();
     h.kernel_in.clear();
-    if manual {
-        h.policy = ReservePolicy::Manual;
-    }
     let mut seen = Seen::default();
     for e in events {
         step(&mut h, &mut seen, e);
     }
-    // Drain: answer what is pending, let every exchange end, then remove every reference.
-    while !h.reserve_requests.is_empty() {
-        h.answer_reservation(None);
-        observe(&mut h, &mut seen);
-    }
+    // Drain: let every exchange end, then remove every reference.
     h.advance(Duration::from_secs(30));
     observe(&mut h, &mut seen);
     assert_eq!(h.core.stats().exchanges_active, 0);
@@ -347,16 +334,22 @@ fn run(events: Vec<Ev>, manual: bool) {
         }
         assert!(h.refcount(&l).is_none(), "{l} freed after {rc} REMOVEs");
     }
-    assert!(h.held.is_empty(), "every Reserve released: {:?}", h.held);
-    assert!(!h.core.reservation_pending());
+    assert!(
+        h.ports.held.is_empty(),
+        "every reservation released: {:?}",
+        h.ports.held
+    );
     let s = h.core.stats();
     assert_eq!(
         s.reservations_requested,
-        h.granted + h.refused,
-        "every Reserve answered"
+        h.ports.granted + h.ports.refused,
+        "every reservation counted"
     );
-    assert_eq!(h.releases as u64, h.granted, "every granted port released");
-    assert_eq!(s.reservations_released, h.granted);
+    assert_eq!(
+        h.ports.releases as u64, h.ports.granted,
+        "every granted port released"
+    );
+    assert_eq!(s.reservations_released, h.ports.granted);
     check_reservations(&h);
 }
 
@@ -365,11 +358,6 @@ proptest! {
 
     #[test]
     fn random_events_keep_invariants(events in prop::collection::vec(ev(), 1..120)) {
-        run(events, false);
-    }
-
-    #[test]
-    fn random_events_with_delayed_reservations(events in prop::collection::vec(ev(), 1..120)) {
-        run(events, true);
+        run(events);
     }
 }

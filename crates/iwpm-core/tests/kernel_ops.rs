@@ -190,8 +190,11 @@ fn add_reserves_a_port_and_remove_releases_it() {
     let seq = h.add("10.0.0.1:4000", Some(0));
     let mapped = h.expect_add_reply(seq);
     assert_eq!(mapped, sa("10.0.0.1:40000"), "same IP, reserved port");
-    assert_eq!(h.held.len(), 1);
-    assert_eq!(*h.held.values().next().unwrap(), addr("0.0.0.0:40000"));
+    assert_eq!(h.ports.held.len(), 1);
+    assert_eq!(
+        *h.ports.held.values().next().unwrap(),
+        addr("0.0.0.0:40000")
+    );
     let m = h.core.mappings().next().unwrap();
     assert_eq!(
         (m.refcount, m.owner_client, m.wildcard, m.no_port_map),
@@ -204,7 +207,7 @@ fn add_reserves_a_port_and_remove_releases_it() {
 
     h.remove("10.0.0.1:4000");
     h.no_kernel();
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
     assert_eq!(h.core.mappings().count(), 0);
     assert_eq!(h.core.stats().reservations_released, 1);
     // REMOVE of an unknown address is ignored.
@@ -222,7 +225,7 @@ fn wildcard_add_is_shared_with_refcount() {
     let m2 = h.expect_add_reply(s2);
     assert_eq!(m1, m2);
     assert_eq!(h.refcount("0.0.0.0:4000"), Some(2));
-    assert_eq!(h.held.len(), 1);
+    assert_eq!(h.ports.held.len(), 1);
     let v = h.core.mappings().next().unwrap();
     assert!(v.wildcard);
 
@@ -233,9 +236,9 @@ fn wildcard_add_is_shared_with_refcount() {
     h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
 
     h.remove("0.0.0.0:4000");
-    assert_eq!(h.held.len(), 1, "one reference left");
+    assert_eq!(h.ports.held.len(), 1, "one reference left");
     h.remove("0.0.0.0:4000");
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
 }
 
 #[test]
@@ -257,7 +260,7 @@ fn ipv6_add() {
     let s = h.add("[2001:db8::1]:4000", Some(0));
     let m = h.expect_add_reply(s);
     assert_eq!(m, sa("[2001:db8::1]:40000"));
-    assert_eq!(*h.held.values().next().unwrap(), addr("[::]:40000"));
+    assert_eq!(*h.ports.held.values().next().unwrap(), addr("[::]:40000"));
 }
 
 #[test]
@@ -265,12 +268,12 @@ fn no_port_map_maps_to_itself_without_reservation() {
     let mut h = Host::booted();
     let s = h.add("10.0.0.1:4000", Some(IWPM_FLAGS_NO_PORT_MAP | 0x10));
     assert_eq!(h.expect_add_reply(s), sa("10.0.0.1:4000"));
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
     assert_eq!(h.core.stats().reservations_requested, 0);
     let v = h.core.mappings().next().unwrap();
     assert!(v.no_port_map && v.reservation.is_none());
     h.remove("10.0.0.1:4000");
-    assert_eq!(h.releases, 0);
+    assert_eq!(h.ports.releases, 0);
     assert_eq!(h.core.mappings().count(), 0);
 }
 
@@ -291,12 +294,12 @@ fn add_and_query_from_unregistered_client_are_dropped() {
 #[test]
 fn reservation_failure_gives_create_mapping_err_and_leaks_nothing() {
     let mut h = Host::booted();
-    h.fail_next.push_back(ReserveError::NoDescriptors);
+    h.ports.fail_next.push_back(ReserveError::NoDescriptors);
     let s = h.add("10.0.0.1:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
     assert_eq!(h.core.mappings().count(), 0);
-    assert!(h.held.is_empty());
-    h.fail_next.push_back(ReserveError::AddrInUse);
+    assert!(h.ports.held.is_empty());
+    h.ports.fail_next.push_back(ReserveError::AddrInUse);
     let s = h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
     h.no_peer();
@@ -308,20 +311,13 @@ fn reservation_failure_gives_create_mapping_err_and_leaks_nothing() {
 }
 
 #[test]
-fn port_zero_or_unknown_reservation_answers_are_released() {
+fn port_zero_reservation_is_released() {
     let mut h = Host::booted();
-    h.policy = ReservePolicy::Manual;
+    h.ports.force_port.push_back(0);
     let s = h.add("10.0.0.1:4000", Some(0));
-    h.answer_reservation(Some(Ok(0)));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
-    assert!(h.held.is_empty());
-    // An answer nobody asked for: released so the shell does not leak the socket.
-    h.held
-        .insert(iwpm_core::ReservationId(999), addr("0.0.0.0:1"));
-    h.core
-        .handle_reserved(h.now, iwpm_core::ReservationId(999), Ok(1));
-    h.pump();
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
+    assert_eq!(h.ports.releases, 1);
 }
 
 #[test]
@@ -457,24 +453,9 @@ fn a_kernel_seq_is_answered_at_most_once() {
 }
 
 #[test]
-fn reply_too_late_for_the_kernel_is_dropped_and_port_released() {
+fn messages_of_one_datagram_are_mapped_in_order() {
     let mut h = Host::booted();
-    h.policy = ReservePolicy::Manual;
-    let s = h.add("10.0.0.1:4000", Some(0));
-    let _ = s;
-    h.now += Duration::from_secs(10);
-    h.answer_reservation(None);
-    h.no_kernel();
-    assert!(h.held.is_empty());
-    assert_eq!(h.core.mappings().count(), 0);
-    assert_eq!(h.core.stats().replies_dropped_late, 1);
-}
-
-#[test]
-fn input_after_a_reserve_waits_for_the_answer() {
-    let mut h = Host::booted();
-    h.policy = ReservePolicy::Manual;
-    // Two ADDs in one datagram, then a third in its own datagram while the first waits.
+    // Two ADDs in one datagram, then a third in its own datagram.
     let e1 = h.env();
     let e2 = h.env();
     let mut b = Vec::new();
@@ -492,17 +473,11 @@ fn input_after_a_reserve_waits_for_the_answer() {
     }
     h.kernel_raw(&b);
     let s3 = h.add("10.0.0.1:4002", Some(IWPM_FLAGS_NO_PORT_MAP));
-    assert!(h.core.reservation_pending());
-    assert_eq!(h.reserve_requests.len(), 1);
-    h.no_kernel();
-    h.answer_reservation(None);
     assert_eq!(h.expect_add_reply(e1.seq), sa("10.0.0.1:40000"));
-    assert_eq!(h.reserve_requests.len(), 1, "second ADD now asks");
-    h.no_kernel();
-    h.answer_reservation(None);
     assert_eq!(h.expect_add_reply(e2.seq), sa("10.0.0.1:40001"));
     assert_eq!(h.expect_add_reply(s3), sa("10.0.0.1:4002"));
-    assert!(!h.core.reservation_pending());
+    h.no_kernel();
+    assert_eq!(h.ports.binds.len(), 2, "NO_PORT_MAP reserves nothing");
 }
 
 #[test]

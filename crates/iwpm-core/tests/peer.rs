@@ -240,15 +240,22 @@ fn passive_request_accept_remote_info_ack() {
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &ack);
     h.no_peer();
     h.no_kernel();
-    h.advance(SEC * 3);
+    h.advance(SEC / 2);
     h.no_peer();
-    // A late duplicate REQUEST within the lifetime: still nothing (no second REMOTE_INFO).
+    // A late duplicate REQUEST soon after the ACK: still nothing (no second REMOTE_INFO).
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     h.no_peer();
     h.no_kernel();
     assert_eq!(h.core.stats().peer_duplicates, 3);
-    // After the lifetime the same handle is a new exchange.
-    h.advance(SEC * 6);
+    // A full retransmission interval after the ACK the same key is a new association (C
+    // reuses its handles as soon as an exchange is done): answered, with its REMOTE_INFO.
+    h.advance(SEC * 3);
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
+    assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Accept);
+    expect_remote_info(&mut h);
+    assert_eq!(h.core.stats().peer_reused_handles, 1);
+    // Unconfirmed, it expires with its lifetime; then the same handle is new again.
+    h.advance(SEC * 11);
     assert_eq!(h.core.stats().exchanges_active, 0);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Accept);
@@ -405,7 +412,7 @@ fn removing_the_mapping_stops_its_exchanges() {
     let mut h = Host::booted();
     query(&mut h);
     h.remove("10.0.0.1:5000");
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
     assert_eq!(h.core.stats().exchanges_active, 0);
     h.advance(SEC * 5);
     h.no_peer();
@@ -436,7 +443,7 @@ fn no_port_map_query_advertises_the_real_port() {
     );
     let req = h.expect_peer();
     assert_eq!(req.msg.mapped_cp(), Some(addr("10.0.0.1:5000")));
-    assert!(h.held.is_empty());
+    assert!(h.ports.held.is_empty());
 }
 
 #[test]
@@ -448,7 +455,7 @@ fn active_port_reuse_shares_the_mapping_with_distinct_handles() {
     assert_ne!(r1.msg.assoc_handle, r2.msg.assoc_handle);
     assert_eq!(r1.msg.mapped_cp(), r2.msg.mapped_cp());
     assert_eq!(h.refcount("10.0.0.1:5000"), Some(2));
-    assert_eq!(h.held.len(), 1);
+    assert_eq!(h.ports.held.len(), 1);
     // The second answer goes to the second kernel request.
     let accept = PeerMessage::accept_for(&r2.msg, addr("10.0.0.3:40000"));
     h.peer(PeerSocket::V4Client, "10.0.0.3:3935", &accept);
@@ -466,19 +473,16 @@ fn query_resolving_to_a_wildcard_mapping_fails() {
 }
 
 #[test]
-fn peer_input_during_a_reservation_waits() {
+fn peer_input_right_after_an_add_sees_the_mapping() {
     let mut h = Host::booted();
     listener(&mut h, "10.0.0.2:4000");
-    h.policy = ReservePolicy::Manual;
     h.add("10.0.0.2:4001", Some(0));
+    h.expect_add_reply(h.kernel_seq);
     h.peer(
         PeerSocket::V4Listener,
         "10.0.0.1:33333",
         &request_to("10.0.0.2:4001", 1),
     );
-    h.no_peer();
-    h.answer_reservation(None);
-    h.expect_add_reply(h.kernel_seq);
     let acc = h.expect_peer();
     assert_eq!(
         acc.msg.msg_type,
@@ -500,27 +504,6 @@ fn handles_differ_between_cores_with_different_keys() {
     let (_, ra) = query(&mut a);
     let (_, rb) = query(&mut b);
     assert_ne!(ra.msg.assoc_handle, rb.msg.assoc_handle);
-}
-
-#[test]
-fn input_buffered_behind_a_reservation_is_bounded() {
-    let mut h = Host::booted();
-    listener(&mut h, "10.0.0.2:4000");
-    h.policy = ReservePolicy::Manual;
-    let s = h.add("10.0.0.2:4001", Some(0));
-    let req = request_to("10.0.0.2:4000", 1).encode();
-    for _ in 0..5000 {
-        h.core
-            .handle_peer_datagram(h.now, PeerSocket::V4Listener, addr("10.0.0.1:1"), &req);
-    }
-    h.pump();
-    assert_eq!(h.core.stats().input_dropped_busy, 5000 - 4096);
-    h.answer_reservation(None);
-    h.expect_add_reply(s);
-    // The first buffered REQUEST made the exchange; the other 4095 were duplicates.
-    assert_eq!(h.core.stats().peer_duplicates, 4095);
-    assert_eq!(h.peer_out.len(), 1);
-    assert!(!h.core.reservation_pending());
 }
 
 /// The C daemon's handle is a heap address, reused as soon as its record is freed after the

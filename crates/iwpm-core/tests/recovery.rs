@@ -50,7 +50,7 @@ fn records_are_recovered_with_restored_refcounts() {
         ("[2001:db8::1]:7000", "[2001:db8::1]:40030", Some(0)),
     ]);
     h.no_kernel();
-    let mut held: Vec<_> = h.held.values().map(|a| a.to_string()).collect();
+    let mut held: Vec<_> = h.ports.held.values().map(|a| a.to_string()).collect();
     held.sort();
     assert_eq!(held, ["0.0.0.0:40010", "0.0.0.0:40020", "[::]:40030"]);
     assert_eq!(
@@ -70,11 +70,11 @@ fn records_are_recovered_with_restored_refcounts() {
     h.reg_pid();
     h.kernel_in.clear();
     h.remove("0.0.0.0:5000");
-    assert_eq!(h.held.len(), 3, "one user of the wildcard left");
+    assert_eq!(h.ports.held.len(), 3, "one user of the wildcard left");
     h.remove("0.0.0.0:5000");
-    assert_eq!(h.held.len(), 2);
+    assert_eq!(h.ports.held.len(), 2);
     h.remove("10.0.0.1:6000");
-    assert_eq!(h.releases, 1);
+    assert_eq!(h.ports.releases, 1);
     // The freed port is gone; a fresh ADD maps the wildcard anew.
     let s = h.add("0.0.0.0:5000", Some(0));
     assert_eq!(h.expect_add_reply(s).port(), 40000);
@@ -101,7 +101,7 @@ fn conflicting_record_gets_error_12_and_the_batch_goes_on() {
 #[test]
 fn record_whose_port_is_taken_fails_with_error_11() {
     let mut h = restarted();
-    h.fail_next.push_back(ReserveError::AddrInUse);
+    h.ports.fail_next.push_back(ReserveError::AddrInUse);
     h.mapinfo_records(&[
         ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
         ("10.0.0.1:4001", "10.0.0.1:40011", Some(0)),
@@ -109,7 +109,7 @@ fn record_whose_port_is_taken_fails_with_error_11() {
     h.expect_handle_err(0, IWPM_CREATE_MAPPING_ERR);
     h.no_kernel();
     assert_eq!(h.core.mappings().count(), 1);
-    assert_eq!(h.held.len(), 1);
+    assert_eq!(h.ports.held.len(), 1);
     // A port already held by another mapping is refused by the fake shell too.
     h.mapinfo_records(&[("10.0.0.3:4002", "10.0.0.3:40011", Some(0))]);
     h.expect_handle_err(0, IWPM_CREATE_MAPPING_ERR);
@@ -120,13 +120,15 @@ fn record_whose_port_is_taken_fails_with_error_11() {
 #[test]
 fn shell_granting_another_port_is_a_failure() {
     let mut h = restarted();
-    h.policy = ReservePolicy::Manual;
+    h.ports.force_port.push_back(40011);
     h.mapinfo_records(&[("10.0.0.1:4000", "10.0.0.1:40010", Some(0))]);
-    let (_, bind) = *h.reserve_requests.front().unwrap();
-    assert_eq!(bind, addr("0.0.0.0:40010"), "recorded port on the wildcard");
-    h.answer_reservation(Some(Ok(40011)));
+    assert_eq!(
+        h.ports.binds,
+        [addr("0.0.0.0:40010")],
+        "recorded port on the wildcard"
+    );
     h.expect_handle_err(0, IWPM_CREATE_MAPPING_ERR);
-    assert!(h.held.is_empty(), "released");
+    assert!(h.ports.held.is_empty(), "released");
     assert_eq!(h.core.mappings().count(), 0);
 }
 
@@ -162,7 +164,7 @@ fn abi3_records_have_no_flags() {
     assert_eq!(h.core.abi(), 3);
     h.mapinfo_records(&[("10.0.0.1:4000", "10.0.0.1:40010", None)]);
     h.no_kernel();
-    assert_eq!(h.held.len(), 1);
+    assert_eq!(h.ports.held.len(), 1);
     // ABI 4 records must carry FLAGS; without it they are invalid.
     let mut h = restarted();
     h.mapinfo_records(&[("10.0.0.1:4000", "10.0.0.1:40010", None)]);

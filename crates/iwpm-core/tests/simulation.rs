@@ -202,7 +202,7 @@ fn connect(sim: &mut Sim) -> (u32, iwpm_proto::sockaddr::SockAddrStorage) {
     let s = b.add("10.0.0.2:4000", Some(0));
     let b_mapped = b.expect_add_reply(s);
     let a = sim.host(0);
-    a.next_port = 41_000;
+    a.ports.next_port = 41_000;
     let seq = a.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     (seq, b_mapped)
 }
@@ -300,7 +300,7 @@ fn unreachable_peer_means_no_answer_and_no_leak() {
         "the kernel will REMOVE it"
     );
     a.remove("10.0.0.1:5000");
-    assert!(a.held.is_empty());
+    assert!(a.ports.held.is_empty());
 }
 
 #[test]

@@ -3,12 +3,16 @@
 //!
 //! The dump is rdma-core's lines (`print_iwpm_mapped_ports:`, `Mapping #i`, `Local address
 //! IPV4 ip:port(0xPPPP)`, `Mapped address ...`) plus the Rust daemon's extra lines
-//! (refcount/owner/flags per mapping, exchanges in flight, IO counters and, at debug level
-//! for the `iwpmd::dump` target, the core counters).
+//! (refcount/owner/flags per mapping, exchanges in flight, the `io counters:` line and, at
+//! debug level for the `iwpmd::dump` target, the `core counters:` line). Both counter lines
+//! are `name=value` pairs read into typed structures: a name the lab does not know, or a
+//! known one missing, is a parse error, so a renamed counter cannot read as 0.
 
-use std::collections::BTreeMap;
+use std::collections::HashSet;
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
+use iwpm_core::{Counter, Stats};
 use serde::Serialize;
 
 /// One mapping as the daemon printed it.
@@ -26,8 +30,112 @@ pub struct DumpMapping {
     pub wildcard: Option<bool>,
 }
 
+/// A counter of the daemon's `io counters:` line. The names mirror the fields of iwpmd's
+/// `IoCounters` (a binary crate, so the lab cannot import them) plus `ports_held`; the
+/// parse rejects names missing here, so the two lists cannot drift apart unnoticed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoCounter {
+    /// Datagrams received from the kernel.
+    KernelRx,
+    /// Datagrams sent to the kernel.
+    KernelTx,
+    /// Sends to the kernel that failed.
+    KernelTxErrors,
+    /// Sends queued because the kernel link was full.
+    KernelTxQueued,
+    /// Kernel datagrams longer than the receive buffer.
+    KernelTruncated,
+    /// Netlink datagrams from a port other than the kernel's.
+    KernelForeign,
+    /// Receive-queue overruns (`ENOBUFS`).
+    KernelOverruns,
+    /// Peer datagrams received.
+    PeerRx,
+    /// Peer datagrams sent.
+    PeerTx,
+    /// Peer datagrams not sent.
+    PeerTxDropped,
+    /// Reservations refused for lack of file descriptors.
+    ReserveNoFd,
+    /// Reservations refused for lack of ports.
+    ReserveNoPort,
+    /// SIGUSR1 dumps written.
+    Dumps,
+    /// SIGUSR1 signals folded into a pending dump.
+    DumpsCoalesced,
+    /// TCP ports the daemon holds now (a gauge, not summed over restarts).
+    PortsHeld,
+}
+
+impl IoCounter {
+    /// Every IO counter, in the daemon's print order.
+    pub const ALL: [IoCounter; 15] = [
+        IoCounter::KernelRx,
+        IoCounter::KernelTx,
+        IoCounter::KernelTxErrors,
+        IoCounter::KernelTxQueued,
+        IoCounter::KernelTruncated,
+        IoCounter::KernelForeign,
+        IoCounter::KernelOverruns,
+        IoCounter::PeerRx,
+        IoCounter::PeerTx,
+        IoCounter::PeerTxDropped,
+        IoCounter::ReserveNoFd,
+        IoCounter::ReserveNoPort,
+        IoCounter::Dumps,
+        IoCounter::DumpsCoalesced,
+        IoCounter::PortsHeld,
+    ];
+
+    /// The name the daemon prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoCounter::KernelRx => "kernel_rx",
+            IoCounter::KernelTx => "kernel_tx",
+            IoCounter::KernelTxErrors => "kernel_tx_errors",
+            IoCounter::KernelTxQueued => "kernel_tx_queued",
+            IoCounter::KernelTruncated => "kernel_truncated",
+            IoCounter::KernelForeign => "kernel_foreign",
+            IoCounter::KernelOverruns => "kernel_overruns",
+            IoCounter::PeerRx => "peer_rx",
+            IoCounter::PeerTx => "peer_tx",
+            IoCounter::PeerTxDropped => "peer_tx_dropped",
+            IoCounter::ReserveNoFd => "reserve_no_fd",
+            IoCounter::ReserveNoPort => "reserve_no_port",
+            IoCounter::Dumps => "dumps",
+            IoCounter::DumpsCoalesced => "dumps_coalesced",
+            IoCounter::PortsHeld => "ports_held",
+        }
+    }
+
+    /// The counter with this name.
+    pub fn from_name(name: &str) -> Option<IoCounter> {
+        IoCounter::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The values of the `io counters:` line, one per [`IoCounter`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IoCounters([u64; IoCounter::ALL.len()]);
+
+impl IoCounters {
+    /// One counter.
+    pub fn get(&self, counter: IoCounter) -> u64 {
+        self.0[counter.index()]
+    }
+
+    /// Sets one counter.
+    pub fn set(&mut self, counter: IoCounter, value: u64) {
+        self.0[counter.index()] = value;
+    }
+}
+
 /// A parsed dump.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Dump {
     /// Mappings, newest first (the daemon's order).
     pub mappings: Vec<DumpMapping>,
@@ -35,27 +143,50 @@ pub struct Dump {
     pub exchanges_connecting: Option<u64>,
     /// Passive (accepting) peer exchanges in flight.
     pub exchanges_accepting: Option<u64>,
-    /// The `io counters:` line (`kernel_rx`, `peer_tx`, `ports_held`, ...).
-    pub io: BTreeMap<String, u64>,
-    /// The core counters (`retransmissions`, `peer_duplicates`, ...); array counters are
-    /// summed under their name and also kept per index as `name[i]`.
-    pub core: BTreeMap<String, u64>,
+    /// The `io counters:` line.
+    pub io: IoCounters,
+    /// The `core counters:` line, rebuilt into the core's own struct.
+    pub core: Stats,
 }
 
 impl Dump {
-    /// A core counter, 0 when absent.
-    pub fn core(&self, name: &str) -> u64 {
-        self.core.get(name).copied().unwrap_or(0)
+    /// A core counter.
+    pub fn core(&self, counter: Counter) -> u64 {
+        self.core.get(counter)
     }
 
-    /// An IO counter, 0 when absent.
-    pub fn io(&self, name: &str) -> u64 {
-        self.io.get(name).copied().unwrap_or(0)
+    /// An IO counter.
+    pub fn io(&self, counter: IoCounter) -> u64 {
+        self.io.get(counter)
     }
 
     /// The mapping for this local address.
     pub fn find(&self, local: SocketAddr) -> Option<&DumpMapping> {
         self.mappings.iter().find(|m| m.local == local)
+    }
+}
+
+/// Which counters line of the dump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterLine {
+    /// `io counters:`.
+    Io,
+    /// `core counters:`.
+    Core,
+}
+
+impl CounterLine {
+    fn prefix(self) -> &'static str {
+        match self {
+            CounterLine::Io => "io counters: ",
+            CounterLine::Core => "core counters: ",
+        }
+    }
+}
+
+impl fmt::Display for CounterLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.prefix().trim_end().trim_end_matches(':'))
     }
 }
 
@@ -71,12 +202,40 @@ pub enum DumpError {
     /// A `Mapping #i` without both address lines.
     #[error("mapping #{0} is incomplete")]
     Incomplete(usize),
+    /// A counters line is missing (the lab runs the daemon with `iwpmd::dump=debug`).
+    #[error("no {0} line")]
+    MissingLine(CounterLine),
+    /// A word of a counters line that is not `name=number`.
+    #[error("{line}: {word:?} is not name=value")]
+    BadPair {
+        /// The line.
+        line: CounterLine,
+        /// The word.
+        word: String,
+    },
+    /// A counter name the lab does not know (renamed or new in the daemon).
+    #[error("{line}: unknown counter {name:?}")]
+    UnknownCounter {
+        /// The line.
+        line: CounterLine,
+        /// The name.
+        name: String,
+    },
+    /// A counter the lab knows that the daemon did not print (renamed or removed).
+    #[error("{line}: counter {name} missing")]
+    MissingCounter {
+        /// The line.
+        line: CounterLine,
+        /// The name.
+        name: &'static str,
+    },
 }
 
 /// Parses the message texts of a dump (what follows the log target), from the header on.
 pub fn parse<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Dump, DumpError> {
     let mut dump = Dump::default();
     let mut started = false;
+    let (mut io_seen, mut core_seen) = (false, false);
     let mut current: Option<(usize, Option<SocketAddr>, Option<SocketAddr>)> = None;
     let finish = |cur: &mut Option<(usize, Option<SocketAddr>, Option<SocketAddr>)>,
                   dump: &mut Dump|
@@ -132,21 +291,23 @@ pub fn parse<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Dump, DumpE
                 .collect();
             dump.exchanges_connecting = nums.first().copied();
             dump.exchanges_accepting = nums.get(1).copied();
-        } else if let Some(rest) = line.strip_prefix("io counters: ") {
-            for kv in rest.split_whitespace() {
-                if let Some((k, v)) = kv.split_once('=') {
-                    if let Ok(v) = v.parse() {
-                        dump.io.insert(k.to_string(), v);
-                    }
-                }
-            }
-        } else if let Some(rest) = line.strip_prefix("core counters: ") {
-            parse_debug_counters(rest, &mut dump.core);
+        } else if let Some(rest) = line.strip_prefix(CounterLine::Io.prefix()) {
+            dump.io = parse_io(rest)?;
+            io_seen = true;
+        } else if let Some(rest) = line.strip_prefix(CounterLine::Core.prefix()) {
+            dump.core = parse_core(rest)?;
+            core_seen = true;
         }
     }
     finish(&mut current, &mut dump)?;
     if !started {
         return Err(DumpError::NoHeader);
+    }
+    if !io_seen {
+        return Err(DumpError::MissingLine(CounterLine::Io));
+    }
+    if !core_seen {
+        return Err(DumpError::MissingLine(CounterLine::Core));
     }
     Ok(dump)
 }
@@ -165,46 +326,93 @@ fn parse_address(rest: &str) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port.parse().ok()?))
 }
 
-/// Reads `name: 12` and `name: [1, 2, 3]` pairs out of a `{:?}` rendering of a counters
-/// struct. Arrays are stored summed under `name` and per element as `name[i]`.
-fn parse_debug_counters(text: &str, out: &mut BTreeMap<String, u64>) {
-    let body = text
-        .split_once('{')
-        .map_or(text, |(_, b)| b)
-        .trim_end_matches('}');
-    let mut rest = body;
-    while let Some((name, after)) = rest.split_once(':') {
-        let name = name.trim().trim_start_matches(',').trim().to_string();
-        let after = after.trim_start();
-        if let Some(arr) = after.strip_prefix('[') {
-            let Some((inside, tail)) = arr.split_once(']') else {
-                break;
-            };
-            let values: Vec<u64> = inside
-                .split(',')
-                .filter_map(|v| v.trim().parse().ok())
-                .collect();
-            for (i, v) in values.iter().enumerate() {
-                out.insert(format!("{name}[{i}]"), *v);
-            }
-            out.insert(name, values.iter().sum());
-            rest = tail;
-        } else {
-            let end = after.find(',').unwrap_or(after.len());
-            if let Ok(v) = after[..end].trim().parse() {
-                out.insert(name, v);
-            }
-            rest = &after[end..];
-        }
+/// The `name=value` words of a counters line.
+fn pairs(line: CounterLine, rest: &str) -> impl Iterator<Item = Result<(&str, u64), DumpError>> {
+    rest.split_whitespace().map(move |word| {
+        word.split_once('=')
+            .and_then(|(name, value)| Some((name, value.parse().ok()?)))
+            .ok_or_else(|| DumpError::BadPair {
+                line,
+                word: word.to_string(),
+            })
+    })
+}
+
+fn parse_io(rest: &str) -> Result<IoCounters, DumpError> {
+    let line = CounterLine::Io;
+    let mut io = IoCounters::default();
+    let mut seen = HashSet::new();
+    for pair in pairs(line, rest) {
+        let (name, value) = pair?;
+        let counter = IoCounter::from_name(name).ok_or_else(|| DumpError::UnknownCounter {
+            line,
+            name: name.to_string(),
+        })?;
+        io.set(counter, value);
+        seen.insert(counter);
+    }
+    match IoCounter::ALL.into_iter().find(|c| !seen.contains(c)) {
+        Some(c) => Err(DumpError::MissingCounter {
+            line,
+            name: c.name(),
+        }),
+        None => Ok(io),
+    }
+}
+
+fn parse_core(rest: &str) -> Result<Stats, DumpError> {
+    let line = CounterLine::Core;
+    let mut stats = Stats::default();
+    let mut seen = HashSet::new();
+    for pair in pairs(line, rest) {
+        let (name, value) = pair?;
+        let counter: Counter = name.parse().map_err(|_| DumpError::UnknownCounter {
+            line,
+            name: name.to_string(),
+        })?;
+        stats.set(counter, value);
+        seen.insert(counter);
+    }
+    match Counter::all().find(|c| !seen.contains(c)) {
+        Some(c) => Err(DumpError::MissingCounter {
+            line,
+            name: c.name(),
+        }),
+        None => Ok(stats),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use iwpm_core::KernelOp;
+    use iwpm_proto::peer::PeerMsgType;
+
     use super::*;
+
+    const IO: &str = "io counters: kernel_rx=5 kernel_tx=6 kernel_tx_errors=0 kernel_tx_queued=0 \
+                      kernel_truncated=0 kernel_foreign=0 kernel_overruns=0 peer_rx=0 peer_tx=7 \
+                      peer_tx_dropped=0 reserve_no_fd=0 reserve_no_port=0 dumps=1 \
+                      dumps_coalesced=0 ports_held=1";
+
+    /// The core line as the daemon prints it, from the core's own export.
+    fn core_line(stats: &Stats) -> String {
+        let pairs: Vec<String> = stats.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        format!("core counters: {}", pairs.join(" "))
+    }
+
+    fn with_counters<'a>(io: &'a str, core: &'a str) -> Vec<&'a str> {
+        vec!["print_iwpm_mapped_ports:", io, core]
+    }
 
     #[test]
     fn parses_a_dump() {
+        let mut stats = Stats {
+            retransmissions: 9,
+            ..Stats::default()
+        };
+        stats.netlink_in[2] = 3;
+        stats.peer_out[1] = 4;
+        let core = core_line(&stats);
         let lines = [
             "Received SIGUSR1 signal",
             "print_iwpm_mapped_ports:",
@@ -218,9 +426,8 @@ mod tests {
             "    refcount 1 owner client 2 wildcard no no_port_map yes age 3s",
             "    kernel client 2 registered: device siw0 interface lo",
             "    peer exchanges in flight: 3 connecting, 4 accepting; iwpm ABI 4",
-            "io counters: kernel_rx=5 kernel_tx=6 peer_tx=7 ports_held=1",
-            "core counters: Stats { netlink_in: [1, 2, 3], retransmissions: 9, \
-             peer_duplicates: 0 }",
+            IO,
+            &core,
         ];
         let d = parse(lines).unwrap();
         assert_eq!(d.mappings.len(), 2);
@@ -231,14 +438,64 @@ mod tests {
         assert_eq!(d.mappings[1].no_port_map, Some(true));
         assert_eq!(d.exchanges_connecting, Some(3));
         assert_eq!(d.exchanges_accepting, Some(4));
-        assert_eq!(d.io("ports_held"), 1);
-        assert_eq!(d.core("retransmissions"), 9);
-        assert_eq!(d.core("netlink_in"), 6);
-        assert_eq!(d.core("netlink_in[2]"), 3);
+        assert_eq!(d.io(IoCounter::PortsHeld), 1);
+        assert_eq!(d.io(IoCounter::PeerTx), 7);
+        assert_eq!(d.core(Counter::Retransmissions), 9);
+        assert_eq!(d.core(Counter::NetlinkIn(KernelOp::QueryMapping)), 3);
+        assert_eq!(d.core(Counter::PeerOut(PeerMsgType::Accept)), 4);
+        assert_eq!(d.core, stats);
     }
 
     #[test]
-    fn needs_the_header() {
+    fn needs_the_header_and_both_counter_lines() {
         assert_eq!(parse(["Mapping #0"]), Err(DumpError::NoHeader));
+        let core = core_line(&Stats::default());
+        assert_eq!(
+            parse(["print_iwpm_mapped_ports:", IO]),
+            Err(DumpError::MissingLine(CounterLine::Core))
+        );
+        assert_eq!(
+            parse(["print_iwpm_mapped_ports:", &core]),
+            Err(DumpError::MissingLine(CounterLine::Io))
+        );
+    }
+
+    #[test]
+    fn a_renamed_counter_is_an_error_not_zero() {
+        let core = core_line(&Stats::default());
+        let renamed = core.replace("retransmissions=", "retransmits=");
+        assert_eq!(
+            parse(with_counters(IO, &renamed)),
+            Err(DumpError::UnknownCounter {
+                line: CounterLine::Core,
+                name: "retransmits".into()
+            })
+        );
+        let dropped = core.replace(" peer_duplicates=0", "");
+        assert_eq!(
+            parse(with_counters(IO, &dropped)),
+            Err(DumpError::MissingCounter {
+                line: CounterLine::Core,
+                name: "peer_duplicates"
+            })
+        );
+        let io = IO.replace("ports_held=", "ports=");
+        assert!(matches!(
+            parse(with_counters(&io, &core)),
+            Err(DumpError::UnknownCounter { line: CounterLine::Io, name }) if name == "ports"
+        ));
+        let io = IO.replace(" dumps=1", "");
+        assert_eq!(
+            parse(with_counters(&io, &core)),
+            Err(DumpError::MissingCounter {
+                line: CounterLine::Io,
+                name: "dumps"
+            })
+        );
+        let io = IO.replace("dumps=1", "dumps=one");
+        assert!(matches!(
+            parse(with_counters(&io, &core)),
+            Err(DumpError::BadPair { line: CounterLine::Io, word }) if word == "dumps=one"
+        ));
     }
 }

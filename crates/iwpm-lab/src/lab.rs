@@ -23,11 +23,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use iwpm_core::Counter;
 use iwpm_kernel_emu::{Fabric, FabricConfig, Host, HostConfig, HostError, PortMapMode};
 use serde::Serialize;
 
 use crate::daemon::{Daemon, DaemonConfig, DaemonError};
-use crate::dump::Dump;
+use crate::dump::{Dump, IoCounter};
 use crate::locate::{self, LocateError};
 use crate::netns::{NetPlace, NetnsError};
 
@@ -465,12 +466,13 @@ impl Side {
 
 /// Adds `from`'s counters into `into`.
 fn retire(into: &mut Dump, from: &Dump) {
-    for (k, v) in &from.core {
-        *into.core.entry(k.clone()).or_default() += v;
+    for c in Counter::all() {
+        into.core
+            .set(c, into.core.get(c).wrapping_add(from.core.get(c)));
     }
-    for (k, v) in &from.io {
-        if k != "ports_held" {
-            *into.io.entry(k.clone()).or_default() += v;
+    for c in IoCounter::ALL {
+        if c != IoCounter::PortsHeld {
+            into.io.set(c, into.io.get(c).wrapping_add(from.io.get(c)));
         }
     }
 }

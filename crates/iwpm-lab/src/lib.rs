@@ -10,12 +10,14 @@
 //! same pieces.
 //!
 //! Layout: [`lab`] builds the topology (namespaces, hosts, taps, relays, daemons),
-//! [`workload`] drives the connections, [`mod@run`] is the whole scenario with its checks.
+//! [`workload`] drives the connections, [`mod@run`] is the whole scenario with its checks
+//! (what they find is a [`mismatch::Mismatch`]).
 
 pub mod daemon;
 pub mod dump;
 pub mod lab;
 pub mod locate;
+pub mod mismatch;
 pub mod netns;
 pub mod relay;
 pub mod report;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::lab::RestartOutcome;
+use crate::mismatch::Mismatch;
 
 /// p50/p99/max of a set of durations, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -206,8 +207,8 @@ pub struct Report {
     pub restart: Option<RestartOutcome>,
     /// Protocol violations the emulated kernels recorded ("host: violation").
     pub violations: Vec<String>,
-    /// Every disagreement between what should hold and what did.
-    pub mismatches: Vec<String>,
+    /// Every disagreement between what should hold and what did (JSON: their text).
+    pub mismatches: Vec<Mismatch>,
     /// Daemon exit statuses after SIGTERM ("A", "B").
     pub daemon_exits: BTreeMap<String, String>,
     /// No failure, mismatch or violation.
@@ -228,11 +229,18 @@ fn ms(p: &Option<Percentiles>) -> [String; 3] {
 impl Report {
     /// The human-readable report.
     pub fn render(&self) -> String {
-        let s = &self.settings;
-        let c = &self.connections;
-        let m = &self.mappings;
-        let p = &self.peer;
         let mut o = String::new();
+        self.render_settings(&mut o);
+        self.render_counts(&mut o);
+        self.render_peer(&mut o);
+        self.render_latency(&mut o);
+        self.render_restart(&mut o);
+        self.render_verdict(&mut o);
+        o
+    }
+
+    fn render_settings(&self, o: &mut String) {
+        let s = &self.settings;
         let _ = writeln!(
             o,
             "iwpm-lab: {} connections (concurrency {}), {} {}, {}",
@@ -254,6 +262,11 @@ impl Report {
             }
         );
         let _ = writeln!(o);
+    }
+
+    fn render_counts(&self, o: &mut String) {
+        let c = &self.connections;
+        let m = &self.mappings;
         let failures = if c.failures.is_empty() {
             String::new()
         } else {
@@ -282,6 +295,10 @@ impl Report {
             "mappings      held at peak: A {} (TCP ports {}), B {} (TCP ports {}); after teardown: A {}, B {}",
             m.peak_a, m.ports_held_a, m.peak_b, m.ports_held_b, m.after_teardown_a, m.after_teardown_b
         );
+    }
+
+    fn render_peer(&self, o: &mut String) {
+        let p = &self.peer;
         let _ = writeln!(
             o,
             "peer          {} exchanges, {} REMOTE_INFO; sent REQUEST {}, ACCEPT {}, ACK {}, REJECT {}",
@@ -292,7 +309,7 @@ impl Report {
             "              retransmissions {}, duplicates absorbed {}",
             p.retransmissions, p.duplicates
         );
-        if s.relays {
+        if self.settings.relays {
             let _ = writeln!(
                 o,
                 "              relays: {} datagrams seen, {} dropped, {} extra copies, {} held back \
@@ -312,6 +329,9 @@ impl Report {
                 p.stale_remote_info
             );
         }
+    }
+
+    fn render_latency(&self, o: &mut String) {
         let l = &self.latency;
         let _ = writeln!(
             o,
@@ -334,33 +354,44 @@ impl Report {
         let _ = writeln!(
             o,
             "throughput    {:.0} connections/s ({} in {:.2} s); setup {:.2} s, teardown {:.2} s, total {:.2} s",
-            t.connections_per_s, c.established, t.connect_s, t.setup_s, t.teardown_s, t.total_s
+            t.connections_per_s,
+            self.connections.established,
+            t.connect_s,
+            t.setup_s,
+            t.teardown_s,
+            t.total_s
         );
-        if let Some(r) = &self.restart {
-            let in_flight = r.in_flight_at_kill.map_or(String::new(), |n| {
-                format!(" with {n} connections in flight")
-            });
-            let _ = writeln!(
-                o,
-                "restart       B's iwpmd pid {} killed (-9){in_flight}, restarted as pid {}; down {:.0} ms",
-                r.old_pid, r.new_pid, r.downtime_ms
-            );
-            let _ = writeln!(
-                o,
-                "              mappings before the kill {}, after the restart {}, mappings lost: {}",
-                r.daemon_mappings_before,
-                r.daemon_mappings_after,
-                r.mappings_lost.len()
-            );
-            let _ = writeln!(
-                o,
-                "              kernel mappings recovered {}/{} ({} replayed), same mapped ports: {}",
-                r.recovered,
-                r.kernel_mappings,
-                r.replayed,
-                if r.lost.is_empty() && r.changed.is_empty() { "yes" } else { "NO" }
-            );
-        }
+    }
+
+    fn render_restart(&self, o: &mut String) {
+        let Some(r) = &self.restart else { return };
+        let in_flight = r.in_flight_at_kill.map_or(String::new(), |n| {
+            format!(" with {n} connections in flight")
+        });
+        let _ = writeln!(
+            o,
+            "restart       B's iwpmd pid {} killed (-9){in_flight}, restarted as pid {}; down {:.0} ms",
+            r.old_pid, r.new_pid, r.downtime_ms
+        );
+        let _ = writeln!(
+            o,
+            "              mappings before the kill {}, after the restart {}, mappings lost: {}",
+            r.daemon_mappings_before,
+            r.daemon_mappings_after,
+            r.mappings_lost.len()
+        );
+        let _ =
+            writeln!(
+            o,
+            "              kernel mappings recovered {}/{} ({} replayed), same mapped ports: {}",
+            r.recovered,
+            r.kernel_mappings,
+            r.replayed,
+            if r.lost.is_empty() && r.changed.is_empty() { "yes" } else { "NO" }
+        );
+    }
+
+    fn render_verdict(&self, o: &mut String) {
         let exits: Vec<String> = self
             .daemon_exits
             .iter()
@@ -379,7 +410,6 @@ impl Report {
             let _ = writeln!(o, "  ... and {} more", self.mismatches.len() - 20);
         }
         let _ = writeln!(o, "result        {}", if self.ok { "OK" } else { "FAILED" });
-        o
     }
 }
 

@@ -9,18 +9,24 @@
 //! active end's real address through REMOTE_INFO; and the tap saw A's QUERY answered
 //! without an error code.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use iwpm_kernel_emu::{AcceptMode, EventChannel, MapOutcome, PortMapMode, RemoteInfoLookup};
+use iwpm_core::Counter;
+use iwpm_kernel_emu::{
+    AcceptMode, ConnInfo, EventChannel, Listener, MapOutcome, PortMapMode, RemoteInfoLookup,
+};
+use iwpm_proto::peer::PeerMsgType;
 
-use crate::dump::Dump;
-use crate::lab::{Family, Lab, LabError, Side, Topology};
+use crate::dump::{Dump, IoCounter};
+use crate::lab::{Family, Lab, LabError, RestartOutcome, Side, Topology};
+use crate::mismatch::{ConnProblem, ConnTag, Mismatch};
 use crate::report::{Connections, Latency, Mappings, Peer, Percentiles, Report, RunSettings};
-use crate::workload::{connect_all, Acceptor, ConnRecord, Progress, WorkloadConfig};
+use crate::tap::TapRecords;
+use crate::workload::{connect_all, Accepted, Acceptor, ConnRecord, Progress, WorkloadConfig};
 
 /// What to do in a run.
 #[derive(Clone, Debug)]
@@ -51,44 +57,103 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 /// Runs the scenario and stops the daemons. `setup` is how long building the lab took
 /// (reported); `progress` sees every connection outcome.
+///
+/// Phases: set-up (B listens), workload (A connects, B's daemon maybe restarted), the
+/// cross-checks at the peak, teardown with its checks, and the report. Every check returns
+/// its [`Mismatch`]es; they are collected in phase order.
 pub fn run(
     lab: &mut Lab,
     opts: &RunOptions,
     setup: Duration,
-    mut progress: impl FnMut(Progress),
+    progress: impl FnMut(Progress),
 ) -> Result<Report, LabError> {
     let t_start = Instant::now();
     let mut report = Report {
         settings: settings(lab, opts),
         ..Report::default()
     };
-    let mut mismatches: Vec<String> = Vec::new();
+    let mut mismatches: Vec<Mismatch> = Vec::new();
 
-    // B listens.
-    let listen_addr = lab.b_addr(opts.listen_port);
+    let (listening, found) = listen(lab, opts)?;
+    mismatches.extend(found);
+    report.timings.setup_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
+
+    let t_connect = Instant::now();
+    let (records, restart) = workload(lab, opts, listening.addr, progress);
+    report.timings.connect_s = t_connect.elapsed().as_secs_f64();
+    let (restart, found) = check_restart(opts.restart_daemon, restart);
+    report.restart = restart;
+    mismatches.extend(found);
+
+    let peak = check_peak(lab, &listening, &records)?;
+    mismatches.extend(peak.mismatches);
+    report.connections = peak.connections;
+    report.mappings = peak.mappings;
+    report.latency = latency(lab, &records, &listening.addr);
+
+    let t_teardown = Instant::now();
+    mismatches.extend(teardown(lab, &records, listening, &mut report.mappings)?);
+    report.timings.teardown_s = t_teardown.elapsed().as_secs_f64();
+
+    mismatches.extend(finish(lab, &mut report)?);
+    let t = &mut report.timings;
+    t.total_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
+    t.connections_per_s = if t.connect_s > 0.0 {
+        report.connections.established as f64 / t.connect_s
+    } else {
+        0.0
+    };
+    report.ok = mismatches.is_empty() && report.violations.is_empty();
+    report.mismatches = mismatches;
+    Ok(report)
+}
+
+/// B's listener and the thread collecting its passive ends.
+struct Listening {
+    addr: SocketAddr,
+    /// The listener's mapped address as B's kernel holds it.
+    mapped: SocketAddr,
+    listener: Listener,
+    acceptor: Acceptor,
+}
+
+/// Set-up: B listens (auto-accept); the listener must be mapped.
+fn listen(lab: &Lab, opts: &RunOptions) -> Result<(Listening, Option<Mismatch>), LabError> {
+    let addr = lab.b_addr(opts.listen_port);
     let channel = EventChannel::new();
     let listener = lab
         .b
         .host
-        .listen(listen_addr, AcceptMode::Auto, Some(&channel))
+        .listen(addr, AcceptMode::Auto, Some(&channel))
         .map_err(LabError::Cm)?;
     let acceptor = Acceptor::start(channel);
-    if listener.info.mapping != MapOutcome::Mapped {
-        mismatches.push(format!(
-            "B's listener on {listen_addr} is not mapped: {:?}",
-            listener.info.mapping
-        ));
-    }
-    let listen_mapped = listener.info.mapped_local;
-    let setup_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
+    let found =
+        (listener.info.mapping != MapOutcome::Mapped).then(|| Mismatch::ListenerNotMapped {
+            listen: addr,
+            outcome: listener.info.mapping.clone(),
+        });
+    let listening = Listening {
+        addr,
+        mapped: listener.info.mapped_local,
+        listener,
+        acceptor,
+    };
+    Ok((listening, found))
+}
 
-    // A connects; B's daemon may be restarted half-way.
-    let t_connect = Instant::now();
+type RestartResult = Option<Result<RestartOutcome, LabError>>;
+
+/// Workload: A opens the connections; with `--restart-daemon` a helper thread kills and
+/// restarts B's daemon once half of them have an outcome.
+fn workload(
+    lab: &mut Lab,
+    opts: &RunOptions,
+    listen: SocketAddr,
+    mut progress: impl FnMut(Progress),
+) -> (Vec<ConnRecord>, RestartResult) {
     let host_a = lab.a.host.clone();
     let n = opts.workload.connections;
     let (tx, rx) = mpsc::channel::<()>();
-    let mut records: Vec<ConnRecord> = Vec::new();
-    let mut restart = None;
     // Connections in flight as of the latest outcome, read by the restarter at the kill.
     let in_flight = AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -104,7 +169,7 @@ pub fn run(
             })
         });
         let mut signalled = false;
-        records = connect_all(&host_a, listen_addr, &opts.workload, |p| {
+        let records = connect_all(&host_a, listen, &opts.workload, |p| {
             in_flight.store(p.in_flight, Ordering::Relaxed);
             progress(p);
             if !signalled && p.done >= (n / 2).max(1) {
@@ -113,54 +178,142 @@ pub fn run(
             }
         });
         drop(tx);
-        restart = restarter.and_then(|h| h.join().ok()).flatten();
-    });
-    let connect_s = t_connect.elapsed().as_secs_f64();
+        let restart = restarter.and_then(|h| h.join().ok()).flatten();
+        (records, restart)
+    })
+}
+
+/// The restart (if asked for) happened, recovered the kernel's mappings and changed none.
+fn check_restart(wanted: bool, restart: RestartResult) -> (Option<RestartOutcome>, Vec<Mismatch>) {
     match restart {
         Some(Ok(r)) => {
-            mismatches.extend(r.lost.iter().cloned());
-            mismatches.extend(r.changed.iter().cloned());
-            mismatches.extend(r.mappings_lost.iter().cloned());
+            let mut found: Vec<Mismatch> = r
+                .lost
+                .iter()
+                .chain(&r.changed)
+                .chain(&r.mappings_lost)
+                .cloned()
+                .map(Mismatch::Restart)
+                .collect();
             if r.recovered == 0 {
-                mismatches.push("the restarted daemon recovered no mapping".into());
+                found.push(Mismatch::RestartRecoveredNothing);
             }
-            report.restart = Some(r);
+            (Some(r), found)
         }
-        Some(Err(e)) => mismatches.push(format!("daemon restart failed: {e}")),
-        None if opts.restart_daemon => mismatches.push("daemon restart did not happen".into()),
-        None => {}
+        Some(Err(e)) => (None, vec![Mismatch::RestartFailed(e.to_string())]),
+        None if wanted => (None, vec![Mismatch::RestartMissing]),
+        None => (None, Vec::new()),
     }
+}
 
-    // The peak: both ends, both daemons, both kernels.
-    let established: Vec<&ConnRecord> = records
-        .iter()
-        .filter(|r| r.established().is_some())
-        .collect();
-    let n_est = established.len();
-    if !acceptor.wait(Duration::from_secs(10), |acc| {
-        acc.iter().filter(|a| a.established).count() >= n_est
-    }) {
-        mismatches.push(format!(
-            "passive side: {} of {n_est} connections established",
-            acceptor.accepted().iter().filter(|a| a.established).count()
-        ));
+/// What the cross-checks at the peak found.
+struct Peak {
+    connections: Connections,
+    mappings: Mappings,
+    mismatches: Vec<Mismatch>,
+}
+
+/// Cross-checks at the peak: both ends, both daemons, both kernels.
+fn check_peak(
+    lab: &mut Lab,
+    listening: &Listening,
+    records: &[ConnRecord],
+) -> Result<Peak, LabError> {
+    let mut found = Vec::new();
+    let established: Vec<&ConnInfo> = records.iter().filter_map(|r| r.established()).collect();
+    found.extend(wait_passive(&listening.acceptor, established.len()));
+    let accepted = listening.acceptor.accepted();
+    wait_remote_infos(lab, &accepted, established.len());
+    let mut late_infos = late_remote_infos(lab);
+    let dump_a = lab.a.dump()?;
+    let dump_b = lab.b.dump()?;
+    found.extend(compare_tables(&lab.a, &dump_a));
+    found.extend(compare_tables(&lab.b, &dump_b));
+    let port_mapped = lab.config.mode == PortMapMode::PortMapped;
+    for (side, dump) in [(&lab.a, &dump_a), (&lab.b, &dump_b)] {
+        found.extend(check_ports_held(side, dump, port_mapped));
     }
-    let accepted = acceptor.accepted();
+    found.extend(check_listener(&dump_b, listening));
+    let (mut connections, failed) = count_outcomes(records);
+    found.extend(failed);
+    let view = PeakView {
+        dump_a: &dump_a,
+        listen: listening.addr,
+        listen_mapped: listening.mapped,
+        port_mapped,
+        passive_by_tuple: accepted
+            .iter()
+            .enumerate()
+            .map(|(i, a)| ((a.info.wire_remote, a.info.wire_local), i))
+            .collect(),
+        accepted: &accepted,
+        tap_a: lab.a.tap.as_ref().map(|t| t.records()),
+    };
+    for r in records {
+        let Some(ai) = r.established() else { continue };
+        let problems = check_connection(&view, ai, &mut late_infos, &mut connections);
+        if problems.is_empty() {
+            connections.consistent += 1;
+        }
+        let conn = ConnTag {
+            index: r.index,
+            local: ai.local,
+            remote: ai.remote,
+        };
+        found.extend(
+            problems
+                .into_iter()
+                .map(|problem| Mismatch::Connection { conn, problem }),
+        );
+    }
+    let unmapped = lab.a.host.stats().kernel.maps_unmapped;
+    if unmapped != 0 {
+        found.push(Mismatch::KernelUnmapped { count: unmapped });
+    }
+    let mappings = Mappings {
+        peak_a: dump_a.mappings.len(),
+        peak_b: dump_b.mappings.len(),
+        ports_held_a: dump_a.io(IoCounter::PortsHeld),
+        ports_held_b: dump_b.io(IoCounter::PortsHeld),
+        ..Mappings::default()
+    };
+    Ok(Peak {
+        connections,
+        mappings,
+        mismatches: found,
+    })
+}
+
+/// Every established active end has its passive end established on B.
+fn wait_passive(acceptor: &Acceptor, n_est: usize) -> Option<Mismatch> {
+    let all = acceptor.wait(Duration::from_secs(10), |acc| {
+        acc.iter().filter(|a| a.established).count() >= n_est
+    });
+    (!all).then(|| Mismatch::PassiveNotEstablished {
+        established: acceptor.accepted().iter().filter(|a| a.established).count(),
+        expected: n_est,
+    })
+}
+
+/// Gives REMOTE_INFOs overtaken by their connection a moment to reach B's kernel.
+fn wait_remote_infos(lab: &Lab, accepted: &[Accepted], n_est: usize) {
     if accepted
         .iter()
-        .any(|a| a.info.remote_info != Some(RemoteInfoLookup::Found))
+        .all(|a| a.info.remote_info == Some(RemoteInfoLookup::Found))
     {
-        // Overtaken REMOTE_INFOs may still be on their way.
-        let want = n_est as u64;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while lab.b.host.stats().kernel.remote_info_received < want && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        return;
     }
-    // REMOTE_INFO that reached B's kernel after the connection it describes (see
-    // `Connections::remote_info_late`).
-    let mut late_infos: Vec<(SocketAddr, SocketAddr)> = lab
-        .b
+    let want = n_est as u64;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lab.b.host.stats().kernel.remote_info_received < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// (mapped remote, real remote) of every REMOTE_INFO still in B's kernel: those that
+/// reached it after the connection they describe (see `Connections::remote_info_late`).
+fn late_remote_infos(lab: &Lab) -> Vec<(SocketAddr, SocketAddr)> {
+    lab.b
         .host
         .kernel_view()
         .remote_info
@@ -171,158 +324,184 @@ pub fn run(
                 e.remote.to_socket_addr()?,
             ))
         })
-        .collect();
-    let dump_a = lab.a.dump()?;
-    let dump_b = lab.b.dump()?;
-    compare_tables(&lab.a, &dump_a, &mut mismatches);
-    compare_tables(&lab.b, &dump_b, &mut mismatches);
-    let port_mapped = lab.config.mode == PortMapMode::PortMapped;
-    for (side, dump) in [(&lab.a, &dump_a), (&lab.b, &dump_b)] {
-        let expect = if port_mapped { dump.mappings.len() } else { 0 };
-        let held = dump.io("ports_held");
-        if held != expect as u64 {
-            mismatches.push(format!(
-                "host {}: daemon holds {held} TCP ports for {} mappings",
-                side.name,
-                dump.mappings.len()
-            ));
-        }
+        .collect()
+}
+
+/// In port-mapped mode the daemon holds one TCP port per mapping, otherwise none.
+fn check_ports_held(side: &Side, dump: &Dump, port_mapped: bool) -> Option<Mismatch> {
+    let expect = if port_mapped { dump.mappings.len() } else { 0 };
+    let held = dump.io(IoCounter::PortsHeld);
+    (held != expect as u64).then(|| Mismatch::PortsHeld {
+        host: side.name.clone(),
+        held,
+        mappings: dump.mappings.len(),
+    })
+}
+
+/// B's daemon maps the listener where B's kernel believes it is mapped.
+fn check_listener(dump_b: &Dump, listening: &Listening) -> Option<Mismatch> {
+    match dump_b.find(listening.addr) {
+        Some(m) if m.mapped == listening.mapped => None,
+        Some(m) => Some(Mismatch::ListenerMappedDifferently {
+            listen: listening.addr,
+            daemon: m.mapped,
+            kernel: listening.mapped,
+        }),
+        None => Some(Mismatch::ListenerUnknown {
+            listen: listening.addr,
+        }),
     }
-    match dump_b.find(listen_addr) {
-        Some(m) if m.mapped == listen_mapped => {}
-        Some(m) => mismatches.push(format!(
-            "B's daemon maps the listener {listen_addr} to {}, B's kernel uses {listen_mapped}",
-            m.mapped
-        )),
-        None => mismatches.push(format!("B's daemon has no mapping for {listen_addr}")),
-    }
-    let passive_by_tuple: HashMap<(SocketAddr, SocketAddr), usize> = accepted
-        .iter()
-        .enumerate()
-        .map(|(i, a)| ((a.info.wire_remote, a.info.wire_local), i))
-        .collect();
-    let tap_a = lab.a.tap.as_ref().map(|t| t.records());
+}
+
+/// Connection outcomes by category; any failure is a mismatch naming the first.
+fn count_outcomes(records: &[ConnRecord]) -> (Connections, Option<Mismatch>) {
+    let n_est = records.iter().filter(|r| r.established().is_some()).count();
     let mut conns = Connections {
         attempted: records.len(),
         established: n_est,
         failed: records.len() - n_est,
         ..Connections::default()
     };
-    for r in &records {
+    for r in records {
         if let Some(Err(f)) = &r.outcome {
             *conns.failures.entry(f.category().to_string()).or_default() += 1;
         }
     }
-    if let Some(first) = records.iter().find_map(|r| match &r.outcome {
-        Some(Err(f)) => Some((r.index, f.clone())),
+    let first = records.iter().find_map(|r| match &r.outcome {
+        Some(Err(f)) => Some(Mismatch::ConnectionsFailed {
+            failed: conns.failed,
+            attempted: conns.attempted,
+            first_index: r.index,
+            first: f.clone(),
+        }),
         _ => None,
-    }) {
-        mismatches.push(format!(
-            "{} of {} connections failed (first: #{} {:?})",
-            conns.failed, conns.attempted, first.0, first.1
-        ));
-    }
-    for r in &established {
-        let Some(ai) = r.established() else { continue };
-        let before = mismatches.len();
-        let tag = format!("connection #{} {} -> {}", r.index, ai.local, ai.remote);
-        if ai.mapping == MapOutcome::Mapped {
-            conns.mapped += 1;
-        } else {
-            mismatches.push(format!("{tag}: not mapped ({:?})", ai.mapping));
-        }
-        match dump_a.find(ai.local) {
-            Some(m) if m.mapped == ai.mapped_local => {}
-            Some(m) => mismatches.push(format!(
-                "{tag}: A's kernel uses mapped {}, A's daemon holds {}",
-                ai.mapped_local, m.mapped
-            )),
-            None => mismatches.push(format!("{tag}: A's daemon has no mapping")),
-        }
-        if !port_mapped && ai.mapped_local != ai.local {
-            mismatches.push(format!(
-                "{tag}: no-port-map mapping is not the identity ({})",
-                ai.mapped_local
-            ));
-        }
-        if ai.mapped_remote != listen_mapped {
-            mismatches.push(format!(
-                "{tag}: mapped remote {} is not B's listener mapping {listen_mapped}",
-                ai.mapped_remote
-            ));
-        }
-        match passive_by_tuple.get(&(ai.wire_local, ai.wire_remote)) {
-            None => mismatches.push(format!("{tag}: no passive end on B")),
-            Some(&i) => {
-                let pi = &accepted[i].info;
-                if pi.remote_info == Some(RemoteInfoLookup::Found) {
-                    conns.remote_info_found += 1;
-                    if pi.remote != ai.local {
-                        mismatches.push(format!(
-                            "{tag}: B sees the peer as {}, it is {}",
-                            pi.remote, ai.local
-                        ));
-                    }
-                } else if let Some(k) = late_infos
-                    .iter()
-                    .position(|(mapped, real)| *mapped == ai.wire_local && *real == ai.local)
-                {
-                    // The daemon told B's kernel, but only after the connection arrived.
-                    late_infos.swap_remove(k);
-                    conns.remote_info_late += 1;
-                } else {
-                    mismatches.push(format!(
-                        "{tag}: B's kernel got no REMOTE_INFO for the peer (sees {})",
-                        pi.remote
-                    ));
-                }
-                if pi.remote_info == Some(RemoteInfoLookup::Found) && pi.local != listen_addr {
-                    mismatches.push(format!(
-                        "{tag}: B's end is on {}, the listener is {listen_addr}",
-                        pi.local
-                    ));
-                }
-            }
-        }
-        if let Some(tap) = &tap_a {
-            match tap.queries.get(&ai.local) {
-                Some(q) if q.answered.is_some() && q.err == Some(0) => {}
-                Some(q) => mismatches.push(format!(
-                    "{tag}: QUERY at the tap answered {:?} with error {:?}",
-                    q.answered.is_some(),
-                    q.err
-                )),
-                None => mismatches.push(format!("{tag}: the tap saw no QUERY")),
-            }
-        }
-        if mismatches.len() == before {
-            conns.consistent += 1;
-        }
-    }
-    let unmapped = lab.a.host.stats().kernel.maps_unmapped;
-    if unmapped != 0 {
-        mismatches.push(format!(
-            "A's kernel fell back to unmapped addresses {unmapped} times"
-        ));
-    }
-    let mut mappings = Mappings {
-        peak_a: dump_a.mappings.len(),
-        peak_b: dump_b.mappings.len(),
-        ports_held_a: dump_a.io("ports_held"),
-        ports_held_b: dump_b.io("ports_held"),
-        ..Mappings::default()
-    };
-    report.latency = latency(lab, &records, &listen_addr);
+    });
+    (conns, first)
+}
 
-    // Teardown.
-    let t_teardown = Instant::now();
-    for r in &records {
+/// What the per-connection checks compare against.
+struct PeakView<'a> {
+    dump_a: &'a Dump,
+    listen: SocketAddr,
+    listen_mapped: SocketAddr,
+    port_mapped: bool,
+    accepted: &'a [Accepted],
+    /// Passive ends by (their remote, their local) wire address.
+    passive_by_tuple: HashMap<(SocketAddr, SocketAddr), usize>,
+    tap_a: Option<TapRecords>,
+}
+
+/// One established connection against the daemons, B's passive end and A's tap (see the
+/// module docs); counts `mapped`, `remote_info_found` and `remote_info_late`. Late
+/// REMOTE_INFOs used to excuse a connection are taken out of `late_infos`.
+fn check_connection(
+    view: &PeakView<'_>,
+    ai: &ConnInfo,
+    late_infos: &mut Vec<(SocketAddr, SocketAddr)>,
+    conns: &mut Connections,
+) -> Vec<ConnProblem> {
+    let mut problems = Vec::new();
+    if ai.mapping == MapOutcome::Mapped {
+        conns.mapped += 1;
+    } else {
+        problems.push(ConnProblem::NotMapped(ai.mapping.clone()));
+    }
+    match view.dump_a.find(ai.local) {
+        Some(m) if m.mapped == ai.mapped_local => {}
+        Some(m) => problems.push(ConnProblem::MappedLocalDiffers {
+            kernel: ai.mapped_local,
+            daemon: m.mapped,
+        }),
+        None => problems.push(ConnProblem::NoDaemonMapping),
+    }
+    if !view.port_mapped && ai.mapped_local != ai.local {
+        problems.push(ConnProblem::NotIdentity {
+            mapped: ai.mapped_local,
+        });
+    }
+    if ai.mapped_remote != view.listen_mapped {
+        problems.push(ConnProblem::WrongMappedRemote {
+            mapped_remote: ai.mapped_remote,
+            listener: view.listen_mapped,
+        });
+    }
+    match view.passive_by_tuple.get(&(ai.wire_local, ai.wire_remote)) {
+        None => problems.push(ConnProblem::NoPassiveEnd),
+        Some(&i) => {
+            let pi = &view.accepted[i].info;
+            problems.extend(check_passive_end(view, ai, pi, late_infos, conns));
+        }
+    }
+    if let Some(tap) = &view.tap_a {
+        match tap.queries.get(&ai.local) {
+            Some(q) if q.answered.is_some() && q.err == Some(0) => {}
+            Some(q) => problems.push(ConnProblem::QueryNotOk {
+                answered: q.answered.is_some(),
+                err: q.err,
+            }),
+            None => problems.push(ConnProblem::NoQuery),
+        }
+    }
+    problems
+}
+
+/// B's end `pi` of the connection `ai` learned A's real address through REMOTE_INFO (or
+/// the REMOTE_INFO arrived late) and sits on the listener's address.
+fn check_passive_end(
+    view: &PeakView<'_>,
+    ai: &ConnInfo,
+    pi: &ConnInfo,
+    late_infos: &mut Vec<(SocketAddr, SocketAddr)>,
+    conns: &mut Connections,
+) -> Vec<ConnProblem> {
+    let mut problems = Vec::new();
+    let found = pi.remote_info == Some(RemoteInfoLookup::Found);
+    if found {
+        conns.remote_info_found += 1;
+        if pi.remote != ai.local {
+            problems.push(ConnProblem::WrongPeer {
+                seen: pi.remote,
+                actual: ai.local,
+            });
+        }
+    } else if let Some(k) = late_infos
+        .iter()
+        .position(|(mapped, real)| *mapped == ai.wire_local && *real == ai.local)
+    {
+        // The daemon told B's kernel, but only after the connection arrived.
+        late_infos.swap_remove(k);
+        conns.remote_info_late += 1;
+    } else {
+        problems.push(ConnProblem::NoRemoteInfo { seen: pi.remote });
+    }
+    if found && pi.local != view.listen {
+        problems.push(ConnProblem::WrongListener {
+            local: pi.local,
+            listen: view.listen,
+        });
+    }
+    problems
+}
+
+/// Teardown: every id destroyed; then both kernels' and both daemons' tables must empty
+/// and no connecting exchange may be left. Records what is left in `mappings`.
+fn teardown(
+    lab: &mut Lab,
+    records: &[ConnRecord],
+    listening: Listening,
+    mappings: &mut Mappings,
+) -> Result<Vec<Mismatch>, LabError> {
+    let mut found = Vec::new();
+    let Listening {
+        listener, acceptor, ..
+    } = listening;
+    for r in records {
         let _ = r.id.destroy();
     }
     if !acceptor.wait(Duration::from_secs(10), |acc| {
         acc.iter().all(|a| a.disconnected || !a.established)
     }) {
-        mismatches.push("passive ends were not all disconnected after teardown".into());
+        found.push(Mismatch::PassiveNotDisconnected);
     }
     for a in acceptor.accepted() {
         let _ = a.id.destroy();
@@ -330,36 +509,48 @@ pub fn run(
     drop(acceptor);
     let _ = listener.id.destroy();
     for side in lab.sides_mut() {
-        let view = side.host.kernel_view();
-        if !view.mapinfo.is_empty() {
-            mismatches.push(format!(
-                "host {}: kernel still has {} mapinfo entries after teardown",
-                side.name,
-                view.mapinfo.len()
-            ));
+        let entries = side.host.kernel_view().mapinfo.len();
+        if entries != 0 {
+            found.push(Mismatch::KernelMapinfoLeft {
+                host: side.name.clone(),
+                entries,
+            });
         }
     }
     let (left_a, left_b) = (settle(&mut lab.a)?, settle(&mut lab.b)?);
     mappings.after_teardown_a = left_a.mappings.len();
     mappings.after_teardown_b = left_b.mappings.len();
     for (name, d) in [("A", &left_a), ("B", &left_b)] {
-        if !d.mappings.is_empty() || d.io("ports_held") != 0 {
-            mismatches.push(format!(
-                "host {name}: daemon still holds {} mappings and {} ports after teardown",
-                d.mappings.len(),
-                d.io("ports_held")
-            ));
-        }
-        if d.exchanges_connecting.unwrap_or(0) != 0 {
-            mismatches.push(format!(
-                "host {name}: {} connecting exchanges still in flight after teardown",
-                d.exchanges_connecting.unwrap_or(0)
-            ));
-        }
+        found.extend(check_left(name, d));
     }
-    let teardown_s = t_teardown.elapsed().as_secs_f64();
+    Ok(found)
+}
 
-    // Counters, violations, exits.
+/// A daemon's dump after teardown: no mapping, no port, no connecting exchange.
+fn check_left(host: &str, d: &Dump) -> Vec<Mismatch> {
+    let mut found = Vec::new();
+    let ports = d.io(IoCounter::PortsHeld);
+    if !d.mappings.is_empty() || ports != 0 {
+        found.push(Mismatch::DaemonTableLeft {
+            host: host.into(),
+            mappings: d.mappings.len(),
+            ports,
+        });
+    }
+    let connecting = d.exchanges_connecting.unwrap_or(0);
+    if connecting != 0 {
+        found.push(Mismatch::ExchangesLeft {
+            host: host.into(),
+            connecting,
+        });
+    }
+    found
+}
+
+/// Report: peer counters, violations, and the daemons' exits on SIGTERM (which must be
+/// clean).
+fn finish(lab: &mut Lab, report: &mut Report) -> Result<Vec<Mismatch>, LabError> {
+    let mut found = Vec::new();
     report.peer = peer_counters(lab)?;
     report.peer.stale_remote_info = lab.b.host.kernel_view().remote_info.len();
     for side in [&lab.a, &lab.b] {
@@ -370,31 +561,17 @@ pub fn run(
     for side in lab.sides_mut() {
         if let Some(status) = side.stop_daemon()? {
             if !status.success() {
-                mismatches.push(format!(
-                    "host {}: iwpmd exited with {status} after SIGTERM",
-                    side.name
-                ));
+                found.push(Mismatch::DaemonExit {
+                    host: side.name.clone(),
+                    status: status.to_string(),
+                });
             }
             report
                 .daemon_exits
                 .insert(side.name.clone(), status.to_string());
         }
     }
-
-    report.connections = conns;
-    report.mappings = mappings;
-    report.timings.setup_s = setup_s;
-    report.timings.connect_s = connect_s;
-    report.timings.teardown_s = teardown_s;
-    report.timings.total_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
-    report.timings.connections_per_s = if connect_s > 0.0 {
-        n_est as f64 / connect_s
-    } else {
-        0.0
-    };
-    report.ok = mismatches.is_empty() && report.violations.is_empty();
-    report.mismatches = mismatches;
-    Ok(report)
+    Ok(found)
 }
 
 fn settings(lab: &Lab, opts: &RunOptions) -> RunSettings {
@@ -438,7 +615,7 @@ fn settings(lab: &Lab, opts: &RunOptions) -> RunSettings {
 
 /// Every kernel mapinfo entry must be in the daemon's table with the same mapped address,
 /// and the daemon must hold nothing the kernel does not know.
-fn compare_tables(side: &Side, dump: &Dump, mismatches: &mut Vec<String>) {
+fn compare_tables(side: &Side, dump: &Dump) -> Vec<Mismatch> {
     let view = side.host.kernel_view();
     let mut kernel: HashSet<(SocketAddr, SocketAddr)> = HashSet::new();
     for e in &view.mapinfo {
@@ -448,25 +625,34 @@ fn compare_tables(side: &Side, dump: &Dump, mismatches: &mut Vec<String>) {
     }
     let daemon: HashSet<(SocketAddr, SocketAddr)> =
         dump.mappings.iter().map(|m| (m.local, m.mapped)).collect();
-    for (l, m) in kernel.difference(&daemon).take(5) {
-        mismatches.push(format!(
-            "host {}: kernel maps {l} -> {m}, the daemon does not",
-            side.name
-        ));
+    let host = || side.name.clone();
+    let mut found: Vec<Mismatch> = kernel
+        .difference(&daemon)
+        .take(5)
+        .map(|&(local, mapped)| Mismatch::KernelOnly {
+            host: host(),
+            local,
+            mapped,
+        })
+        .collect();
+    found.extend(
+        daemon
+            .difference(&kernel)
+            .take(5)
+            .map(|&(local, mapped)| Mismatch::DaemonOnly {
+                host: host(),
+                local,
+                mapped,
+            }),
+    );
+    let count = kernel.symmetric_difference(&daemon).count();
+    if count > 10 {
+        found.push(Mismatch::TableDifferences {
+            host: host(),
+            count,
+        });
     }
-    for (l, m) in daemon.difference(&kernel).take(5) {
-        mismatches.push(format!(
-            "host {}: daemon maps {l} -> {m}, the kernel does not",
-            side.name
-        ));
-    }
-    let extra = kernel.symmetric_difference(&daemon).count();
-    if extra > 10 {
-        mismatches.push(format!(
-            "host {}: {extra} differences between kernel and daemon tables in all",
-            side.name
-        ));
-    }
+    found
 }
 
 /// Polls the daemon until its table is empty (REMOVEs are processed asynchronously).
@@ -527,6 +713,7 @@ fn latency(lab: &Lab, records: &[ConnRecord], listen_addr: &SocketAddr) -> Laten
     }
 }
 
+/// Peer traffic of both daemons (killed ones included) and of the relays.
 fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
     let ka = lab.a.host.stats().kernel;
     let kb = lab.b.host.stats().kernel;
@@ -535,19 +722,14 @@ fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
         remote_infos: kb.remote_info_received,
         ..Peer::default()
     };
-    let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
     for side in lab.sides_mut() {
         let d = side.total_counters()?;
-        for key in [
-            "peer_out[0]",
-            "peer_out[1]",
-            "peer_out[2]",
-            "peer_out[3]",
-            "retransmissions",
-            "peer_duplicates",
-        ] {
-            *totals.entry(key).or_default() += d.core(key);
-        }
+        p.requests += d.core(Counter::PeerOut(PeerMsgType::Request));
+        p.accepts += d.core(Counter::PeerOut(PeerMsgType::Accept));
+        p.acks += d.core(Counter::PeerOut(PeerMsgType::Ack));
+        p.rejects += d.core(Counter::PeerOut(PeerMsgType::Reject));
+        p.retransmissions += d.core(Counter::Retransmissions);
+        p.duplicates += d.core(Counter::PeerDuplicates);
         if let Some(r) = &side.relay {
             let st = r.stats();
             p.relay_seen += st.seen.iter().sum::<u64>();
@@ -558,11 +740,5 @@ fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
             p.relay_spared += st.spared;
         }
     }
-    p.requests = totals["peer_out[0]"];
-    p.accepts = totals["peer_out[1]"];
-    p.acks = totals["peer_out[2]"];
-    p.rejects = totals["peer_out[3]"];
-    p.retransmissions = totals["retransmissions"];
-    p.duplicates = totals["peer_duplicates"];
     Ok(p)
 }

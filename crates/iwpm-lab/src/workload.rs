@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use iwpm_kernel_emu::{CmEventKind, CmId, ConnInfo, EventChannel, Host};
+use iwpm_kernel_emu::{CmEvent, CmEventKind, CmId, ConnInfo, EventChannel, Host};
 use serde::Serialize;
 
 /// How many connections and how fast.
@@ -113,123 +113,124 @@ pub fn connect_all(
     host: &Host,
     dst: SocketAddr,
     config: &WorkloadConfig,
-    mut on_progress: impl FnMut(Progress),
+    on_progress: impl FnMut(Progress),
 ) -> Vec<ConnRecord> {
     let channel = EventChannel::new();
-    let mut records: Vec<ConnRecord> = Vec::with_capacity(config.connections);
-    let mut by_num: HashMap<u64, usize> = HashMap::new();
-    let mut progress = Progress::default();
-    let mut in_flight = 0usize;
+    let mut attempts = Attempts {
+        records: Vec::with_capacity(config.connections),
+        by_num: HashMap::new(),
+        progress: Progress::default(),
+        in_flight: 0,
+        on_progress,
+    };
     let concurrency = config.concurrency.max(1);
-    let finish = |rec: &mut ConnRecord,
-                  outcome: Result<ConnInfo, ConnFailure>,
-                  progress: &mut Progress,
-                  in_flight: &mut usize| {
+    while attempts.progress.done < config.connections {
+        while attempts.in_flight < concurrency && attempts.records.len() < config.connections {
+            attempts.start(host, &channel, dst);
+        }
+        match channel.get_event(Duration::from_millis(100)) {
+            Ok(event) => attempts.on_event(event),
+            Err(_) => attempts.expire(config.per_connection_timeout),
+        }
+    }
+    attempts.records
+}
+
+/// The attempts of one [`connect_all`] and their progress.
+struct Attempts<F> {
+    records: Vec<ConnRecord>,
+    /// Record index by id number (events name the id).
+    by_num: HashMap<u64, usize>,
+    progress: Progress,
+    in_flight: usize,
+    on_progress: F,
+}
+
+impl<F: FnMut(Progress)> Attempts<F> {
+    /// Creates one more id and starts resolving `dst`.
+    fn start(&mut self, host: &Host, channel: &EventChannel, dst: SocketAddr) {
+        let index = self.records.len();
+        let id = host.create_id(Some(channel));
+        self.by_num.insert(id.num(), index);
+        self.records.push(ConnRecord {
+            index,
+            id: id.clone(),
+            started: Instant::now(),
+            finished: None,
+            outcome: None,
+        });
+        self.in_flight += 1;
+        if let Err(e) = id.resolve_addr(None, dst) {
+            self.finish_and_report(index, Err(ConnFailure::Cm(e.to_string())));
+        }
+    }
+
+    /// Records the outcome of attempt `index` unless it already has one; true if it did
+    /// not.
+    fn finish(&mut self, index: usize, outcome: Result<ConnInfo, ConnFailure>) -> bool {
+        let rec = &mut self.records[index];
         if rec.outcome.is_some() {
             return false;
         }
         rec.finished = Some(Instant::now());
         match &outcome {
-            Ok(_) => progress.established += 1,
-            Err(_) => progress.failed += 1,
+            Ok(_) => self.progress.established += 1,
+            Err(_) => self.progress.failed += 1,
         }
         rec.outcome = Some(outcome);
-        progress.done += 1;
-        *in_flight -= 1;
-        progress.in_flight = *in_flight;
+        self.progress.done += 1;
+        self.in_flight -= 1;
+        self.progress.in_flight = self.in_flight;
         true
-    };
-    while progress.done < config.connections {
-        while in_flight < concurrency && records.len() < config.connections {
-            let index = records.len();
-            let id = host.create_id(Some(&channel));
-            by_num.insert(id.num(), index);
-            records.push(ConnRecord {
-                index,
-                id: id.clone(),
-                started: Instant::now(),
-                finished: None,
-                outcome: None,
-            });
-            in_flight += 1;
-            if let Err(e) = id.resolve_addr(None, dst) {
-                let rec = &mut records[index];
-                if finish(
-                    rec,
-                    Err(ConnFailure::Cm(e.to_string())),
-                    &mut progress,
-                    &mut in_flight,
-                ) {
-                    on_progress(progress);
-                }
+    }
+
+    fn finish_and_report(&mut self, index: usize, outcome: Result<ConnInfo, ConnFailure>) {
+        if self.finish(index, outcome) {
+            (self.on_progress)(self.progress);
+        }
+    }
+
+    /// No event for a while: gives up on attempts older than `timeout` (one progress
+    /// report for all of them).
+    fn expire(&mut self, timeout: Duration) {
+        let now = Instant::now();
+        let mut changed = false;
+        for index in 0..self.records.len() {
+            let rec = &self.records[index];
+            if rec.outcome.is_none() && now.duration_since(rec.started) > timeout {
+                let _ = rec.id.destroy();
+                changed |= self.finish(index, Err(ConnFailure::Timeout));
             }
         }
-        let event = match channel.get_event(Duration::from_millis(100)) {
-            Ok(ev) => ev,
-            Err(_) => {
-                let now = Instant::now();
-                let mut changed = false;
-                for rec in records.iter_mut().filter(|r| r.outcome.is_none()) {
-                    if now.duration_since(rec.started) > config.per_connection_timeout {
-                        let _ = rec.id.destroy();
-                        changed |= finish(
-                            rec,
-                            Err(ConnFailure::Timeout),
-                            &mut progress,
-                            &mut in_flight,
-                        );
-                    }
-                }
-                if changed {
-                    on_progress(progress);
-                }
-                continue;
-            }
+        if changed {
+            (self.on_progress)(self.progress);
+        }
+    }
+
+    /// Advances the attempt the event is for: the next rdma_cm step, or its outcome.
+    fn on_event(&mut self, event: CmEvent) {
+        let Some(&index) = self.by_num.get(&event.id.num()) else {
+            return;
         };
-        let Some(&index) = by_num.get(&event.id.num()) else {
-            continue;
-        };
-        let rec = &mut records[index];
+        let rec = &mut self.records[index];
         let outcome = match event.kind {
             CmEventKind::AddrResolved => rec.id.resolve_route().err().map(|e| e.to_string()),
             CmEventKind::RouteResolved => rec.id.connect().err().map(|e| e.to_string()),
             CmEventKind::Established(info) => {
-                if finish(rec, Ok(info), &mut progress, &mut in_flight) {
-                    on_progress(progress);
-                }
+                self.finish_and_report(index, Ok(info));
                 None
             }
             CmEventKind::Rejected(r) => {
-                if finish(
-                    rec,
-                    Err(ConnFailure::Rejected(format!("{r:?}"))),
-                    &mut progress,
-                    &mut in_flight,
-                ) {
-                    on_progress(progress);
-                }
+                self.finish_and_report(index, Err(ConnFailure::Rejected(format!("{r:?}"))));
                 None
             }
             CmEventKind::Unreachable(r) => {
-                if finish(
-                    rec,
-                    Err(ConnFailure::Unreachable(format!("{r:?}"))),
-                    &mut progress,
-                    &mut in_flight,
-                ) {
-                    on_progress(progress);
-                }
+                let failure = ConnFailure::Unreachable(format!("{r:?}"));
+                self.finish_and_report(index, Err(failure));
                 None
             }
             CmEventKind::AddrError(e) => {
-                if finish(
-                    rec,
-                    Err(ConnFailure::AddrError(e.to_string())),
-                    &mut progress,
-                    &mut in_flight,
-                ) {
-                    on_progress(progress);
-                }
+                self.finish_and_report(index, Err(ConnFailure::AddrError(e.to_string())));
                 None
             }
             CmEventKind::Disconnected => {
@@ -241,17 +242,9 @@ pub fn connect_all(
             CmEventKind::ConnectRequest(_) => None,
         };
         if let Some(err) = outcome {
-            if finish(
-                rec,
-                Err(ConnFailure::Cm(err)),
-                &mut progress,
-                &mut in_flight,
-            ) {
-                on_progress(progress);
-            }
+            self.finish_and_report(index, Err(ConnFailure::Cm(err)));
         }
     }
-    records
 }
 
 /// One accepted connection on the passive side.

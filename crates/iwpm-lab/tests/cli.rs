@@ -110,7 +110,10 @@ fn restart_daemon() {
     assert_eq!(r["restart"]["recovered"], 1);
     assert_eq!(r["restart"]["lost"].as_array().unwrap().len(), 0);
     assert_eq!(r["restart"]["mappings_lost"].as_array().unwrap().len(), 0);
-    assert!(r["restart"]["in_flight_at_kill"].as_u64().unwrap() > 0);
+    // How many were in flight at the kill depends on scheduling (on two busy cores the 200
+    // can all be done first); that the number is reported is what this test checks, the
+    // kill under load is `faults::restart_of_the_passive_daemon_mid_run`.
+    assert!(r["restart"]["in_flight_at_kill"].as_u64().is_some());
 }
 
 #[test]

@@ -9,8 +9,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use iwpm_core::Counter;
 use iwpm_kernel_emu::kernel::{RequestKind, IWPM_PID_UNAVAILABLE};
 use iwpm_kernel_emu::{CmError, MapOutcome, RejectReason, RemoteInfoLookup, UnmappedReason};
+use iwpm_lab::dump::IoCounter;
 use iwpm_lab::netns;
 use iwpm_lab::{Family, Lab, LabConfig, Topology};
 use iwpm_proto::consts::err;
@@ -37,8 +39,8 @@ fn listen_connect_roundtrip(mut lab: Lab) {
     let dump_b = lab.b.dump().unwrap();
     assert_eq!(dump_a.mappings.len(), 5, "{dump_a:?}");
     assert_eq!(dump_b.mappings.len(), 1, "{dump_b:?}");
-    assert_eq!(dump_a.io("ports_held"), 5);
-    assert_eq!(dump_b.io("ports_held"), 1);
+    assert_eq!(dump_a.io(IoCounter::PortsHeld), 5);
+    assert_eq!(dump_b.io(IoCounter::PortsHeld), 1);
     for c in &conns {
         let pi = assert_consistent(&lab, c, &listener, &acceptor, &dump_a, &dump_b);
         // Port-mapped: the wire carries the mapped ports on both ends.
@@ -65,7 +67,10 @@ fn listen_connect_roundtrip(mut lab: Lab) {
     let dump_a = dump_until(&mut lab, "A", |d| d.mappings.is_empty());
     let dump_b = dump_until(&mut lab, "B", |d| d.mappings.is_empty());
     assert!(dump_a.mappings.is_empty() && dump_b.mappings.is_empty());
-    assert_eq!(dump_a.io("ports_held") + dump_b.io("ports_held"), 0);
+    assert_eq!(
+        dump_a.io(IoCounter::PortsHeld) + dump_b.io(IoCounter::PortsHeld),
+        0
+    );
     assert!(!tcp_port_held(&lab.b.place, listen_addr.ip(), lport));
     for c in &conns {
         assert!(!tcp_port_held(
@@ -201,9 +206,9 @@ fn connect_without_listener_is_rejected() {
     // The failed id was destroyed: its mapping goes away.
     let dump_a = dump_until(&mut lab, "A", |d| d.mappings.is_empty());
     assert!(dump_a.mappings.is_empty());
-    assert!(dump_a.core("rejects_received") >= 1, "{dump_a:?}");
+    assert!(dump_a.core(Counter::RejectsReceived) >= 1, "{dump_a:?}");
     let dump_b = lab.b.dump().unwrap();
-    assert!(dump_b.core("rejects_sent") >= 1, "{dump_b:?}");
+    assert!(dump_b.core(Counter::RejectsSent) >= 1, "{dump_b:?}");
     assert_eq!(lab.b.host.stats().kernel.remote_info_received, 0);
     assert_no_violations(&lab);
 }
@@ -267,7 +272,7 @@ fn two_listeners_share_a_local_address() {
     let d = lab.b.dump().unwrap();
     assert_eq!(d.mappings.len(), 1);
     assert_eq!(d.find(wild).unwrap().refcount, Some(2));
-    assert_eq!(d.io("ports_held"), 1);
+    assert_eq!(d.io(IoCounter::PortsHeld), 1);
 
     // A specific address on the same port collides with the wildcard mapping.
     let specific = lab.b_addr(4003);
@@ -304,7 +309,7 @@ fn two_listeners_share_a_local_address() {
     .unwrap();
     let d = dump_until(&mut lab, "B", |d| d.mappings.is_empty());
     assert!(d.mappings.is_empty(), "{d:?}");
-    assert_eq!(d.io("ports_held"), 0);
+    assert_eq!(d.io(IoCounter::PortsHeld), 0);
     assert!(!tcp_port_held(&lab.b.place, wild.ip(), m.port()));
     assert_no_violations(&lab);
 }

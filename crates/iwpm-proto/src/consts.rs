@@ -1,7 +1,7 @@
 //! Protocol constants, named as in the kernel's `rdma_netlink.h` and `iw_portmap.h`.
 //!
-//! Values come from the uapi headers (see `shared/reference/kernel-iwpm.md` §1.1 and
-//! §1.9); they are frozen ABI and must never change.
+//! Values come from the kernel's uapi headers (`docs/protocol.md` §3, §4.1 and Appendix A
+//! list them); they are frozen ABI and must never change.
 
 /// `NETLINK_RDMA` protocol number for `socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA)`.
 pub const NETLINK_RDMA: i32 = 20;
@@ -120,85 +120,133 @@ pub mod err {
 pub mod attr {
     /// REG_PID request (kernel to daemon): `IWPM_NLA_REG_*`.
     pub mod reg_pid {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_REG_PID_SEQ: u16 = 1;
+        /// Network interface name.
         pub const IWPM_NLA_REG_IF_NAME: u16 = 2;
+        /// RDMA device name.
         pub const IWPM_NLA_REG_IBDEV_NAME: u16 = 3;
+        /// User library name.
         pub const IWPM_NLA_REG_ULIB_NAME: u16 = 4;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_REG_PID_MAX: u16 = 5;
     }
     /// REG_PID reply (daemon to kernel): `IWPM_NLA_RREG_*`.
     pub mod rreg_pid {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_RREG_PID_SEQ: u16 = 1;
+        /// RDMA device name.
         pub const IWPM_NLA_RREG_IBDEV_NAME: u16 = 2;
+        /// User library name.
         pub const IWPM_NLA_RREG_ULIB_NAME: u16 = 3;
+        /// User library (iwpm ABI) version.
         pub const IWPM_NLA_RREG_ULIB_VER: u16 = 4;
+        /// Error code (0 on success).
         pub const IWPM_NLA_RREG_PID_ERR: u16 = 5;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_RREG_PID_MAX: u16 = 6;
     }
     /// ADD_MAPPING / REMOVE_MAPPING request: `IWPM_NLA_MANAGE_*`.
     pub mod manage {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_MANAGE_MAPPING_SEQ: u16 = 1;
+        /// Local address.
         pub const IWPM_NLA_MANAGE_ADDR: u16 = 2;
+        /// Mapping flags (ABI 4 and later).
         pub const IWPM_NLA_MANAGE_FLAGS: u16 = 3;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_MANAGE_MAPPING_MAX: u16 = 4;
         /// Used by rdma-core for REMOVE_MAPPING (SEQ and ADDR only).
         pub const IWPM_NLA_REMOVE_MAPPING_MAX: u16 = 3;
     }
     /// ADD_MAPPING reply: `IWPM_NLA_RMANAGE_*`.
     pub mod rmanage {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_RMANAGE_MAPPING_SEQ: u16 = 1;
+        /// Local address.
         pub const IWPM_NLA_RMANAGE_ADDR: u16 = 2;
+        /// Mapped local address.
         pub const IWPM_NLA_RMANAGE_MAPPED_LOC_ADDR: u16 = 3;
+        /// Error code (0 on success).
         pub const IWPM_NLA_RMANAGE_MAPPING_ERR: u16 = 4;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_RMANAGE_MAPPING_MAX: u16 = 5;
     }
     /// QUERY_MAPPING request: `IWPM_NLA_QUERY_*`.
     pub mod query {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_QUERY_MAPPING_SEQ: u16 = 1;
+        /// Local address.
         pub const IWPM_NLA_QUERY_LOCAL_ADDR: u16 = 2;
+        /// Remote address.
         pub const IWPM_NLA_QUERY_REMOTE_ADDR: u16 = 3;
+        /// Mapping flags (ABI 4 and later).
         pub const IWPM_NLA_QUERY_FLAGS: u16 = 4;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_QUERY_MAPPING_MAX: u16 = 5;
     }
     /// QUERY_MAPPING reply and REMOTE_INFO: `IWPM_NLA_RQUERY_*`.
     pub mod rquery {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_RQUERY_MAPPING_SEQ: u16 = 1;
+        /// Local address.
         pub const IWPM_NLA_RQUERY_LOCAL_ADDR: u16 = 2;
+        /// Remote address.
         pub const IWPM_NLA_RQUERY_REMOTE_ADDR: u16 = 3;
+        /// Mapped local address.
         pub const IWPM_NLA_RQUERY_MAPPED_LOC_ADDR: u16 = 4;
+        /// Mapped remote address.
         pub const IWPM_NLA_RQUERY_MAPPED_REM_ADDR: u16 = 5;
+        /// Error code (0 on success).
         pub const IWPM_NLA_RQUERY_MAPPING_ERR: u16 = 6;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_RQUERY_MAPPING_MAX: u16 = 7;
     }
     /// MAPINFO request (daemon to kernel): `IWPM_NLA_MAPINFO_ULIB_*`.
     pub mod mapinfo_req {
+        /// User library name.
         pub const IWPM_NLA_MAPINFO_ULIB_NAME: u16 = 1;
+        /// User library (iwpm ABI) version.
         pub const IWPM_NLA_MAPINFO_ULIB_VER: u16 = 2;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_MAPINFO_REQ_MAX: u16 = 3;
     }
     /// MAPINFO record (kernel to daemon): `IWPM_NLA_MAPINFO_*`.
     pub mod mapinfo {
+        /// Local address.
         pub const IWPM_NLA_MAPINFO_LOCAL_ADDR: u16 = 1;
+        /// Mapped address.
         pub const IWPM_NLA_MAPINFO_MAPPED_ADDR: u16 = 2;
+        /// Mapping flags (ABI 4 and later).
         pub const IWPM_NLA_MAPINFO_FLAGS: u16 = 3;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_MAPINFO_MAX: u16 = 4;
     }
     /// MAPINFO_NUM (both directions): `IWPM_NLA_MAPINFO_*_NUM`.
     pub mod mapinfo_num {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_MAPINFO_SEQ: u16 = 1;
+        /// Records the kernel sent.
         pub const IWPM_NLA_MAPINFO_SEND_NUM: u16 = 2;
+        /// Records the daemon accepted.
         pub const IWPM_NLA_MAPINFO_ACK_NUM: u16 = 3;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_MAPINFO_NUM_MAX: u16 = 4;
     }
     /// HANDLE_ERR: `IWPM_NLA_ERR_*`.
     pub mod err {
+        /// Sequence number of the request (echoed in its reply).
         pub const IWPM_NLA_ERR_SEQ: u16 = 1;
+        /// iwpm error code.
         pub const IWPM_NLA_ERR_CODE: u16 = 2;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_ERR_MAX: u16 = 3;
     }
     /// HELLO: `IWPM_NLA_HELLO_*`.
     pub mod hello {
+        /// iwpm ABI version.
         pub const IWPM_NLA_HELLO_ABI_VERSION: u16 = 1;
+        /// One past the last attribute id of the set.
         pub const IWPM_NLA_HELLO_MAX: u16 = 2;
     }
 }

@@ -8,51 +8,42 @@
 
 use crate::config::parse_config_bytes;
 use crate::consts::{IWPM_UABI_VERSION, IWPM_UABI_VERSION_MIN};
-use crate::netlink::{
-    decode_daemon_datagram, decode_kernel_datagram, frames, DaemonFrame, KernelFrame,
-};
+use crate::netlink::{decode_datagram, frames, DaemonMsg, Frame, KernelMsg, NetlinkMessage};
 use crate::peer::PeerMessage;
 
 /// Netlink datagram: framing, both receivers' rules, both ABIs, and the re-encode round
 /// trip of everything that decoded.
 pub fn netlink_datagram(data: &[u8]) {
-    let framed = frames(data).count();
     for abi in [IWPM_UABI_VERSION_MIN, IWPM_UABI_VERSION] {
-        let decoded = decode_kernel_datagram(data, abi);
-        assert!(
-            decoded.len() <= framed + 1,
-            "more frames decoded than framed"
-        );
-        for frame in decoded.into_iter().flatten() {
-            let mut bytes = Vec::new();
-            frame.encode(&mut bytes);
-            let again = decode_kernel_datagram(&bytes, abi);
-            assert_eq!(again.len(), 1, "re-encoded kernel frame split: {frame:?}");
-            let again = again[0]
-                .as_ref()
-                .expect("re-encoded kernel frame must decode");
-            if let KernelFrame::Msg(..) = frame {
-                assert_eq!(again, &frame, "kernel round trip");
-            }
-            let mut canonical = Vec::new();
-            again.encode(&mut canonical);
-            assert_eq!(canonical, bytes, "kernel encoding must be canonical");
-        }
+        round_trip::<KernelMsg>(data, abi);
     }
-    for frame in decode_daemon_datagram(data).into_iter().flatten() {
+    round_trip::<DaemonMsg>(data, IWPM_UABI_VERSION);
+}
+
+/// The oracle for one receiver: every frame that decoded re-encodes to one frame that
+/// decodes again, a message to the same value, and the encoding is canonical.
+fn round_trip<M>(data: &[u8], abi: u16)
+where
+    M: NetlinkMessage + std::fmt::Debug + PartialEq,
+{
+    let framed = frames(data).count();
+    let decoded = decode_datagram::<M>(data, abi);
+    assert!(
+        decoded.len() <= framed + 1,
+        "more frames decoded than framed"
+    );
+    for frame in decoded.into_iter().flatten() {
         let mut bytes = Vec::new();
         frame.encode(&mut bytes);
-        let again = decode_daemon_datagram(&bytes);
-        assert_eq!(again.len(), 1, "re-encoded daemon frame split: {frame:?}");
-        let again = again[0]
-            .as_ref()
-            .expect("re-encoded daemon frame must decode");
-        if let DaemonFrame::Msg(..) = frame {
-            assert_eq!(again, &frame, "daemon round trip");
+        let again = decode_datagram::<M>(&bytes, abi);
+        assert_eq!(again.len(), 1, "re-encoded frame split: {frame:?}");
+        let again = again[0].as_ref().expect("re-encoded frame must decode");
+        if let Frame::Msg(..) = frame {
+            assert_eq!(again, &frame, "message round trip");
         }
         let mut canonical = Vec::new();
         again.encode(&mut canonical);
-        assert_eq!(canonical, bytes, "daemon encoding must be canonical");
+        assert_eq!(canonical, bytes, "encoding must be canonical");
     }
 }
 

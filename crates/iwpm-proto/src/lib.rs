@@ -12,10 +12,12 @@
 //! variant; `parse(emit(x)) == x` for every message type; `emit(parse(b)) == b` for canonical
 //! captures from the real kernel and the C daemon.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod cidr;
 pub mod config;
 pub mod consts;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod netlink;
 pub mod peer;

@@ -1,15 +1,15 @@
 //! Golden vectors for the netlink codec, byte-exact both ways: decode gives the expected
 //! typed values, re-encoding gives the identical bytes.
 //!
-//! Provenance (also the first line of every `.hex` file):
+//! Provenance (also the first line of every `.hex` file; `vectors/netlink/README.md`):
 //! * `single-vm-*`, `2vm-server-*`, `2vm-client-*`: real messages between rdma-core's C
-//!   iwpmd and Linux 6.1.192 (siw), taken from `shared/rig/captures/c-iwpmd-single-vm.strace`
-//!   and `c-iwpmd-2vm-{server,client}.strace.gz` at the named line by
-//!   `vectors/netlink/extract_strace.py` (header rebuilt from strace's decoded fields,
-//!   payload verbatim);
-//! * `ref-1.9-*`: the worked ADD_MAPPING layout of kernel-iwpm.md §1.9;
-//! * `hand-*`: hand-computed from the reference tables for forms the captures lack (ABI 3,
-//!   MAPINFO records and batches, MAPINFO_NUM both ways, HANDLE_ERR, NLMSG_ERROR).
+//!   iwpmd and Linux 6.1.192 (siw) on the QEMU rig, rebuilt by
+//!   `vectors/netlink/extract_strace.py` from the named capture line (header from strace's
+//!   decoded fields, payload verbatim); the lines are kept in `vectors/captures/*.excerpt`;
+//! * `ref-1.9-*`: the worked ADD_MAPPING example of `docs/protocol.md` §4.5;
+//! * `hand-*`: hand-computed from the attribute tables of `docs/protocol.md` §4.1 for forms
+//!   the captures lack (ABI 3, MAPINFO records and batches, MAPINFO_NUM both ways,
+//!   HANDLE_ERR, NLMSG_ERROR).
 //!
 //! Integers are host order in the ABI; these vectors are little-endian (x86-64).
 #![cfg(target_endian = "little")]
@@ -185,7 +185,7 @@ fn single_vm_mapinfo_request() {
 #[test]
 fn single_vm_done_results() {
     done_golden(&vector!("single-vm-L31-done-0"), 0, 113, Some(0));
-    // REMOTE_INFO always gets -EINVAL back (kernel-iwpm §2.5).
+    // REMOTE_INFO always gets -EINVAL back (docs/protocol.md §3.7).
     done_golden(&vector!("single-vm-L47-done-einval"), 4, 113, Some(-22));
 }
 
@@ -359,7 +359,7 @@ fn two_vm_client_query_replies_keep_sockaddr_garbage() {
 
 // ---- reference worked example and hand-computed forms ---------------------------------
 
-/// kernel-iwpm.md §1.9 "Worked layout": offsets checked one by one against the text.
+/// The worked ADD_MAPPING example (docs/protocol.md §4.5): offsets checked one by one.
 #[test]
 fn reference_worked_add_mapping_abi4() {
     let raw = vector!("ref-1.9-add-k2d-abi4");

@@ -1,8 +1,9 @@
 //! Golden vectors of the peer protocol (`tests/vectors/peer/*.hex`).
 //!
 //! `c-*.hex` are real datagrams of the C daemon taken from the rig's strace captures (each
-//! file names its capture line); the others are hand-built from the behaviour reference and
-//! say so. Format: `#` starts a comment, the rest is hex byte pairs separated by whitespace.
+//! file names its capture line, kept in `tests/vectors/captures/*.excerpt`); the others are
+//! hand-built from `docs/protocol.md` §6 and say so. Format: `#` starts a comment, the rest
+//! is hex byte pairs separated by whitespace.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -55,7 +56,7 @@ fn zero_ipv4_padding(bytes: &[u8]) -> Vec<u8> {
     b
 }
 
-// ---------------------------------------------------------------- worked exchange (§4.8)
+// ------------------------------------------- worked exchange (docs/protocol.md §6.11)
 
 const H: u64 = 0x0123_4567_89ab_cdef;
 
@@ -310,15 +311,12 @@ fn every_vector_decodes_and_reencodes_canonically() {
 
 // ---------------------------------------------------------------- provenance
 
-/// Re-reads each `c-*.hex` vector's source line in the rig captures (when the shared
-/// folder is present beside the repository) and checks the bytes are those of the capture.
+/// Finds each `c-*.hex` vector's source line in the capture excerpts shipped with the
+/// vectors (`tests/vectors/captures/*.excerpt`, each kept line prefixed with `L<n> `, n being
+/// its line number in the full capture) and checks the bytes are those of that line.
 #[test]
 fn c_vectors_match_their_capture_lines() {
-    let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig/captures");
-    if !captures.is_dir() {
-        eprintln!("skipping: {captures:?} not present");
-        return;
-    }
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut checked = 0;
     for entry in std::fs::read_dir(vectors_dir()).unwrap() {
         let path = entry.unwrap().path();
@@ -329,39 +327,34 @@ fn c_vectors_match_their_capture_lines() {
         let text = std::fs::read_to_string(&path).unwrap();
         let header = text
             .lines()
-            .find_map(|l| l.strip_prefix("# Real bytes: shared/rig/captures/"))
+            .find_map(|l| l.strip_prefix("# Real bytes: "))
             .unwrap_or_else(|| panic!("{name}: no provenance line"));
-        let (file, rest) = header.split_once(", line ").unwrap();
+        let (file, rest) = header
+            .split_once(", capture line ")
+            .unwrap_or_else(|| panic!("{name}: provenance line without a capture line"));
+        assert!(
+            file.starts_with("tests/vectors/captures/"),
+            "{name}: provenance outside the shipped captures: {file}"
+        );
         let line_no: usize = rest.split(',').next().unwrap().parse().unwrap();
-        let capture = read_capture(&captures.join(file))
-            .unwrap_or_else(|| panic!("{name}: cannot read capture {file}"));
-        let line = capture.lines().nth(line_no - 1).unwrap();
+        let excerpt = std::fs::read_to_string(crate_dir.join(file))
+            .unwrap_or_else(|e| panic!("{name}: cannot read {file}: {e}"));
+        let prefix = format!("L{line_no} ");
+        let line = excerpt
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("{name}: capture line {line_no} not kept in {file}"));
         let escaped: String = parse_hex(&text)
             .iter()
             .map(|b| format!("\\x{b:02x}"))
             .collect();
         assert!(
             line.contains(&format!("\"{escaped}\"")),
-            "{name}: bytes not found on line {line_no} of {file}"
+            "{name}: bytes not found on capture line {line_no} of {file}"
         );
         checked += 1;
     }
     assert_eq!(checked, 6, "every real-capture vector is checked");
-}
-
-fn read_capture(path: &Path) -> Option<String> {
-    if path.extension().and_then(|e| e.to_str()) == Some("gz") {
-        let out = std::process::Command::new("gzip")
-            .arg("-dc")
-            .arg(path)
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        std::fs::read_to_string(path).ok()
-    }
 }
 
 #[test]

@@ -24,9 +24,9 @@ pub struct DumpText {
     /// The mapping table and core state, rdma-core's lines first (logged as warnings, as
     /// rdma-core does).
     pub table: Vec<String>,
-    /// The IO counters line (info).
+    /// The IO counters line (info), `name=value` pairs.
     pub io: String,
-    /// The core counters line (debug).
+    /// The core counters line (debug), `name=value` pairs from `iwpm_core::Stats::iter`.
     pub core: String,
 }
 
@@ -108,10 +108,47 @@ impl DumpWriter {
     }
 }
 
+/// `label: a=1 b=2 ...`: counters as `name=value` pairs, which tools parse by name (unlike
+/// `Debug` text, whose shape follows the struct).
+pub fn pairs_line<'a>(label: &str, pairs: impl IntoIterator<Item = (&'a str, u64)>) -> String {
+    let mut line = format!("{label}:");
+    for (name, value) in pairs {
+        line.push(' ');
+        line.push_str(name);
+        line.push('=');
+        line.push_str(&value.to_string());
+    }
+    line
+}
+
 fn write(text: &DumpText) {
     for line in &text.table {
         tracing::warn!(target: TARGET, "{line}");
     }
     tracing::info!(target: TARGET, "{}", text.io);
     tracing::debug!(target: TARGET, "{}", text.core);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_line_prints_name_value_pairs() {
+        assert_eq!(
+            pairs_line("io counters", [("a", 1), ("b", 22)]),
+            "io counters: a=1 b=22"
+        );
+        assert_eq!(pairs_line("empty", []), "empty:");
+        let stats = iwpm_core::Stats {
+            retransmissions: 7,
+            ..iwpm_core::Stats::default()
+        };
+        let line = pairs_line("core counters", stats.iter());
+        assert!(
+            line.starts_with("core counters: netlink_in_reg_pid=0 "),
+            "{line}"
+        );
+        assert!(line.contains(" retransmissions=7 "), "{line}");
+    }
 }

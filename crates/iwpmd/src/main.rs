@@ -10,6 +10,7 @@
 mod cli;
 mod dump_writer;
 mod instance_lock;
+mod io_counters;
 mod kernel_link;
 mod logging;
 mod peer_sockets;
@@ -100,10 +101,15 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     }
 
     let now = Instant::now();
+    let (handle_key, early) =
+        settings::random_key().context("no random bytes for association handles")?;
+    if early {
+        tracing::info!("kernel random pool not ready yet: association handles keyed from its early-boot output");
+    }
     let config = CoreConfig {
         netlink_pid: kernel.port_id(),
         peer_port: settings.peer_bind.port,
-        handle_key: settings::random_key().context("no random bytes for association handles")?,
+        handle_key,
         ..settings.core.clone()
     };
     let core = Core::new(config, now);

@@ -37,10 +37,12 @@ impl ReserveFailure {
     }
 }
 
-/// Sockets held for live mappings, by the core's reservation id.
+/// Sockets held for live mappings, by reservation id.
 #[derive(Debug, Default)]
 pub struct Reservations {
     held: HashMap<u64, Socket>,
+    /// Ids are never reused, so a stale release cannot close a newer mapping's port.
+    next_id: u64,
 }
 
 impl Reservations {
@@ -49,9 +51,9 @@ impl Reservations {
         Self::default()
     }
 
-    /// Binds a TCP socket to `bind` (port 0 = kernel-chosen) and keeps it under `id`.
-    /// Returns the bound port. On failure nothing is kept (the socket is closed).
-    pub fn reserve(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveFailure> {
+    /// Binds a TCP socket to `bind` (port 0 = kernel-chosen) and keeps it under a new id.
+    /// Returns the id and the bound port. On failure nothing is kept (the socket is closed).
+    pub fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveFailure> {
         let socket = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
             .map_err(reserve_error)?;
         socket.bind(&bind.into()).map_err(reserve_error)?;
@@ -61,15 +63,10 @@ impl Reservations {
             .as_socket()
             .map(|a| a.port())
             .ok_or_else(|| reserve_error(Errno::AFNOSUPPORT.into()))?;
-        if let Some(old) = self.held.insert(id.0, socket) {
-            // The core never reuses a live id; if it did, the old port is released here.
-            tracing::warn!(
-                id = id.0,
-                ?old,
-                "reservation id reused; released the old port"
-            );
-        }
-        Ok(port)
+        self.next_id += 1;
+        let id = ReservationId(self.next_id);
+        self.held.insert(id.0, socket);
+        Ok((id, port))
     }
 
     /// Closes the socket held under `id`, releasing its port. Unknown ids are ignored.
@@ -106,9 +103,7 @@ mod tests {
     #[test]
     fn reserve_holds_port_until_release() {
         let mut r = Reservations::new();
-        let port = r
-            .reserve(ReservationId(1), (Ipv4Addr::UNSPECIFIED, 0).into())
-            .unwrap();
+        let (id, port) = r.reserve((Ipv4Addr::UNSPECIFIED, 0).into()).unwrap();
         assert_ne!(port, 0);
         assert_eq!(r.len(), 1);
         let loopback: SocketAddr = (Ipv4Addr::LOCALHOST, port).into();
@@ -117,15 +112,13 @@ mod tests {
         assert!(std::net::TcpStream::connect(loopback).is_err());
 
         // Re-reserving the same port for another id collides.
-        let err = r
-            .reserve(ReservationId(2), (Ipv4Addr::UNSPECIFIED, port).into())
-            .unwrap_err();
+        let err = r.reserve((Ipv4Addr::UNSPECIFIED, port).into()).unwrap_err();
         assert!(matches!(err.error, ReserveError::AddrInUse), "{err:?}");
         assert!(!err.out_of_ephemeral_ports((Ipv4Addr::UNSPECIFIED, port).into()));
         assert_eq!(r.len(), 1, "a failed bind keeps nothing");
 
-        assert!(r.release(ReservationId(1)));
-        assert!(!r.release(ReservationId(1)));
+        assert!(r.release(id));
+        assert!(!r.release(id));
         assert_eq!(r.len(), 0);
         assert!(
             !tcp_bind_fails(loopback),
@@ -136,13 +129,11 @@ mod tests {
     #[test]
     fn failed_binds_do_not_leak_descriptors() {
         let mut r = Reservations::new();
-        let port = r
-            .reserve(ReservationId(1), (Ipv4Addr::UNSPECIFIED, 0).into())
-            .unwrap();
+        let (_, port) = r.reserve((Ipv4Addr::UNSPECIFIED, 0).into()).unwrap();
         let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
         let before = fds();
-        for i in 0..50 {
-            let res = r.reserve(ReservationId(100 + i), (Ipv4Addr::UNSPECIFIED, port).into());
+        for _ in 0..50 {
+            let res = r.reserve((Ipv4Addr::UNSPECIFIED, port).into());
             assert!(res.is_err());
         }
         // Other test threads may open descriptors concurrently; 50 leaks would show anyway.
@@ -152,8 +143,8 @@ mod tests {
     #[test]
     fn ipv6_wildcard_reservation_when_available() {
         let mut r = Reservations::new();
-        match r.reserve(ReservationId(7), (Ipv6Addr::UNSPECIFIED, 0).into()) {
-            Ok(port) => assert_ne!(port, 0),
+        match r.reserve((Ipv6Addr::UNSPECIFIED, 0).into()) {
+            Ok((_, port)) => assert_ne!(port, 0),
             Err(ReserveFailure {
                 error: ReserveError::Other(_),
                 ..

@@ -119,15 +119,37 @@ impl Settings {
 }
 
 /// The key of the core's association-handle generator, from the kernel's random source.
-/// Handles must not be predictable, so there is no weak fallback: start-up fails instead.
-pub fn random_key() -> std::io::Result<[u8; 32]> {
+///
+/// Early at boot (the systemd unit and udev start us then) the kernel's pool may not be
+/// initialised yet, and a blocking `getrandom` would hold up start-up — long enough for the
+/// kernel to create listeners without a port mapper. So: the ready pool if it is ready,
+/// else the kernel's early-boot output (`GRND_INSECURE`, still unpredictable from the
+/// network), and only on kernels without it (before 5.6) a blocking read. The boolean says
+/// whether the early-boot output was used.
+pub fn random_key() -> std::io::Result<([u8; 32], bool)> {
+    use rustix::io::Errno;
+    use rustix::rand::{getrandom, GetRandomFlags};
     let mut key = [0u8; 32];
-    let mut filled = 0;
-    while filled < key.len() {
-        let rest = key.get_mut(filled..).unwrap_or_default();
-        filled += rustix::rand::getrandom(rest, rustix::rand::GetRandomFlags::empty())?;
+    let mut fill = |flags: GetRandomFlags| -> Result<(), Errno> {
+        let mut filled = 0;
+        while filled < key.len() {
+            let rest = key.get_mut(filled..).unwrap_or_default();
+            filled += getrandom(rest, flags)?;
+        }
+        Ok(())
+    };
+    match fill(GetRandomFlags::NONBLOCK) {
+        Ok(()) => return Ok((key, false)),
+        Err(Errno::AGAIN) => {}
+        Err(e) => return Err(e.into()),
     }
-    Ok(key)
+    match fill(GetRandomFlags::INSECURE) {
+        Ok(()) => Ok((key, true)),
+        Err(Errno::INVAL) => fill(GetRandomFlags::empty())
+            .map(|()| (key, false))
+            .map_err(Into::into),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]
@@ -165,6 +187,6 @@ mod tests {
 
     #[test]
     fn seeds_differ() {
-        assert_ne!(random_key().unwrap(), random_key().unwrap());
+        assert_ne!(random_key().unwrap().0, random_key().unwrap().0);
     }
 }

@@ -1,22 +1,22 @@
 //! The event loop: one thread, one `mio::Poll`, the core's deadline as the poll timeout.
 //! Every readable socket is drained until it would block, every datagram goes to the core,
-//! and after each input the core's actions are executed at once (a `Reserve` is answered
-//! with `handle_reserved` before anything else is fed in).
+//! and after each input the core's actions are executed at once. Kernel input gets the
+//! port reservations lent for the call (binding is synchronous, as in C).
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, PeerSocket, ReservationId};
+use iwpm_core::{Action, Core, PeerSocket, PortReservations, ReservationId, ReserveError};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
-use crate::dump_writer::{DumpText, DumpWriter};
+use crate::dump_writer::{self, DumpText, DumpWriter};
+use crate::io_counters::IoCounters;
 use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
 use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
@@ -67,39 +67,6 @@ impl Exit {
             Exit::HungUp => 1,
         }
     }
-}
-
-/// IO-level counters (the core counts protocol events itself).
-#[derive(Debug, Default)]
-pub struct IoCounters {
-    /// Datagrams received from the kernel.
-    pub kernel_rx: u64,
-    /// Datagrams sent to the kernel.
-    pub kernel_tx: u64,
-    /// Sends to the kernel that failed.
-    pub kernel_tx_errors: u64,
-    /// Sends that found the kernel link full and were queued until it drained.
-    pub kernel_tx_queued: u64,
-    /// Kernel datagrams longer than the receive buffer.
-    pub kernel_truncated: u64,
-    /// Netlink datagrams from a port other than the kernel's (dropped).
-    pub kernel_foreign: u64,
-    /// Receive-queue overruns reported by the kernel (`ENOBUFS`).
-    pub kernel_overruns: u64,
-    /// Port reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
-    pub reserve_no_fd: u64,
-    /// Port reservations refused because the ephemeral port range is exhausted.
-    pub reserve_no_port: u64,
-    /// SIGUSR1 dumps written (or being written).
-    pub dumps: u64,
-    /// SIGUSR1 signals folded into a dump already pending.
-    pub dumps_coalesced: u64,
-    /// Peer datagrams received.
-    pub peer_rx: u64,
-    /// Peer datagrams sent.
-    pub peer_tx: u64,
-    /// Peer datagrams not sent (socket full, family unavailable, send error).
-    pub peer_tx_dropped: u64,
 }
 
 /// Everything the loop owns.
@@ -283,7 +250,7 @@ impl Shell {
         let text = DumpText {
             table: self.core.dump_lines(),
             io: self.io_counters_line(),
-            core: format!("core counters: {:?}", self.core.stats()),
+            core: dump_writer::pairs_line("core counters", self.core.stats().iter()),
         };
         tracing::debug!(
             lines = text.table.len(),
@@ -294,31 +261,9 @@ impl Shell {
     }
 
     fn io_counters_line(&self) -> String {
-        let c = &self.counters;
-        let mut io_line = String::new();
-        let _ = write!(
-            io_line,
-            "io counters: kernel_rx={} kernel_tx={} kernel_tx_errors={} kernel_tx_queued={} \
-             kernel_truncated={} \
-             kernel_foreign={} kernel_overruns={} peer_rx={} peer_tx={} peer_tx_dropped={} \
-             reserve_no_fd={} reserve_no_port={} dumps={} dumps_coalesced={} ports_held={}",
-            c.kernel_rx,
-            c.kernel_tx,
-            c.kernel_tx_errors,
-            c.kernel_tx_queued,
-            c.kernel_truncated,
-            c.kernel_foreign,
-            c.kernel_overruns,
-            c.peer_rx,
-            c.peer_tx,
-            c.peer_tx_dropped,
-            c.reserve_no_fd,
-            c.reserve_no_port,
-            c.dumps,
-            c.dumps_coalesced,
-            self.reservations.len()
-        );
-        io_line
+        let held = u64::try_from(self.reservations.len()).unwrap_or(u64::MAX);
+        let pairs = self.counters.iter().chain([("ports_held", held)]);
+        dump_writer::pairs_line("io counters", pairs)
     }
 
     fn drain_signals(&mut self) -> Option<Exit> {
@@ -363,7 +308,13 @@ impl Shell {
                             );
                         }
                     }
-                    self.core.handle_kernel_datagram(now, data);
+                    let mut ports = ShellPorts {
+                        held: &mut self.reservations,
+                        counters: &mut self.counters,
+                        warn: &mut self.warn_resource,
+                        now,
+                    };
+                    self.core.handle_kernel_datagram(now, data, &mut ports);
                 }
                 Ok(Received::Foreign { port_id, len }) => {
                     self.counters.kernel_foreign += 1;
@@ -425,19 +376,6 @@ impl Shell {
             match action {
                 Action::ToKernel(bytes) => self.send_kernel(&bytes),
                 Action::ToPeer { via, to, datagram } => self.send_peer(now, via, to, &datagram),
-                Action::Reserve { id, bind } => {
-                    let result = self.reservations.reserve(id, bind);
-                    let result = result.map_err(|f| {
-                        self.reserve_failed(now, id, bind, &f);
-                        f.error
-                    });
-                    self.core.handle_reserved(now, id, result);
-                }
-                Action::Release { id } => {
-                    if !self.reservations.release(id) {
-                        tracing::debug!(id = id.0, "release of an unknown reservation");
-                    }
-                }
                 Action::Ready => self.on_ready(),
             }
         }
@@ -463,64 +401,6 @@ impl Shell {
         }
         self.core.handle_kernel_overrun(now);
         self.flush(now);
-    }
-
-    /// Logs, rate-limited and in plain words, a reservation refused for lack of a resource
-    /// (descriptors, ephemeral ports); other failures are the core's to report.
-    fn reserve_failed(
-        &mut self,
-        now: Instant,
-        id: ReservationId,
-        bind: SocketAddr,
-        f: &ReserveFailure,
-    ) {
-        let held = self.reservations.len();
-        if f.process_out_of_fds() || f.system_out_of_fds() {
-            self.counters.reserve_no_fd += 1;
-            if let Some(suppressed) = self.warn_resource.allow(now) {
-                let (soft, hard) = process::fd_limit_now();
-                // Listing /proc/self/fd itself needs a descriptor; at EMFILE it fails.
-                let open = std::fs::read_dir("/proc/self/fd")
-                    .map(|d| format!("{} open, ", d.count()))
-                    .unwrap_or_default();
-                if f.process_out_of_fds() {
-                    tracing::warn!(
-                        suppressed,
-                        "out of file descriptors: the daemon has reached its RLIMIT_NOFILE \
-                         limit of {} (hard {}; {open}{held} ports held for mappings), \
-                         so a new mapping cannot hold its port; the kernel gets \
-                         CREATE_MAPPING_ERR for it. Mappings work again as others are \
-                         removed; raise LimitNOFILE or `ulimit -n` for more.",
-                        Limit(soft),
-                        Limit(hard)
-                    );
-                } else {
-                    tracing::warn!(
-                        suppressed,
-                        "out of file descriptors: the system-wide file table is full \
-                         (ENFILE, limit fs.file-max; the daemon has {open}{held} ports \
-                         held), so a new mapping cannot hold its port; the kernel gets \
-                         CREATE_MAPPING_ERR for it"
-                    );
-                }
-            }
-        } else if f.out_of_ephemeral_ports(bind) {
-            self.counters.reserve_no_port += 1;
-            if let Some(suppressed) = self.warn_resource.allow(now) {
-                let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-                    .map(|r| r.split_whitespace().collect::<Vec<_>>().join("-"))
-                    .unwrap_or_else(|_| "?".into());
-                tracing::warn!(
-                    suppressed,
-                    "out of ports: no free port left for {} in net.ipv4.ip_local_port_range \
-                     ({range}; {held} ports held for mappings); the kernel gets \
-                     CREATE_MAPPING_ERR for the new mapping",
-                    bind.ip()
-                );
-            }
-        } else {
-            tracing::debug!(id = id.0, %bind, error = %f, "port reservation failed");
-        }
     }
 
     /// Sends one datagram to the kernel, in order: behind any queued ones, and queued itself
@@ -634,6 +514,85 @@ impl Shell {
             if let Err(e) = process::notify_ready() {
                 tracing::warn!(error = %e, "sd_notify READY=1 failed");
             }
+        }
+    }
+}
+
+/// The daemon's reservations as the core sees them during one kernel datagram; a refusal
+/// for lack of a resource is explained in the log with the shell's own counters.
+struct ShellPorts<'a> {
+    held: &'a mut Reservations,
+    counters: &'a mut IoCounters,
+    warn: &'a mut RateLimit,
+    now: Instant,
+}
+
+impl PortReservations for ShellPorts<'_> {
+    fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
+        self.held.reserve(bind).map_err(|f| {
+            self.reserve_failed(bind, &f);
+            f.error
+        })
+    }
+
+    fn release(&mut self, id: ReservationId) {
+        if !self.held.release(id) {
+            tracing::debug!(id = id.0, "release of an unknown reservation");
+        }
+    }
+}
+
+impl ShellPorts<'_> {
+    /// Logs, rate-limited and in plain words, a reservation refused for lack of a resource
+    /// (descriptors, ephemeral ports); other failures are the core's to report.
+    fn reserve_failed(&mut self, bind: SocketAddr, f: &ReserveFailure) {
+        let now = self.now;
+        let held = self.held.len();
+        if f.process_out_of_fds() || f.system_out_of_fds() {
+            self.counters.reserve_no_fd += 1;
+            if let Some(suppressed) = self.warn.allow(now) {
+                let (soft, hard) = process::fd_limit_now();
+                // Listing /proc/self/fd itself needs a descriptor; at EMFILE it fails.
+                let open = std::fs::read_dir("/proc/self/fd")
+                    .map(|d| format!("{} open, ", d.count()))
+                    .unwrap_or_default();
+                if f.process_out_of_fds() {
+                    tracing::warn!(
+                        suppressed,
+                        "out of file descriptors: the daemon has reached its RLIMIT_NOFILE \
+                         limit of {} (hard {}; {open}{held} ports held for mappings), \
+                         so a new mapping cannot hold its port; the kernel gets \
+                         CREATE_MAPPING_ERR for it. Mappings work again as others are \
+                         removed; raise LimitNOFILE or `ulimit -n` for more.",
+                        Limit(soft),
+                        Limit(hard)
+                    );
+                } else {
+                    tracing::warn!(
+                        suppressed,
+                        "out of file descriptors: the system-wide file table is full \
+                         (ENFILE, limit fs.file-max; the daemon has {open}{held} ports \
+                         held), so a new mapping cannot hold its port; the kernel gets \
+                         CREATE_MAPPING_ERR for it"
+                    );
+                }
+            }
+        } else if f.out_of_ephemeral_ports(bind) {
+            self.counters.reserve_no_port += 1;
+            if let Some(suppressed) = self.warn.allow(now) {
+                let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+                    .map(|r| r.split_whitespace().collect::<Vec<_>>().join("-"))
+                    .unwrap_or_else(|_| "?".into());
+                tracing::warn!(
+                    suppressed,
+                    "out of ports: no free port left for {} in net.ipv4.ip_local_port_range \
+                     ({range}; {held} ports held for mappings); the kernel gets \
+                     CREATE_MAPPING_ERR for the new mapping",
+                    bind.ip()
+                );
+            }
+        } else {
+            tracing::debug!(%bind, error = %f, "port reservation failed");
         }
     }
 }

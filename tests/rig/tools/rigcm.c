@@ -10,15 +10,24 @@
  *       accept it, wait for ESTABLISHED, disconnect. Prints "listening IP:PORT" once the
  *       listen is up; exits 0 after COUNT connections, 1 on timeout [60 s].
  *
+ *   rigcm listen IP PORT COUNT [TIMEOUT_S]
+ *       COUNT listeners in one process, on IP:PORT .. IP:PORT+COUNT-1 (the restart-load
+ *       suite's ~100 live mappings); prints "listening N FIRST..LAST" once all are up,
+ *       then accepts any number of connections on any of them (each: accept, wait for
+ *       the peer's disconnect, free its QP/CQ/PD) until SIGTERM or TIMEOUT_S [600].
+ *       Prints "accepted=N" on exit. Exit 1 if a listen failed.
+ *
  *   rigcm connect SRC_IP:SRC_PORT DST_IP:DST_PORT [TIMEOUT_S]
- *       bind the cm_id to SRC (port included), connect to DST, print
- *         connected local=IP:PORT peer=IP:PORT   or   failed EVENT status=N
- *       then disconnect. Exit 0 when connected.
+ *       bind the cm_id to SRC (port included; 0 = any), connect to DST, print
+ *         connected local=IP:PORT peer=IP:PORT ms=T   or   failed EVENT status=N
+ *       (T: rdma_connect -> ESTABLISHED, milliseconds), then disconnect. Exit 0 when
+ *       connected.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +189,102 @@ static int serve(int argc, char **argv)
 	return 0;
 }
 
+/* the PD and CQ make_qp allocated for a connection's cm_id, freed with its QP */
+static void free_qp(struct rdma_cm_id *id)
+{
+	struct ibv_qp *qp = id->qp;
+	if (!qp)
+		return;
+	struct ibv_cq *cq = qp->send_cq;
+	struct ibv_pd *pd = qp->pd;
+	rdma_destroy_qp(id);
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+}
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static int listen_many(int argc, char **argv)
+{
+	if (argc < 5)
+		return 2;
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	if (inet_pton(AF_INET, argv[2], &sin.sin_addr) != 1)
+		return 2;
+	int first = atoi(argv[3]), count = atoi(argv[4]);
+	double deadline = now() + (argc > 5 ? atof(argv[5]) : 600);
+	if (count < 1 || first < 1 || first + count > 65536)
+		return 2;
+	signal(SIGTERM, on_term);
+	signal(SIGINT, on_term);
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	if (!ch) {
+		perror("rdma_create_event_channel");
+		return 1;
+	}
+	for (int i = 0; i < count; i++) {
+		struct rdma_cm_id *lid;
+		sin.sin_port = htons(first + i);
+		if (rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) ||
+		    rdma_bind_addr(lid, (struct sockaddr *)&sin) || rdma_listen(lid, 16)) {
+			fprintf(stdout, "listen %s:%d failed: %s\n", argv[2], first + i, strerror(errno));
+			return 1;
+		}
+	}
+	printf("listening %d %s:%d..%d\n", count, argv[2], first, first + count - 1);
+	fflush(stdout);
+	int accepted = 0;
+	while (!stop && now() < deadline) {
+		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+		if (poll(&p, 1, 200) <= 0)
+			continue;
+		struct rdma_cm_event *ev;
+		if (rdma_get_cm_event(ch, &ev))
+			continue;
+		struct rdma_cm_id *id = ev->id;
+		enum rdma_cm_event_type t = ev->event;
+		int status = ev->status;
+		rdma_ack_cm_event(ev);
+		switch (t) {
+		case RDMA_CM_EVENT_CONNECT_REQUEST: {
+			struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+			if (make_qp(id) || rdma_accept(id, &cp)) {
+				perror("accept");
+				free_qp(id);
+				rdma_destroy_id(id);
+			}
+			break;
+		}
+		case RDMA_CM_EVENT_ESTABLISHED:
+			accepted++;
+			break;
+		case RDMA_CM_EVENT_DISCONNECTED:
+			rdma_disconnect(id);
+			free_qp(id);
+			rdma_destroy_id(id);
+			break;
+		default:
+			printf("event %s status=%d\n", rdma_event_str(t), status);
+			fflush(stdout);
+			if (id->qp || t == RDMA_CM_EVENT_CONNECT_ERROR || t == RDMA_CM_EVENT_REJECTED ||
+			    t == RDMA_CM_EVENT_UNREACHABLE) {
+				free_qp(id);
+				rdma_destroy_id(id);
+			}
+		}
+	}
+	printf("accepted=%d\n", accepted);
+	fflush(stdout);
+	return 0;
+}
+
 static int expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want, double deadline)
 {
 	struct rdma_cm_event *ev = next_event(ch, deadline);
@@ -225,14 +330,15 @@ static int connect_to(int argc, char **argv)
 	if (expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline) || make_qp(id))
 		return 1;
 	struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 3 };
+	double t0 = now();
 	if (rdma_connect(id, &p)) {
 		perror("rdma_connect");
 		return 1;
 	}
 	if (expect(ch, RDMA_CM_EVENT_ESTABLISHED, deadline))
 		return 1;
-	printf("connected local=%s peer=%s\n", fmt(rdma_get_local_addr(id), b1, sizeof(b1)),
-	       fmt(rdma_get_peer_addr(id), b2, sizeof(b2)));
+	printf("connected local=%s peer=%s ms=%.1f\n", fmt(rdma_get_local_addr(id), b1, sizeof(b1)),
+	       fmt(rdma_get_peer_addr(id), b2, sizeof(b2)), (now() - t0) * 1000);
 	fflush(stdout);
 	rdma_disconnect(id);
 	struct rdma_cm_event *ev = next_event(ch, now() + 5);
@@ -249,10 +355,12 @@ int main(int argc, char **argv)
 	int rc = 2;
 	if (argc >= 2 && !strcmp(argv[1], "serve"))
 		rc = serve(argc, argv);
+	else if (argc >= 2 && !strcmp(argv[1], "listen"))
+		rc = listen_many(argc, argv);
 	else if (argc >= 2 && !strcmp(argv[1], "connect"))
 		rc = connect_to(argc, argv);
 	if (rc == 2)
 		fprintf(stderr, "usage: rigcm serve IP PORT COUNT [TIMEOUT_S] | "
-				"connect SRC_IP:PORT DST_IP:PORT [TIMEOUT_S]\n");
+				"listen IP FIRST_PORT COUNT [TIMEOUT_S] | connect SRC_IP:PORT DST_IP:PORT [TIMEOUT_S]\n");
 	return rc;
 }

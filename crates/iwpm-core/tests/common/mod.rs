@@ -1,4 +1,4 @@
-//! Test harness: one [`Core`] plus a fake shell (reservations), a scripted kernel side
+//! Test harness: one [`Core`] plus a fake shell ([`Ports`]), a scripted kernel side
 //! (encodes with the proto codec, decodes what the core sends with the kernel's rules) and a
 //! virtual clock.
 #![allow(dead_code)]
@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, CoreConfig, PeerSocket, ReservationId, ReserveError};
+use iwpm_core::{
+    Action, Core, CoreConfig, PeerSocket, PortReservations, ReservationId, ReserveError,
+};
 use iwpm_proto::consts::{NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     decode_daemon_datagram, encode_done, encode_error, encode_kernel_msg, DaemonFrame, DaemonMsg,
@@ -44,13 +46,94 @@ pub struct Sent {
     pub raw: Vec<u8>,
 }
 
-/// How the fake shell answers reservations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReservePolicy {
-    /// Grant at once (port 0 → next free port; else that port if free).
-    Auto,
-    /// Leave in `reserve_requests` for the test to answer.
-    Manual,
+/// The fake shell's port reservations: grants the next free port (or the asked one if
+/// free), fails on demand, and checks that every release names a held reservation.
+#[derive(Debug)]
+pub struct Ports {
+    /// Reservations held (granted, not yet released).
+    pub held: BTreeMap<ReservationId, SocketAddr>,
+    pub next_port: u16,
+    next_id: u64,
+    /// Failures to return for the next reservations, oldest first.
+    pub fail_next: VecDeque<ReserveError>,
+    /// Ports to grant, whatever was asked, for the next reservations (a misbehaving shell).
+    pub force_port: VecDeque<u16>,
+    /// Every bind address asked for, in order.
+    pub binds: Vec<SocketAddr>,
+    pub releases: usize,
+    /// Reservations answered Ok / Err.
+    pub granted: u64,
+    pub refused: u64,
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports {
+            held: BTreeMap::new(),
+            next_port: 40_000,
+            next_id: 0,
+            fail_next: VecDeque::new(),
+            force_port: VecDeque::new(),
+            binds: Vec::new(),
+            releases: 0,
+            granted: 0,
+            refused: 0,
+        }
+    }
+}
+
+impl Ports {
+    fn grant(&mut self, bind: SocketAddr) -> Result<u16, ReserveError> {
+        if let Some(e) = self.fail_next.pop_front() {
+            return Err(e);
+        }
+        assert!(bind.ip().is_unspecified(), "reservations bind the wildcard");
+        if let Some(p) = self.force_port.pop_front() {
+            return Ok(p);
+        }
+        let in_use = |p: u16, held: &BTreeMap<ReservationId, SocketAddr>| {
+            held.values().any(|a| a.port() == p)
+        };
+        if bind.port() == 0 {
+            while in_use(self.next_port, &self.held) {
+                self.next_port += 1;
+            }
+            Ok(self.next_port)
+        } else if in_use(bind.port(), &self.held) {
+            Err(ReserveError::AddrInUse)
+        } else {
+            Ok(bind.port())
+        }
+    }
+}
+
+impl PortReservations for Ports {
+    fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
+        self.binds.push(bind);
+        match self.grant(bind) {
+            Ok(port) => {
+                self.next_id += 1;
+                let id = ReservationId(self.next_id);
+                let mut a = bind;
+                a.set_port(port);
+                self.held.insert(id, a);
+                self.granted += 1;
+                Ok((id, port))
+            }
+            Err(e) => {
+                self.refused += 1;
+                Err(e)
+            }
+        }
+    }
+
+    fn release(&mut self, id: ReservationId) {
+        assert!(
+            self.held.remove(&id).is_some(),
+            "release of {id:?} not held"
+        );
+        self.releases += 1;
+    }
 }
 
 pub struct Host {
@@ -59,17 +142,8 @@ pub struct Host {
     pub kernel_seq: u32,
     pub kernel_in: VecDeque<(Envelope, DaemonMsg)>,
     pub peer_out: VecDeque<Sent>,
-    /// Reservations the shell holds (granted, not yet released).
-    pub held: BTreeMap<ReservationId, SocketAddr>,
-    pub next_port: u16,
-    pub fail_next: VecDeque<ReserveError>,
-    pub policy: ReservePolicy,
-    pub reserve_requests: VecDeque<(ReservationId, SocketAddr)>,
+    pub ports: Ports,
     pub ready: usize,
-    pub releases: usize,
-    /// Reservations answered Ok / Err by the fake shell.
-    pub granted: u64,
-    pub refused: u64,
     /// Ops sent to the legacy client 3.
     pub legacy_out: Vec<u16>,
     /// When each kernel message (by header seq) was sent and its op, to check that requests
@@ -89,15 +163,8 @@ impl Host {
             kernel_seq: 0,
             kernel_in: VecDeque::new(),
             peer_out: VecDeque::new(),
-            held: BTreeMap::new(),
-            next_port: 40_000,
-            fail_next: VecDeque::new(),
-            policy: ReservePolicy::Auto,
-            reserve_requests: VecDeque::new(),
+            ports: Ports::default(),
             ready: 0,
-            releases: 0,
-            granted: 0,
-            refused: 0,
             legacy_out: Vec::new(),
             sent_at: HashMap::new(),
             answered: HashSet::new(),
@@ -139,7 +206,7 @@ impl Host {
         assert!(matches!(msg, DaemonMsg::RegPid(_)));
     }
 
-    /// Drains every action, answering reservations per policy.
+    /// Drains every action.
     pub fn pump(&mut self) {
         while let Some(a) = self.core.poll_action() {
             match a {
@@ -175,20 +242,6 @@ impl Host {
                         raw: datagram,
                     });
                 }
-                Action::Reserve { id, bind } => match self.policy {
-                    ReservePolicy::Auto => {
-                        let r = self.grant(id, bind);
-                        self.core.handle_reserved(self.now, id, r);
-                    }
-                    ReservePolicy::Manual => self.reserve_requests.push_back((id, bind)),
-                },
-                Action::Release { id } => {
-                    assert!(
-                        self.held.remove(&id).is_some(),
-                        "release of {id:?} not held"
-                    );
-                    self.releases += 1;
-                }
                 Action::Ready => self.ready += 1,
             }
         }
@@ -222,64 +275,6 @@ impl Host {
         }
     }
 
-    /// What the fake shell would answer to a reservation (records it as held on success).
-    pub fn grant(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveError> {
-        let r = self.grant_inner(id, bind);
-        match r {
-            Ok(_) => self.granted += 1,
-            Err(_) => self.refused += 1,
-        }
-        r
-    }
-
-    fn grant_inner(&mut self, id: ReservationId, bind: SocketAddr) -> Result<u16, ReserveError> {
-        if let Some(e) = self.fail_next.pop_front() {
-            return Err(e);
-        }
-        assert!(bind.ip().is_unspecified(), "reservations bind the wildcard");
-        let in_use = |p: u16, held: &BTreeMap<ReservationId, SocketAddr>| {
-            held.values().any(|a| a.port() == p)
-        };
-        let port = if bind.port() == 0 {
-            while in_use(self.next_port, &self.held) {
-                self.next_port += 1;
-            }
-            self.next_port
-        } else if in_use(bind.port(), &self.held) {
-            return Err(ReserveError::AddrInUse);
-        } else {
-            bind.port()
-        };
-        let mut a = bind;
-        a.set_port(port);
-        self.held.insert(id, a);
-        Ok(port)
-    }
-
-    /// Answers the oldest manual reservation request.
-    pub fn answer_reservation(&mut self, result: Option<Result<u16, ReserveError>>) {
-        let (id, bind) = self
-            .reserve_requests
-            .pop_front()
-            .expect("a reservation request");
-        let r = match result {
-            Some(r) => {
-                if let Ok(p) = r {
-                    let mut a = bind;
-                    a.set_port(p);
-                    self.held.insert(id, a);
-                    self.granted += 1;
-                } else {
-                    self.refused += 1;
-                }
-                r
-            }
-            None => self.grant(id, bind),
-        };
-        self.core.handle_reserved(self.now, id, r);
-        self.pump();
-    }
-
     pub fn next_kseq(&mut self) -> u32 {
         self.kernel_seq += 1;
         self.kernel_seq
@@ -309,7 +304,8 @@ impl Host {
     }
 
     pub fn kernel_raw(&mut self, bytes: &[u8]) {
-        self.core.handle_kernel_datagram(self.now, bytes);
+        self.core
+            .handle_kernel_datagram(self.now, bytes, &mut self.ports);
         self.pump();
     }
 

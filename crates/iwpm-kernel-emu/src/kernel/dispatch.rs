@@ -1,5 +1,6 @@
 //! `rdma_nl_rcv`: splitting a daemon datagram into messages and dispatching each the way
-//! `rdma_nl_rcv_skb` / `rdma_nl_rcv_msg` / the netlink dump machinery do (kernel-iwpm §1.6).
+//! `rdma_nl_rcv_skb` / `rdma_nl_rcv_msg` / the netlink dump machinery do
+//! (`docs/protocol.md` §3.7).
 
 use std::time::Instant;
 
@@ -44,9 +45,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
                 continue;
             }
             match frame {
-                Frame::Message { header, payload } => {
-                    self.dispatch(now, from, &header, payload, link)
-                }
+                Frame::Msg(header, payload) => self.dispatch(now, from, &header, payload, link),
                 _ => {
                     self.record_violation(Violation::ControlMessage { ty: header.ty });
                     self.ack(from, &header, link);

@@ -1,4 +1,4 @@
-//! The eight `iwpm_*_cb` handlers (kernel-iwpm §2). Each returns what the real handler
+//! The eight `iwpm_*_cb` handlers (`docs/protocol.md` §4). Each returns what the real handler
 //! returns, which becomes the payload of the `NLMSG_DONE` the daemon receives.
 
 use iwpm_proto::consts::op::*;
@@ -428,7 +428,8 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         }
         self.pid = header.pid as i32;
         if header.pid == 0 {
-            // The real kernel would unicast to its own socket here (kernel-iwpm §6.5.3).
+            // The real kernel would unicast to its own socket here (`docs/protocol.md` §5.7,
+            // hazard 3).
             return ECONNREFUSED;
         }
         self.learn_pid(header.pid, from);

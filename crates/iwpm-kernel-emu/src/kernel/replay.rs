@@ -1,5 +1,5 @@
 //! `iwpm_send_mapinfo`: replaying the mapinfo table to a (re)started daemon
-//! (kernel-iwpm §5).
+//! (`docs/protocol.md` §5.4).
 //!
 //! Records are packed into datagrams of at most `NLMSG_GOODSIZE` bytes; a datagram is sent
 //! as soon as the room left is less than twice the last record, each ends with a

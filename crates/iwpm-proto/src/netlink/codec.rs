@@ -2,12 +2,12 @@
 //!
 //! Two receivers, two rule sets:
 //! * the daemon receiving from the kernel ([`decode_kernel_msg`]) follows rdma-core's
-//!   `iwpmd` on libnl (iwpmd-c-behaviour §2.4/§2.5): every attribute of the op is mandatory,
+//!   `iwpmd` on libnl (`docs/protocol.md` §3.8): every attribute of the op is mandatory,
 //!   FLAGS only when the negotiated ABI is 4 or more (below that FLAGS is outside the set and
 //!   lands in `unknown`, as iwpmd ignores it); strings need a NUL as last byte and at most
 //!   the field size (16 or 32 bytes);
 //! * the kernel receiving from the daemon ([`decode_daemon_msg`], for the emulator)
-//!   follows `iwpm_parse_nlmsg` and the nla policies (kernel-iwpm §1.8/§1.9): every
+//!   follows `iwpm_parse_nlmsg` and the nla policies (`docs/protocol.md` §3.8, §4.1): every
 //!   attribute mandatory; strings are `NLA_NUL_STRING` with at most 31 characters.
 //!
 //! Common to both: u32 >= 4 bytes, u16 >= 2, sockaddr >= 128 (only the first 128 kept);
@@ -29,9 +29,63 @@ use crate::consts::{
 };
 use crate::netlink::attr::{push_attr, walk, NlString, RawAttr, WalkError};
 use crate::netlink::error::NetlinkError;
-use crate::netlink::frame::{push_message, NlHeader};
+use crate::netlink::frame::{push_message, FrameBody, NlHeader};
 use crate::netlink::message::*;
 use crate::sockaddr::SockAddrStorage;
+
+/// An iwpm message of one direction: one decode (with its receiver's rules) and one encode,
+/// so frames and datagrams are handled by the same generic code for both directions.
+pub trait NetlinkMessage: FrameBody<Head = Envelope, Control = Vec<u8>> + Sized {
+    /// Decodes the message of a frame as its receiver must accept it; `abi` is the
+    /// negotiated iwpm ABI where the rules depend on it.
+    fn decode(
+        header: &NlHeader,
+        payload: &[u8],
+        abi: u16,
+    ) -> Result<(Envelope, Self), NetlinkError>;
+
+    /// Appends the message (header + attributes, aligned) to `out`.
+    fn encode(&self, env: &Envelope, out: &mut Vec<u8>);
+}
+
+impl FrameBody for KernelMsg {
+    type Head = Envelope;
+    type Control = Vec<u8>;
+}
+
+impl FrameBody for DaemonMsg {
+    type Head = Envelope;
+    type Control = Vec<u8>;
+}
+
+impl NetlinkMessage for KernelMsg {
+    fn decode(
+        header: &NlHeader,
+        payload: &[u8],
+        abi: u16,
+    ) -> Result<(Envelope, Self), NetlinkError> {
+        decode_kernel_msg(header, payload, abi)
+    }
+
+    fn encode(&self, env: &Envelope, out: &mut Vec<u8>) {
+        encode_kernel_msg(env, self, out);
+    }
+}
+
+impl NetlinkMessage for DaemonMsg {
+    /// The kernel's rules do not depend on the ABI.
+    fn decode(
+        header: &NlHeader,
+        payload: &[u8],
+        _abi: u16,
+    ) -> Result<(Envelope, Self), NetlinkError> {
+        decode_daemon_msg(header, payload)
+    }
+
+    fn encode(&self, env: &Envelope, out: &mut Vec<u8>) {
+        encode_daemon_msg(env, self, out);
+    }
+}
 
 /// Longest string (NUL excluded) the kernel's `NLA_NUL_STRING` policies accept.
 const KERNEL_STRING_MAX: usize = IWPM_ULIBNAME_SIZE - 1;

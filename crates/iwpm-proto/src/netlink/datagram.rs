@@ -1,192 +1,77 @@
 //! Whole-datagram convenience: frame a received datagram and decode every iwpm message in
 //! it, keeping control messages, so a caller handles one list instead of two layers.
 
-use crate::netlink::codec::{
-    decode_daemon_msg, decode_kernel_msg, encode_daemon_msg, encode_kernel_msg,
-};
+use crate::netlink::codec::NetlinkMessage;
 use crate::netlink::error::NetlinkError;
-use crate::netlink::frame::{encode_done, encode_error, frames, push_message, Frame, NlHeader};
-use crate::netlink::message::{DaemonMsg, Envelope, KernelMsg};
+use crate::netlink::frame::{frames, Frame, RawFrame};
+use crate::netlink::message::{DaemonMsg, KernelMsg};
 
 /// One decoded frame of a datagram received from the kernel.
-// Frames are short-lived; boxing the message would cost an allocation per message and
-// make matching clumsier than the size difference is worth.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KernelFrame {
-    /// An iwpm message.
-    Msg(Envelope, KernelMsg),
-    /// `NLMSG_DONE` (see [`Frame::Done`]).
-    Done {
-        /// The header.
-        header: NlHeader,
-        /// Handler result, `None` at the end of a MAPINFO batch.
-        result: Option<i32>,
-    },
-    /// `NLMSG_ERROR` (see [`Frame::Error`]).
-    Error {
-        /// The header.
-        header: NlHeader,
-        /// Negative errno.
-        error: i32,
-        /// The rejected request's header.
-        request: Option<NlHeader>,
-    },
-    /// Another control message (see [`Frame::Control`]).
-    Control {
-        /// The header.
-        header: NlHeader,
-        /// The payload.
-        payload: Vec<u8>,
-    },
-}
+pub type KernelFrame = Frame<KernelMsg>;
 
-/// One decoded frame of a datagram received from the daemon.
-#[allow(clippy::large_enum_variant)] // as for `KernelFrame`
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DaemonFrame {
-    /// An iwpm message.
-    Msg(Envelope, DaemonMsg),
-    /// `NLMSG_DONE` (a daemon never sends one; the kernel skips it).
-    Done {
-        /// The header.
-        header: NlHeader,
-        /// The `int` payload, if any.
-        result: Option<i32>,
-    },
-    /// `NLMSG_ERROR` (a daemon never sends one; the kernel skips it).
-    Error {
-        /// The header.
-        header: NlHeader,
-        /// The error code.
-        error: i32,
-        /// The echoed header, if present.
-        request: Option<NlHeader>,
-    },
-    /// Another control message.
-    Control {
-        /// The header.
-        header: NlHeader,
-        /// The payload.
-        payload: Vec<u8>,
-    },
-}
+/// One decoded frame of a datagram received from the daemon (a daemon never sends `Done`
+/// or `Error`; the kernel skips them).
+pub type DaemonFrame = Frame<DaemonMsg>;
 
-/// Decodes every frame of a datagram from the kernel with the daemon's rules
-/// ([`decode_kernel_msg`] at ABI `abi`). A message that fails to decode gives an `Err` in
-/// its place and the walk goes on (whether to skip the rest is the caller's policy: the C
-/// daemon does); a framing error ends the list.
-pub fn decode_kernel_datagram(datagram: &[u8], abi: u16) -> Vec<Result<KernelFrame, NetlinkError>> {
-    frames(datagram)
-        .map(|f| {
-            Ok(match f? {
-                Frame::Message { header, payload } => {
-                    let (env, msg) = decode_kernel_msg(&header, payload, abi)?;
-                    KernelFrame::Msg(env, msg)
-                }
-                Frame::Done { header, result } => KernelFrame::Done { header, result },
-                Frame::Error {
-                    header,
-                    error,
-                    request,
-                } => KernelFrame::Error {
-                    header,
-                    error,
-                    request,
-                },
-                Frame::Control { header, payload } => KernelFrame::Control {
-                    header,
-                    payload: payload.to_vec(),
-                },
-            })
+impl RawFrame<'_> {
+    /// Decodes the message of this frame with its receiver's rules (ABI `abi` where they
+    /// depend on it) and copies a control payload, so the result outlives the datagram.
+    pub fn decode<M: NetlinkMessage>(&self, abi: u16) -> Result<Frame<M>, NetlinkError> {
+        Ok(match *self {
+            Frame::Msg(header, payload) => {
+                let (env, msg) = M::decode(&header, payload, abi)?;
+                Frame::Msg(env, msg)
+            }
+            Frame::Done { header, result } => Frame::Done { header, result },
+            Frame::Error {
+                header,
+                error,
+                request,
+            } => Frame::Error {
+                header,
+                error,
+                request,
+            },
+            Frame::Control { header, payload } => Frame::Control {
+                header,
+                payload: payload.to_vec(),
+            },
         })
-        .collect()
+    }
 }
 
-/// Decodes every frame of a datagram from the daemon with the kernel's rules
-/// ([`decode_daemon_msg`]); same error policy as [`decode_kernel_datagram`].
-pub fn decode_daemon_datagram(datagram: &[u8]) -> Vec<Result<DaemonFrame, NetlinkError>> {
-    frames(datagram)
-        .map(|f| {
-            Ok(match f? {
-                Frame::Message { header, payload } => {
-                    let (env, msg) = decode_daemon_msg(&header, payload)?;
-                    DaemonFrame::Msg(env, msg)
-                }
-                Frame::Done { header, result } => DaemonFrame::Done { header, result },
-                Frame::Error {
-                    header,
-                    error,
-                    request,
-                } => DaemonFrame::Error {
-                    header,
-                    error,
-                    request,
-                },
-                Frame::Control { header, payload } => DaemonFrame::Control {
-                    header,
-                    payload: payload.to_vec(),
-                },
-            })
-        })
-        .collect()
-}
-
-impl KernelFrame {
+impl<M: NetlinkMessage> Frame<M> {
     /// Appends this frame to `out`. Control frames keep the header's type, flags, seq and
     /// pid (their length is recomputed); an `Error` is written in its capped form
-    /// ([`encode_error`]).
+    /// ([`encode_error`](crate::netlink::encode_error)).
     pub fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            KernelFrame::Msg(env, msg) => encode_kernel_msg(env, msg, out),
-            KernelFrame::Done { header, result } => encode_done_frame(header, *result, out),
-            KernelFrame::Error {
-                header,
-                error,
-                request,
-            } => encode_error_frame(header, *error, request.as_ref(), out),
-            KernelFrame::Control { header, payload } => encode_control_frame(header, payload, out),
+        if let Frame::Msg(env, msg) = self {
+            msg.encode(env, out);
+        } else {
+            self.encode_control(out);
         }
     }
 }
 
-impl DaemonFrame {
-    /// Appends this frame to `out` (same conventions as [`KernelFrame::encode`]).
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            DaemonFrame::Msg(env, msg) => encode_daemon_msg(env, msg, out),
-            DaemonFrame::Done { header, result } => encode_done_frame(header, *result, out),
-            DaemonFrame::Error {
-                header,
-                error,
-                request,
-            } => encode_error_frame(header, *error, request.as_ref(), out),
-            DaemonFrame::Control { header, payload } => encode_control_frame(header, payload, out),
-        }
-    }
+/// Decodes every frame of a datagram with the rules of `M`'s receiver. A message that fails
+/// to decode gives an `Err` in its place and the walk goes on (whether to skip the rest is
+/// the caller's policy: the C daemon does); a framing error ends the list.
+pub fn decode_datagram<M: NetlinkMessage>(
+    datagram: &[u8],
+    abi: u16,
+) -> Vec<Result<Frame<M>, NetlinkError>> {
+    frames(datagram).map(|f| f?.decode::<M>(abi)).collect()
 }
 
-/// The control-frame encodings both directions share.
-fn encode_done_frame(header: &NlHeader, result: Option<i32>, out: &mut Vec<u8>) {
-    encode_done(header.seq, header.pid, header.flags, result, out);
+/// Decodes every frame of a datagram from the kernel with the daemon's rules at ABI `abi`
+/// (see [`decode_datagram`]).
+pub fn decode_kernel_datagram(datagram: &[u8], abi: u16) -> Vec<Result<KernelFrame, NetlinkError>> {
+    decode_datagram(datagram, abi)
 }
 
-fn encode_error_frame(
-    header: &NlHeader,
-    error: i32,
-    request: Option<&NlHeader>,
-    out: &mut Vec<u8>,
-) {
-    encode_error(header.seq, header.pid, error, request, out);
-}
-
-fn encode_control_frame(header: &NlHeader, payload: &[u8], out: &mut Vec<u8>) {
-    push_message(
-        header.ty,
-        header.flags,
-        header.seq,
-        header.pid,
-        payload,
-        out,
-    );
+/// Decodes every frame of a datagram from the daemon with the kernel's rules (see
+/// [`decode_datagram`]).
+pub fn decode_daemon_datagram(datagram: &[u8]) -> Vec<Result<DaemonFrame, NetlinkError>> {
+    // The kernel's rules do not depend on the ABI.
+    decode_datagram(datagram, 0)
 }

@@ -66,9 +66,29 @@ impl NlHeader {
     }
 }
 
-/// One message of a datagram, classified by type.
+/// What a [`Frame`] carries: the raw bytes of a message ([`RawFrame`]), or a decoded message
+/// of one direction ([`KernelFrame`](super::KernelFrame), [`DaemonFrame`](super::DaemonFrame)).
+/// One frame type serves all three, so the control variants are written once.
+pub trait FrameBody {
+    /// What comes with the body: the whole header for raw bytes, the envelope once decoded.
+    type Head;
+    /// Payload of other control messages: borrowed from the datagram in a raw frame, owned
+    /// in a decoded one (so decoded frames outlive the datagram).
+    type Control;
+}
+
+impl<'a> FrameBody for &'a [u8] {
+    type Head = NlHeader;
+    type Control = &'a [u8];
+}
+
+/// One message of a datagram, classified by type; `M` is the message body (see
+/// [`FrameBody`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Frame<'a> {
+pub enum Frame<M: FrameBody> {
+    /// A protocol message (type >= 0x10): for iwpm, `(client << 10) + op`. Raw: the header
+    /// and the bytes after it up to `nlmsg_len` (the attributes).
+    Msg(M::Head, M),
     /// `NLMSG_DONE`. `result` is the kernel handler's return value (0 or -errno) after each
     /// daemon message; `None` for the payload-less DONE that ends a MAPINFO batch.
     Done {
@@ -92,26 +112,54 @@ pub enum Frame<'a> {
         /// The header.
         header: NlHeader,
         /// The payload as received.
-        payload: &'a [u8],
-    },
-    /// A protocol message (type >= 0x10): for iwpm, `(client << 10) + op`.
-    Message {
-        /// The header.
-        header: NlHeader,
-        /// Bytes after the header up to `nlmsg_len` (the attributes).
-        payload: &'a [u8],
+        payload: M::Control,
     },
 }
 
-impl Frame<'_> {
+/// A frame as split from a datagram, its message still undecoded.
+pub type RawFrame<'a> = Frame<&'a [u8]>;
+
+impl RawFrame<'_> {
     /// The header of any kind of frame.
     pub fn header(&self) -> &NlHeader {
         match self {
             Frame::Done { header, .. }
             | Frame::Error { header, .. }
             | Frame::Control { header, .. }
-            | Frame::Message { header, .. } => header,
+            | Frame::Msg(header, _) => header,
         }
+    }
+}
+
+impl<M: FrameBody> Frame<M> {
+    /// Appends a control frame (anything but [`Frame::Msg`], which is the caller's) and
+    /// returns true; false for a message. Control frames keep the header's type, flags, seq
+    /// and pid (their length is recomputed); an `Error` is written in its capped form
+    /// ([`encode_error`]).
+    pub(crate) fn encode_control(&self, out: &mut Vec<u8>) -> bool
+    where
+        M::Control: AsRef<[u8]>,
+    {
+        match self {
+            Frame::Msg(..) => return false,
+            Frame::Done { header, result } => {
+                encode_done(header.seq, header.pid, header.flags, *result, out)
+            }
+            Frame::Error {
+                header,
+                error,
+                request,
+            } => encode_error(header.seq, header.pid, *error, request.as_ref(), out),
+            Frame::Control { header, payload } => push_message(
+                header.ty,
+                header.flags,
+                header.seq,
+                header.pid,
+                payload.as_ref(),
+                out,
+            ),
+        }
+        true
     }
 }
 
@@ -138,7 +186,7 @@ pub struct Frames<'a> {
 }
 
 impl<'a> Iterator for Frames<'a> {
-    type Item = Result<Frame<'a>, FrameError>;
+    type Item = Result<RawFrame<'a>, FrameError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
@@ -160,7 +208,7 @@ impl<'a> Iterator for Frames<'a> {
 }
 
 /// Classifies the message at the start of `rest`; returns it and its `nlmsg_len`.
-fn split(rest: &[u8], offset: usize) -> Result<(Frame<'_>, usize), FrameError> {
+fn split(rest: &[u8], offset: usize) -> Result<(RawFrame<'_>, usize), FrameError> {
     let header = NlHeader::parse(rest).ok_or(FrameError::TruncatedHeader {
         offset,
         available: rest.len(),
@@ -196,7 +244,7 @@ fn split(rest: &[u8], offset: usize) -> Result<(Frame<'_>, usize), FrameError> {
             request: payload.get(4..).and_then(NlHeader::parse),
         },
         ty if ty < NLMSG_MIN_TYPE => Frame::Control { header, payload },
-        _ => Frame::Message { header, payload },
+        _ => Frame::Msg(header, payload),
     };
     Ok((frame, len))
 }
@@ -359,7 +407,7 @@ mod tests {
                 ..
             }
         ));
-        assert!(matches!(got[1], Frame::Message { payload: [], .. }));
+        assert!(matches!(got[1], Frame::Msg(_, [])));
         assert_eq!(got[1].header().ty, 0x0808);
     }
 
@@ -370,13 +418,7 @@ mod tests {
         buf.extend_from_slice(&[0xaa, 0, 0, 0]);
         buf.extend(hdr(16, 0x0806));
         let got: Vec<_> = frames(&buf).map(Result::unwrap).collect();
-        assert!(matches!(
-            got[0],
-            Frame::Message {
-                payload: [0xaa],
-                ..
-            }
-        ));
+        assert!(matches!(got[0], Frame::Msg(_, [0xaa])));
         assert_eq!(got[1].header().ty, 0x0806);
         // Last message without its padding: accepted, then the end.
         let buf = {

@@ -39,7 +39,7 @@ pub fn single(datagram: &[u8]) -> (NlHeader, &[u8]) {
     let all: Vec<_> = frames(datagram).collect();
     assert_eq!(all.len(), 1, "expected exactly one frame");
     match all[0].expect("frame") {
-        Frame::Message { header, payload } => (header, payload),
+        Frame::Msg(header, payload) => (header, payload),
         other => panic!("not a protocol message: {other:?}"),
     }
 }

@@ -6,7 +6,11 @@ as `\\xNN` escapes (or, for NLMSG_DONE, the decoded int). This script rebuilds t
 header from the decoded fields (host order, little-endian), appends the payload verbatim,
 and writes one annotated vector file per selected line.
 
-Usage: extract_strace.py CAPTURE_DIR   (writes into this script's directory)
+Usage: extract_strace.py [CAPTURE_DIR]   (writes into this script's directory)
+
+By default the lines are read from the excerpts shipped in ../captures/ (`<capture>.excerpt`,
+each kept line prefixed with `L<n> `, n = its line number in the full capture). A directory
+holding the full captures (`c-iwpmd-*.strace`, `.strace.gz`) works too.
 """
 import gzip
 import os
@@ -51,12 +55,26 @@ MSG = re.compile(
 
 
 def read_line(path, lineno):
+    if not os.path.exists(path):
+        return read_excerpt_line(path, lineno)
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         for i, line in enumerate(f, 1):
             if i == lineno:
                 return line
     raise SystemExit(f"{path}: no line {lineno}")
+
+
+def read_excerpt_line(path, lineno):
+    """Line `lineno` of a full capture, from its excerpt beside it (`X.strace[.gz]` ->
+    `X.excerpt`)."""
+    stem = re.sub(r"\.strace(\.gz)?$", "", path)
+    prefix = f"L{lineno} "
+    with open(stem + ".excerpt") as f:
+        for line in f:
+            if line.startswith(prefix):
+                return line[len(prefix):]
+    raise SystemExit(f"{stem}.excerpt: capture line {lineno} not kept")
 
 
 def rebuild(line):
@@ -115,8 +133,8 @@ def annotate(msg, hdr):
 
 
 def main():
-    cap_dir = sys.argv[1]
     here = os.path.dirname(os.path.abspath(__file__))
+    cap_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "captures")
     for cap, lineno, name, what in PICKS:
         line = read_line(os.path.join(cap_dir, cap), lineno)
         call = "sendto" if re.search(r"\bsendto\(", line) else "recvfrom"

@@ -19,12 +19,21 @@ use std::time::Instant;
 use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
 use iwpm_proto::netlink::MapInfoRecord;
 
-use crate::core::{code, wildcard_of, Core, Purpose};
+use super::{code, Core};
+use crate::action::PortReservations;
 use crate::ratelimit::LogKind;
+use crate::request::{Addr, Request};
 use crate::table::MappingRole;
 
 impl Core {
-    pub(crate) fn on_mapinfo(&mut self, now: Instant, client: u8, seq: u32, rec: MapInfoRecord) {
+    pub(super) fn on_mapinfo(
+        &mut self,
+        now: Instant,
+        req: Request,
+        rec: MapInfoRecord,
+        ports: &mut dyn PortReservations,
+    ) {
+        let client = req.client;
         if !self.mapinfo_expected(now, client) {
             self.stats.kernel_unsolicited += 1;
             self.warn(
@@ -36,83 +45,76 @@ impl Core {
             );
             return;
         }
-        let flags = if self.abi > iwpm_proto::consts::IWPM_UABI_VERSION_MIN {
-            rec.flags.unwrap_or(0)
-        } else {
-            0
-        };
-        let (local, mapped) = (rec.local_addr, rec.mapped_addr);
-        let (Some(local_ep), Some(mapped_ep)) = (local.endpoint(), mapped.endpoint()) else {
-            self.record_failed(now, client, seq, "non-IP address");
+        let flags = self.abi.flags(rec.flags);
+        let (Some(local), Some(mapped)) =
+            (Addr::parse(rec.local_addr), Addr::parse(rec.mapped_addr))
+        else {
+            self.record_failed(now, req, "non-IP address");
             return;
         };
-        if local_ep.ip.is_ipv4() != mapped_ep.ip.is_ipv4() {
-            self.record_failed(now, client, seq, "local and mapped families differ");
+        if local.ep.ip.is_ipv4() != mapped.ep.ip.is_ipv4() {
+            self.record_failed(now, req, "local and mapped families differ");
             return;
         }
-        if let Some(id) = self.table.loose_local(&local_ep) {
+        if let Some(id) = self.table.loose_local(&local.ep) {
             let same = self
                 .table
                 .get(id)
-                .is_some_and(|m| m.local_ep == local_ep && m.mapped_ep == mapped_ep);
+                .is_some_and(|m| m.local_ep == local.ep && m.mapped_ep == mapped.ep);
             if same {
                 self.add_ref(id);
                 self.stats.mapinfo_duplicates += 1;
                 self.accept_record(client);
             } else {
                 self.stats.mapinfo_conflicts += 1;
+                let (l, m) = (local.ep, mapped.ep);
                 self.warn(
                     now,
                     LogKind::MappingFailed,
-                    format_args!(
-                        "MAPINFO record {local_ep} -> {mapped_ep} conflicts with a mapping"
-                    ),
+                    format_args!("MAPINFO record {l} -> {m} conflicts with a mapping"),
                 );
-                self.send_handle_err(client, seq, code::DUPLICATE);
+                self.send_handle_err(client, req.seq, code::DUPLICATE);
             }
             return;
         }
         if self.mappings_full(now) {
-            self.send_handle_err(client, seq, code::CREATE);
+            self.send_handle_err(client, req.seq, code::CREATE);
             return;
         }
-        if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
-            self.new_mapping(
-                now,
-                client,
-                (local, local_ep),
-                (mapped, mapped_ep),
-                None,
-                MappingRole::Recovered,
-            );
-            self.accept_record(client);
-            return;
-        }
-        self.reserve(
-            wildcard_of(&local_ep, mapped_ep.port),
-            Purpose::Recover {
-                client,
-                seq,
-                local,
-                local_ep,
-                mapped,
-                mapped_ep,
-            },
+        let reservation = if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
+            None
+        } else {
+            match self.reserve(now, ports, &local, Some(mapped.ep.port)) {
+                Some((id, _)) => Some(id),
+                None => {
+                    self.send_handle_err(client, req.seq, code::CREATE);
+                    return;
+                }
+            }
+        };
+        self.new_mapping(
+            now,
+            client,
+            local,
+            mapped,
+            reservation,
+            MappingRole::Recovered,
         );
+        self.accept_record(client);
     }
 
     /// Counts a record towards the ACK_NUM of the next MAPINFO_NUM.
-    pub(crate) fn accept_record(&mut self, client: u8) {
+    pub(super) fn accept_record(&mut self, client: u8) {
         self.clients.count_mapinfo(client);
         self.stats.mapinfo_accepted += 1;
     }
 
-    fn record_failed(&mut self, now: Instant, client: u8, seq: u32, why: &str) {
+    fn record_failed(&mut self, now: Instant, req: Request, why: &str) {
         self.warn(
             now,
             LogKind::MappingFailed,
             format_args!("MAPINFO record not recovered: {why}"),
         );
-        self.send_handle_err(client, seq, code::CREATE);
+        self.send_handle_err(req.client, req.seq, code::CREATE);
     }
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use iwpm_proto::sockaddr::Endpoint;
 
-use crate::core::Core;
+use super::Core;
 
 /// `Local address IPV4 10.0.0.1:4000(0x0FA0)` as C prints it.
 fn address_line(label: &str, ep: &Endpoint) -> String {
@@ -59,7 +59,7 @@ impl Core {
         }
         out.push(format!(
             "    peer exchanges in flight: {active} connecting, {passive} accepting; iwpm ABI {}",
-            self.abi
+            self.abi.0
         ));
         out
     }

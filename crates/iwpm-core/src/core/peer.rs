@@ -51,21 +51,22 @@ use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
+use super::{code, Core};
 use crate::action::PeerSocket;
-use crate::core::{code, Core};
 use crate::exchange::{
     ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
     RemoteInfo, SourceKey,
 };
 use crate::ratelimit::LogKind;
+use crate::request::Query;
 use crate::table::{MappingId, MappingRole};
 
 /// Most timers handled per [`Core::handle_timeout`] call; the rest are due at once on the
 /// next call, so one loop turn never stalls on a burst of expiries.
-pub(crate) const MAX_TIMERS_PER_CALL: usize = 1024;
+const MAX_TIMERS_PER_CALL: usize = 1024;
 
 impl Core {
-    pub(crate) fn process_peer_datagram(
+    pub(super) fn process_peer_datagram(
         &mut self,
         now: Instant,
         via: PeerSocket,
@@ -99,24 +100,15 @@ impl Core {
         match msg.msg_type {
             PeerMsgType::Request => self.on_request(now, via, from, &msg),
             PeerMsgType::Accept => self.on_accept(now, via, from, &msg),
-            PeerMsgType::Ack => self.on_ack(from, &msg),
+            PeerMsgType::Ack => self.on_ack(now, from, &msg),
             PeerMsgType::Reject => self.on_reject(now, from, &msg),
         }
     }
 
     /// Sends the REQUEST for a QUERY whose mapping `id` now holds a reference.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn start_query_exchange(
-        &mut self,
-        now: Instant,
-        received: Instant,
-        client: u8,
-        seq: u32,
-        id: MappingId,
-        local: SockAddrStorage,
-        remote: SockAddrStorage,
-        remote_sa: SocketAddr,
-    ) {
+    pub(super) fn start_query_exchange(&mut self, now: Instant, query: Query, id: MappingId) {
+        let Query { req, local, remote } = query;
+        let remote_sa = SocketAddr::new(remote.ep.ip, remote.ep.port);
         let Some((local_ep, mapped_ep)) = self.table.get(id).map(|m| (m.local_ep, m.mapped_ep))
         else {
             return;
@@ -141,11 +133,11 @@ impl Core {
             (via, to),
             now + self.config.exchange_lifetime,
             ExchangeKind::Active(Box::new(ActiveQuery {
-                client,
-                kernel_seq: seq,
-                reply_deadline: received + self.config.reply_deadline,
-                local,
-                remote,
+                client: req.client,
+                kernel_seq: req.seq,
+                reply_deadline: now + self.config.reply_deadline,
+                local: local.raw,
+                remote: remote.raw,
                 state: ActiveState::Requesting {
                     request: request.clone(),
                     retransmits_left: self.config.max_retransmits,
@@ -176,6 +168,62 @@ impl Core {
         };
         let answer = SocketAddr::new(ip, m.mapped_ep.port);
         (answer.is_ipv4() == msg.ap_ip.is_ipv4()).then_some((id, answer))
+    }
+
+    /// Room for a new passive exchange from `from`: false (counted, logged) when its source
+    /// is over the unconfirmed quota; otherwise the oldest unconfirmed exchanges are evicted
+    /// while the table is full.
+    fn admit_passive(&mut self, now: Instant, from: SocketAddr, source: SourceKey) -> bool {
+        if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
+            self.stats.peer_quota_dropped += 1;
+            let quota = self.config.peer_source_quota;
+            self.warn(
+                now,
+                LogKind::Quota,
+                format_args!("REQUEST from {from} dropped: {quota} unconfirmed from that source"),
+            );
+            return false;
+        }
+        while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
+            let Some(victim) = self.exchanges.eviction_candidate() else {
+                break;
+            };
+            self.exchanges.remove(victim);
+            self.stats.exchanges_evicted += 1;
+        }
+        true
+    }
+
+    /// Sends REMOTE_INFO to `owner` now if a budget token is free, else keeps it for the
+    /// peer's ACK (a spoofed source never ACKs, so it cannot pin kernel memory).
+    fn send_or_hold_remote_info(
+        &mut self,
+        now: Instant,
+        owner: u8,
+        remote_info: QueryMappingReply,
+    ) -> RemoteInfo {
+        if self.remote_info_tokens.take(now) {
+            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
+            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
+            // remote-info entry is reported with the peer's mapped address and leaks the
+            // entry. (C gets this order by accident, through its sender thread.)
+            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+            return RemoteInfo::SentOnToken;
+        }
+        self.stats.remote_info_deferred += 1;
+        self.warn(
+            now,
+            LogKind::RemoteInfoBudget,
+            format_args!(
+                "REMOTE_INFO budget spent ({} unconfirmed): REMOTE_INFO now waits for the \
+                 peer's ACK",
+                self.remote_info_tokens.capacity()
+            ),
+        );
+        RemoteInfo::AwaitingAck {
+            owner,
+            msg: Box::new(remote_info),
+        }
     }
 
     fn on_request(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
@@ -211,26 +259,18 @@ impl Core {
             cp: msg.cp().into(),
         };
         if let Some(xid) = self.exchanges.find(&key) {
-            self.duplicate_request(now, xid);
-            return;
+            if !self.reused_association(now, xid) {
+                self.duplicate_request(now, xid);
+                return;
+            }
+            // The C daemon's handle is a heap address, reused once its record is freed; a
+            // REQUEST this long after our ACK is a new connection from the same endpoint.
+            self.exchanges.remove(xid);
+            self.stats.peer_reused_handles += 1;
         }
         let source = SourceKey::of(from.ip());
-        if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
-            self.stats.peer_quota_dropped += 1;
-            let quota = self.config.peer_source_quota;
-            self.warn(
-                now,
-                LogKind::Quota,
-                format_args!("REQUEST from {from} dropped: {quota} unconfirmed from that source"),
-            );
+        if !self.admit_passive(now, from, source) {
             return;
-        }
-        while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
-            let Some(victim) = self.exchanges.eviction_candidate() else {
-                break;
-            };
-            self.exchanges.remove(victim);
-            self.stats.exchanges_evicted += 1;
         }
         let Some((owner, m_local, m_mapped)) =
             self.table.get(id).map(|m| (m.owner, m.local, m.mapped))
@@ -246,29 +286,7 @@ impl Core {
             err: 0,
             unknown: Vec::new(),
         };
-        let remote_info = if self.remote_info_tokens.take(now) {
-            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
-            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
-            // remote-info entry is reported with the peer's mapped address and leaks the
-            // entry. (C gets this order by accident, through its sender thread.)
-            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-            RemoteInfo::SentOnToken
-        } else {
-            self.stats.remote_info_deferred += 1;
-            self.warn(
-                now,
-                LogKind::RemoteInfoBudget,
-                format_args!(
-                    "REMOTE_INFO budget spent ({} unconfirmed): REMOTE_INFO now waits for the \
-                     peer's ACK",
-                    self.remote_info_tokens.capacity()
-                ),
-            );
-            RemoteInfo::AwaitingAck {
-                owner,
-                msg: Box::new(remote_info),
-            }
-        };
+        let remote_info = self.send_or_hold_remote_info(now, owner, remote_info);
         let accept = PeerMessage::accept_for(msg, answer_ap).encode();
         let ex = Exchange::new(
             key,
@@ -281,6 +299,7 @@ impl Core {
                 next_resend: now + self.config.retransmit_interval / 2,
                 source,
                 confirmed: false,
+                confirmed_at: None,
                 remote_info,
             })),
         );
@@ -303,6 +322,15 @@ impl Core {
             PeerMsgType::Reject,
             PeerMessage::reject_for(msg).encode(),
         );
+    }
+
+    /// True if the exchange was confirmed at least one retransmission interval ago.
+    fn reused_association(&self, now: Instant, xid: ExchangeId) -> bool {
+        let interval = self.config.retransmit_interval;
+        self.exchanges.get(xid).is_some_and(|ex| match &ex.kind {
+            ExchangeKind::Passive(p) => p.confirmed_at.is_some_and(|t| now >= t + interval),
+            ExchangeKind::Active(_) => false,
+        })
     }
 
     /// A retransmitted REQUEST: our ACCEPT (or its ACK) was lost. Answer again while the
@@ -484,7 +512,7 @@ impl Core {
 
     /// The ACK confirms the peer is real (it received our ACCEPT at its source address):
     /// the REMOTE_INFO token comes back, or the waiting REMOTE_INFO goes out now.
-    fn on_ack(&mut self, from: SocketAddr, msg: &PeerMessage) {
+    fn on_ack(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage) {
         let key = ExchangeKey::Passive {
             handle: msg.assoc_handle,
             from,
@@ -505,6 +533,7 @@ impl Core {
         let ExchangeKind::Passive(p) = &mut ex.kind else {
             return;
         };
+        p.confirmed_at = Some(now);
         match std::mem::replace(&mut p.remote_info, RemoteInfo::Settled) {
             RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
             RemoteInfo::AwaitingAck { owner, msg } => {
@@ -525,7 +554,7 @@ impl Core {
     }
 
     /// REQUEST retransmissions and expiries due at `now`, at most [`MAX_TIMERS_PER_CALL`].
-    pub(crate) fn run_exchange_timers(&mut self, now: Instant) {
+    pub(super) fn run_exchange_timers(&mut self, now: Instant) {
         let interval = self.config.retransmit_interval;
         for _ in 0..MAX_TIMERS_PER_CALL {
             let Some(due) = self.exchanges.pop_due(now) else {

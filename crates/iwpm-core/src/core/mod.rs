@@ -1,124 +1,73 @@
-//! The [`Core`] struct: state, input gating, output queue and the helpers every handler
-//! shares. The handlers live in `kernel.rs` (netlink), `recovery.rs` (MAPINFO) and
-//! `peer.rs` (UDP 3935).
+//! The [`Core`] struct: state, output queue and the helpers every handler shares. The
+//! handlers live in child modules, so the state stays private to them: `kernel` (netlink),
+//! `handshake` (HELLO, MAPINFO request), `recovery` (MAPINFO records), `reserve` (mapping
+//! creation), `peer` (UDP 3935) and `dump` (SIGUSR1).
 //!
-//! # Reservations pause input
+//! # Reservations are synchronous
 //!
-//! When a handler needs a TCP port it emits [`Action::Reserve`] and stops. Until the shell
-//! answers with [`Core::handle_reserved`], every further input (the rest of the current
-//! netlink datagram included) is buffered in arrival order, and replayed right after the
-//! answer. Processing is therefore strictly sequential and deterministic, as in the C
-//! daemon, whose `bind()` is synchronous. Timers still run while paused; they never need a
-//! reservation.
+//! The shell lends its [`PortReservations`] to [`Core::handle_kernel_datagram`], the only
+//! input that creates or frees mappings. A handler that needs a TCP port binds it on the
+//! spot, as the C daemon's synchronous `bind()` does, so every mapping is made in one step
+//! and processing is strictly sequential and deterministic.
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use iwpm_proto::consts::{err, NLM_F_REQUEST};
 use iwpm_proto::netlink::{encode_daemon_msg, DaemonMsg, Envelope, HandleErr};
 use iwpm_proto::peer::PeerMsgType;
-use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
+use iwpm_proto::sockaddr::Endpoint;
 
-use crate::action::{Action, PeerSocket, ReservationId, ReserveError};
+use crate::action::{Action, PeerSocket, PortReservations};
+use crate::answered::AnsweredSeqs;
 use crate::clients::Clients;
 use crate::config::CoreConfig;
 use crate::exchange::{Exchanges, HandleGen};
 use crate::handshake::Handshake;
-use crate::kernel::{AnsweredSeqs, OwnedFrame};
 use crate::ratelimit::{LogKind, LogLimiter};
+use crate::request::Abi;
 use crate::stats::Stats;
 use crate::table::{Mapping, MappingId, MappingTable, MappingView};
 use crate::token_bucket::TokenBucket;
 use crate::usage::{Resource, Usage, UsageChange};
 
-/// Most input items buffered while a reservation is pending.
-pub(crate) const MAX_DEFERRED: usize = 4096;
+mod dump;
+mod handshake;
+mod kernel;
+mod peer;
+mod recovery;
+mod reserve;
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("core invariant violated: {0}")]
 pub struct InvariantError(pub &'static str);
 
-/// What a pending reservation is for.
-#[derive(Clone, Debug)]
-pub(crate) enum Purpose {
-    /// ADD_MAPPING of a new local address.
-    Add {
-        client: u8,
-        seq: u32,
-        received: Instant,
-        local: SockAddrStorage,
-        local_ep: Endpoint,
-    },
-    /// QUERY_MAPPING of a new local address; the exchange starts once the port is held.
-    Query {
-        client: u8,
-        seq: u32,
-        received: Instant,
-        local: SockAddrStorage,
-        local_ep: Endpoint,
-        remote: SockAddrStorage,
-        remote_sa: SocketAddr,
-    },
-    /// MAPINFO record: re-reserve the recorded mapped port.
-    Recover {
-        client: u8,
-        seq: u32,
-        local: SockAddrStorage,
-        local_ep: Endpoint,
-        mapped: SockAddrStorage,
-        mapped_ep: Endpoint,
-    },
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct Pending {
-    pub id: ReservationId,
-    pub purpose: Purpose,
-}
-
-/// Input that arrived while a reservation was pending.
-#[derive(Clone, Debug)]
-pub(crate) enum Deferred {
-    Kernel {
-        received: Instant,
-        frame: OwnedFrame,
-    },
-    Peer {
-        via: PeerSocket,
-        from: SocketAddr,
-        datagram: Vec<u8>,
-    },
-}
-
 /// The port mapper state machine.
 #[derive(Debug)]
 pub struct Core {
-    pub(crate) config: CoreConfig,
-    pub(crate) abi: u16,
-    pub(crate) handshake: Handshake,
-    pub(crate) table: MappingTable,
-    pub(crate) exchanges: Exchanges,
-    pub(crate) clients: Clients,
-    pub(crate) handles: HandleGen,
-    pub(crate) answered: AnsweredSeqs,
-    pub(crate) pending: Option<Pending>,
-    pub(crate) deferred: VecDeque<Deferred>,
-    next_reservation: u64,
+    config: CoreConfig,
+    abi: Abi,
+    handshake: Handshake,
+    table: MappingTable,
+    exchanges: Exchanges,
+    clients: Clients,
+    handles: HandleGen,
+    answered: AnsweredSeqs,
     actions: VecDeque<Action>,
-    pub(crate) stats: Stats,
+    stats: Stats,
     log: LogLimiter,
-    pub(crate) last_now: Instant,
+    last_now: Instant,
     /// REMOTE_INFOs the kernel may hold for exchanges no ACK confirmed yet.
-    pub(crate) remote_info_tokens: TokenBucket,
+    remote_info_tokens: TokenBucket,
     /// REJECTs we may send.
-    pub(crate) reject_tokens: TokenBucket,
+    reject_tokens: TokenBucket,
     /// Clients whose MAPINFO replay we asked for, until when records are accepted.
-    pub(crate) mapinfo_windows: Vec<(u8, Instant)>,
+    mapinfo_windows: Vec<(u8, Instant)>,
     /// When the last resynchronisation HELLO went out (after lost kernel input).
-    pub(crate) last_resync: Option<Instant>,
+    last_resync: Option<Instant>,
     usage: Usage,
 }
 
@@ -132,7 +81,7 @@ impl Core {
             TokenBucket::new(config.remote_info_budget, config.remote_info_refill, now);
         let reject_tokens = TokenBucket::per_second(config.max_rejects_per_sec, now);
         Core {
-            abi: config.max_abi,
+            abi: Abi(config.max_abi),
             handles: HandleGen::new(config.handle_key),
             log: LogLimiter::new(config.log_interval),
             answered: AnsweredSeqs::new(config.reply_deadline * 2),
@@ -141,9 +90,6 @@ impl Core {
             table: MappingTable::default(),
             exchanges: Exchanges::default(),
             clients: Clients::default(),
-            pending: None,
-            deferred: VecDeque::new(),
-            next_reservation: 0,
             actions: VecDeque::new(),
             stats: Stats::default(),
             last_now: now,
@@ -161,10 +107,16 @@ impl Core {
         self.start_handshake(now);
     }
 
-    /// One datagram from the kernel (the shell checked it came from port id 0).
-    pub fn handle_kernel_datagram(&mut self, now: Instant, datagram: &[u8]) {
+    /// One datagram from the kernel (the shell checked it came from port id 0). Mappings it
+    /// creates or frees reserve and release their TCP ports through `ports` at once.
+    pub fn handle_kernel_datagram(
+        &mut self,
+        now: Instant,
+        datagram: &[u8],
+        ports: &mut dyn PortReservations,
+    ) {
         self.last_now = now;
-        self.process_kernel_datagram(now, datagram);
+        self.process_kernel_datagram(now, datagram, ports);
         self.sync_gauges(now);
     }
 
@@ -193,44 +145,7 @@ impl Core {
         datagram: &[u8],
     ) {
         self.last_now = now;
-        if self.pending.is_some() {
-            self.defer(
-                now,
-                Deferred::Peer {
-                    via,
-                    from,
-                    datagram: datagram.to_vec(),
-                },
-            );
-        } else {
-            self.process_peer_datagram(now, via, from, datagram);
-        }
-        self.sync_gauges(now);
-    }
-
-    /// The shell's answer to [`Action::Reserve`]; replays input buffered meanwhile.
-    pub fn handle_reserved(
-        &mut self,
-        now: Instant,
-        id: ReservationId,
-        result: Result<u16, ReserveError>,
-    ) {
-        self.last_now = now;
-        match self.pending.take() {
-            Some(p) if p.id == id => self.complete_reservation(now, p, result),
-            other => {
-                self.pending = other;
-                self.warn(
-                    now,
-                    LogKind::Protocol,
-                    format_args!("answer for unknown reservation {}", id.0),
-                );
-                if result.is_ok() {
-                    self.release(id);
-                }
-            }
-        }
-        self.drain_deferred(now);
+        self.process_peer_datagram(now, via, from, datagram);
         self.sync_gauges(now);
     }
 
@@ -242,12 +157,16 @@ impl Core {
         self.sync_gauges(now);
     }
 
-    /// Next output, if any.
+    /// Next output, if any. Call it until `None` after every `handle_*` call (and after
+    /// `start`): output is queued, never sent by the core.
+    #[must_use = "call poll_action again until None after each input: queued output is lost otherwise"]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
-    /// When [`Core::handle_timeout`] should be called next.
+    /// When [`Core::handle_timeout`] should be called next; `None` if no timer runs. Call
+    /// it again after every `handle_*` call, which may move the deadline.
+    #[must_use = "call poll_timeout again after each input and wake up at the deadline it gives"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let hs = match self.handshake {
             Handshake::Awaiting { deadline, .. } | Handshake::Resyncing { deadline, .. } => {
@@ -287,17 +206,12 @@ impl Core {
 
     /// The iwpm ABI version in use (the negotiated one once the handshake is done).
     pub fn abi(&self) -> u16 {
-        self.abi
+        self.abi.0
     }
 
     /// True once the HELLO handshake has finished (answered, refused or timed out).
     pub fn is_ready(&self) -> bool {
         matches!(self.handshake, Handshake::Done)
-    }
-
-    /// True while an [`Action::Reserve`] waits for [`Core::handle_reserved`].
-    pub fn reservation_pending(&self) -> bool {
-        self.pending.is_some()
     }
 
     /// The configuration in use.
@@ -322,44 +236,7 @@ impl Core {
                 "more peer exchanges than max_peer_exchanges",
             ));
         }
-
-        if self.pending.is_none() && !self.deferred.is_empty() {
-            return Err(InvariantError(
-                "input left buffered without a pending reservation",
-            ));
-        }
         Ok(())
-    }
-
-    /// Buffers input behind a pending reservation, up to [`MAX_DEFERRED`] items (a shell
-    /// that never answers must not make the core grow without bound).
-    pub(crate) fn defer(&mut self, now: Instant, item: Deferred) {
-        if self.deferred.len() < MAX_DEFERRED {
-            self.deferred.push_back(item);
-            return;
-        }
-        self.stats.input_dropped_busy += 1;
-        self.warn(
-            now,
-            LogKind::CapReached,
-            format_args!("input dropped: {MAX_DEFERRED} items wait for a port reservation"),
-        );
-    }
-
-    fn drain_deferred(&mut self, now: Instant) {
-        while self.pending.is_none() {
-            let Some(d) = self.deferred.pop_front() else {
-                break;
-            };
-            match d {
-                Deferred::Kernel { received, frame } => self.process_frame(now, received, frame),
-                Deferred::Peer {
-                    via,
-                    from,
-                    datagram,
-                } => self.process_peer_datagram(now, via, from, &datagram),
-            }
-        }
     }
 
     fn sync_gauges(&mut self, now: Instant) {
@@ -394,12 +271,12 @@ impl Core {
 
     // ----- shared helpers -----
 
-    pub(crate) fn push(&mut self, action: Action) {
+    fn push(&mut self, action: Action) {
         self.actions.push_back(action);
     }
 
     /// Encodes `msg` for `client` with the next per-client header seq and queues it.
-    pub(crate) fn send_kernel(&mut self, client: u8, msg: DaemonMsg) {
+    fn send_kernel(&mut self, client: u8, msg: DaemonMsg) {
         let env = Envelope {
             client,
             flags: NLM_F_REQUEST,
@@ -419,7 +296,7 @@ impl Core {
 
     /// HANDLE_ERR for the kernel request with header seq `seq`. Code 0 would make the kernel
     /// complete the request as a success with uninitialised addresses, so it is never sent.
-    pub(crate) fn send_handle_err(&mut self, client: u8, seq: u32, code: u16) {
+    fn send_handle_err(&mut self, client: u8, seq: u32, code: u16) {
         if code == 0 {
             debug_assert!(false, "HANDLE_ERR code 0");
             return;
@@ -434,35 +311,15 @@ impl Core {
         );
     }
 
-    pub(crate) fn send_peer(
-        &mut self,
-        via: PeerSocket,
-        to: SocketAddr,
-        ty: PeerMsgType,
-        datagram: Vec<u8>,
-    ) {
+    fn send_peer(&mut self, via: PeerSocket, to: SocketAddr, ty: PeerMsgType, datagram: Vec<u8>) {
         if let Some(c) = self.stats.peer_out.get_mut(usize::from(ty.code())) {
             *c += 1;
         }
         self.push(Action::ToPeer { via, to, datagram });
     }
 
-    /// Emits [`Action::Reserve`] and pauses input until the answer.
-    pub(crate) fn reserve(&mut self, bind: SocketAddr, purpose: Purpose) {
-        self.next_reservation += 1;
-        let id = ReservationId(self.next_reservation);
-        self.stats.reservations_requested += 1;
-        self.pending = Some(Pending { id, purpose });
-        self.push(Action::Reserve { id, bind });
-    }
-
-    pub(crate) fn release(&mut self, id: ReservationId) {
-        self.stats.reservations_released += 1;
-        self.push(Action::Release { id });
-    }
-
     /// True (and a CREATE_MAPPING_ERR-worthy log) when no new mapping may be created.
-    pub(crate) fn mappings_full(&mut self, now: Instant) -> bool {
+    fn mappings_full(&mut self, now: Instant) -> bool {
         if self.table.len() < self.config.max_mappings {
             return false;
         }
@@ -476,14 +333,14 @@ impl Core {
         true
     }
 
-    pub(crate) fn insert_mapping(&mut self, m: Mapping) -> MappingId {
+    fn insert_mapping(&mut self, m: Mapping) -> MappingId {
         self.stats.mappings_created += 1;
         self.table.insert(m)
     }
 
     /// Drops one kernel reference; at zero frees the mapping, releases its port and cancels
     /// its exchanges.
-    pub(crate) fn unref_mapping(&mut self, id: MappingId) {
+    fn unref_mapping(&mut self, id: MappingId, ports: &mut dyn PortReservations) {
         let Some(m) = self.table.get_mut(id) else {
             return;
         };
@@ -494,14 +351,14 @@ impl Core {
         if let Some(m) = self.table.remove(id) {
             self.stats.mappings_freed += 1;
             if let Some(r) = m.reservation {
-                self.release(r);
+                self.release(ports, r);
             }
             self.exchanges.remove_for_mapping(id);
         }
     }
 
     /// Rate-limited WARNING.
-    pub(crate) fn warn(&mut self, now: Instant, kind: LogKind, args: fmt::Arguments<'_>) {
+    fn warn(&mut self, now: Instant, kind: LogKind, args: fmt::Arguments<'_>) {
         match self.log.allow(now, kind) {
             Some(0) => tracing::warn!("{args}"),
             Some(n) => tracing::warn!("{args} ({n} similar messages suppressed)"),
@@ -510,16 +367,8 @@ impl Core {
     }
 }
 
-/// The wildcard address of `ep`'s family with `port`: what reservations bind to (as C).
-pub(crate) fn wildcard_of(ep: &Endpoint, port: u16) -> SocketAddr {
-    match ep.ip {
-        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
-        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
-    }
-}
-
 /// Codes used here, re-exported under short names.
-pub(crate) mod code {
+mod code {
     use super::err;
     pub const INVALID: u16 = err::IWPM_INVALID_NLMSG_ERR;
     pub const CREATE: u16 = err::IWPM_CREATE_MAPPING_ERR;
