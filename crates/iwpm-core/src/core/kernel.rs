@@ -31,7 +31,7 @@
 use std::time::Instant;
 
 use iwpm_proto::consts::op::*;
-use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_ULIB_NAME};
+use iwpm_proto::consts::IWPM_ULIB_NAME;
 use iwpm_proto::netlink::{
     decode_kernel_msg, frames, AddMappingReply, DaemonMsg, Frame, KernelMsg, ManageMappingRequest,
     MapInfoNumReply, MapInfoNumRequest, NlHeader, NlString, QueryMappingRequest, RegPidReply,
@@ -227,19 +227,7 @@ impl Core {
             }
             return;
         }
-        if self.mappings_full(now) {
-            self.send_handle_err(req.client, req.seq, code::CREATE);
-            return;
-        }
-        let no_port_map = flags & IWPM_FLAGS_NO_PORT_MAP != 0;
-        match self.map_local(
-            now,
-            req.client,
-            local,
-            no_port_map,
-            MappingRole::Listener,
-            ports,
-        ) {
+        match self.map_local(now, req.client, local, flags, MappingRole::Listener, ports) {
             Some(id) => self.reply_add(req, local.raw, id),
             None => self.send_handle_err(req.client, req.seq, code::CREATE),
         }
@@ -290,19 +278,7 @@ impl Core {
             self.start_query_exchange(now, query, id);
             return;
         }
-        if self.mappings_full(now) {
-            self.send_handle_err(req.client, req.seq, code::CREATE);
-            return;
-        }
-        let no_port_map = flags & IWPM_FLAGS_NO_PORT_MAP != 0;
-        match self.map_local(
-            now,
-            req.client,
-            local,
-            no_port_map,
-            MappingRole::Connector,
-            ports,
-        ) {
+        match self.map_local(now, req.client, local, flags, MappingRole::Connector, ports) {
             Some(id) => self.start_query_exchange(now, query, id),
             None => self.send_handle_err(req.client, req.seq, code::CREATE),
         }

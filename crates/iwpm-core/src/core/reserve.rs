@@ -8,6 +8,8 @@
 
 use std::time::Instant;
 
+use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
+
 use super::Core;
 use crate::action::{PortReservations, ReservationId};
 use crate::ratelimit::LogKind;
@@ -58,17 +60,21 @@ impl Core {
     }
 
     /// Maps a new local address for ADD or QUERY: to a freshly reserved port with the IP
-    /// unchanged, or to itself for NO_PORT_MAP. `None` if no port could be reserved.
+    /// unchanged, or to itself for NO_PORT_MAP. `None` (answered with CREATE_MAPPING_ERR by
+    /// the caller) if the table is full or no port could be reserved.
     pub(super) fn map_local(
         &mut self,
         now: Instant,
         owner: u8,
         local: Addr,
-        no_port_map: bool,
+        flags: u32,
         role: MappingRole,
         ports: &mut dyn PortReservations,
     ) -> Option<MappingId> {
-        if no_port_map {
+        if self.mappings_full(now) {
+            return None;
+        }
+        if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
             return Some(self.new_mapping(now, owner, local, local, None, role));
         }
         let (reservation, port) = self.reserve(now, ports, &local, None)?;
