@@ -49,6 +49,9 @@ use crate::netns::{NetPlace, NetnsError};
 const FRONT: Token = Token(0);
 const WAKE: Token = Token(1);
 const FIRST_INNER: usize = 2;
+/// Receive buffer: larger than any peer datagram (64 bytes), so an oversized one arrives
+/// whole and is relayed as it came instead of truncated.
+const DATAGRAM_BUFFER: usize = 2048;
 
 /// What the relay does to datagrams. Can be changed while it runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -346,7 +349,7 @@ impl Worker {
     fn run(mut self) {
         self.rng = self.config().seed;
         let mut events = Events::with_capacity(64);
-        let mut buf = vec![0u8; 2048];
+        let mut buf = vec![0u8; DATAGRAM_BUFFER];
         while !self.shared.stop.load(Ordering::Acquire) {
             let timeout = self
                 .timers

@@ -16,6 +16,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
+
+use crate::send_failure::SendFailure;
 use rustix::net::netlink::{self, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
@@ -324,7 +326,7 @@ impl KernelLink {
     }
 
     /// Sends one datagram to the kernel (port id 0) or to the connected emulator.
-    pub fn send(&self, datagram: &[u8]) -> io::Result<()> {
+    pub fn send(&self, datagram: &[u8]) -> Result<(), SendFailure> {
         let sent = match self.kind {
             Kind::Netlink => rustix::net::sendto(
                 &self.fd,
@@ -335,10 +337,10 @@ impl KernelLink {
             Kind::Unix => rustix::net::send(&self.fd, datagram, SendFlags::empty()),
         }?;
         if sent != datagram.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short send: {sent} of {} bytes", datagram.len()),
-            ));
+            return Err(SendFailure::Short {
+                sent,
+                len: datagram.len(),
+            });
         }
         Ok(())
     }

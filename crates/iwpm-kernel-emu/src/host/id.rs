@@ -245,12 +245,12 @@ impl CmId {
     /// `rdma_listen` with application accepts. Blocks while `iw_cm_map` runs (up to two
     /// kernel request timeouts), as the kernel does in any mode.
     pub fn listen(&self) -> Result<ListenInfo, CmError> {
-        self.start_listen(false)
+        self.start_listen(AcceptMode::Manual)
     }
 
     /// `rdma_listen`, accepting every request on arrival.
     pub fn listen_auto_accept(&self) -> Result<ListenInfo, CmError> {
-        self.start_listen(true)
+        self.start_listen(AcceptMode::Auto)
     }
 
     fn flags(&self) -> u32 {
@@ -260,7 +260,7 @@ impl CmId {
         }
     }
 
-    fn start_listen(&self, auto_accept: bool) -> Result<ListenInfo, CmError> {
+    fn start_listen(&self, accept: AcceptMode) -> Result<ListenInfo, CmError> {
         let (tx, rx) = mpsc::channel();
         {
             let mut inner = self.host.lock();
@@ -274,7 +274,7 @@ impl CmId {
                     })
                 }
             };
-            rec.auto_accept = auto_accept;
+            rec.accept = accept;
             let request = MapRequest {
                 local: storage(local),
                 remote: None,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-use super::{listen_info, CmId, HostShared};
+use super::{listen_info, AcceptMode, CmId, HostShared};
 use crate::cm::{
     CmError, CmEvent, CmEventKind, ConnInfo, IdState, ListenInfo, PortMapMode, RejectReason,
     RemoteInfoLookup, Side, UnreachableReason,
@@ -68,7 +68,7 @@ pub(crate) struct IdRecord {
     /// The connection's wire 4-tuple, oriented from the active side.
     pub(crate) tuple: Option<(SocketAddr, SocketAddr)>,
     pub(crate) listener: Option<u64>,
-    pub(crate) auto_accept: bool,
+    pub(crate) accept: AcceptMode,
     pub(crate) conn: Option<ConnInfo>,
     pub(crate) listen: Option<ListenInfo>,
 }
@@ -93,7 +93,7 @@ impl IdRecord {
             peer: None,
             tuple: None,
             listener: None,
-            auto_accept: false,
+            accept: AcceptMode::Manual,
             conn: None,
             listen: None,
         }
@@ -372,7 +372,7 @@ impl HostShared {
         } else {
             Some(lrec.events.clone())
         };
-        let auto_accept = lrec.auto_accept;
+        let accept = lrec.accept;
         let found = inner
             .kernel
             .take_remote_info(&lmap.m_local, &storage(wire_src));
@@ -419,7 +419,7 @@ impl HostShared {
             Some(lnum),
             CmEventKind::ConnectRequest(info),
         );
-        if auto_accept {
+        if accept == AcceptMode::Auto {
             if let Ok(info) = self.accept_child(inner, num) {
                 self.emit(inner, num, CmEventKind::Established(info));
             }
