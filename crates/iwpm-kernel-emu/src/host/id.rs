@@ -229,12 +229,7 @@ impl CmId {
     pub fn resolve_route(&self) -> Result<(), CmError> {
         let mut inner = self.host.lock();
         let rec = inner.ids.get_mut(&self.num).ok_or(CmError::Destroyed)?;
-        if rec.state != IdState::AddrResolved {
-            return Err(CmError::InvalidState {
-                op: "resolve_route",
-                state: rec.state,
-            });
-        }
+        rec.expect_state("resolve_route", IdState::AddrResolved)?;
         rec.state = IdState::RouteResolved;
         if !rec.is_sync() {
             self.host.emit(&inner, self.num, CmEventKind::RouteResolved);
@@ -377,12 +372,7 @@ impl CmId {
     pub fn reject(&self) -> Result<(), CmError> {
         let mut inner = self.host.lock();
         let rec = inner.ids.get_mut(&self.num).ok_or(CmError::Destroyed)?;
-        if rec.state != IdState::ConnectRequest {
-            return Err(CmError::InvalidState {
-                op: "reject",
-                state: rec.state,
-            });
-        }
+        rec.expect_state("reject", IdState::ConnectRequest)?;
         rec.state = IdState::Disconnected;
         let peer = rec.peer.clone();
         let tuple = rec.tuple.take();

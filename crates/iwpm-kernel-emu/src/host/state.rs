@@ -99,6 +99,18 @@ impl IdRecord {
         }
     }
 
+    /// `op` is allowed only in state `want` (`-EINVAL` in rdma_cm otherwise).
+    pub(crate) fn expect_state(&self, op: &'static str, want: IdState) -> Result<(), CmError> {
+        if self.state == want {
+            Ok(())
+        } else {
+            Err(CmError::InvalidState {
+                op,
+                state: self.state,
+            })
+        }
+    }
+
     pub(crate) fn is_sync(&self) -> bool {
         self.private.is_some()
     }
@@ -435,12 +447,7 @@ impl HostShared {
         let Some(rec) = inner.ids.get_mut(&num) else {
             return Err(CmError::Destroyed);
         };
-        if rec.state != IdState::ConnectRequest {
-            return Err(CmError::InvalidState {
-                op: "accept",
-                state: rec.state,
-            });
-        }
+        rec.expect_state("accept", IdState::ConnectRequest)?;
         let Some(info) = rec.conn.clone() else {
             return Err(CmError::Destroyed);
         };
