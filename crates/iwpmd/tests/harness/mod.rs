@@ -13,14 +13,12 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
-    decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, KernelMsg,
-    ManageMappingRequest,
+    decode_daemon_datagram, DaemonFrame, DaemonMsg, KernelMsg, ManageMappingRequest,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-use crate::common::FakeKernel;
+use crate::common::{kernel_request, FakeKernel};
 
 /// True on CI (`CI` set): tests that would skip for lack of a facility fail instead.
 pub fn on_ci() -> bool {
@@ -88,15 +86,8 @@ impl KernelPipe {
 
     fn send(&mut self, msg: &KernelMsg) -> u32 {
         self.seq += 1;
-        let env = Envelope {
-            client: RDMA_NL_IWCM,
-            flags: NLM_F_REQUEST,
-            seq: self.seq,
-            pid: 0,
-        };
-        let mut out = Vec::new();
-        encode_kernel_msg(&env, msg, &mut out);
-        self.sock.send_to_addr(&out, &self.daemon).unwrap();
+        let bytes = kernel_request(self.seq, msg);
+        self.sock.send_to_addr(&bytes, &self.daemon).unwrap();
         self.seq
     }
 
