@@ -141,6 +141,21 @@ pub struct ExchangeTimes {
     pub acks: u32,
 }
 
+impl ExchangeTimes {
+    /// An exchange whose first REQUEST (handle `handle`) arrived at `now`.
+    fn new(handle: u64, now: Instant) -> Self {
+        ExchangeTimes {
+            handle,
+            first_request: now,
+            requests: 0,
+            first_answer_delivered: None,
+            accepts: 0,
+            rejects: 0,
+            acks: 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     config: Mutex<RelayConfig>,
@@ -599,26 +614,11 @@ impl Worker {
         let mut times = self.times();
         match m.msg_type {
             PeerMsgType::Request => {
-                let e = times.entry(cp).or_insert(ExchangeTimes {
-                    handle: m.assoc_handle,
-                    first_request: now,
-                    requests: 0,
-                    first_answer_delivered: None,
-                    accepts: 0,
-                    rejects: 0,
-                    acks: 0,
-                });
+                let fresh = ExchangeTimes::new(m.assoc_handle, now);
+                let e = times.entry(cp).or_insert(fresh);
                 if e.handle != m.assoc_handle {
                     // The same local address in a new exchange: start over.
-                    *e = ExchangeTimes {
-                        handle: m.assoc_handle,
-                        first_request: now,
-                        requests: 0,
-                        first_answer_delivered: None,
-                        accepts: 0,
-                        rejects: 0,
-                        acks: 0,
-                    };
+                    *e = fresh;
                 }
                 e.requests += 1;
                 return e.requests;

@@ -178,16 +178,12 @@ impl KernelLink {
         groups: u32,
         configured: usize,
     ) -> Result<Self, KernelLinkError> {
-        let fd = rustix::net::socket_with(
-            AddressFamily::NETLINK,
-            SocketType::RAW,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            protocol,
-        )
-        .map_err(|e| KernelLinkError::Socket {
-            kind: "NETLINK_RDMA",
-            source: e.into(),
-        })?;
+        let fd = nonblocking_socket(AddressFamily::NETLINK, SocketType::RAW, protocol).map_err(
+            |source| KernelLinkError::Socket {
+                kind: "NETLINK_RDMA",
+                source,
+            },
+        )?;
         let requested = configured.max(NETLINK_RCVBUF_MIN);
         let rcvbuf = match set_receive_buffer(&fd, requested) {
             Ok(r) => Some(r),
@@ -246,16 +242,13 @@ impl KernelLink {
         if euid.is_root() {
             check_emulator_path(path, euid.as_raw())?;
         }
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::DGRAM,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )
-        .map_err(|e| KernelLinkError::Socket {
-            kind: "Unix datagram",
-            source: e.into(),
-        })?;
+        let fd =
+            nonblocking_socket(AddressFamily::UNIX, SocketType::DGRAM, None).map_err(|source| {
+                KernelLinkError::Socket {
+                    kind: "Unix datagram",
+                    source,
+                }
+            })?;
         rustix::net::bind(&fd, &SocketAddrUnix::new_unnamed())
             .map_err(|e| KernelLinkError::UnixBind(e.into()))?;
         let unix_connect_err = |source: io::Error| KernelLinkError::UnixConnect {
@@ -344,6 +337,16 @@ impl KernelLink {
         }
         Ok(())
     }
+}
+
+/// A close-on-exec, non-blocking socket (the loop never blocks on the kernel link).
+fn nonblocking_socket(
+    family: AddressFamily,
+    kind: SocketType,
+    protocol: Option<rustix::net::Protocol>,
+) -> io::Result<OwnedFd> {
+    let flags = SocketFlags::CLOEXEC | SocketFlags::NONBLOCK;
+    Ok(rustix::net::socket_with(family, kind, flags, protocol)?)
 }
 
 impl AsRawFd for KernelLink {
