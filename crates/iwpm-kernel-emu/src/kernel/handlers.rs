@@ -197,13 +197,9 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             Err(ret) => return ret,
         };
         self.check_err_code(op, m.seq, m.err);
-        if !m.addr.same_endpoint(&request.local) {
-            let violation = Violation::AddressNotEchoed { op, seq: m.seq };
-            return self.fail_reply(m.seq, token, violation, woken);
-        }
-        if m.mapped_addr.family() != m.addr.family() {
-            tracing::info!("Sockaddr family doesn't match the requested one");
-            let violation = Violation::MappedFamilyMismatch { op, seq: m.seq };
+        let echoed = m.addr.same_endpoint(&request.local);
+        let families_match = m.mapped_addr.family() == m.addr.family();
+        if let Some(violation) = reply_violation(op, m.seq, echoed, families_match) {
             return self.fail_reply(m.seq, token, violation, woken);
         }
         self.check_mapped_local(op, request.flags, &request.local, &m.mapped_addr);
@@ -245,16 +241,10 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         let remote_ok = request
             .remote
             .is_some_and(|r| m.remote_addr.same_endpoint(&r));
-        if !m.local_addr.same_endpoint(&request.local) || !remote_ok {
-            tracing::info!("Incorrect local sockaddr");
-            let violation = Violation::AddressNotEchoed { op, seq: m.seq };
-            return self.fail_reply(m.seq, token, violation, woken);
-        }
-        if m.mapped_local_addr.family() != m.local_addr.family()
-            || m.mapped_remote_addr.family() != m.remote_addr.family()
-        {
-            tracing::info!("Sockaddr family doesn't match the requested one");
-            let violation = Violation::MappedFamilyMismatch { op, seq: m.seq };
+        let echoed = m.local_addr.same_endpoint(&request.local) && remote_ok;
+        let families_match = m.mapped_local_addr.family() == m.local_addr.family()
+            && m.mapped_remote_addr.family() == m.remote_addr.family();
+        if let Some(violation) = reply_violation(op, m.seq, echoed, families_match) {
             return self.fail_reply(m.seq, token, violation, woken);
         }
         let completion = if rejected {
@@ -441,4 +431,20 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             Err(e) => e.errno(),
         }
     }
+}
+
+/// The kernel's address checks on an ADD/QUERY reply, in its order (with its log lines):
+/// the request's addresses echoed, then each mapped address in the family asked about.
+fn reply_violation(op: u16, seq: u32, echoed: bool, families_match: bool) -> Option<Violation> {
+    if !echoed {
+        if op == RDMA_NL_IWPM_QUERY_MAPPING {
+            tracing::info!("Incorrect local sockaddr");
+        }
+        return Some(Violation::AddressNotEchoed { op, seq });
+    }
+    if !families_match {
+        tracing::info!("Sockaddr family doesn't match the requested one");
+        return Some(Violation::MappedFamilyMismatch { op, seq });
+    }
+    None
 }

@@ -32,6 +32,11 @@ pub fn skip(test: &str, reason: &str) -> bool {
     true
 }
 
+/// True (and the test is skipped, with the reason printed) unless running as root.
+pub fn skip_unless_root(test: &str, reason: &str) -> bool {
+    !rustix::process::geteuid().is_root() && skip(test, reason)
+}
+
 /// The seq and outcome of an ADD reply: `Ok(mapped)` or `Err(HANDLE_ERR code)`.
 pub type AddOutcome = Result<SocketAddr, u16>;
 
