@@ -19,7 +19,8 @@ use super::*;
 const DAEMON: u32 = 7;
 const PID: u32 = 4242;
 
-fn sa(s: &str) -> SockAddrStorage {
+/// A storage from `"ip:port"` (test input, so a bad literal panics).
+pub(super) fn sa(s: &str) -> SockAddrStorage {
     SockAddrStorage::from_socket_addr(s.parse().unwrap())
 }
 
