@@ -15,7 +15,6 @@ mod kernel_link;
 mod logging;
 mod peer_sockets;
 mod process;
-mod rate_limit;
 mod reservations;
 mod send_failure;
 mod settings;

@@ -9,7 +9,9 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, PeerSocket, PortReservations, ReservationId, ReserveError};
+use iwpm_core::{
+    Action, Core, PeerSocket, PortReservations, RateLimit, ReservationId, ReserveError,
+};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
@@ -21,7 +23,6 @@ use crate::io_counters::IoCounters;
 use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
 use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
-use crate::rate_limit::RateLimit;
 use crate::reservations::{Reservations, ReserveFailure};
 use crate::send_failure::SendFailure;
 
