@@ -31,6 +31,7 @@ pub mod fuzzing;
 mod handshake;
 mod peer_allow;
 mod ratelimit;
+pub use ratelimit::RateLimit;
 mod request;
 mod stats;
 mod table;

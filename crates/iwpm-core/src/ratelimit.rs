@@ -1,4 +1,4 @@
-//! Per-kind log rate limiting. The C daemon logs one WARNING per bad datagram, which any
+//! Log rate limiting. The C daemon logs one WARNING per bad datagram, which any
 //! host on the network can turn into a syslog flood; here each kind of line is emitted at
 //! most once per interval and the suppressed ones are counted.
 
@@ -29,39 +29,73 @@ pub(crate) enum LogKind {
     Overrun,
 }
 
-/// Remembers, per kind, when a line was last emitted and how many were held back since.
+/// Allows `burst` events per `window` and counts the ones it holds back. The one rate
+/// limit of the project: the core keeps one per [`LogKind`] (burst 1), the daemon's IO
+/// shell one per kind of socket error.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    window: Duration,
+    burst: u32,
+    window_start: Option<Instant>,
+    emitted: u32,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    /// A limiter allowing `burst` events per `window`.
+    pub fn new(window: Duration, burst: u32) -> Self {
+        RateLimit {
+            window,
+            burst,
+            window_start: None,
+            emitted: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(n)` if the caller may log now, `n` being how many events were held back since
+    /// the last allowed one; `None` if this event must stay silent.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        let new_window = match self.window_start {
+            None => true,
+            Some(start) => now.saturating_duration_since(start) >= self.window,
+        };
+        if new_window {
+            self.window_start = Some(now);
+            self.emitted = 0;
+        }
+        if self.emitted < self.burst {
+            self.emitted += 1;
+            Some(std::mem::take(&mut self.suppressed))
+        } else {
+            self.suppressed += 1;
+            None
+        }
+    }
+}
+
+/// One line per kind per interval.
 #[derive(Debug)]
 pub(crate) struct LogLimiter {
     interval: Duration,
-    last: HashMap<LogKind, (Instant, u64)>,
+    kinds: HashMap<LogKind, RateLimit>,
 }
 
 impl LogLimiter {
     pub fn new(interval: Duration) -> Self {
         LogLimiter {
             interval,
-            last: HashMap::new(),
+            kinds: HashMap::new(),
         }
     }
 
     /// `Some(suppressed_since_last)` when a line of `kind` may be emitted now.
     pub fn allow(&mut self, now: Instant, kind: LogKind) -> Option<u64> {
-        match self.last.get_mut(&kind) {
-            Some((at, held)) if now.saturating_duration_since(*at) < self.interval => {
-                *held += 1;
-                None
-            }
-            Some((at, held)) => {
-                let n = *held;
-                *at = now;
-                *held = 0;
-                Some(n)
-            }
-            None => {
-                self.last.insert(kind, (now, 0));
-                Some(0)
-            }
-        }
+        let interval = self.interval;
+        self.kinds
+            .entry(kind)
+            .or_insert_with(|| RateLimit::new(interval, 1))
+            .allow(now)
     }
 }
 
@@ -88,5 +122,17 @@ mod tests {
             l.allow(t0 + Duration::from_secs(5), LogKind::MalformedPeer),
             Some(2)
         );
+    }
+
+    #[test]
+    fn burst_then_silence_then_report() {
+        let t0 = Instant::now();
+        let mut rl = RateLimit::new(Duration::from_secs(10), 2);
+        assert_eq!(rl.allow(t0), Some(0));
+        assert_eq!(rl.allow(t0), Some(0));
+        assert_eq!(rl.allow(t0), None);
+        assert_eq!(rl.allow(t0 + Duration::from_secs(9)), None);
+        assert_eq!(rl.allow(t0 + Duration::from_secs(10)), Some(2));
+        assert_eq!(rl.allow(t0 + Duration::from_secs(10)), Some(0));
     }
 }

@@ -396,26 +396,19 @@ macro_rules! counters {
             }
 
             /// Sets one counter (for tools that rebuild a `Stats` from its printed pairs).
+            /// (`get` destructures every field, so a field without a counter fails to
+            /// compile; here the match over `Counter` is enough.)
             pub fn set(&mut self, counter: Counter, value: u64) {
-                let Stats {
-                    netlink_in,
-                    netlink_out,
-                    handle_err_sent,
-                    peer_in,
-                    peer_out,
-                    $($early_field,)*
-                    $($late_field,)*
-                } = self;
                 let slot = match counter {
-                    Counter::NetlinkIn(op) => &mut netlink_in[op.index()],
-                    Counter::NetlinkOut(op) => &mut netlink_out[op.index()],
+                    Counter::NetlinkIn(op) => &mut self.netlink_in[op.index()],
+                    Counter::NetlinkOut(op) => &mut self.netlink_out[op.index()],
                     Counter::HandleErrSent(code) => {
-                        &mut handle_err_sent[usize::from(code.code())]
+                        &mut self.handle_err_sent[usize::from(code.code())]
                     }
-                    Counter::PeerIn(t) => &mut peer_in[usize::from(t.code())],
-                    Counter::PeerOut(t) => &mut peer_out[usize::from(t.code())],
-                    $(Counter::$early => $early_field,)*
-                    $(Counter::$late => $late_field,)*
+                    Counter::PeerIn(t) => &mut self.peer_in[usize::from(t.code())],
+                    Counter::PeerOut(t) => &mut self.peer_out[usize::from(t.code())],
+                    $(Counter::$early => &mut self.$early_field,)*
+                    $(Counter::$late => &mut self.$late_field,)*
                 };
                 *slot = value;
             }

@@ -178,18 +178,18 @@ fn take_kernel(h: &mut Host) -> Vec<DaemonMsg> {
 }
 
 fn query_replies(msgs: &[DaemonMsg]) -> Vec<&QueryMappingReply> {
-    msgs.iter()
-        .filter_map(|m| match m {
-            DaemonMsg::QueryMapping(r) => Some(r),
-            _ => None,
-        })
-        .collect()
+    replies(msgs, false)
 }
 
 fn remote_infos(msgs: &[DaemonMsg]) -> Vec<&QueryMappingReply> {
+    replies(msgs, true)
+}
+
+/// The QUERY_MAPPING replies, or the REMOTE_INFO messages (same layout), among `msgs`.
+fn replies(msgs: &[DaemonMsg], remote_info: bool) -> Vec<&QueryMappingReply> {
     msgs.iter()
-        .filter_map(|m| match m {
-            DaemonMsg::RemoteInfo(r) => Some(r),
+        .filter_map(|m| match (m, remote_info) {
+            (DaemonMsg::QueryMapping(r), false) | (DaemonMsg::RemoteInfo(r), true) => Some(r),
             _ => None,
         })
         .collect()

@@ -49,6 +49,9 @@ use crate::netns::{NetPlace, NetnsError};
 const FRONT: Token = Token(0);
 const WAKE: Token = Token(1);
 const FIRST_INNER: usize = 2;
+/// Receive buffer: larger than any peer datagram (64 bytes), so an oversized one arrives
+/// whole and is relayed as it came instead of truncated.
+const DATAGRAM_BUFFER: usize = 2048;
 
 /// What the relay does to datagrams. Can be changed while it runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,6 +139,21 @@ pub struct ExchangeTimes {
     pub rejects: u32,
     /// ACKs seen.
     pub acks: u32,
+}
+
+impl ExchangeTimes {
+    /// An exchange whose first REQUEST (handle `handle`) arrived at `now`.
+    fn new(handle: u64, now: Instant) -> Self {
+        ExchangeTimes {
+            handle,
+            first_request: now,
+            requests: 0,
+            first_answer_delivered: None,
+            accepts: 0,
+            rejects: 0,
+            acks: 0,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -346,7 +364,7 @@ impl Worker {
     fn run(mut self) {
         self.rng = self.config().seed;
         let mut events = Events::with_capacity(64);
-        let mut buf = vec![0u8; 2048];
+        let mut buf = vec![0u8; DATAGRAM_BUFFER];
         while !self.shared.stop.load(Ordering::Acquire) {
             let timeout = self
                 .timers
@@ -596,26 +614,11 @@ impl Worker {
         let mut times = self.times();
         match m.msg_type {
             PeerMsgType::Request => {
-                let e = times.entry(cp).or_insert(ExchangeTimes {
-                    handle: m.assoc_handle,
-                    first_request: now,
-                    requests: 0,
-                    first_answer_delivered: None,
-                    accepts: 0,
-                    rejects: 0,
-                    acks: 0,
-                });
+                let fresh = ExchangeTimes::new(m.assoc_handle, now);
+                let e = times.entry(cp).or_insert(fresh);
                 if e.handle != m.assoc_handle {
                     // The same local address in a new exchange: start over.
-                    *e = ExchangeTimes {
-                        handle: m.assoc_handle,
-                        first_request: now,
-                        requests: 0,
-                        first_answer_delivered: None,
-                        accepts: 0,
-                        rejects: 0,
-                        acks: 0,
-                    };
+                    *e = fresh;
                 }
                 e.requests += 1;
                 return e.requests;

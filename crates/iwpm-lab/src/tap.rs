@@ -33,6 +33,9 @@ use crate::netns::{NetPlace, NetnsError};
 const DAEMON_SIDE: Token = Token(0);
 const WAKE: Token = Token(1);
 const FIRST_INNER: usize = 2;
+/// Receive buffer: the largest datagram a Unix socket carries here (a whole batch of
+/// netlink messages from the daemon or the emulated kernel).
+const DATAGRAM_BUFFER: usize = 64 * 1024;
 
 /// One ADD or QUERY round trip as the tap saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,7 +308,7 @@ fn is_full(e: &std::io::Error) -> bool {
 impl Worker {
     fn run(mut self) {
         let mut events = Events::with_capacity(64);
-        let mut buf = vec![0u8; 65536];
+        let mut buf = vec![0u8; DATAGRAM_BUFFER];
         while !self.shared.stop.load(Ordering::Acquire) {
             let backlog = !self.to_kernel.is_empty() || !self.to_daemon.is_empty();
             let timeout = if backlog {

@@ -16,7 +16,6 @@ use iwpm_lab::dump::IoCounter;
 use iwpm_lab::netns;
 use iwpm_lab::{Family, Lab, LabConfig, Topology};
 use iwpm_proto::consts::err;
-use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     encode_kernel_msg, AddMappingReply, DaemonFrame, DaemonMsg, Envelope, HandleErr, KernelMsg,
     ManageMappingRequest,
@@ -214,14 +213,8 @@ fn connect_without_listener_is_rejected() {
 }
 
 fn kernel_msg(seq: u32, msg: &KernelMsg) -> Vec<u8> {
-    let env = Envelope {
-        client: RDMA_NL_IWCM,
-        flags: NLM_F_REQUEST,
-        seq,
-        pid: 0,
-    };
     let mut out = Vec::new();
-    encode_kernel_msg(&env, msg, &mut out);
+    encode_kernel_msg(&Envelope::kernel_request(seq), msg, &mut out);
     out
 }
 

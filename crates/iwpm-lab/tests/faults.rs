@@ -13,7 +13,7 @@ use iwpm_kernel_emu::kernel::RequestKind;
 use iwpm_kernel_emu::{CmError, MapOutcome, UnmappedReason};
 use iwpm_lab::dump::IoCounter;
 use iwpm_lab::relay::RelayConfig;
-use iwpm_lab::workload::{connect_all, WorkloadConfig};
+use iwpm_lab::workload::{connect_all, ConnRecord, WorkloadConfig};
 use iwpm_lab::{run, LabConfig, RunOptions};
 use iwpm_proto::consts::op::{RDMA_NL_IWPM_ADD_MAPPING, RDMA_NL_IWPM_QUERY_MAPPING};
 use iwpm_proto::consts::{err, NLM_F_REQUEST, RDMA_NL_IWCM};
@@ -128,23 +128,12 @@ fn remove_while_active_exchange_in_flight() {
 
 #[test]
 fn peer_loss_30_percent_still_completes() {
-    let mut lab = lab(LabConfig {
-        relay: Some(RelayConfig {
-            loss: 0.3,
-            seed: 7,
-            ..RelayConfig::default()
-        }),
-        ..LabConfig::default()
+    let mut lab = relay_lab(RelayConfig {
+        loss: 0.3,
+        seed: 7,
+        ..RelayConfig::default()
     });
-    let opts = RunOptions {
-        workload: WorkloadConfig {
-            connections: 60,
-            concurrency: 60,
-            ..WorkloadConfig::default()
-        },
-        ..RunOptions::default()
-    };
-    let report = run(&mut lab, &opts, Duration::ZERO, |_| {}).unwrap();
+    let report = run_at_once(&mut lab, 60);
     assert!(report.ok, "{}", report.render());
     assert_eq!(report.connections.consistent, 60);
     assert!(report.peer.relay_dropped > 0, "{:?}", report.peer);
@@ -160,26 +149,14 @@ fn peer_loss_30_percent_still_completes() {
 /// `late_request_after_the_ack_is_a_new_association`.)
 #[test]
 fn duplicate_and_late_peer_datagrams() {
-    let mut lab = lab(LabConfig {
-        relay: Some(RelayConfig {
-            duplicate: 1.0,
-            replay_after: Some(Duration::from_millis(600)),
-            ..RelayConfig::default()
-        }),
-        ..LabConfig::default()
+    let mut lab = relay_lab(RelayConfig {
+        duplicate: 1.0,
+        replay_after: Some(Duration::from_millis(600)),
+        ..RelayConfig::default()
     });
     let addr = lab.b_addr(4012);
     let (listener, acceptor) = listen(&lab, addr);
-    let records = connect_all(
-        &lab.a.host,
-        addr,
-        &WorkloadConfig {
-            connections: 10,
-            concurrency: 10,
-            ..WorkloadConfig::default()
-        },
-        |_| {},
-    );
+    let records = connect_at_once(&lab, addr, 10);
     assert!(records.iter().all(|r| r.established().is_some()));
     std::thread::sleep(Duration::from_millis(1500));
     let relay_b = lab.b.relay.as_ref().unwrap().stats();
@@ -227,25 +204,13 @@ fn duplicate_and_late_peer_datagrams() {
 /// REMOTE_INFO; B's kernel keeps that one unconsumed.
 #[test]
 fn late_request_after_the_ack_is_a_new_association() {
-    let mut lab = lab(LabConfig {
-        relay: Some(RelayConfig {
-            replay_after: Some(Duration::from_millis(1500)),
-            ..RelayConfig::default()
-        }),
-        ..LabConfig::default()
+    let mut lab = relay_lab(RelayConfig {
+        replay_after: Some(Duration::from_millis(1500)),
+        ..RelayConfig::default()
     });
     let addr = lab.b_addr(4020);
     let (_listener, acceptor) = listen(&lab, addr);
-    let records = connect_all(
-        &lab.a.host,
-        addr,
-        &WorkloadConfig {
-            connections: 10,
-            concurrency: 10,
-            ..WorkloadConfig::default()
-        },
-        |_| {},
-    );
+    let records = connect_at_once(&lab, addr, 10);
     assert!(records.iter().all(|r| r.established().is_some()));
     std::thread::sleep(Duration::from_millis(2500));
     let dump_b = lab.b.dump().unwrap();
@@ -315,25 +280,14 @@ fn daemon_kill_and_restart_with_live_mappings() {
 #[test]
 fn loss_duplication_and_reordering_30_percent_each() {
     const N: usize = 60;
-    let mut lab = lab(LabConfig {
-        relay: Some(RelayConfig {
-            loss: 0.3,
-            duplicate: 0.3,
-            reorder: 0.3,
-            seed: 11,
-            ..RelayConfig::default()
-        }),
-        ..LabConfig::default()
+    let mut lab = relay_lab(RelayConfig {
+        loss: 0.3,
+        duplicate: 0.3,
+        reorder: 0.3,
+        seed: 11,
+        ..RelayConfig::default()
     });
-    let opts = RunOptions {
-        workload: WorkloadConfig {
-            connections: N,
-            concurrency: N,
-            ..WorkloadConfig::default()
-        },
-        ..RunOptions::default()
-    };
-    let report = run(&mut lab, &opts, Duration::ZERO, |_| {}).unwrap();
+    let report = run_at_once(&mut lab, N);
     println!("{}", report.render());
     assert!(report.ok, "{}", report.render());
     assert_eq!(report.connections.established, N);
@@ -379,6 +333,37 @@ fn restart_of_the_passive_daemon_mid_run() {
 }
 
 /// A netlink message with a raw attribute list (type, payload).
+/// A lab whose peer datagrams pass through a relay with these faults.
+fn relay_lab(relay: RelayConfig) -> iwpm_lab::Lab {
+    lab(LabConfig {
+        relay: Some(relay),
+        ..LabConfig::default()
+    })
+}
+
+/// `n` connections from A to `addr`, all started at once.
+fn connect_at_once(lab: &iwpm_lab::Lab, addr: SocketAddr, n: usize) -> Vec<ConnRecord> {
+    let workload = WorkloadConfig {
+        connections: n,
+        concurrency: n,
+        ..WorkloadConfig::default()
+    };
+    connect_all(&lab.a.host, addr, &workload, |_| {})
+}
+
+/// The lab's whole run (listener, `n` connections at once, cross-checks) and its report.
+fn run_at_once(lab: &mut iwpm_lab::Lab, n: usize) -> iwpm_lab::Report {
+    let opts = RunOptions {
+        workload: WorkloadConfig {
+            connections: n,
+            concurrency: n,
+            ..WorkloadConfig::default()
+        },
+        ..RunOptions::default()
+    };
+    run(lab, &opts, Duration::ZERO, |_| {}).unwrap()
+}
+
 fn raw_msg(op: u16, seq: u32, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
     let mut body = Vec::new();
     for (ty, payload) in attrs {

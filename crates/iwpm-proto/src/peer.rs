@@ -394,9 +394,10 @@ fn read_ip(version: IpVersion, field: &[u8]) -> IpAddr {
     match version {
         IpVersion::V4 => IpAddr::V4(Ipv4Addr::new(field[0], field[1], field[2], field[3])),
         IpVersion::V6 => {
-            let mut o = [0u8; 16];
-            o.copy_from_slice(&field[..16]);
-            IpAddr::V6(Ipv6Addr::from(o))
+            const V6_LEN: usize = std::mem::size_of::<Ipv6Addr>();
+            let mut octets = [0u8; V6_LEN];
+            octets.copy_from_slice(&field[..V6_LEN]);
+            IpAddr::V6(Ipv6Addr::from(octets))
         }
     }
 }

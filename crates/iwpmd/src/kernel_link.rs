@@ -16,6 +16,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
+
+use crate::send_failure::SendFailure;
 use rustix::net::netlink::{self, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
 
@@ -176,16 +178,12 @@ impl KernelLink {
         groups: u32,
         configured: usize,
     ) -> Result<Self, KernelLinkError> {
-        let fd = rustix::net::socket_with(
-            AddressFamily::NETLINK,
-            SocketType::RAW,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            protocol,
-        )
-        .map_err(|e| KernelLinkError::Socket {
-            kind: "NETLINK_RDMA",
-            source: e.into(),
-        })?;
+        let fd = nonblocking_socket(AddressFamily::NETLINK, SocketType::RAW, protocol).map_err(
+            |source| KernelLinkError::Socket {
+                kind: "NETLINK_RDMA",
+                source,
+            },
+        )?;
         let requested = configured.max(NETLINK_RCVBUF_MIN);
         let rcvbuf = match set_receive_buffer(&fd, requested) {
             Ok(r) => Some(r),
@@ -244,16 +242,13 @@ impl KernelLink {
         if euid.is_root() {
             check_emulator_path(path, euid.as_raw())?;
         }
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::DGRAM,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )
-        .map_err(|e| KernelLinkError::Socket {
-            kind: "Unix datagram",
-            source: e.into(),
-        })?;
+        let fd =
+            nonblocking_socket(AddressFamily::UNIX, SocketType::DGRAM, None).map_err(|source| {
+                KernelLinkError::Socket {
+                    kind: "Unix datagram",
+                    source,
+                }
+            })?;
         rustix::net::bind(&fd, &SocketAddrUnix::new_unnamed())
             .map_err(|e| KernelLinkError::UnixBind(e.into()))?;
         let unix_connect_err = |source: io::Error| KernelLinkError::UnixConnect {
@@ -324,7 +319,7 @@ impl KernelLink {
     }
 
     /// Sends one datagram to the kernel (port id 0) or to the connected emulator.
-    pub fn send(&self, datagram: &[u8]) -> io::Result<()> {
+    pub fn send(&self, datagram: &[u8]) -> Result<(), SendFailure> {
         let sent = match self.kind {
             Kind::Netlink => rustix::net::sendto(
                 &self.fd,
@@ -335,13 +330,23 @@ impl KernelLink {
             Kind::Unix => rustix::net::send(&self.fd, datagram, SendFlags::empty()),
         }?;
         if sent != datagram.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short send: {sent} of {} bytes", datagram.len()),
-            ));
+            return Err(SendFailure::Short {
+                sent,
+                len: datagram.len(),
+            });
         }
         Ok(())
     }
+}
+
+/// A close-on-exec, non-blocking socket (the loop never blocks on the kernel link).
+fn nonblocking_socket(
+    family: AddressFamily,
+    kind: SocketType,
+    protocol: Option<rustix::net::Protocol>,
+) -> io::Result<OwnedFd> {
+    let flags = SocketFlags::CLOEXEC | SocketFlags::NONBLOCK;
+    Ok(rustix::net::socket_with(family, kind, flags, protocol)?)
 }
 
 impl AsRawFd for KernelLink {

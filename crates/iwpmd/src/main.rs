@@ -15,8 +15,8 @@ mod kernel_link;
 mod logging;
 mod peer_sockets;
 mod process;
-mod rate_limit;
 mod reservations;
+mod send_failure;
 mod settings;
 mod shell;
 
@@ -113,8 +113,8 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         ..settings.core.clone()
     };
     let core = Core::new(config, now);
-    let mut shell = Shell::new(core, kernel, peers, mode == RunMode::Systemd)
-        .context("cannot set up the event loop")?;
+    let mut shell =
+        Shell::new(core, kernel, peers, mode).context("cannot set up the event loop")?;
     shell.start()?;
     let exit = shell.run().context("event loop failed")?;
     Ok(exit.status())

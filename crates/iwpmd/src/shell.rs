@@ -9,19 +9,22 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, PeerSocket, PortReservations, ReservationId, ReserveError};
+use iwpm_core::{
+    Action, Core, PeerSocket, PortReservations, RateLimit, ReservationId, ReserveError,
+};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
-use crate::dump_writer::{self, DumpText, DumpWriter};
+use crate::cli::RunMode;
+use crate::dump_writer::{self, DumpText, DumpWriter, DumpWriterError};
 use crate::io_counters::IoCounters;
 use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
 use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
-use crate::rate_limit::RateLimit;
 use crate::reservations::{Reservations, ReserveFailure};
+use crate::send_failure::SendFailure;
 
 const KERNEL: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -69,6 +72,20 @@ impl Exit {
     }
 }
 
+/// Why the loop could not be set up or started (fatal: the process exits with it).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// Creating the poller, a waker or the signal pipe, or registering a socket, failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// The helper thread that writes SIGUSR1 dumps could not start.
+    #[error(transparent)]
+    DumpWriter(#[from] DumpWriterError),
+    /// The first messages of the handshake could not be sent (rdma-core exits too).
+    #[error("cannot send HELLO to the kernel")]
+    HelloNotSent,
+}
+
 /// Everything the loop owns.
 pub struct Shell {
     poll: Poll,
@@ -77,7 +94,7 @@ pub struct Shell {
     kernel: KernelLink,
     peers: PeerSockets,
     reservations: Reservations,
-    notify_systemd: bool,
+    mode: RunMode,
     ready_seen: bool,
     counters: IoCounters,
     warn_kernel: RateLimit,
@@ -99,8 +116,8 @@ impl Shell {
         core: Core,
         kernel: KernelLink,
         mut peers: PeerSockets,
-        notify_systemd: bool,
-    ) -> io::Result<Self> {
+        mode: RunMode,
+    ) -> Result<Self, SetupError> {
         let poll = Poll::new()?;
         let registry = poll.registry();
         let raw = kernel.as_raw_fd();
@@ -112,8 +129,7 @@ impl Shell {
         }
         let mut signals = Signals::new([SIGTERM, SIGHUP, SIGUSR1])?;
         registry.register(&mut signals, SIGNALS, Interest::READABLE)?;
-        let dump_writer =
-            DumpWriter::start(Waker::new(registry, DUMP_DONE)?).map_err(io::Error::other)?;
+        let dump_writer = DumpWriter::start(Waker::new(registry, DUMP_DONE)?)?;
         Ok(Shell {
             poll,
             signals,
@@ -121,7 +137,7 @@ impl Shell {
             kernel,
             peers,
             reservations: Reservations::new(),
-            notify_systemd,
+            mode,
             ready_seen: false,
             counters: IoCounters::default(),
             warn_kernel: RateLimit::new(WARN_WINDOW, WARN_BURST),
@@ -137,13 +153,13 @@ impl Shell {
 
     /// Starts the kernel handshake. A failure to send the first messages is fatal, as in
     /// rdma-core (which exits when its HELLO cannot be sent).
-    pub fn start(&mut self) -> io::Result<()> {
+    pub fn start(&mut self) -> Result<(), SetupError> {
         let now = Instant::now();
         self.core.start(now);
         let errors_before = self.counters.kernel_tx_errors;
         self.flush(now);
         if self.counters.kernel_tx_errors != errors_before {
-            return Err(io::Error::other("cannot send HELLO to the kernel"));
+            return Err(SetupError::HelloNotSent);
         }
         Ok(())
     }
@@ -412,7 +428,7 @@ impl Shell {
                     self.counters.kernel_tx += 1;
                     return;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.is_would_block() => {}
                 Err(e) => {
                     self.kernel_send_failed(bytes.len(), &e);
                     return;
@@ -420,8 +436,7 @@ impl Shell {
             }
         }
         if self.kernel_out.len() >= KERNEL_QUEUE_MAX {
-            let e = io::Error::other("kernel link queue full");
-            self.kernel_send_failed(bytes.len(), &e);
+            self.kernel_send_failed(bytes.len(), &SendFailure::QueueFull(KERNEL_QUEUE_MAX));
             return;
         }
         self.counters.kernel_tx_queued += 1;
@@ -434,7 +449,7 @@ impl Shell {
         while let Some(bytes) = self.kernel_out.front() {
             match self.kernel.send(bytes) {
                 Ok(()) => self.counters.kernel_tx += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.is_would_block() => return,
                 Err(e) => {
                     let len = bytes.len();
                     self.kernel_send_failed(len, &e);
@@ -465,7 +480,7 @@ impl Shell {
         }
     }
 
-    fn kernel_send_failed(&mut self, len: usize, e: &io::Error) {
+    fn kernel_send_failed(&mut self, len: usize, e: &SendFailure) {
         self.counters.kernel_tx_errors += 1;
         if let Some(suppressed) = self.warn_kernel.allow(Instant::now()) {
             tracing::warn!(
@@ -480,17 +495,15 @@ impl Shell {
 
     fn send_peer(&mut self, now: Instant, via: PeerSocket, to: SocketAddr, datagram: &[u8]) {
         let result = match self.peers.get(via) {
-            Some(sock) => sock.send_to(datagram, to).and_then(|n| {
-                if n == datagram.len() {
-                    Ok(())
-                } else {
-                    Err(io::Error::new(io::ErrorKind::WriteZero, "short UDP send"))
-                }
-            }),
-            None => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "address family not available",
-            )),
+            Some(sock) => match sock.send_to(datagram, to) {
+                Ok(n) if n == datagram.len() => Ok(()),
+                Ok(sent) => Err(SendFailure::Short {
+                    sent,
+                    len: datagram.len(),
+                }),
+                Err(e) => Err(SendFailure::Os(e)),
+            },
+            None => Err(SendFailure::NoSocket),
         };
         match result {
             Ok(()) => self.counters.peer_tx += 1,
@@ -510,7 +523,7 @@ impl Shell {
         }
         self.ready_seen = true;
         tracing::info!(abi = self.core.abi(), "kernel handshake done; ready");
-        if self.notify_systemd {
+        if self.mode == RunMode::Systemd {
             if let Err(e) = process::notify_ready() {
                 tracing::warn!(error = %e, "sd_notify READY=1 failed");
             }
@@ -613,7 +626,7 @@ mod tests {
     use crate::peer_sockets::PeerBind;
 
     fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
-        let mut buf = vec![0u8; 65536];
+        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
         let n = emu.recv(&mut buf).expect("nothing from the shell");
         match decode_daemon_datagram(&buf[..n]).into_iter().next() {
             Some(Ok(DaemonFrame::Msg(_, m))) => m,
@@ -642,9 +655,10 @@ mod tests {
             netlink_pid: kernel.port_id(),
             ..CoreConfig::default()
         };
-        let mut shell = Shell::new(Core::new(config, now), kernel, peers, false).unwrap();
+        let mut shell =
+            Shell::new(Core::new(config, now), kernel, peers, RunMode::Foreground).unwrap();
         shell.start().unwrap();
-        let mut buf = vec![0u8; 65536];
+        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
         let (n, daemon) = emu.recv_from(&mut buf).unwrap();
         assert!(matches!(
             decode_daemon_datagram(&buf[..n]).into_iter().next(),

@@ -71,11 +71,10 @@ fn accepted(path: &Path) {
 
 #[test]
 fn root_refuses_emulator_sockets_others_control() {
-    if !rustix::process::geteuid().is_root() {
-        skip(
-            "root_refuses_emulator_sockets_others_control",
-            "the check applies to root only and needs chown",
-        );
+    if skip_unless_root(
+        "root_refuses_emulator_sockets_others_control",
+        "the check applies to root only and needs chown",
+    ) {
         return;
     }
     let base = scratch_dir("emupath");

@@ -169,11 +169,10 @@ fn have_cap_sys_resource() -> bool {
 /// As root the daemon raises even the hard limit to what max_mappings needs.
 #[test]
 fn root_raises_the_descriptor_limit_for_max_mappings() {
-    if !rustix::process::geteuid().is_root() {
-        skip(
-            "root_raises_the_descriptor_limit_for_max_mappings",
-            "raising the hard limit needs root",
-        );
+    if skip_unless_root(
+        "root_raises_the_descriptor_limit_for_max_mappings",
+        "raising the hard limit needs root",
+    ) {
         return;
     }
     let dir = scratch_dir("nofile-raise");

@@ -99,6 +99,15 @@ fn wait_drained(pid: u32, port: u16) {
     }
 }
 
+/// The daemon is still running (its stderr is shown if not).
+fn assert_alive(daemon: &mut Daemon) {
+    assert!(
+        daemon.is_running(),
+        "daemon died:\n{}",
+        daemon.stderr.text()
+    );
+}
+
 fn check_bounds(what: &str, n: u64, secs: f64, before: Usage, after: Usage) {
     let growth = after.rss_kib.saturating_sub(before.rss_kib);
     println!(
@@ -189,11 +198,7 @@ fn add_remove_cycles_leak_nothing() {
     );
     std::thread::sleep(SETTLE);
     let after = usage(daemon.pid());
-    assert!(
-        daemon.is_running(),
-        "daemon died:\n{}",
-        daemon.stderr.text()
-    );
+    assert_alive(&mut daemon);
     check_bounds("ADD/REMOVE cycles", n, secs, before, after);
 }
 
@@ -325,11 +330,7 @@ fn bogus_peer_datagrams_leak_nothing() {
     let secs = t.elapsed().as_secs_f64();
     std::thread::sleep(SETTLE);
     let after = usage(daemon.pid());
-    assert!(
-        daemon.is_running(),
-        "daemon died:\n{}",
-        daemon.stderr.text()
-    );
+    assert_alive(&mut daemon);
     let drops = udp_drops(daemon.pid(), daemon.peer_port)
         .zip(drops_before)
         .map(|(a, b)| a - b);

@@ -269,3 +269,27 @@ peer_check() {
 }
 # detail LINES: append evidence lines (indented) under the last check
 detail() { [ -n "$1" ] && echo "$1" | head -${2:-5} | sed 's/^/    /' >> "$CHECKS"; return 0; }
+
+# The IPv4 handshake and one rping through the daemon, from a decoded trace ($1; the
+# listener is $IP:7174): HELLO/MAPINFO, REG_PID, the listener's ADD_MAPPING, and every
+# association with REQUEST/ACCEPT/ACK both ways plus REMOTE_INFO and the QUERY reply.
+trace_checks_v4() {
+  local T=$1 r
+  check trace-hello "HELLO(4) sent, kernel answered HELLO ABI_VERSION=4, MAPINFO sent" \
+    sh -c "grep -q ' nl send dst=0 IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl recv src=[0?] IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl send dst=0 IWCM MAPINFO .*ULIB_VER=4' $T"
+  check trace-regpid "REG_PID from the kernel answered (ULIB_VER=4, PID_ERR=0)" \
+    sh -c "grep -q ' nl recv src=[0?] IWCM REG_PID ' $T && grep -q ' nl send dst=0 IWCM REG_PID .*ULIB_VER=4 PID_ERR=0' $T"
+  check trace-add "listener ADD_MAPPING $IP:7174 answered with MAPPING_ERR=0" \
+    grep -q " nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7174 MAPPED_LOC_ADDR=$IP:7174 MAPPING_ERR=0" "$T"
+  peer_check "$T" both 4; r=$?
+  check trace-peer "v4: $PEER_HANDLES associations, each with UDP REQUEST->:3935 / ACCEPT / ACK both ways; REMOTE_INFO + QUERY reply to the kernel" \
+    sh -c "test $r = 0 && test $PEER_HANDLES -ge 2 && grep -q ' udp send $IP:3935 REQUEST v4 len=64 .*ap=$IP:7174' $T &&
+           grep -q ' nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=$IP:7174 ' $T &&
+           grep -q ' nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$IP:7174 .*MAPPING_ERR=0' $T"
+  detail "$PEER_BAD"
+}
+
+# A count of each kind of message in a decoded trace ($1), into the suite summary.
+trace_summary() {
+  grep -v '^#' "$1" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*//' | awk '{print $1,$2,$3,$4,$5}' | sort | uniq -c | sed 's/^/    /' >> "$SUM"
+}

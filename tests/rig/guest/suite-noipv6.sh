@@ -65,22 +65,11 @@ detail "$fatal"
 # ---- the IPv4 conversation from the trace -----------------------------------------------
 T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
 note "trace: $(tail -1 "$T")"
-check trace-hello "HELLO(4) sent, kernel answered HELLO ABI_VERSION=4, MAPINFO sent" \
-  sh -c "grep -q ' nl send dst=0 IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl recv src=[0?] IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl send dst=0 IWCM MAPINFO .*ULIB_VER=4' $T"
-check trace-regpid "REG_PID from the kernel answered (ULIB_VER=4, PID_ERR=0)" \
-  sh -c "grep -q ' nl recv src=[0?] IWCM REG_PID ' $T && grep -q ' nl send dst=0 IWCM REG_PID .*ULIB_VER=4 PID_ERR=0' $T"
-check trace-add "listener ADD_MAPPING $IP:7174 answered with MAPPING_ERR=0" \
-  grep -q " nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7174 MAPPED_LOC_ADDR=$IP:7174 MAPPING_ERR=0" "$T"
-peer_check "$T" both 4; r=$?
-check trace-peer "v4: $PEER_HANDLES associations, each with UDP REQUEST->:3935 / ACCEPT / ACK both ways; REMOTE_INFO + QUERY reply to the kernel" \
-  sh -c "test $r = 0 && test $PEER_HANDLES -ge 2 && grep -q ' udp send $IP:3935 REQUEST v4 len=64 .*ap=$IP:7174' $T &&
-         grep -q ' nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=$IP:7174 ' $T &&
-         grep -q ' nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$IP:7174 .*MAPPING_ERR=0' $T"
-detail "$PEER_BAD"
+trace_checks_v4 "$T"
 u=$(unanswered "$T"); check trace-answered "every kernel request answered with SEQ = request seq" test -z "$u"
 detail "$u"
 e=$(reply_errors "$T"); check trace-noerr "no error replies / HANDLE_ERR" test -z "$e"
 detail "$e"
-grep -v '^#' "$T" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*//' | awk '{print $1,$2,$3,$4,$5}' | sort | uniq -c | sed 's/^/    /' >> "$SUM"
+trace_summary "$T"
 cat "$SUM"
 finish

@@ -78,7 +78,7 @@ if [ "$TRACE" = 0 ]; then cat "$SUM"; finish; fi
 T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
 cp "$T" "$SYNC/$ROLE-traffic.txt"
 note "trace: $(tail -1 "$T")"
-grep -v '^#' "$T" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*//' | awk '{print $1,$2,$3,$4,$5}' | sort | uniq -c | sed 's/^/    /' >> "$SUM"
+trace_summary "$T"
 check trace-hello "HELLO(4) answered with ABI_VERSION=4, MAPINFO sent" \
   sh -c "grep -q ' nl recv src=[0?] IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl send dst=0 IWCM MAPINFO .*ULIB_VER=4' $T"
 u=$(unanswered "$T"); check trace-answered "every kernel request answered with SEQ = request seq" test -z "$u"; detail "$u"

@@ -42,19 +42,8 @@ impl Core {
         if self.handshake != Handshake::Idle {
             return;
         }
-        let seq = self.clients.peek_seq(RDMA_NL_IWCM);
-        let abi_version = self.config.max_abi;
-        self.send_kernel(
-            RDMA_NL_IWCM,
-            DaemonMsg::Hello(Hello {
-                abi_version,
-                unknown: Vec::new(),
-            }),
-        );
-        self.handshake = Handshake::Awaiting {
-            seq,
-            deadline: now + self.config.handshake_timeout,
-        };
+        let (seq, deadline) = self.send_hello(now, self.config.max_abi);
+        self.handshake = Handshake::Awaiting { seq, deadline };
     }
 
     /// Re-sends HELLO with the negotiated ABI after lost kernel input (at most once a
@@ -67,19 +56,19 @@ impl Core {
             return;
         }
         self.last_resync = Some(now);
+        let (seq, deadline) = self.send_hello(now, self.abi.0);
+        self.handshake = Handshake::Resyncing { seq, deadline };
+    }
+
+    /// Sends HELLO offering `abi_version`: its seq and when the kernel's answer is due.
+    fn send_hello(&mut self, now: Instant, abi_version: u16) -> (u32, Instant) {
         let seq = self.clients.peek_seq(RDMA_NL_IWCM);
-        let abi_version = self.abi.0;
-        self.send_kernel(
-            RDMA_NL_IWCM,
-            DaemonMsg::Hello(Hello {
-                abi_version,
-                unknown: Vec::new(),
-            }),
-        );
-        self.handshake = Handshake::Resyncing {
-            seq,
-            deadline: now + self.config.handshake_timeout,
+        let hello = Hello {
+            abi_version,
+            unknown: Vec::new(),
         };
+        self.send_kernel(RDMA_NL_IWCM, DaemonMsg::Hello(hello));
+        (seq, now + self.config.handshake_timeout)
     }
 
     /// Ends the handshake: MAPINFO request to each of `mapinfo_clients`, then Ready.

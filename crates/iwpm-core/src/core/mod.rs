@@ -360,8 +360,7 @@ impl Core {
     /// Rate-limited WARNING.
     fn warn(&mut self, now: Instant, kind: LogKind, args: fmt::Arguments<'_>) {
         match self.log.allow(now, kind) {
-            Some(0) => tracing::warn!("{args}"),
-            Some(n) => tracing::warn!("{args} ({n} similar messages suppressed)"),
+            Some(suppressed) => tracing::warn!(suppressed, "{args}"),
             None => self.stats.logs_suppressed += 1,
         }
     }

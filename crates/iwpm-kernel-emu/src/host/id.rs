@@ -229,12 +229,7 @@ impl CmId {
     pub fn resolve_route(&self) -> Result<(), CmError> {
         let mut inner = self.host.lock();
         let rec = inner.ids.get_mut(&self.num).ok_or(CmError::Destroyed)?;
-        if rec.state != IdState::AddrResolved {
-            return Err(CmError::InvalidState {
-                op: "resolve_route",
-                state: rec.state,
-            });
-        }
+        rec.expect_state("resolve_route", IdState::AddrResolved)?;
         rec.state = IdState::RouteResolved;
         if !rec.is_sync() {
             self.host.emit(&inner, self.num, CmEventKind::RouteResolved);
@@ -245,12 +240,12 @@ impl CmId {
     /// `rdma_listen` with application accepts. Blocks while `iw_cm_map` runs (up to two
     /// kernel request timeouts), as the kernel does in any mode.
     pub fn listen(&self) -> Result<ListenInfo, CmError> {
-        self.start_listen(false)
+        self.start_listen(AcceptMode::Manual)
     }
 
     /// `rdma_listen`, accepting every request on arrival.
     pub fn listen_auto_accept(&self) -> Result<ListenInfo, CmError> {
-        self.start_listen(true)
+        self.start_listen(AcceptMode::Auto)
     }
 
     fn flags(&self) -> u32 {
@@ -260,7 +255,7 @@ impl CmId {
         }
     }
 
-    fn start_listen(&self, auto_accept: bool) -> Result<ListenInfo, CmError> {
+    fn start_listen(&self, accept: AcceptMode) -> Result<ListenInfo, CmError> {
         let (tx, rx) = mpsc::channel();
         {
             let mut inner = self.host.lock();
@@ -274,7 +269,7 @@ impl CmId {
                     })
                 }
             };
-            rec.auto_accept = auto_accept;
+            rec.accept = accept;
             let request = MapRequest {
                 local: storage(local),
                 remote: None,
@@ -377,12 +372,7 @@ impl CmId {
     pub fn reject(&self) -> Result<(), CmError> {
         let mut inner = self.host.lock();
         let rec = inner.ids.get_mut(&self.num).ok_or(CmError::Destroyed)?;
-        if rec.state != IdState::ConnectRequest {
-            return Err(CmError::InvalidState {
-                op: "reject",
-                state: rec.state,
-            });
-        }
+        rec.expect_state("reject", IdState::ConnectRequest)?;
         rec.state = IdState::Disconnected;
         let peer = rec.peer.clone();
         let tuple = rec.tuple.take();

@@ -1,12 +1,13 @@
 //! One emulated host: an iWARP device, its kernel iwpm client, its rdma_cm ids, and the
 //! thread that serves the kernel-link socket.
 //!
-//! Threads: the host's driver thread is the only reader of the socket. It processes, in
-//! order, the fabric messages already due, then every queued daemon datagram, then
-//! timeouts, so anything the daemon sent before a causally later fabric event (a
-//! REMOTE_INFO before the connection it announces) is seen first, as in the kernel where
-//! the daemon's `sendmsg` runs the handler synchronously. User threads call into the host
-//! under its lock and may send on the socket; they never read it.
+//! Threads: the host's driver thread is the only reader of the socket. Each round it first
+//! takes the fabric messages already due, then drains the socket, and then processes: every
+//! daemon datagram, then the kernel's timeouts, then the fabric messages it took. So
+//! anything the daemon sent before a causally later fabric event (a REMOTE_INFO before the
+//! connection it announces) is seen first, as in the kernel where the daemon's `sendmsg`
+//! runs the handler synchronously. User threads call into the host under its lock and may
+//! send on the socket; they never read it.
 
 mod id;
 mod state;
@@ -468,7 +469,8 @@ impl HostShared {
     }
 
     /// One round of the driver: due fabric messages are taken first, then the socket is
-    /// drained, then everything is processed in that order (see the module docs).
+    /// drained; daemon datagrams are processed before timeouts and fabric messages (see the
+    /// module docs).
     fn pump(&self, now: Instant, buf: &mut [u8]) {
         let due: Vec<FabricMsg> = {
             let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-use super::{listen_info, CmId, HostShared};
+use super::{listen_info, AcceptMode, CmId, HostShared};
 use crate::cm::{
     CmError, CmEvent, CmEventKind, ConnInfo, IdState, ListenInfo, PortMapMode, RejectReason,
     RemoteInfoLookup, Side, UnreachableReason,
@@ -68,7 +68,7 @@ pub(crate) struct IdRecord {
     /// The connection's wire 4-tuple, oriented from the active side.
     pub(crate) tuple: Option<(SocketAddr, SocketAddr)>,
     pub(crate) listener: Option<u64>,
-    pub(crate) auto_accept: bool,
+    pub(crate) accept: AcceptMode,
     pub(crate) conn: Option<ConnInfo>,
     pub(crate) listen: Option<ListenInfo>,
 }
@@ -93,9 +93,21 @@ impl IdRecord {
             peer: None,
             tuple: None,
             listener: None,
-            auto_accept: false,
+            accept: AcceptMode::Manual,
             conn: None,
             listen: None,
+        }
+    }
+
+    /// `op` is allowed only in state `want` (`-EINVAL` in rdma_cm otherwise).
+    pub(crate) fn expect_state(&self, op: &'static str, want: IdState) -> Result<(), CmError> {
+        if self.state == want {
+            Ok(())
+        } else {
+            Err(CmError::InvalidState {
+                op,
+                state: self.state,
+            })
         }
     }
 
@@ -372,7 +384,7 @@ impl HostShared {
         } else {
             Some(lrec.events.clone())
         };
-        let auto_accept = lrec.auto_accept;
+        let accept = lrec.accept;
         let found = inner
             .kernel
             .take_remote_info(&lmap.m_local, &storage(wire_src));
@@ -419,7 +431,7 @@ impl HostShared {
             Some(lnum),
             CmEventKind::ConnectRequest(info),
         );
-        if auto_accept {
+        if accept == AcceptMode::Auto {
             if let Ok(info) = self.accept_child(inner, num) {
                 self.emit(inner, num, CmEventKind::Established(info));
             }
@@ -435,12 +447,7 @@ impl HostShared {
         let Some(rec) = inner.ids.get_mut(&num) else {
             return Err(CmError::Destroyed);
         };
-        if rec.state != IdState::ConnectRequest {
-            return Err(CmError::InvalidState {
-                op: "accept",
-                state: rec.state,
-            });
-        }
+        rec.expect_state("accept", IdState::ConnectRequest)?;
         let Some(info) = rec.conn.clone() else {
             return Err(CmError::Destroyed);
         };

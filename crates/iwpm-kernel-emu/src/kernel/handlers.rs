@@ -85,6 +85,44 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         woken.push(token);
     }
 
+    /// A reply the kernel refuses: the violation is recorded and the waiting request
+    /// completes with `IWPM_USER_LIB_INFO_ERR`, as `iw_cm` then treats it. Returns the
+    /// handler's return value (0: the kernel does not fail the netlink message).
+    fn fail_reply(
+        &mut self,
+        seq: u32,
+        token: MapToken,
+        violation: Violation,
+        woken: &mut Vec<MapToken>,
+    ) -> i32 {
+        self.record_violation(violation);
+        self.complete(seq, token, Completion::Code(IWPM_USER_LIB_INFO_ERR), woken);
+        0
+    }
+
+    /// The kernel ignores a reply's error code (it looks only at the addresses); a daemon
+    /// that sets one anyway is told by a violation.
+    fn check_err_code(&mut self, op: u16, seq: u32, err: u16) {
+        if err != 0 {
+            self.record_violation(Violation::IgnoredErrCode { op, seq, err });
+        }
+    }
+
+    /// The start of an ADD/QUERY reply: the kernel echoes the sequence number, then finds the
+    /// pending request and what it asked. `Err` is the handler's return value.
+    fn begin_reply(
+        &mut self,
+        header: &NlHeader,
+        op: u16,
+        seq: u32,
+        kind: RequestKind,
+    ) -> Result<(MapToken, super::MapRequest), i32> {
+        self.echo_seq = header.seq;
+        let token = self.pending(op, seq, kind)?;
+        let request = self.request_of(token).ok_or(0)?;
+        Ok((token, request))
+    }
+
     fn request_of(&self, token: MapToken) -> Option<super::MapRequest> {
         self.ops.get(&token).map(|op| op.request.clone())
     }
@@ -101,13 +139,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             Ok(t) => t,
             Err(ret) => return ret,
         };
-        if m.err != 0 {
-            self.record_violation(Violation::IgnoredErrCode {
-                op: RDMA_NL_IWPM_REG_PID,
-                seq: m.seq,
-                err: m.err,
-            });
-        }
+        self.check_err_code(RDMA_NL_IWPM_REG_PID, m.seq, m.err);
         let dev_ok = m.ibdev_name.as_bytes() == self.config.ibdev_name.as_bytes();
         let lib_ok = m.ulib_name.as_bytes() == IWPM_ULIB_NAME.as_bytes();
         if !dev_ok || !lib_ok || m.ulib_version < IWPM_UABI_VERSION_MIN {
@@ -117,19 +149,17 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
                 version = m.ulib_version,
                 "Incorrect info"
             );
-            self.record_violation(Violation::RegPidInfoMismatch {
-                seq: m.seq,
-                ibdev_name: m.ibdev_name.as_bytes().to_vec(),
-                ulib_name: m.ulib_name.as_bytes().to_vec(),
-                version: m.ulib_version,
-            });
-            self.complete(
+            return self.fail_reply(
                 m.seq,
                 token,
-                Completion::Code(IWPM_USER_LIB_INFO_ERR),
+                Violation::RegPidInfoMismatch {
+                    seq: m.seq,
+                    ibdev_name: m.ibdev_name.as_bytes().to_vec(),
+                    ulib_name: m.ulib_name.as_bytes().to_vec(),
+                    version: m.ulib_version,
+                },
                 woken,
             );
-            return 0;
         }
         self.pid = header.pid as i32;
         self.learn_pid(header.pid, from);
@@ -161,42 +191,16 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         woken: &mut Vec<MapToken>,
     ) -> i32 {
         self.stats.add_replies += 1;
-        self.echo_seq = header.seq;
         let op = RDMA_NL_IWPM_ADD_MAPPING;
-        let token = match self.pending(op, m.seq, RequestKind::AddMapping) {
-            Ok(t) => t,
+        let (token, request) = match self.begin_reply(header, op, m.seq, RequestKind::AddMapping) {
+            Ok(found) => found,
             Err(ret) => return ret,
         };
-        let Some(request) = self.request_of(token) else {
-            return 0;
-        };
-        if m.err != 0 {
-            self.record_violation(Violation::IgnoredErrCode {
-                op,
-                seq: m.seq,
-                err: m.err,
-            });
-        }
-        if !m.addr.same_endpoint(&request.local) {
-            self.record_violation(Violation::AddressNotEchoed { op, seq: m.seq });
-            self.complete(
-                m.seq,
-                token,
-                Completion::Code(IWPM_USER_LIB_INFO_ERR),
-                woken,
-            );
-            return 0;
-        }
-        if m.mapped_addr.family() != m.addr.family() {
-            tracing::info!("Sockaddr family doesn't match the requested one");
-            self.record_violation(Violation::MappedFamilyMismatch { op, seq: m.seq });
-            self.complete(
-                m.seq,
-                token,
-                Completion::Code(IWPM_USER_LIB_INFO_ERR),
-                woken,
-            );
-            return 0;
+        self.check_err_code(op, m.seq, m.err);
+        let echoed = m.addr.same_endpoint(&request.local);
+        let families_match = m.mapped_addr.family() == m.addr.family();
+        if let Some(violation) = reply_violation(op, m.seq, echoed, families_match) {
+            return self.fail_reply(m.seq, token, violation, woken);
         }
         self.check_mapped_local(op, request.flags, &request.local, &m.mapped_addr);
         self.complete(
@@ -218,14 +222,11 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         woken: &mut Vec<MapToken>,
     ) -> i32 {
         self.stats.query_replies += 1;
-        self.echo_seq = header.seq;
         let op = RDMA_NL_IWPM_QUERY_MAPPING;
-        let token = match self.pending(op, m.seq, RequestKind::QueryMapping) {
-            Ok(t) => t,
+        let kind = RequestKind::QueryMapping;
+        let (token, request) = match self.begin_reply(header, op, m.seq, kind) {
+            Ok(found) => found,
             Err(ret) => return ret,
-        };
-        let Some(request) = self.request_of(token) else {
-            return 0;
         };
         let rejected = m.err == IWPM_REMOTE_QUERY_REJECT;
         if rejected {
@@ -240,29 +241,11 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         let remote_ok = request
             .remote
             .is_some_and(|r| m.remote_addr.same_endpoint(&r));
-        if !m.local_addr.same_endpoint(&request.local) || !remote_ok {
-            tracing::info!("Incorrect local sockaddr");
-            self.record_violation(Violation::AddressNotEchoed { op, seq: m.seq });
-            self.complete(
-                m.seq,
-                token,
-                Completion::Code(IWPM_USER_LIB_INFO_ERR),
-                woken,
-            );
-            return 0;
-        }
-        if m.mapped_local_addr.family() != m.local_addr.family()
-            || m.mapped_remote_addr.family() != m.remote_addr.family()
-        {
-            tracing::info!("Sockaddr family doesn't match the requested one");
-            self.record_violation(Violation::MappedFamilyMismatch { op, seq: m.seq });
-            self.complete(
-                m.seq,
-                token,
-                Completion::Code(IWPM_USER_LIB_INFO_ERR),
-                woken,
-            );
-            return 0;
+        let echoed = m.local_addr.same_endpoint(&request.local) && remote_ok;
+        let families_match = m.mapped_local_addr.family() == m.local_addr.family()
+            && m.mapped_remote_addr.family() == m.remote_addr.family();
+        if let Some(violation) = reply_violation(op, m.seq, echoed, families_match) {
+            return self.fail_reply(m.seq, token, violation, woken);
         }
         let completion = if rejected {
             Completion::Code(IWPM_REMOTE_QUERY_REJECT)
@@ -448,4 +431,20 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             Err(e) => e.errno(),
         }
     }
+}
+
+/// The kernel's address checks on an ADD/QUERY reply, in its order (with its log lines):
+/// the request's addresses echoed, then each mapped address in the family asked about.
+fn reply_violation(op: u16, seq: u32, echoed: bool, families_match: bool) -> Option<Violation> {
+    if !echoed {
+        if op == RDMA_NL_IWPM_QUERY_MAPPING {
+            tracing::info!("Incorrect local sockaddr");
+        }
+        return Some(Violation::AddressNotEchoed { op, seq });
+    }
+    if !families_match {
+        tracing::info!("Sockaddr family doesn't match the requested one");
+        return Some(Violation::MappedFamilyMismatch { op, seq });
+    }
+    None
 }

@@ -336,10 +336,7 @@ pub(crate) fn fix_wildcard(mapped: &SockAddrStorage, real: &SockAddrStorage) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sa(s: &str) -> SockAddrStorage {
-        SockAddrStorage::from_socket_addr(s.parse().unwrap())
-    }
+    use crate::kernel::tests::sa;
 
     #[test]
     fn wildcard_fix_keeps_port() {

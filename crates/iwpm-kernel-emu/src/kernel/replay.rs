@@ -7,7 +7,7 @@
 //! `IWPM_MAPINFO_SKB_COUNT` aborts the replay with -ENOMEM; any send failure aborts it too.
 //! Only a complete replay is followed by MAPINFO_NUM.
 
-use iwpm_proto::consts::{IWPM_UABI_VERSION_MIN, NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
+use iwpm_proto::consts::{IWPM_UABI_VERSION_MIN, NLM_F_MULTI, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     encode_done, encode_kernel_msg, Envelope, KernelMsg, MapInfoNumRequest, MapInfoRecord,
     DONE_FLAGS,
@@ -86,14 +86,8 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             send_num,
             unknown: Vec::new(),
         });
-        let env = Envelope {
-            client: RDMA_NL_IWCM,
-            flags: NLM_F_REQUEST,
-            seq,
-            pid: 0,
-        };
         let mut buf = Vec::new();
-        encode_kernel_msg(&env, &msg, &mut buf);
+        encode_kernel_msg(&Envelope::kernel_request(seq), &msg, &mut buf);
         match self.unicast(self.pid, &buf, SendMode::NonBlocking, link) {
             Ok(()) => {
                 self.stats.mapinfo_num_sent += 1;

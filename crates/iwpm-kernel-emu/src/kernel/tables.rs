@@ -121,19 +121,22 @@ impl RemoteInfoTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::tests::sa;
 
-    fn sa(s: &str) -> SockAddrStorage {
-        SockAddrStorage::from_socket_addr(s.parse().unwrap())
-    }
-
-    #[test]
-    fn remote_info_is_consumed_once() {
+    /// A table with one entry: mapped 127.0.0.1:4000 <- 127.0.0.2:5000 (real :30000).
+    fn one_entry() -> RemoteInfoTable {
         let mut t = RemoteInfoTable::default();
         t.insert(RemoteInfoEntry {
             mapped_local: sa("127.0.0.1:4000"),
             mapped_remote: sa("127.0.0.2:5000"),
             remote: sa("127.0.0.2:30000"),
         });
+        t
+    }
+
+    #[test]
+    fn remote_info_is_consumed_once() {
+        let mut t = one_entry();
         assert_eq!(t.take(&sa("127.0.0.1:4000"), &sa("127.0.0.2:5001")), None);
         assert_eq!(
             t.take(&sa("127.0.0.1:4000"), &sa("127.0.0.2:5000")),
@@ -144,12 +147,7 @@ mod tests {
 
     #[test]
     fn wildcard_key_does_not_match_specific() {
-        let mut t = RemoteInfoTable::default();
-        t.insert(RemoteInfoEntry {
-            mapped_local: sa("127.0.0.1:4000"),
-            mapped_remote: sa("127.0.0.2:5000"),
-            remote: sa("127.0.0.2:30000"),
-        });
+        let mut t = one_entry();
         assert_eq!(t.take(&sa("0.0.0.0:4000"), &sa("127.0.0.2:5000")), None);
         assert_eq!(t.len(), 1);
     }

@@ -19,7 +19,8 @@ use super::*;
 const DAEMON: u32 = 7;
 const PID: u32 = 4242;
 
-fn sa(s: &str) -> SockAddrStorage {
+/// A storage from `"ip:port"` (test input, so a bad literal panics).
+pub(super) fn sa(s: &str) -> SockAddrStorage {
     SockAddrStorage::from_socket_addr(s.parse().unwrap())
 }
 
@@ -119,6 +120,25 @@ impl Harness {
     }
 
     /// Answers the one REG_PID just multicast; returns what followed.
+    /// A running daemon, one connect from `local` to `remote`, REG_PID answered: the
+    /// connect's token and the seq of its pending QUERY_MAPPING.
+    fn first_query(&mut self, local: &str, remote: &str) -> (MapToken, u32) {
+        self.start_daemon();
+        let token = self.connect(local, remote, 0);
+        let out = self.answer_reg_pid(4);
+        let seq = single_request(&out, |m| matches!(m, KernelMsg::QueryMapping(_)));
+        (token, seq)
+    }
+
+    /// A running daemon, one listen on `local`, REG_PID answered: the seq of its pending
+    /// ADD_MAPPING.
+    fn first_add(&mut self, local: &str, flags: u32) -> u32 {
+        self.start_daemon();
+        self.listen(local, flags);
+        let out = self.answer_reg_pid(4);
+        single_request(&out, |m| matches!(m, KernelMsg::AddMapping(_)))
+    }
+
     fn answer_reg_pid(&mut self, version: u16) -> Sent {
         let out = self.sent();
         let seq = single_request(&out, |m| matches!(m, KernelMsg::RegPid(_)));
@@ -176,6 +196,15 @@ fn add_reply(seq: u32, local: &str, mapped: &str) -> DaemonMsg {
         unknown: vec![],
     })
 }
+
+/// The QUERY_MAPPING reply addresses for a connect from 127.0.0.1:5000 to 127.0.0.2:4000:
+/// local, remote, mapped local (port 41000), mapped remote (the peer did not map).
+const ACTIVE_MAPPED: [&str; 4] = [
+    "127.0.0.1:5000",
+    "127.0.0.2:4000",
+    "127.0.0.1:41000",
+    "127.0.0.2:4000",
+];
 
 fn query_reply(seq: u32, addrs: [&str; 4], err: u16) -> DaemonMsg {
     DaemonMsg::QueryMapping(QueryMappingReply {
@@ -374,18 +403,10 @@ fn wire_sizes_match_the_kernel() {
 #[test]
 fn active_reject_is_unmapped_with_identity_mapinfo() {
     let mut h = Harness::new();
-    h.start_daemon();
-    let token = h.connect("127.0.0.1:5000", "127.0.0.2:4000", 0);
-    let out = h.answer_reg_pid(4);
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::QueryMapping(_)));
+    let (token, seq) = h.first_query("127.0.0.1:5000", "127.0.0.2:4000");
     let out = h.send(&query_reply(
         seq,
-        [
-            "127.0.0.1:5000",
-            "127.0.0.2:4000",
-            "127.0.0.1:41000",
-            "127.0.0.2:4000",
-        ],
+        ACTIVE_MAPPED,
         err::IWPM_REMOTE_QUERY_REJECT,
     ));
     assert_eq!(done_result(&out), [0]);
@@ -408,10 +429,7 @@ fn active_reject_is_unmapped_with_identity_mapinfo() {
 #[test]
 fn active_success_and_wildcard_remote_ip() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.connect("127.0.0.1:5000", "127.0.0.2:4000", 0);
-    let out = h.answer_reg_pid(4);
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::QueryMapping(_)));
+    let (_, seq) = h.first_query("127.0.0.1:5000", "127.0.0.2:4000");
     h.send(&query_reply(
         seq,
         [
@@ -432,10 +450,7 @@ fn active_success_and_wildcard_remote_ip() {
 #[test]
 fn timeout_then_late_reply_is_flagged_not_processed() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.connect("127.0.0.1:5000", "127.0.0.2:4000", 0);
-    let out = h.answer_reg_pid(4);
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::QueryMapping(_)));
+    let (_, seq) = h.first_query("127.0.0.1:5000", "127.0.0.2:4000");
     assert_eq!(h.k.poll_timeout(), Some(h.now + Duration::from_secs(10)));
     h.k.handle_timeout(h.now + Duration::from_secs(9), &mut h.link);
     assert!(h.k.poll_map_done().is_none());
@@ -451,16 +466,7 @@ fn timeout_then_late_reply_is_flagged_not_processed() {
     );
     assert!(r.mapped, "a timed-out mapping still gets REMOVE on destroy");
     assert_eq!(h.k.poll_timeout(), None);
-    let out = h.send(&query_reply(
-        seq,
-        [
-            "127.0.0.1:5000",
-            "127.0.0.2:4000",
-            "127.0.0.1:41000",
-            "127.0.0.2:4000",
-        ],
-        0,
-    ));
+    let out = h.send(&query_reply(seq, ACTIVE_MAPPED, 0));
     assert_eq!(
         done_result(&out),
         [0],
@@ -509,10 +515,7 @@ fn duplicate_unknown_and_wrong_op_replies() {
 #[test]
 fn address_not_echoed_completes_with_15() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.listen("127.0.0.1:4000", 0);
-    let out = h.answer_reg_pid(4);
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::AddMapping(_)));
+    let seq = h.first_add("127.0.0.1:4000", 0);
     let out = h.send(&add_reply(seq, "127.0.0.1:4001", "127.0.0.1:40000"));
     assert_eq!(done_result(&out), [0]);
     let (_, r) = h.k.poll_map_done().unwrap();
@@ -615,10 +618,7 @@ fn remote_info_returns_einval_and_is_consumed_by_lookup() {
 #[test]
 fn handle_err_completes_and_code_zero_is_flagged() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.listen("127.0.0.1:4000", 0);
-    let out = h.answer_reg_pid(4);
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::AddMapping(_)));
+    let seq = h.first_add("127.0.0.1:4000", 0);
     let out = h.send(&DaemonMsg::HandleErr(HandleErr {
         seq,
         code: err::IWPM_DUPLICATE_MAPPING_ERR,
@@ -828,10 +828,7 @@ fn mapinfo_num_ack_mismatch_and_unsolicited() {
 #[test]
 fn pid_mismatch_on_reply_is_flagged() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.listen("127.0.0.1:4000", 0);
-    let out = h.answer_reg_pid(4);
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::AddMapping(_)));
+    let seq = h.first_add("127.0.0.1:4000", 0);
     h.send_with(
         NLM_F_REQUEST,
         PID + 1,
@@ -850,10 +847,7 @@ fn pid_mismatch_on_reply_is_flagged() {
 #[test]
 fn no_port_map_must_be_identity() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.listen("127.0.0.1:4000", IWPM_FLAGS_NO_PORT_MAP);
-    let out = h.answer_reg_pid(4);
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::AddMapping(_)));
+    let seq = h.first_add("127.0.0.1:4000", IWPM_FLAGS_NO_PORT_MAP);
     h.send(&add_reply(seq, "127.0.0.1:4000", "127.0.0.1:40000"));
     let (_, r) = h.k.poll_map_done().unwrap();
     assert!(r.outcome.is_mapped(), "the kernel itself accepts it");

@@ -284,47 +284,50 @@ pub fn decode_daemon_msg(
 /// Appends one kernel -> daemon message (header + attributes, aligned) to `out`.
 /// `flags: None` omits the FLAGS attribute (ABI 3, and always for REMOVE_MAPPING).
 pub fn encode_kernel_msg(env: &Envelope, msg: &KernelMsg, out: &mut Vec<u8>) {
+    use ids::{hello, manage, mapinfo, mapinfo_num, query, reg_pid};
     let mut p = Vec::with_capacity(300);
     let unknown = match msg {
         KernelMsg::RegPid(m) => {
-            push_u32(&mut p, 1, m.echo_seq);
-            push_attr(&mut p, 2, &m.if_name.0);
-            push_attr(&mut p, 3, &m.ibdev_name.0);
-            push_attr(&mut p, 4, &m.ulib_name.0);
+            push_u32(&mut p, reg_pid::IWPM_NLA_REG_PID_SEQ, m.echo_seq);
+            push_attr(&mut p, reg_pid::IWPM_NLA_REG_IF_NAME, &m.if_name.0);
+            push_attr(&mut p, reg_pid::IWPM_NLA_REG_IBDEV_NAME, &m.ibdev_name.0);
+            push_attr(&mut p, reg_pid::IWPM_NLA_REG_ULIB_NAME, &m.ulib_name.0);
             &m.unknown
         }
         KernelMsg::AddMapping(m) | KernelMsg::RemoveMapping(m) => {
-            push_u32(&mut p, 1, m.echo_seq);
-            push_attr(&mut p, 2, &m.addr.0);
-            if let Some(f) = m.flags {
-                push_u32(&mut p, 3, f);
-            }
+            push_u32(&mut p, manage::IWPM_NLA_MANAGE_MAPPING_SEQ, m.echo_seq);
+            push_attr(&mut p, manage::IWPM_NLA_MANAGE_ADDR, &m.addr.0);
+            push_opt_u32(&mut p, manage::IWPM_NLA_MANAGE_FLAGS, m.flags);
             &m.unknown
         }
         KernelMsg::QueryMapping(m) => {
-            push_u32(&mut p, 1, m.echo_seq);
-            push_attr(&mut p, 2, &m.local_addr.0);
-            push_attr(&mut p, 3, &m.remote_addr.0);
-            if let Some(f) = m.flags {
-                push_u32(&mut p, 4, f);
-            }
+            push_u32(&mut p, query::IWPM_NLA_QUERY_MAPPING_SEQ, m.echo_seq);
+            push_attr(&mut p, query::IWPM_NLA_QUERY_LOCAL_ADDR, &m.local_addr.0);
+            push_attr(&mut p, query::IWPM_NLA_QUERY_REMOTE_ADDR, &m.remote_addr.0);
+            push_opt_u32(&mut p, query::IWPM_NLA_QUERY_FLAGS, m.flags);
             &m.unknown
         }
         KernelMsg::MapInfo(m) => {
-            push_attr(&mut p, 1, &m.local_addr.0);
-            push_attr(&mut p, 2, &m.mapped_addr.0);
-            if let Some(f) = m.flags {
-                push_u32(&mut p, 3, f);
-            }
+            push_attr(
+                &mut p,
+                mapinfo::IWPM_NLA_MAPINFO_LOCAL_ADDR,
+                &m.local_addr.0,
+            );
+            push_attr(
+                &mut p,
+                mapinfo::IWPM_NLA_MAPINFO_MAPPED_ADDR,
+                &m.mapped_addr.0,
+            );
+            push_opt_u32(&mut p, mapinfo::IWPM_NLA_MAPINFO_FLAGS, m.flags);
             &m.unknown
         }
         KernelMsg::MapInfoNum(m) => {
-            push_u32(&mut p, 1, m.seq);
-            push_u32(&mut p, 2, m.send_num);
+            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEQ, m.seq);
+            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEND_NUM, m.send_num);
             &m.unknown
         }
         KernelMsg::Hello(m) => {
-            push_attr(&mut p, 1, &m.abi_version.to_ne_bytes());
+            push_u16(&mut p, hello::IWPM_NLA_HELLO_ABI_VERSION, m.abi_version);
             &m.unknown
         }
     };
@@ -333,54 +336,92 @@ pub fn encode_kernel_msg(env: &Envelope, msg: &KernelMsg, out: &mut Vec<u8>) {
 
 /// Appends one daemon -> kernel message (header + attributes, aligned) to `out`.
 pub fn encode_daemon_msg(env: &Envelope, msg: &DaemonMsg, out: &mut Vec<u8>) {
+    use ids::{err, hello, mapinfo_num, mapinfo_req, rmanage, rquery, rreg_pid};
     let mut p = Vec::with_capacity(600);
     let unknown = match msg {
         DaemonMsg::RegPid(m) => {
-            push_u32(&mut p, 1, m.seq);
-            push_attr(&mut p, 2, &m.ibdev_name.0);
-            push_attr(&mut p, 3, &m.ulib_name.0);
-            push_attr(&mut p, 4, &m.ulib_version.to_ne_bytes());
-            push_attr(&mut p, 5, &m.err.to_ne_bytes());
+            push_u32(&mut p, rreg_pid::IWPM_NLA_RREG_PID_SEQ, m.seq);
+            push_attr(&mut p, rreg_pid::IWPM_NLA_RREG_IBDEV_NAME, &m.ibdev_name.0);
+            push_attr(&mut p, rreg_pid::IWPM_NLA_RREG_ULIB_NAME, &m.ulib_name.0);
+            push_u16(&mut p, rreg_pid::IWPM_NLA_RREG_ULIB_VER, m.ulib_version);
+            push_u16(&mut p, rreg_pid::IWPM_NLA_RREG_PID_ERR, m.err);
             &m.unknown
         }
         DaemonMsg::AddMapping(m) => {
-            push_u32(&mut p, 1, m.seq);
-            push_attr(&mut p, 2, &m.addr.0);
-            push_attr(&mut p, 3, &m.mapped_addr.0);
-            push_attr(&mut p, 4, &m.err.to_ne_bytes());
+            push_u32(&mut p, rmanage::IWPM_NLA_RMANAGE_MAPPING_SEQ, m.seq);
+            push_attr(&mut p, rmanage::IWPM_NLA_RMANAGE_ADDR, &m.addr.0);
+            push_attr(
+                &mut p,
+                rmanage::IWPM_NLA_RMANAGE_MAPPED_LOC_ADDR,
+                &m.mapped_addr.0,
+            );
+            push_u16(&mut p, rmanage::IWPM_NLA_RMANAGE_MAPPING_ERR, m.err);
             &m.unknown
         }
         DaemonMsg::QueryMapping(m) | DaemonMsg::RemoteInfo(m) => {
-            push_u32(&mut p, 1, m.seq);
-            push_attr(&mut p, 2, &m.local_addr.0);
-            push_attr(&mut p, 3, &m.remote_addr.0);
-            push_attr(&mut p, 4, &m.mapped_local_addr.0);
-            push_attr(&mut p, 5, &m.mapped_remote_addr.0);
-            push_attr(&mut p, 6, &m.err.to_ne_bytes());
+            push_u32(&mut p, rquery::IWPM_NLA_RQUERY_MAPPING_SEQ, m.seq);
+            push_attr(&mut p, rquery::IWPM_NLA_RQUERY_LOCAL_ADDR, &m.local_addr.0);
+            push_attr(
+                &mut p,
+                rquery::IWPM_NLA_RQUERY_REMOTE_ADDR,
+                &m.remote_addr.0,
+            );
+            let mapped_local = &m.mapped_local_addr.0;
+            push_attr(
+                &mut p,
+                rquery::IWPM_NLA_RQUERY_MAPPED_LOC_ADDR,
+                mapped_local,
+            );
+            let mapped_remote = &m.mapped_remote_addr.0;
+            push_attr(
+                &mut p,
+                rquery::IWPM_NLA_RQUERY_MAPPED_REM_ADDR,
+                mapped_remote,
+            );
+            push_u16(&mut p, rquery::IWPM_NLA_RQUERY_MAPPING_ERR, m.err);
             &m.unknown
         }
         DaemonMsg::HandleErr(m) => {
-            push_u32(&mut p, 1, m.seq);
-            push_attr(&mut p, 2, &m.code.to_ne_bytes());
+            push_u32(&mut p, err::IWPM_NLA_ERR_SEQ, m.seq);
+            push_u16(&mut p, err::IWPM_NLA_ERR_CODE, m.code);
             &m.unknown
         }
         DaemonMsg::MapInfo(m) => {
-            push_attr(&mut p, 1, &m.ulib_name.0);
-            push_attr(&mut p, 2, &m.ulib_version.to_ne_bytes());
+            push_attr(
+                &mut p,
+                mapinfo_req::IWPM_NLA_MAPINFO_ULIB_NAME,
+                &m.ulib_name.0,
+            );
+            push_u16(
+                &mut p,
+                mapinfo_req::IWPM_NLA_MAPINFO_ULIB_VER,
+                m.ulib_version,
+            );
             &m.unknown
         }
         DaemonMsg::MapInfoNum(m) => {
-            push_u32(&mut p, 1, m.seq);
-            push_u32(&mut p, 2, m.send_num);
-            push_u32(&mut p, 3, m.ack_num);
+            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEQ, m.seq);
+            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEND_NUM, m.send_num);
+            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_ACK_NUM, m.ack_num);
             &m.unknown
         }
         DaemonMsg::Hello(m) => {
-            push_attr(&mut p, 1, &m.abi_version.to_ne_bytes());
+            push_u16(&mut p, hello::IWPM_NLA_HELLO_ABI_VERSION, m.abi_version);
             &m.unknown
         }
     };
     finish(env, msg.op(), p, unknown, out);
+}
+
+fn push_u16(p: &mut Vec<u8>, ty: u16, v: u16) {
+    push_attr(p, ty, &v.to_ne_bytes());
+}
+
+/// FLAGS is optional (absent below ABI 4 and in REMOVE_MAPPING).
+fn push_opt_u32(p: &mut Vec<u8>, ty: u16, v: Option<u32>) {
+    if let Some(v) = v {
+        push_u32(p, ty, v);
+    }
 }
 
 fn push_u32(p: &mut Vec<u8>, ty: u16, v: u32) {

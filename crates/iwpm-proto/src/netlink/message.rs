@@ -36,6 +36,17 @@ impl Envelope {
             pid: header.pid,
         }
     }
+
+    /// What the kernel's iwpm client puts on a request to the daemon: client
+    /// `RDMA_NL_IWCM`, `NLM_F_REQUEST`, port id 0, and its sequence number `seq`.
+    pub fn kernel_request(seq: u32) -> Self {
+        Envelope {
+            client: crate::consts::RDMA_NL_IWCM,
+            flags: crate::consts::NLM_F_REQUEST,
+            seq,
+            pid: 0,
+        }
+    }
 }
 
 /// REG_PID request (kernel → daemon, multicast on group 2). Kernel sends fixed-size,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use iwpm_proto::consts::{IWPM_ULIB_NAME, NLM_F_REQUEST, RDMA_NL_IWCM};
+use iwpm_proto::consts::{IWPM_ULIB_NAME, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, Hello, KernelMsg,
     ManageMappingRequest, NlString, RegPidRequest,
@@ -107,15 +107,7 @@ impl FakeKernel {
     /// Sends one kernel message with the kernel's header conventions; returns its seq.
     pub fn send(&mut self, msg: &KernelMsg) -> u32 {
         self.seq += 1;
-        let env = Envelope {
-            client: RDMA_NL_IWCM,
-            flags: NLM_F_REQUEST,
-            seq: self.seq,
-            pid: 0,
-        };
-        let mut out = Vec::new();
-        encode_kernel_msg(&env, msg, &mut out);
-        self.send_raw(&out);
+        self.send_raw(&kernel_request(self.seq, msg));
         self.seq
     }
 
@@ -223,6 +215,14 @@ pub fn daemon_command(kernel: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Comma
     let mut cmd = daemon_command_no_mode(kernel, bind_v4, peer_port);
     cmd.arg("--foreground");
     cmd
+}
+
+/// One kernel -> daemon message with the kernel's header conventions (client IWCM,
+/// `NLM_F_REQUEST`, port id 0) and sequence number `seq`.
+pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_kernel_msg(&Envelope::kernel_request(seq), msg, &mut out);
+    out
 }
 
 /// Like [`daemon_command`] without a process-mode flag (daemonizes unless one is added).

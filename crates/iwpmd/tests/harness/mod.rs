@@ -13,14 +13,12 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
-    decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, KernelMsg,
-    ManageMappingRequest,
+    decode_daemon_datagram, DaemonFrame, DaemonMsg, KernelMsg, ManageMappingRequest,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-use crate::common::FakeKernel;
+use crate::common::{kernel_request, FakeKernel};
 
 /// True on CI (`CI` set): tests that would skip for lack of a facility fail instead.
 pub fn on_ci() -> bool {
@@ -32,6 +30,11 @@ pub fn skip(test: &str, reason: &str) -> bool {
     assert!(!on_ci(), "{test}: cannot run on CI: {reason}");
     eprintln!("SKIPPED {test}: {reason}");
     true
+}
+
+/// True (and the test is skipped, with the reason printed) unless running as root.
+pub fn skip_unless_root(test: &str, reason: &str) -> bool {
+    !rustix::process::geteuid().is_root() && skip(test, reason)
 }
 
 /// The seq and outcome of an ADD reply: `Ok(mapped)` or `Err(HANDLE_ERR code)`.
@@ -88,15 +91,8 @@ impl KernelPipe {
 
     fn send(&mut self, msg: &KernelMsg) -> u32 {
         self.seq += 1;
-        let env = Envelope {
-            client: RDMA_NL_IWCM,
-            flags: NLM_F_REQUEST,
-            seq: self.seq,
-            pid: 0,
-        };
-        let mut out = Vec::new();
-        encode_kernel_msg(&env, msg, &mut out);
-        self.sock.send_to_addr(&out, &self.daemon).unwrap();
+        let bytes = kernel_request(self.seq, msg);
+        self.sock.send_to_addr(&bytes, &self.daemon).unwrap();
         self.seq
     }
 
