@@ -10,7 +10,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,23 +66,15 @@ struct Daemon {
 
 impl Daemon {
     fn start(host: &Host, bind: Ipv4Addr, peer_port: u16) -> Daemon {
-        let mut child = Command::new(daemon_binary())
-            .arg("--kernel")
-            .arg(format!("unix:{}", host.kernel_socket_path().display()))
-            .args(["--foreground", "--log-stderr", "--no-ipv6", "-v"])
-            .args(["--config", "/nonexistent/iwpmd.conf"])
-            .arg("--peer-bind-v4")
-            .arg(bind.to_string())
-            .arg("--peer-port")
-            .arg(peer_port.to_string())
-            .env_remove("RUST_LOG")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("JOURNAL_STREAM")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn iwpmd");
+        let mut child = iwpm_kernel_emu::iwpmd_command(
+            &daemon_binary(),
+            host.kernel_socket_path(),
+            bind,
+            peer_port,
+        )
+        .arg("--foreground")
+        .spawn()
+        .expect("spawn iwpmd");
         let log = Arc::new(Mutex::new(String::new()));
         let pipe = child.stderr.take().expect("piped stderr");
         let sink = log.clone();

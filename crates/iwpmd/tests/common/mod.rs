@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -227,23 +227,8 @@ pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
 
 /// Like [`daemon_command`] without a process-mode flag (daemonizes unless one is added).
 pub fn daemon_command_no_mode(kernel: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_iwpmd"));
-    cmd.arg("--kernel")
-        .arg(format!("unix:{}", kernel.display()))
-        .args(["--log-stderr", "--no-ipv6", "-v"])
-        .arg("--config")
-        .arg("/nonexistent/iwpmd.conf")
-        .arg("--peer-bind-v4")
-        .arg(bind_v4.to_string())
-        .arg("--peer-port")
-        .arg(peer_port.to_string())
-        .env_remove("RUST_LOG")
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
+    let binary = Path::new(env!("CARGO_BIN_EXE_iwpmd"));
+    iwpm_kernel_emu::iwpmd_command(binary, kernel, bind_v4, peer_port)
 }
 
 impl Daemon {
