@@ -59,6 +59,14 @@ pub struct Cli {
     #[arg(long)]
     pub no_ipv6: bool,
 
+    /// After start-up, run as this user (keeping only CAP_NET_ADMIN).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+
+    /// Start even outside the initial network namespace (the kernel will not talk to us).
+    #[arg(long)]
+    pub allow_netns: bool,
+
     /// Log to stderr instead of syslog/journald.
     #[arg(long)]
     pub log_stderr: bool,
