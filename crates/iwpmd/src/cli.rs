@@ -67,6 +67,10 @@ pub struct Cli {
     #[arg(long)]
     pub allow_netns: bool,
 
+    /// Print a completion script for SHELL and exit (used when packaging).
+    #[arg(long, value_name = "SHELL", hide = true)]
+    pub completions: Option<clap_complete::Shell>,
+
     /// Log to stderr instead of syslog/journald.
     #[arg(long)]
     pub log_stderr: bool,
@@ -77,6 +81,12 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// Writes the completion script for `shell` to `out` (bash, zsh, fish, …).
+    pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+        use clap::CommandFactory;
+        clap_complete::generate(shell, &mut Cli::command(), "iwpmd", out);
+    }
+
     /// How the process should run, from the mode flags.
     pub fn run_mode(&self) -> RunMode {
         if self.systemd {

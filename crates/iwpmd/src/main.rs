@@ -40,6 +40,10 @@ use crate::shell::Shell;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(shell) = cli.completions {
+        Cli::write_completions(shell, &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
     let log_target = logging::init(cli.log_stderr, cli.verbose);
     let mut detached = false;
     match run(&cli, &mut detached) {
