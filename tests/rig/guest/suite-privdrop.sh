@@ -3,7 +3,8 @@
 # (effective, permitted and bounding sets; nothing inheritable or ambient; no_new_privs)
 # and still serves the real kernel: rping and cmtime through it, its trace showing the
 # kernel's requests answered, its SIGUSR1 dump listing live mappings. Then the same as
-# user nobody (--user). Also checks the attribute the packaged udev rule
+# user nobody (--user), and without any capability (refused on 6.1: the multicast group
+# join needs CAP_NET_ADMIN there). Also checks the attribute the packaged udev rule
 # (packaging/iwpmd-rnic.rules) matches: siw0's node_type reads "4: RNIC".
 # Knobs: iwpmd=PATH  cmtime=N [20]  rping_count=N [5]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
@@ -14,6 +15,7 @@ RNIC_NODE_TYPE="4: RNIC"   # the text packaging/iwpmd-rnic.rules compares ATTR{n
 setup_net
 note "kernel $(uname -r); siw0 on $DEV ($IP); daemon $IWPMD $IWPMD_ARGS"
 start_syslog
+dmesg_mark
 
 # ---- the udev rule's attribute ----------------------------------------------------------
 nt=$(cat /sys/class/infiniband/siw0/node_type 2>/dev/null)
@@ -71,6 +73,20 @@ check user-uid "uid/gid nobody: Uid $(status_of "$IWPMD_PID" Uid | tr '\t' ' '),
          sed -n 's/^Gid:[[:space:]]*//p' /proc/$IWPMD_PID/status | grep -q '^65534[[:space:]]65534'"
 serve user
 check stop-user "daemon exits on SIGTERM within 5 s" stop_iwpmd
+# ---- no capability at all: what CAP_NET_ADMIN is for -------------------------------------
+# 6.1: joining the iwpm multicast group needs it, so the daemon must refuse to start with a
+# hint; 6.12 lets anyone join, so there it starts (and is stopped by the timeout).
+kv=$(uname -r | awk -F. '{ print $1 * 100 + $2 }')
+out=$(timeout 3 busybox su -s /bin/sh nobody -c "$IWPMD --foreground --log-stderr" 2>&1); rc=$?
+echo "$out" > "$OUT/no-caps.log"
+if [ "$kv" -lt 612 ]; then
+  check no-caps "without CAP_NET_ADMIN on $(uname -r): start-up refused (rc $rc) with the CAP_NET_ADMIN hint" \
+    sh -c "[ $rc = 1 ] && grep -q 'cannot bind the NETLINK_RDMA socket.*needs CAP_NET_ADMIN' '$OUT/no-caps.log'"
+else
+  check no-caps "without CAP_NET_ADMIN on $(uname -r): the group join is allowed, the daemon starts (rc $rc)" \
+    sh -c "grep -q 'Starting iWarp Port Mapper' '$OUT/no-caps.log' && ! grep -q 'needs CAP_NET_ADMIN' '$OUT/no-caps.log'"
+fi
+detail "$(grep -E 'Couldn.t start|Starting' "$OUT/no-caps.log")"
 check_dmesg dmesg
 cat "$SUM"
 finish
