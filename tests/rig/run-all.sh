@@ -9,7 +9,7 @@
 #                  flood and forge (C and ours side by side in one boot) and restart-load
 #                  (ours, then C, compared in one table) always run
 #   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,twovm,
-#                  perf,flood,forge
+#                  perf,flood,forge,privdrop
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -22,7 +22,7 @@
 # with every trace); exit status 0 only if every check of every run passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,twovm,perf,flood,forge"; SELFTEST=0
+OURS=""; WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,twovm,perf,flood,forge,privdrop"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
@@ -138,6 +138,9 @@ if want perf; then  # cmtime interleaved ours / C / none in one boot (fair timin
 fi
 if want flood; then  # spoofed-REQUEST flood: ours, then C, in one boot (C reported, not checked)
   run1 flood 400 flood -m 2048 -e daemons=$RS,$C -e reference=$C
+fi
+if want privdrop; then  # ours only: CAP_NET_ADMIN kept, still serving (as root and as nobody)
+  run1 privdrop-ours 300 privdrop -m 2048 -e iwpmd=$RS
 fi
 if want forge; then  # forged cp address: A runs ours then C, B (no daemon) is the attacker
   TEST2="$RIG_DIR/guest/suite-forge.sh" run2 forge "$RS" none -e daemons=$RS,$C -e reference=$C

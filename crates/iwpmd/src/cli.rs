@@ -59,6 +59,18 @@ pub struct Cli {
     #[arg(long)]
     pub no_ipv6: bool,
 
+    /// After start-up, run as this user (keeping only CAP_NET_ADMIN).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+
+    /// Start even outside the initial network namespace (the kernel will not talk to us).
+    #[arg(long)]
+    pub allow_netns: bool,
+
+    /// Print a completion script for SHELL and exit (used when packaging).
+    #[arg(long, value_name = "SHELL", hide = true)]
+    pub completions: Option<clap_complete::Shell>,
+
     /// Log to stderr instead of syslog/journald.
     #[arg(long)]
     pub log_stderr: bool,
@@ -69,6 +81,12 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// Writes the completion script for `shell` to `out` (bash, zsh, fish, …).
+    pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+        use clap::CommandFactory;
+        clap_complete::generate(shell, &mut Cli::command(), "iwpmd", out);
+    }
+
     /// How the process should run, from the mode flags.
     pub fn run_mode(&self) -> RunMode {
         if self.systemd {

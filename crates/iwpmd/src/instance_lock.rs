@@ -16,6 +16,9 @@ use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use crate::cli::KernelSpec;
 
 /// Why the guard could not be taken.
+///
+/// OS errors sit in fields named `os`, not `source`: the message already shows them, and
+/// an error source would print them a second time in the start-up error chain.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// Another process holds the name.
@@ -27,12 +30,12 @@ pub enum LockError {
         name: String,
     },
     /// The socket could not be created or bound for another reason.
-    #[error("cannot take the single-instance lock @{name}: {source}")]
+    #[error("cannot take the single-instance lock @{name}: {os}")]
     Io {
         /// The abstract socket name.
         name: String,
         /// The OS error.
-        source: io::Error,
+        os: io::Error,
     },
 }
 
@@ -61,7 +64,7 @@ impl InstanceLock {
         let name = lock_name(kernel);
         let io_err = |e: Errno| LockError::Io {
             name: name.clone(),
-            source: e.into(),
+            os: e.into(),
         };
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,

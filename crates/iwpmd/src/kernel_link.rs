@@ -55,32 +55,35 @@ pub const NETLINK_RCVBUF_MIN: usize = 16 * 1024 * 1024;
 pub const NETLINK_DONE_TRUESIZE: usize = 34 * 1024;
 
 /// Why the kernel link could not be opened.
+///
+/// OS errors sit in fields named `os`, not `source`: the message already shows them, and
+/// an error source would print them a second time in the start-up error chain.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelLinkError {
     /// `socket()` failed.
-    #[error("cannot create the {kind} socket: {source}")]
+    #[error("cannot create the {kind} socket: {os}")]
     Socket {
         /// `netlink` or `unix`.
         kind: &'static str,
         /// The OS error.
-        source: io::Error,
+        os: io::Error,
     },
     /// Neither `SO_RCVBUFFORCE` nor `SO_RCVBUF` accepted the configured size.
-    #[error("cannot set the netlink receive buffer to {size} bytes: {source}")]
+    #[error("cannot set the netlink receive buffer to {size} bytes: {os}")]
     ReceiveBuffer {
         /// Configured `nl_sock_rbuf_size`.
         size: usize,
         /// The `SO_RCVBUF` error.
-        source: io::Error,
+        os: io::Error,
     },
     /// Binding the netlink socket failed (typically EPERM without CAP_NET_ADMIN, needed to
     /// join the iwpm multicast group on most kernels).
-    #[error("cannot bind the NETLINK_RDMA socket (groups {groups:#x}): {source}")]
+    #[error("cannot bind the NETLINK_RDMA socket (groups {groups:#x}): {os}")]
     NetlinkBind {
         /// Group mask requested.
         groups: u32,
         /// The OS error.
-        source: io::Error,
+        os: io::Error,
     },
     /// Reading back the kernel-assigned port id failed.
     #[error("cannot read the netlink port id: {0}")]
@@ -102,12 +105,12 @@ pub enum KernelLinkError {
         reason: String,
     },
     /// Connecting to the emulator failed (is it running and bound to PATH?).
-    #[error("cannot connect to the kernel emulator at {path}: {source}")]
+    #[error("cannot connect to the kernel emulator at {path}: {os}")]
     UnixConnect {
         /// The emulator's socket path.
         path: PathBuf,
         /// The OS error.
-        source: io::Error,
+        os: io::Error,
     },
 }
 
@@ -179,9 +182,9 @@ impl KernelLink {
         configured: usize,
     ) -> Result<Self, KernelLinkError> {
         let fd = nonblocking_socket(AddressFamily::NETLINK, SocketType::RAW, protocol).map_err(
-            |source| KernelLinkError::Socket {
+            |os| KernelLinkError::Socket {
                 kind: "NETLINK_RDMA",
-                source,
+                os,
             },
         )?;
         let requested = configured.max(NETLINK_RCVBUF_MIN);
@@ -207,7 +210,7 @@ impl KernelLink {
                 rustix::net::bind(&fd, &SocketAddrNetlink::new(0, groups)).map_err(|e| {
                     KernelLinkError::NetlinkBind {
                         groups,
-                        source: e.into(),
+                        os: e.into(),
                     }
                 })?;
                 let local =
@@ -219,7 +222,7 @@ impl KernelLink {
             Err(e) => {
                 return Err(KernelLinkError::NetlinkBind {
                     groups,
-                    source: e.into(),
+                    os: e.into(),
                 })
             }
         };
@@ -243,17 +246,17 @@ impl KernelLink {
             check_emulator_path(path, euid.as_raw())?;
         }
         let fd =
-            nonblocking_socket(AddressFamily::UNIX, SocketType::DGRAM, None).map_err(|source| {
+            nonblocking_socket(AddressFamily::UNIX, SocketType::DGRAM, None).map_err(|os| {
                 KernelLinkError::Socket {
                     kind: "Unix datagram",
-                    source,
+                    os,
                 }
             })?;
         rustix::net::bind(&fd, &SocketAddrUnix::new_unnamed())
             .map_err(|e| KernelLinkError::UnixBind(e.into()))?;
         let unix_connect_err = |source: io::Error| KernelLinkError::UnixConnect {
             path: path.to_owned(),
-            source,
+            os: source,
         };
         let peer = SocketAddrUnix::new(path).map_err(|e| unix_connect_err(e.into()))?;
         rustix::net::connect(&fd, &peer).map_err(|e| unix_connect_err(e.into()))?;
@@ -421,12 +424,8 @@ fn set_receive_buffer(fd: &OwnedFd, size: usize) -> Result<ReceiveBuffer, Kernel
         Ok(()) => true,
         Err(force_err) => {
             tracing::debug!(%force_err, "SO_RCVBUFFORCE refused; trying SO_RCVBUF");
-            rustix::net::sockopt::set_socket_recv_buffer_size(fd, size).map_err(|e| {
-                KernelLinkError::ReceiveBuffer {
-                    size,
-                    source: e.into(),
-                }
-            })?;
+            rustix::net::sockopt::set_socket_recv_buffer_size(fd, size)
+                .map_err(|e| KernelLinkError::ReceiveBuffer { size, os: e.into() })?;
             false
         }
     };

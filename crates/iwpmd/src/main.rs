@@ -3,9 +3,10 @@
 //! core's.
 //!
 //! Start-up order (rdma-core's, with the socket binds moved before the fork so that a
-//! second instance fails on the terminal, not only in syslog): CLI, logging, config,
-//! single-instance lock, UDP peer sockets, daemonize, kernel link (its port id is the pid
-//! after the fork), signals, HELLO, loop.
+//! second instance fails on the terminal, not only in syslog): CLI, logging, network
+//! namespace check (real kernel only), config, single-instance lock, UDP peer sockets,
+//! daemonize, descriptor limit, kernel link (its port id is the pid after the fork),
+//! privilege drop (`privileges`), signals, HELLO, loop.
 
 mod cli;
 mod dump_writer;
@@ -14,11 +15,13 @@ mod io_counters;
 mod kernel_link;
 mod logging;
 mod peer_sockets;
+mod privileges;
 mod process;
 mod reservations;
 mod send_failure;
 mod settings;
 mod shell;
+mod startup;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -37,15 +40,20 @@ use crate::shell::Shell;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(shell) = cli.completions {
+        Cli::write_completions(shell, &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
     let log_target = logging::init(cli.log_stderr, cli.verbose);
     let mut detached = false;
     match run(&cli, &mut detached) {
         Ok(status) => ExitCode::from(status),
         Err(e) => {
-            tracing::error!("Couldn't start iWarp Port Mapper: {e:#}");
+            let message = startup::failure_message(&e);
+            tracing::error!("{message}");
             // syslog may not reach the operator's terminal; say it there too while we have one.
             if log_target == LogTarget::Syslog && !detached {
-                eprintln!("iwpmd: Couldn't start iWarp Port Mapper: {e:#}");
+                eprintln!("iwpmd: {message}");
             }
             ExitCode::from(1)
         }
@@ -55,6 +63,9 @@ fn main() -> ExitCode {
 fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     if cli.legacy_f > 0 {
         tracing::warn!("option -f is accepted for compatibility and ignored");
+    }
+    if cli.kernel == KernelSpec::Netlink {
+        startup::check_netns(cli.allow_netns)?;
     }
     let settings = Settings::load(cli);
     tracing::debug!(?settings, "effective settings");
@@ -71,6 +82,7 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         iwpm_proto::consts::IWPM_UABI_VERSION,
         std::process::id()
     );
+    tracing::info!("{}", startup::version_line());
     let max_mappings = settings.core.max_mappings;
     let fd_limit = process::raise_fd_limit(max_mappings);
     process::log_fd_limit(&fd_limit, max_mappings);
@@ -100,6 +112,9 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         );
     }
 
+    // Every privileged step is done; the dump writer thread has not started yet.
+    log_privileges(privileges::drop_privileges(cli.user.as_deref())?);
+
     let now = Instant::now();
     let (handle_key, early) =
         settings::random_key().context("no random bytes for association handles")?;
@@ -118,4 +133,16 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     shell.start()?;
     let exit = shell.run().context("event loop failed")?;
     Ok(exit.status())
+}
+
+fn log_privileges(dropped: Option<privileges::Dropped>) {
+    match dropped {
+        None => tracing::debug!("no capabilities to drop"),
+        Some(d) => tracing::info!(
+            permitted_before = d.before.bits().count_ones(),
+            kept = %privileges::describe(d.kept),
+            user = %d.user.as_ref().map_or("unchanged", |u| u.0.as_str()),
+            "privileges dropped"
+        ),
+    }
 }

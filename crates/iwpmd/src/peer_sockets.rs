@@ -26,6 +26,9 @@ pub struct PeerBind {
 }
 
 /// Why the peer sockets could not be opened.
+///
+/// OS errors sit in fields named `os`, not `source`: the message already shows them, and
+/// an error source would print them a second time in the start-up error chain.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerSocketError {
     /// The listener port is taken, most likely by a running iwpmd.
@@ -35,12 +38,12 @@ pub enum PeerSocketError {
         addr: SocketAddr,
     },
     /// Any other socket/bind failure.
-    #[error("cannot open the UDP socket on {addr}: {source}")]
+    #[error("cannot open the UDP socket on {addr}: {os}")]
     Open {
         /// The address being bound.
         addr: SocketAddr,
         /// The OS error.
-        source: io::Error,
+        os: io::Error,
     },
     /// Neither IPv4 nor IPv6 could be used.
     #[error("neither IPv4 nor IPv6 UDP sockets are available")]
@@ -132,7 +135,7 @@ fn open_udp(addr: SocketAddr) -> Result<Option<UdpSocket>, PeerSocketError> {
         if source.kind() == io::ErrorKind::AddrInUse && addr.port() != 0 {
             PeerSocketError::PortInUse { addr }
         } else {
-            PeerSocketError::Open { addr, source }
+            PeerSocketError::Open { addr, os: source }
         }
     };
     let socket = match Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)) {

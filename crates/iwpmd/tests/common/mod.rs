@@ -69,15 +69,30 @@ impl FakeKernel {
 
     /// Next datagram from the daemon, within `timeout`.
     pub fn recv(&mut self, timeout: Duration) -> Option<Vec<u8>> {
-        self.sock.set_read_timeout(Some(timeout)).unwrap();
+        let deadline = Instant::now() + timeout;
         let mut buf = vec![0u8; 65536];
-        match self.sock.recv_from(&mut buf) {
-            Ok((n, from)) => {
-                self.daemon = Some(from);
-                buf.truncate(n);
-                Some(buf)
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let left = left.max(Duration::from_millis(1));
+            self.sock.set_read_timeout(Some(left)).unwrap();
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    self.daemon = Some(from);
+                    buf.truncate(n);
+                    return Some(buf);
+                }
+                // A signal is not the end of the wait.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return None
+                }
+                Err(e) => panic!("fake kernel socket: {e}"),
             }
-            Err(_) => None,
         }
     }
 
