@@ -85,14 +85,13 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
     )
     .unwrap();
     let mut requests = peer_sends(&mut a).len();
-    let mut now = t0;
-    let result = loop {
-        now = a.poll_timeout().expect("probe has no timer");
+    let (result, now) = loop {
+        let now = a.poll_timeout().expect("probe has no timer");
         assert!(now <= t0 + Duration::from_millis(1500));
         a.handle_timeout(now);
         requests += peer_sends(&mut a).len();
         if let Some(r) = a.poll_probe_result() {
-            break r;
+            break (r, now);
         }
     };
     assert_eq!(result.outcome, ProbeOutcome::NoAnswer);

@@ -15,6 +15,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
+use crate::control_server::ControlServer;
 use crate::dump_writer::{self, DumpText, DumpWriter};
 use crate::io_counters::IoCounters;
 use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
@@ -22,6 +23,8 @@ use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
 use crate::rate_limit::RateLimit;
 use crate::reservations::{Reservations, ReserveFailure};
+
+mod control;
 
 const KERNEL: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -91,6 +94,8 @@ pub struct Shell {
     kernel_out: VecDeque<Vec<u8>>,
     /// Whether the kernel link is registered for WRITABLE too.
     kernel_wants_write: bool,
+    /// The control socket, when one is open (`shell/control.rs`).
+    control: Option<control::Control>,
 }
 
 impl Shell {
@@ -132,7 +137,13 @@ impl Shell {
             dump_pending: false,
             kernel_out: VecDeque::new(),
             kernel_wants_write: false,
+            control: None,
         })
+    }
+
+    /// The loop's registry (to register the control socket).
+    pub fn registry(&self) -> &mio::Registry {
+        self.poll.registry()
     }
 
     /// Starts the kernel handshake. A failure to send the first messages is fatal, as in
@@ -168,8 +179,10 @@ impl Shell {
             let timeout = if backlog.contains(&true) {
                 Some(Duration::ZERO)
             } else {
-                self.core
-                    .poll_timeout()
+                [self.core.poll_timeout(), self.control_deadline()]
+                    .into_iter()
+                    .flatten()
+                    .min()
                     .map(|deadline| deadline.saturating_duration_since(Instant::now()))
             };
             match self.poll.poll(&mut events, timeout) {
@@ -193,6 +206,7 @@ impl Shell {
                             backlog[0] = true;
                         }
                     }
+                    t if ControlServer::owns(t) => self.control_event(event),
                     Token(t) => {
                         if let Some(slot) = t
                             .checked_sub(PEER_BASE)
@@ -217,6 +231,7 @@ impl Shell {
                 self.core.handle_timeout(now);
                 self.flush(now);
             }
+            self.control_turn(now);
         }
     }
 
