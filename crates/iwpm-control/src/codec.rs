@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn wire_form_is_stable() {
         let frame = encode_frame(&Request::new(Command::Status));
-        assert_eq!(&frame[..4], &[0, 0, 0, 36]);
+        assert_eq!(&frame[..4], &[0, 0, 0, 40]);
         assert_eq!(
             std::str::from_utf8(&frame[4..]).unwrap(),
             r#"{"version":1,"command":{"cmd":"status"}}"#

@@ -21,6 +21,8 @@
 
 pub mod client;
 pub mod codec;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod metrics;
 pub mod proto;
 pub mod render;
