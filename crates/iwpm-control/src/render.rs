@@ -240,9 +240,13 @@ fn probe(p: &ProbeReport) -> String {
     let ms = p.elapsed_us as f64 / 1000.0;
     if p.reachable {
         format!(
-            "{}: reachable: the port mapper answered {} in {ms:.1} ms ({} request{} sent from {})\n",
+            "{}: reachable: the port mapper answered with {} in {ms:.1} ms ({} request{} sent from {})\n",
             p.target,
-            p.answer.to_uppercase(),
+            match p.answer.as_str() {
+                "rejected" => "a REJECT",
+                "accepted" => "an ACCEPT",
+                other => other,
+            },
             p.requests,
             if p.requests == 1 { "" } else { "s" },
             p.local

@@ -157,7 +157,7 @@ fn probe_log_level_and_text_snapshots() {
     };
     assert_eq!(
         render(&Reply::Probe(p.clone())),
-        "192.0.2.20:3935: reachable: the port mapper answered REJECTED in 0.3 ms (1 request sent from 192.0.2.10)\n"
+        "192.0.2.20:3935: reachable: the port mapper answered with a REJECT in 0.3 ms (1 request sent from 192.0.2.10)\n"
     );
     p.reachable = false;
     p.answer = "no-answer".into();
