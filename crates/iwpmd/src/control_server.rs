@@ -423,3 +423,57 @@ impl Drop for ControlServer {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("iwpmd-ctl-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn bind_creates_the_directory_and_a_private_socket_and_removes_it_on_drop() {
+        let dir = scratch("bind");
+        let path = dir.join("sub/control.sock");
+        let poll = mio::Poll::new().unwrap();
+        let server = ControlServer::bind(&path, poll.registry()).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(path.parent().unwrap()).unwrap().mode() & 0o777,
+            0o755
+        );
+        // A live socket is not taken over.
+        let poll2 = mio::Poll::new().unwrap();
+        assert!(matches!(
+            ControlServer::bind(&path, poll2.registry()),
+            Err(ControlSocketError::InUse(_))
+        ));
+        drop(server);
+        assert!(!path.exists(), "socket file left behind");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_and_a_regular_file_is_not() {
+        let dir = scratch("stale");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("control.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let poll = mio::Poll::new().unwrap();
+        let server = ControlServer::bind(&path, poll.registry()).unwrap();
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+        drop(server);
+        std::fs::write(&path, b"not a socket").unwrap();
+        assert!(matches!(
+            ControlServer::bind(&path, poll.registry()),
+            Err(ControlSocketError::NotASocket(_))
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
