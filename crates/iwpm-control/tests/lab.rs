@@ -276,8 +276,25 @@ fn log_level_changes(sock: &Path) {
 }
 
 fn non_root_is_refused(sock: &Path) {
+    // nobody must be able to run the binary and reach the socket's directory whatever the
+    // umask and the checkout's permissions: a world-readable copy, searchable directories.
+    let bin_dir = std::env::temp_dir().join(format!("iwpmctl-nobody-{}", std::process::id()));
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    std::fs::set_permissions(&bin_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.join("iwpmctl");
+    std::fs::copy(env!("CARGO_BIN_EXE_iwpmctl"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for dir in sock.ancestors().skip(1) {
+        if dir == Path::new("/") || dir.as_os_str().is_empty() {
+            break;
+        }
+        let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+        if mode & 0o001 == 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001)).unwrap();
+        }
+    }
     let as_nobody = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_iwpmctl"))
+        Command::new(&bin)
             .arg("--socket")
             .arg(sock)
             .args(args)
@@ -304,6 +321,7 @@ fn non_root_is_refused(sock: &Path) {
         "{err}"
     );
     assert!(out.stdout.is_empty(), "no data for a refused caller");
+    let _ = std::fs::remove_dir_all(&bin_dir);
 }
 
 fn raw_answer(stream: &mut UnixStream) -> Option<Outcome> {
