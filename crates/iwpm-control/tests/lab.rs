@@ -179,6 +179,26 @@ fn iwpmctl_against_the_lab() {
     assert_eq!((b.requests, b.accepts, b.rejects), (3, 3, 0), "{peers:?}");
     assert_eq!(peers.recent.len(), 3);
     assert!(peers.recent.iter().all(|r| r.outcome == "accepted"));
+    // A connect to a port B does not listen on: B rejects, A's tallies say so.
+    lab.a
+        .host
+        .connect(None, lab.b_addr(4002))
+        .expect_err("no listener on 4002");
+    let Reply::Peers(peers) = json_reply(&sock_a, &["peers"]) else {
+        panic!("peers")
+    };
+    let b = peers
+        .peers
+        .iter()
+        .find(|p| p.ip == b_ip)
+        .expect("B tallied");
+    assert_eq!((b.requests, b.accepts, b.rejects), (4, 3, 1), "{peers:?}");
+    assert_eq!(
+        peers.recent.last().map(|r| r.outcome.as_str()),
+        Some("rejected")
+    );
+    let human = ok_stdout(&iwpmctl(&sock_a, &["peers"]));
+    assert!(human.contains("\nPer peer:\nPEER "), "{human}");
 
     // dump: the SIGUSR1 text.
     let dump = ok_stdout(&iwpmctl(&sock_b, &["dump"]));
