@@ -232,6 +232,11 @@ impl Exchanges {
         self.per_source.get(&source).copied().unwrap_or(0)
     }
 
+    /// Every exchange (unordered), for snapshots.
+    pub fn iter(&self) -> impl Iterator<Item = &Exchange> {
+        self.entries.values()
+    }
+
     pub fn find(&self, key: &ExchangeKey) -> Option<ExchangeId> {
         self.keys.get(key).copied()
     }

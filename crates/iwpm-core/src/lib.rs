@@ -30,6 +30,7 @@ mod exchange;
 pub mod fuzzing;
 mod handshake;
 mod peer_allow;
+mod peer_book;
 mod ratelimit;
 pub use ratelimit::RateLimit;
 mod request;
@@ -40,7 +41,11 @@ mod usage;
 
 pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, ReserveError};
 pub use crate::config::CoreConfig;
-pub use crate::core::{Core, InvariantError};
+pub use crate::core::{
+    ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
+    PeerSnapshot, ProbeError, ProbeId, ProbeOutcome, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT,
+};
 pub use crate::peer_allow::PeerAllow;
+pub use crate::peer_book::{ExchangeOutcome, PeerTally, RecentExchange};
 pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
 pub use crate::table::{MappingId, MappingRole, MappingView};

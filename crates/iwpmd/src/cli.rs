@@ -71,6 +71,11 @@ pub struct Cli {
     #[arg(long, value_name = "SHELL", hide = true)]
     pub completions: Option<clap_complete::Shell>,
 
+    /// Control socket for `iwpmctl` (`none` disables it). Default: /run/iwpmd/control.sock
+    /// with the netlink kernel link, `PATH.control` with `--kernel unix:PATH`.
+    #[arg(long, value_name = "PATH|none")]
+    pub control_socket: Option<PathBuf>,
+
     /// Log to stderr instead of syslog/journald.
     #[arg(long)]
     pub log_stderr: bool,
@@ -85,6 +90,18 @@ impl Cli {
     pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
         use clap::CommandFactory;
         clap_complete::generate(shell, &mut Cli::command(), "iwpmd", out);
+    }
+
+    /// Where the control socket goes, or `None` when disabled.
+    pub fn control_socket_path(&self) -> Option<PathBuf> {
+        match &self.control_socket {
+            Some(p) if p.as_os_str() == "none" => None,
+            Some(p) => Some(p.clone()),
+            None => Some(match &self.kernel {
+                KernelSpec::Netlink => PathBuf::from(iwpm_control::DEFAULT_SOCKET),
+                KernelSpec::Unix(path) => iwpm_control::socket_beside(path),
+            }),
+        }
     }
 
     /// How the process should run, from the mode flags.
@@ -182,6 +199,24 @@ mod tests {
         );
         assert!("unix:".parse::<KernelSpec>().is_err());
         assert!("tcp:1".parse::<KernelSpec>().is_err());
+    }
+
+    #[test]
+    fn control_socket_defaults() {
+        let cli = Cli::try_parse_from(["iwpmd"]).unwrap();
+        assert_eq!(
+            cli.control_socket_path(),
+            Some(PathBuf::from("/run/iwpmd/control.sock"))
+        );
+        let cli = Cli::try_parse_from(["iwpmd", "--kernel", "unix:/tmp/k.sock"]).unwrap();
+        assert_eq!(
+            cli.control_socket_path(),
+            Some(PathBuf::from("/tmp/k.sock.control"))
+        );
+        let cli = Cli::try_parse_from(["iwpmd", "--control-socket", "none"]).unwrap();
+        assert_eq!(cli.control_socket_path(), None);
+        let cli = Cli::try_parse_from(["iwpmd", "--control-socket", "/x/c"]).unwrap();
+        assert_eq!(cli.control_socket_path(), Some(PathBuf::from("/x/c")));
     }
 
     #[test]

@@ -1,13 +1,59 @@
 //! Log destination and level. rdma-core logs to syslog only (facility daemon, ident
 //! `iwpmd`, with pid); we keep that as the default, use the journal's native protocol when
 //! systemd connected stderr to the journal, and log to stderr on request (tests, debugging).
+//!
+//! The filter sits behind a reload layer so the control socket's `log-level` can replace it
+//! at run time ([`set_filter`]) without a restart.
 
 use std::io::IsTerminal;
+use std::sync::OnceLock;
 
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
+
+/// The installed filter's reload handle (set once by [`init`]).
+static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
+/// Why a new filter was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    /// The directives do not parse.
+    #[error("invalid log filter: {0}")]
+    Parse(#[from] tracing_subscriber::filter::ParseError),
+    /// No reloadable filter is installed.
+    #[error("the log filter cannot be changed: {0}")]
+    Reload(String),
+}
+
+/// The filter in force, as directives.
+pub fn current_filter() -> Option<String> {
+    FILTER.get()?.with_current(ToString::to_string).ok()
+}
+
+/// Replaces the filter with `directives` (`RUST_LOG` syntax); returns (previous, new).
+pub fn set_filter(directives: &str) -> Result<(String, String), FilterError> {
+    let new = EnvFilter::builder().parse(directives)?;
+    let handle = FILTER
+        .get()
+        .ok_or_else(|| FilterError::Reload("logging is not initialised".into()))?;
+    let previous = handle
+        .with_current(ToString::to_string)
+        .map_err(|e| FilterError::Reload(e.to_string()))?;
+    let shown = new.to_string();
+    handle
+        .reload(new)
+        .map_err(|e| FilterError::Reload(e.to_string()))?;
+    tracing::callsite::rebuild_interest_cache();
+    Ok((previous, shown))
+}
+
+fn reloadable(filter: EnvFilter) -> reload::Layer<EnvFilter, Registry> {
+    let (layer, handle) = reload::Layer::new(filter);
+    let _ = FILTER.set(handle);
+    layer
+}
 
 /// Where log lines go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,17 +92,21 @@ pub fn init(want_stderr: bool, verbose: u8) -> LogTarget {
     let registry = tracing_subscriber::registry();
     match target {
         LogTarget::Stderr => {
-            registry.with(stderr_layer().with_filter(filter())).init();
+            registry
+                .with(stderr_layer().with_filter(reloadable(filter())))
+                .init();
             LogTarget::Stderr
         }
         LogTarget::Journald => match tracing_journald::layer() {
             Ok(j) => {
                 let j = j.with_syslog_identifier("iwpmd".to_owned());
-                registry.with(j.with_filter(filter())).init();
+                registry.with(j.with_filter(reloadable(filter()))).init();
                 LogTarget::Journald
             }
             Err(_) => {
-                registry.with(stderr_layer().with_filter(filter())).init();
+                registry
+                    .with(stderr_layer().with_filter(reloadable(filter())))
+                    .init();
                 LogTarget::Stderr
             }
         },
@@ -72,11 +122,15 @@ pub fn init(want_stderr: bool, verbose: u8) -> LogTarget {
                         .with_level(false)
                         .with_target(false)
                         .with_ansi(false);
-                    registry.with(layer.with_filter(filter())).init();
+                    registry
+                        .with(layer.with_filter(reloadable(filter())))
+                        .init();
                     LogTarget::Syslog
                 }
                 None => {
-                    registry.with(stderr_layer().with_filter(filter())).init();
+                    registry
+                        .with(stderr_layer().with_filter(reloadable(filter())))
+                        .init();
                     LogTarget::Stderr
                 }
             }

@@ -9,6 +9,7 @@
 //! privilege drop (`privileges`), signals, HELLO, loop.
 
 mod cli;
+mod control_server;
 mod dump_writer;
 mod instance_lock;
 mod io_counters;
@@ -130,6 +131,13 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     let core = Core::new(config, now);
     let mut shell =
         Shell::new(core, kernel, peers, mode).context("cannot set up the event loop")?;
+    if let Some(path) = cli.control_socket_path() {
+        // Not fatal: rdma-core's daemon has no control socket, and mappings matter more.
+        match control_server::ControlServer::bind(&path, shell.registry()) {
+            Ok(server) => shell.attach_control(server, cli.kernel.to_string()),
+            Err(e) => tracing::warn!("control socket disabled: {e}"),
+        }
+    }
     shell.start()?;
     let exit = shell.run().context("event loop failed")?;
     Ok(exit.status())

@@ -18,6 +18,7 @@ use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
 use crate::cli::RunMode;
+use crate::control_server::ControlServer;
 use crate::dump_writer::{self, DumpText, DumpWriter, DumpWriterError};
 use crate::io_counters::IoCounters;
 use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
@@ -25,6 +26,8 @@ use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
 use crate::reservations::{Reservations, ReserveFailure};
 use crate::send_failure::SendFailure;
+
+mod control;
 
 const KERNEL: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -108,6 +111,8 @@ pub struct Shell {
     kernel_out: VecDeque<Vec<u8>>,
     /// Whether the kernel link is registered for WRITABLE too.
     kernel_wants_write: bool,
+    /// The control socket, when one is open (`shell/control.rs`).
+    control: Option<control::Control>,
 }
 
 impl Shell {
@@ -148,7 +153,13 @@ impl Shell {
             dump_pending: false,
             kernel_out: VecDeque::new(),
             kernel_wants_write: false,
+            control: None,
         })
+    }
+
+    /// The loop's registry (to register the control socket).
+    pub fn registry(&self) -> &mio::Registry {
+        self.poll.registry()
     }
 
     /// Starts the kernel handshake. A failure to send the first messages is fatal, as in
@@ -184,8 +195,10 @@ impl Shell {
             let timeout = if backlog.contains(&true) {
                 Some(Duration::ZERO)
             } else {
-                self.core
-                    .poll_timeout()
+                [self.core.poll_timeout(), self.control_deadline()]
+                    .into_iter()
+                    .flatten()
+                    .min()
                     .map(|deadline| deadline.saturating_duration_since(Instant::now()))
             };
             match self.poll.poll(&mut events, timeout) {
@@ -209,6 +222,7 @@ impl Shell {
                             backlog[0] = true;
                         }
                     }
+                    t if ControlServer::owns(t) => self.control_event(event),
                     Token(t) => {
                         if let Some(slot) = t
                             .checked_sub(PEER_BASE)
@@ -233,6 +247,7 @@ impl Shell {
                 self.core.handle_timeout(now);
                 self.flush(now);
             }
+            self.control_turn(now);
         }
     }
 

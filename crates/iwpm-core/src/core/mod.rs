@@ -26,6 +26,7 @@ use crate::clients::Clients;
 use crate::config::CoreConfig;
 use crate::exchange::{Exchanges, HandleGen};
 use crate::handshake::Handshake;
+use crate::peer_book::PeerBook;
 use crate::ratelimit::{LogKind, LogLimiter};
 use crate::request::Abi;
 use crate::stats::Stats;
@@ -37,8 +38,13 @@ mod dump;
 mod handshake;
 mod kernel;
 mod peer;
+mod probe;
 mod recovery;
 mod reserve;
+mod snapshot;
+
+pub use probe::{ProbeError, ProbeId, ProbeOutcome, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT};
+pub use snapshot::{ClientSnapshot, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot};
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -69,6 +75,10 @@ pub struct Core {
     /// When the last resynchronisation HELLO went out (after lost kernel input).
     last_resync: Option<Instant>,
     usage: Usage,
+    /// Per-peer tallies and finished exchanges, for the control socket.
+    peer_book: PeerBook,
+    /// Reachability probes in flight.
+    probes: probe::Probes,
 }
 
 impl Core {
@@ -98,6 +108,8 @@ impl Core {
             mapinfo_windows: Vec::new(),
             last_resync: None,
             usage: Usage::default(),
+            peer_book: PeerBook::default(),
+            probes: probe::Probes::default(),
         }
     }
 
@@ -154,6 +166,7 @@ impl Core {
         self.last_now = now;
         self.handshake_timeout(now);
         self.run_exchange_timers(now);
+        self.run_probe_timers(now);
         self.sync_gauges(now);
     }
 
@@ -174,10 +187,10 @@ impl Core {
             }
             _ => None,
         };
-        match (hs, self.exchanges.next_timer()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [hs, self.exchanges.next_timer(), self.probes.next_timer()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// All mappings, newest first.

@@ -57,6 +57,7 @@ use crate::exchange::{
     ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
     RemoteInfo, SourceKey,
 };
+use crate::peer_book::{ExchangeOutcome, RecentExchange};
 use crate::ratelimit::LogKind;
 use crate::request::Query;
 use crate::table::{MappingId, MappingRole};
@@ -97,8 +98,14 @@ impl Core {
         if let Some(c) = self.stats.peer_in.get_mut(usize::from(msg.msg_type.code())) {
             *c += 1;
         }
+        if self.probe_answered(now, from, &msg) {
+            return;
+        }
         match msg.msg_type {
-            PeerMsgType::Request => self.on_request(now, via, from, &msg),
+            PeerMsgType::Request => {
+                self.peer_book.tally(from.ip(), now).requests_in += 1;
+                self.on_request(now, via, from, &msg);
+            }
             PeerMsgType::Accept => self.on_accept(now, via, from, &msg),
             PeerMsgType::Ack => self.on_ack(now, from, &msg),
             PeerMsgType::Reject => self.on_reject(now, from, &msg),
@@ -146,6 +153,7 @@ impl Core {
         );
         self.exchanges
             .insert(ex, now + self.config.retransmit_interval);
+        self.peer_book.tally(to.ip(), now).requests += 1;
         self.send_peer(via, to, PeerMsgType::Request, request);
     }
 
@@ -418,6 +426,7 @@ impl Core {
         }
         let (client, kernel_seq, reply_deadline, local, remote) =
             (q.client, q.kernel_seq, q.reply_deadline, q.local, q.remote);
+        self.note_finished(now, xid, ExchangeOutcome::Accepted);
         if now >= reply_deadline {
             self.exchanges.remove(xid);
             self.late_answer(now, "ACCEPT");
@@ -487,6 +496,7 @@ impl Core {
             }
         };
         let mapping = ex.mapping;
+        self.note_finished(now, xid, ExchangeOutcome::Rejected);
         self.exchanges.remove(xid);
         self.stats.rejects_received += 1;
         if now >= reply_deadline {
@@ -544,6 +554,40 @@ impl Core {
         }
     }
 
+    /// Records how a local exchange ended, for the control socket's `peers` (passive
+    /// exchanges are not recorded: they end by expiry whatever happened).
+    fn note_finished(&mut self, now: Instant, xid: ExchangeId, outcome: ExchangeOutcome) {
+        let max = self.config.max_retransmits;
+        let lifetime = self.config.exchange_lifetime;
+        let Some(ex) = self.exchanges.get(xid) else {
+            return;
+        };
+        let ExchangeKind::Active(q) = &ex.kind else {
+            return;
+        };
+        let retransmissions = match &q.state {
+            ActiveState::Requesting {
+                retransmits_left, ..
+            } => max.saturating_sub(*retransmits_left),
+            ActiveState::Acked { .. } => return,
+        };
+        let started = ex.expires().checked_sub(lifetime).unwrap_or(now);
+        let peer = ex.to.ip();
+        let tally = self.peer_book.tally(peer, now);
+        match outcome {
+            ExchangeOutcome::Accepted => tally.accepts += 1,
+            ExchangeOutcome::Rejected => tally.rejects += 1,
+            ExchangeOutcome::TimedOut => tally.timeouts += 1,
+        }
+        self.peer_book.finished(RecentExchange {
+            peer,
+            outcome,
+            retransmissions,
+            took: now.saturating_duration_since(started),
+            ended_at: now,
+        });
+    }
+
     fn late_answer(&mut self, now: Instant, what: &str) {
         self.stats.replies_dropped_late += 1;
         self.warn(
@@ -566,6 +610,9 @@ impl Core {
             // A late call (the process was stopped) may find the exchange past its
             // lifetime: it ends without a last retransmission.
             if now >= ex.expires() {
+                if ex.is_waiting() {
+                    self.note_finished(now, due.id, ExchangeOutcome::TimedOut);
+                }
                 if let Some(ex) = self.exchanges.remove(due.id) {
                     if ex.is_waiting() {
                         self.stats.exchanges_expired += 1;
@@ -595,6 +642,7 @@ impl Core {
             };
             self.exchanges.rearm(due.id, next);
             if let Some((datagram, _)) = resend {
+                self.peer_book.tally(to.ip(), now).retransmissions += 1;
                 self.stats.retransmissions += 1;
                 self.send_peer(via, to, PeerMsgType::Request, datagram);
             }

@@ -1,0 +1,265 @@
+//! The human form of each reply: aligned tables and `key: value` blocks, stable enough to
+//! be snapshot-tested (`tests/render.rs`); scripts should use `--json`.
+
+use std::fmt::Write as _;
+
+use crate::proto::{
+    LogLevelReply, MappingList, PeersReport, ProbeReport, Reply, StatusReport, TextReply,
+};
+
+/// The text `iwpmctl` prints for `reply`.
+pub fn render(reply: &Reply) -> String {
+    match reply {
+        Reply::Status(s) => status(s),
+        Reply::List(l) => list(l),
+        Reply::Peers(p) => peers(p),
+        Reply::Metrics(TextReply { text }) | Reply::Dump(TextReply { text }) => {
+            let mut t = text.clone();
+            if !t.ends_with('\n') {
+                t.push('\n');
+            }
+            t
+        }
+        Reply::LogLevel(l) => log_level(l),
+        Reply::Probe(p) => probe(p),
+    }
+}
+
+/// Left-aligned columns separated by two spaces; no trailing spaces.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+            if i > 0 {
+                l.push_str("  ");
+            }
+            let _ = write!(l, "{cell:<w$}");
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// `1h02m03s`, `4m05s`, `6.7s` or `89ms`.
+pub fn duration_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..=59 => format!("{}.{}s", s, (ms % 1000) / 100),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m{:02}s", s / 3600, (s / 60) % 60, s % 60),
+    }
+}
+
+fn status(s: &StatusReport) -> String {
+    let mut out = String::new();
+    let clients = if s.clients.is_empty() {
+        "none".to_owned()
+    } else {
+        s.clients
+            .iter()
+            .map(|c| format!("{} ({} on {})", c.index, c.ibdev, c.interface))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let uptime_ms = (s.uptime_secs.max(0.0) * 1000.0) as u64;
+    let rows: [(&str, String); 10] = [
+        ("version", s.version.clone()),
+        ("pid", s.pid.to_string()),
+        ("kernel link", s.kernel_link.clone()),
+        ("iwpm ABI", s.abi.to_string()),
+        ("handshake", s.handshake.clone()),
+        ("uptime", duration_ms(uptime_ms)),
+        ("kernel clients", clients),
+        (
+            "mappings",
+            format!("{} ({} ports held)", s.mappings, s.ports_held),
+        ),
+        ("exchanges", s.exchanges.to_string()),
+        ("control clients", s.control_clients.to_string()),
+    ];
+    for (k, v) in rows {
+        let _ = writeln!(out, "{:<16} {v}", format!("{k}:"));
+    }
+    for (title, counters) in [
+        ("core counters", &s.core_counters),
+        ("io counters", &s.io_counters),
+    ] {
+        let nonzero: Vec<String> = counters
+            .iter()
+            .filter(|(_, v)| **v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let shown = if nonzero.is_empty() {
+            "all zero".to_owned()
+        } else {
+            nonzero.join(" ")
+        };
+        let _ = writeln!(out, "{:<16} {shown}", format!("{title}:"));
+    }
+    out
+}
+
+fn list(l: &MappingList) -> String {
+    if l.mappings.is_empty() {
+        return "no mappings\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = l
+        .mappings
+        .iter()
+        .map(|m| {
+            let owner = match &m.owner_device {
+                Some(d) => format!("{} ({d})", m.owner_client),
+                None => m.owner_client.to_string(),
+            };
+            let flags = if m.flags.is_empty() {
+                "-".to_owned()
+            } else {
+                m.flags.join(",")
+            };
+            vec![
+                m.local.to_string(),
+                m.mapped.to_string(),
+                owner,
+                m.refcount.to_string(),
+                m.role.clone(),
+                flags,
+                duration_ms(m.age_ms),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &["LOCAL", "MAPPED", "OWNER", "REFS", "ROLE", "FLAGS", "AGE"],
+        &rows,
+    );
+    let _ = writeln!(out, "{} mappings", l.mappings.len());
+    out
+}
+
+fn peers(p: &PeersReport) -> String {
+    let mut out = String::new();
+    out.push_str("Exchanges in flight:\n");
+    if p.in_flight.is_empty() {
+        out.push_str("  none\n");
+    } else {
+        let rows: Vec<Vec<String>> = p
+            .in_flight
+            .iter()
+            .map(|e| {
+                vec![
+                    e.peer.to_string(),
+                    e.state.clone(),
+                    e.local.map_or_else(|| "-".to_owned(), |l| l.to_string()),
+                    e.retransmissions.to_string(),
+                    duration_ms(e.age_ms),
+                    duration_ms(e.expires_in_ms),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["PEER", "STATE", "LOCAL", "RETX", "AGE", "EXPIRES IN"],
+            &rows,
+        ));
+    }
+    out.push_str("\nRecently finished (ours):\n");
+    if p.recent.is_empty() {
+        out.push_str("  none\n");
+    } else {
+        let rows: Vec<Vec<String>> = p
+            .recent
+            .iter()
+            .map(|r| {
+                vec![
+                    r.peer.to_string(),
+                    r.outcome.clone(),
+                    r.retransmissions.to_string(),
+                    duration_ms(r.took_ms),
+                    format!("{} ago", duration_ms(r.ended_ago_ms)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["PEER", "OUTCOME", "RETX", "TOOK", "ENDED"], &rows));
+    }
+    out.push_str("\nPer peer:\n");
+    if p.peers.is_empty() {
+        out.push_str("  none\n");
+    } else {
+        let rows: Vec<Vec<String>> = p
+            .peers
+            .iter()
+            .map(|e| {
+                vec![
+                    e.ip.to_string(),
+                    e.requests.to_string(),
+                    e.retransmissions.to_string(),
+                    e.accepts.to_string(),
+                    e.rejects.to_string(),
+                    e.timeouts.to_string(),
+                    e.requests_in.to_string(),
+                    format!("{} ago", duration_ms(e.last_seen_ms)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "PEER",
+                "REQUESTS",
+                "RETX",
+                "ACCEPTS",
+                "REJECTS",
+                "TIMEOUTS",
+                "REQUESTS IN",
+                "LAST SEEN",
+            ],
+            &rows,
+        ));
+    }
+    out
+}
+
+fn log_level(l: &LogLevelReply) -> String {
+    match &l.previous {
+        Some(prev) => format!("log filter: {} (was: {prev})\n", l.filter),
+        None => format!("log filter: {}\n", l.filter),
+    }
+}
+
+fn probe(p: &ProbeReport) -> String {
+    let ms = p.elapsed_us as f64 / 1000.0;
+    if p.reachable {
+        format!(
+            "{}: reachable: the port mapper answered with {} in {ms:.1} ms ({} request{} sent from {})\n",
+            p.target,
+            match p.answer.as_str() {
+                "rejected" => "a REJECT",
+                "accepted" => "an ACCEPT",
+                other => other,
+            },
+            p.requests,
+            if p.requests == 1 { "" } else { "s" },
+            p.local
+        )
+    } else {
+        format!(
+            "{}: BLOCKED: no answer in {ms:.0} ms to {} request{} from {}: UDP port {} is \
+             filtered, or no port mapper runs there\n",
+            p.target,
+            p.requests,
+            if p.requests == 1 { "" } else { "s" },
+            p.local,
+            p.target.port()
+        )
+    }
+}

@@ -1,0 +1,240 @@
+//! Snapshots of what `iwpmctl` prints for people, for fixed replies, and of the
+//! OpenMetrics rendering (which must also pass the strict checker).
+
+use std::collections::BTreeMap;
+
+use iwpm_control::render::render;
+use iwpm_control::{
+    metrics, ClientEntry, ExchangeEntry, LogLevelReply, MappingEntry, MappingList, PeerEntry,
+    PeersReport, ProbeReport, RecentEntry, Reply, StatusReport, TextReply,
+};
+
+fn status() -> StatusReport {
+    StatusReport {
+        version: "0.1.0".into(),
+        pid: 4242,
+        abi: 4,
+        handshake: "done".into(),
+        uptime_secs: 3723.4,
+        kernel_link: "netlink".into(),
+        clients: vec![ClientEntry {
+            index: 2,
+            ibdev: "siw0".into(),
+            interface: "eth0".into(),
+        }],
+        mappings: 2,
+        ports_held: 1,
+        exchanges: 1,
+        control_clients: 1,
+        core_counters: BTreeMap::from([
+            ("mappings".into(), 2),
+            ("netlink_in_add_mapping".into(), 5),
+            ("rejects_sent".into(), 0),
+        ]),
+        io_counters: BTreeMap::from([("kernel_rx".into(), 9), ("ports_held".into(), 1)]),
+        gauges: vec!["mappings".into(), "ports_held".into()],
+    }
+}
+
+#[test]
+fn status_snapshot() {
+    assert_eq!(
+        render(&Reply::Status(status())),
+        "\
+version:         0.1.0
+pid:             4242
+kernel link:     netlink
+iwpm ABI:        4
+handshake:       done
+uptime:          1h02m03s
+kernel clients:  2 (siw0 on eth0)
+mappings:        2 (1 ports held)
+exchanges:       1
+control clients: 1
+core counters:   mappings=2 netlink_in_add_mapping=5
+io counters:     kernel_rx=9 ports_held=1
+"
+    );
+}
+
+#[test]
+fn list_snapshot() {
+    let list = MappingList {
+        mappings: vec![
+            MappingEntry {
+                local: "10.0.0.1:5000".parse().unwrap(),
+                mapped: "10.0.0.1:41234".parse().unwrap(),
+                owner_client: 2,
+                owner_device: Some("siw0".into()),
+                refcount: 1,
+                flags: vec![],
+                role: "connector".into(),
+                age_ms: 850,
+            },
+            MappingEntry {
+                local: "[::]:4000".parse().unwrap(),
+                mapped: "[::]:4000".parse().unwrap(),
+                owner_client: 2,
+                owner_device: None,
+                refcount: 3,
+                flags: vec!["wildcard".into(), "no_port_map".into()],
+                role: "listener".into(),
+                age_ms: 125_000,
+            },
+        ],
+    };
+    assert_eq!(
+        render(&Reply::List(list)),
+        "\
+LOCAL          MAPPED          OWNER     REFS  ROLE       FLAGS                 AGE
+10.0.0.1:5000  10.0.0.1:41234  2 (siw0)  1     connector  -                     850ms
+[::]:4000      [::]:4000       2         3     listener   wildcard,no_port_map  2m05s
+2 mappings
+"
+    );
+    assert_eq!(
+        render(&Reply::List(MappingList { mappings: vec![] })),
+        "no mappings\n"
+    );
+}
+
+#[test]
+fn peers_snapshot() {
+    let p = PeersReport {
+        in_flight: vec![ExchangeEntry {
+            peer: "10.0.0.2:3935".parse().unwrap(),
+            state: "requesting".into(),
+            local: Some("10.0.0.1:5000".parse().unwrap()),
+            retransmissions: 2,
+            age_ms: 2100,
+            expires_in_ms: 7900,
+        }],
+        recent: vec![RecentEntry {
+            peer: "10.0.0.3".parse().unwrap(),
+            outcome: "timed-out".into(),
+            retransmissions: 9,
+            took_ms: 10_000,
+            ended_ago_ms: 61_000,
+        }],
+        peers: vec![PeerEntry {
+            ip: "10.0.0.2".parse().unwrap(),
+            requests: 4,
+            retransmissions: 2,
+            accepts: 3,
+            rejects: 0,
+            timeouts: 0,
+            requests_in: 1,
+            last_seen_ms: 2100,
+        }],
+    };
+    assert_eq!(
+        render(&Reply::Peers(p)),
+        "\
+Exchanges in flight:
+PEER           STATE       LOCAL          RETX  AGE   EXPIRES IN
+10.0.0.2:3935  requesting  10.0.0.1:5000  2     2.1s  7.9s
+
+Recently finished (ours):
+PEER      OUTCOME    RETX  TOOK   ENDED
+10.0.0.3  timed-out  9     10.0s  1m01s ago
+
+Per peer:
+PEER      REQUESTS  RETX  ACCEPTS  REJECTS  TIMEOUTS  REQUESTS IN  LAST SEEN
+10.0.0.2  4         2     3        0        0         1            2.1s ago
+"
+    );
+}
+
+#[test]
+fn probe_log_level_and_text_snapshots() {
+    let mut p = ProbeReport {
+        target: "192.0.2.20:3935".parse().unwrap(),
+        local: "192.0.2.10".parse().unwrap(),
+        reachable: true,
+        answer: "rejected".into(),
+        elapsed_us: 312,
+        requests: 1,
+    };
+    assert_eq!(
+        render(&Reply::Probe(p.clone())),
+        "192.0.2.20:3935: reachable: the port mapper answered with a REJECT in 0.3 ms (1 request sent from 192.0.2.10)\n"
+    );
+    p.reachable = false;
+    p.answer = "no-answer".into();
+    p.elapsed_us = 1_500_400;
+    p.requests = 5;
+    assert_eq!(
+        render(&Reply::Probe(p)),
+        "192.0.2.20:3935: BLOCKED: no answer in 1500 ms to 5 requests from 192.0.2.10: UDP port 3935 is filtered, or no port mapper runs there\n"
+    );
+    assert_eq!(
+        render(&Reply::LogLevel(LogLevelReply {
+            filter: "debug".into(),
+            previous: Some("info".into())
+        })),
+        "log filter: debug (was: info)\n"
+    );
+    assert_eq!(
+        render(&Reply::Dump(TextReply {
+            text: "print_iwpm_mapped_ports:".into()
+        })),
+        "print_iwpm_mapped_ports:\n"
+    );
+}
+
+#[test]
+fn metrics_snapshot_is_valid_openmetrics() {
+    let text = metrics::render(&status());
+    assert_eq!(
+        text,
+        "\
+# TYPE iwpmd_build info
+# HELP iwpmd_build iwpmd version and kernel link state.
+iwpmd_build_info{version=\"0.1.0\",abi=\"4\",handshake=\"done\"} 1
+# TYPE iwpmd_uptime_seconds gauge
+# UNIT iwpmd_uptime_seconds seconds
+# HELP iwpmd_uptime_seconds Time since the daemon started.
+iwpmd_uptime_seconds 3723.400
+# TYPE iwpmd_kernel_clients gauge
+# HELP iwpmd_kernel_clients Registered kernel clients.
+iwpmd_kernel_clients 1
+# TYPE iwpmd_mappings gauge
+# HELP iwpmd_mappings Mappings held.
+iwpmd_mappings 2
+# TYPE iwpmd_ports_held gauge
+# HELP iwpmd_ports_held TCP ports held for mappings.
+iwpmd_ports_held 1
+# TYPE iwpmd_exchanges gauge
+# HELP iwpmd_exchanges Peer exchanges in flight.
+iwpmd_exchanges 1
+# TYPE iwpmd_control_clients gauge
+# HELP iwpmd_control_clients Connected control clients.
+iwpmd_control_clients 1
+# TYPE iwpmd_core_mappings gauge
+# HELP iwpmd_core_mappings iwpmd core counter mappings.
+iwpmd_core_mappings 2
+# TYPE iwpmd_core_netlink_in_add_mapping counter
+# HELP iwpmd_core_netlink_in_add_mapping iwpmd core counter netlink_in_add_mapping.
+iwpmd_core_netlink_in_add_mapping_total 5
+# TYPE iwpmd_core_rejects_sent counter
+# HELP iwpmd_core_rejects_sent iwpmd core counter rejects_sent.
+iwpmd_core_rejects_sent_total 0
+# TYPE iwpmd_io_kernel_rx counter
+# HELP iwpmd_io_kernel_rx iwpmd IO shell counter kernel_rx.
+iwpmd_io_kernel_rx_total 9
+# TYPE iwpmd_io_ports_held gauge
+# HELP iwpmd_io_ports_held iwpmd IO shell counter ports_held.
+iwpmd_io_ports_held 1
+# EOF
+"
+    );
+    let samples = metrics::parse(&text).unwrap();
+    assert_eq!(samples.len(), 12);
+    assert_eq!(samples[0].labels[2], ("handshake".into(), "done".into()));
+    // A label value that needs escaping stays valid.
+    let mut odd = status();
+    odd.version = "0.1.0 \"dev\"\\x".into();
+    let text = metrics::render(&odd);
+    let samples = metrics::parse(&text).unwrap();
+    assert_eq!(samples[0].labels[0].1, odd.version);
+}

@@ -1,0 +1,209 @@
+//! Reachability probes (`iwpmctl probe HOST`): is the peer daemon's UDP port reachable?
+//!
+//! A probe sends a REQUEST for port 0 on the peer's own IP. No mapping can have local port
+//! 0 (the kernel maps bound endpoints only), so every port mapper — rdma-core's and ours —
+//! answers with a REJECT at once and keeps nothing: a REJECT is sent from the look-up
+//! failure alone, before any exchange record or REMOTE_INFO exists, so the peer's kernel
+//! never hears of it. The REQUEST is repeated every [`PROBE_RESEND`] until the answer or
+//! the deadline (so one lost datagram, or the peer's REJECT rate limit, is not mistaken
+//! for a blocked port); the first REJECT (or, impossibly, ACCEPT) from the asked IP with
+//! the probe's handle ends it.
+//!
+//! Probes never touch the mapping table or the exchange budgets, and at most
+//! [`MAX_PROBES`] run at once.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use iwpm_proto::peer::{PeerMessage, PeerMsgType};
+
+use super::Core;
+use crate::action::PeerSocket;
+
+/// Most probes in flight.
+pub const MAX_PROBES: usize = 16;
+/// Interval between a probe's REQUESTs.
+pub const PROBE_RESEND: Duration = Duration::from_millis(300);
+/// Longest wait a probe may ask for.
+pub const PROBE_MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// Names one probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProbeId(pub u64);
+
+/// Why a probe could not start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// [`MAX_PROBES`] are already running.
+    #[error("too many probes in flight (at most {MAX_PROBES})")]
+    TooMany,
+    /// The local and the target address are of different families.
+    #[error("the local address and the target are of different address families")]
+    FamilyMismatch,
+    /// The target is a wildcard address.
+    #[error("cannot probe a wildcard address")]
+    Wildcard,
+}
+
+/// How a probe ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// The peer answered REJECT (the expected answer): its port is reachable.
+    Rejected,
+    /// The peer answered ACCEPT (a port mapper claiming port 0): reachable, but odd.
+    Accepted,
+    /// Nothing came back before the deadline: blocked, or no daemon there.
+    NoAnswer,
+}
+
+/// A finished probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeResult {
+    /// Which probe.
+    pub id: ProbeId,
+    /// The peer daemon's address (IP and peer port).
+    pub target: SocketAddr,
+    /// The answer.
+    pub outcome: ProbeOutcome,
+    /// From the first REQUEST to the answer (or to the deadline).
+    pub elapsed: Duration,
+    /// REQUESTs sent.
+    pub requests: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Probe {
+    id: ProbeId,
+    handle: u64,
+    target: SocketAddr,
+    via: PeerSocket,
+    request: Vec<u8>,
+    started: Instant,
+    deadline: Instant,
+    next_send: Instant,
+    sent: u32,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Probes {
+    running: Vec<Probe>,
+    done: VecDeque<ProbeResult>,
+    next_id: u64,
+}
+
+impl Probes {
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.running
+            .iter()
+            .map(|p| p.next_send.min(p.deadline))
+            .min()
+    }
+}
+
+impl Core {
+    /// Starts a probe of the peer daemon at `target_ip` (on the configured peer port),
+    /// sending from `local_ip` (the address the shell's route to the target uses; it is
+    /// the REQUEST's connecting address). The result comes from [`Core::poll_probe_result`]
+    /// at the latest `wait` (capped at [`PROBE_MAX_WAIT`]) from now.
+    pub fn start_probe(
+        &mut self,
+        now: Instant,
+        target_ip: IpAddr,
+        local_ip: IpAddr,
+        wait: Duration,
+    ) -> Result<ProbeId, ProbeError> {
+        self.last_now = now;
+        if self.probes.running.len() >= MAX_PROBES {
+            return Err(ProbeError::TooMany);
+        }
+        if target_ip.is_unspecified() {
+            return Err(ProbeError::Wildcard);
+        }
+        if target_ip.is_ipv4() != local_ip.is_ipv4() {
+            return Err(ProbeError::FamilyMismatch);
+        }
+        let target = SocketAddr::new(target_ip, self.config.peer_port);
+        let handle = self.handles.next_handle();
+        let local = SocketAddr::new(local_ip, 0);
+        let request = PeerMessage::request(handle, local, local, SocketAddr::new(target_ip, 0));
+        self.probes.next_id += 1;
+        let id = ProbeId(self.probes.next_id);
+        let via = PeerSocket::client_for(&target);
+        self.probes.running.push(Probe {
+            id,
+            handle,
+            target,
+            via,
+            request: request.encode(),
+            started: now,
+            deadline: now + wait.min(PROBE_MAX_WAIT),
+            next_send: now,
+            sent: 0,
+        });
+        self.run_probe_timers(now);
+        Ok(id)
+    }
+
+    /// The next finished probe, if any. Call it after every `handle_*` call.
+    pub fn poll_probe_result(&mut self) -> Option<ProbeResult> {
+        self.probes.done.pop_front()
+    }
+
+    /// Sends due REQUESTs and ends probes past their deadline.
+    pub(super) fn run_probe_timers(&mut self, now: Instant) {
+        let mut i = 0;
+        while let Some(p) = self.probes.running.get_mut(i) {
+            if now >= p.deadline {
+                let p = self.probes.running.swap_remove(i);
+                self.probes.done.push_back(ProbeResult {
+                    id: p.id,
+                    target: p.target,
+                    outcome: ProbeOutcome::NoAnswer,
+                    elapsed: now.saturating_duration_since(p.started),
+                    requests: p.sent,
+                });
+                continue;
+            }
+            if now >= p.next_send {
+                p.sent += 1;
+                p.next_send = now + PROBE_RESEND;
+                let (via, to, datagram) = (p.via, p.target, p.request.clone());
+                self.send_peer(via, to, PeerMsgType::Request, datagram);
+            }
+            i += 1;
+        }
+    }
+
+    /// True if `msg` (an ACCEPT or REJECT from `from`) answers a running probe, which then
+    /// ends; such a message is not the exchanges' business.
+    pub(super) fn probe_answered(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        msg: &PeerMessage,
+    ) -> bool {
+        let outcome = match msg.msg_type {
+            PeerMsgType::Reject => ProbeOutcome::Rejected,
+            PeerMsgType::Accept => ProbeOutcome::Accepted,
+            _ => return false,
+        };
+        let Some(i) = self
+            .probes
+            .running
+            .iter()
+            .position(|p| p.handle == msg.assoc_handle && p.target.ip() == from.ip())
+        else {
+            return false;
+        };
+        let p = self.probes.running.swap_remove(i);
+        self.probes.done.push_back(ProbeResult {
+            id: p.id,
+            target: p.target,
+            outcome,
+            elapsed: now.saturating_duration_since(p.started),
+            requests: p.sent,
+        });
+        true
+    }
+}

@@ -1,0 +1,385 @@
+//! What the control socket's requests mean: answers built from the core's read-only
+//! snapshots and the shell's own counters, at one moment of the loop (so every answer is
+//! consistent with itself). A child module of the shell so it can read the shell's state
+//! without widening its interface; the socket IO is `control_server.rs`.
+//!
+//! Only `probe` is not answered at once: it starts a core probe, and the answer goes out
+//! when the core reports the probe's end (at the latest at its deadline).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use iwpm_control::{
+    metrics, ClientEntry, Command, ErrorKind, ExchangeEntry, LogLevelReply, MappingEntry,
+    MappingList, PeerEntry, PeersReport, ProbeReport, RecentEntry, Reply, Request, Response,
+    StatusReport, TextReply,
+};
+use iwpm_core::{
+    ExchangeOutcome, ExchangeSide, MappingRole, PeerSocket, ProbeId, ProbeOutcome, ProbeResult,
+};
+use mio::event::Event;
+
+use super::Shell;
+use crate::control_server::{ConnId, ControlServer};
+use crate::dump_writer;
+use crate::logging;
+
+/// A probe's default wait: the answer must come well within the 2 s an operator waits.
+const PROBE_DEFAULT_WAIT: Duration = Duration::from_millis(1500);
+
+/// Core counters that are gauges (the rest only grow).
+const CORE_GAUGES: [&str; 4] = [
+    "mappings",
+    "exchanges_active",
+    "peer_exchanges_active",
+    "peer_exchanges_unconfirmed",
+];
+
+/// The control socket as the shell holds it.
+#[derive(Debug)]
+pub struct Control {
+    server: ControlServer,
+    /// `netlink` or `unix:PATH`, for `status`.
+    kernel_link: String,
+    /// Probes in flight and the connection each answers.
+    probes: Vec<(ProbeId, ConnId, IpAddr)>,
+}
+
+impl Shell {
+    /// Serves `server` from this loop from now on.
+    pub fn attach_control(&mut self, server: ControlServer, kernel_link: String) {
+        tracing::info!(path = %server.path().display(), "control socket ready");
+        self.control = Some(Control {
+            server,
+            kernel_link,
+            probes: Vec::new(),
+        });
+    }
+
+    /// The control socket's next deadline, to shorten the poll timeout.
+    pub(super) fn control_deadline(&self) -> Option<Instant> {
+        self.control.as_ref()?.server.next_deadline()
+    }
+
+    /// Readiness on one of the control socket's tokens.
+    pub(super) fn control_event(&mut self, event: &Event) {
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        let requests = control.server.handle_event(self.poll.registry(), event);
+        for (conn, req) in requests {
+            self.control_request(conn, req);
+        }
+    }
+
+    /// Once per loop turn: probe results, connection deadlines, pipelined requests.
+    pub(super) fn control_turn(&mut self, now: Instant) {
+        if self.control.is_none() {
+            return;
+        }
+        while let Some(result) = self.core.poll_probe_result() {
+            self.probe_done(&result);
+        }
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        control.server.expire(self.poll.registry(), now);
+        let next = control.server.next_requests(self.poll.registry());
+        for (conn, req) in next {
+            self.control_request(conn, req);
+        }
+    }
+
+    fn control_request(&mut self, conn: ConnId, req: Request) {
+        let now = Instant::now();
+        tracing::debug!(cmd = req.command.name(), "control request");
+        let response = match req.command {
+            Command::Status => Response::ok(Reply::Status(self.status_report(now))),
+            Command::List => Response::ok(Reply::List(self.mapping_list(now))),
+            Command::Peers => Response::ok(Reply::Peers(self.peers_report(now))),
+            Command::Metrics => Response::ok(Reply::Metrics(TextReply {
+                text: metrics::render(&self.status_report(now)),
+            })),
+            Command::Dump => Response::ok(Reply::Dump(TextReply {
+                text: self.dump_text(now),
+            })),
+            Command::LogLevel { set } => log_level(set),
+            Command::Probe { host, timeout_ms } => {
+                let wait = timeout_ms.map_or(PROBE_DEFAULT_WAIT, |ms| {
+                    Duration::from_millis(u64::from(ms))
+                });
+                match self.start_probe(now, conn, host, wait) {
+                    Ok(()) => return,
+                    Err((kind, message)) => Response::error(kind, message),
+                }
+            }
+        };
+        self.control_respond(conn, &response);
+    }
+
+    fn control_respond(&mut self, conn: ConnId, response: &Response) {
+        if let Some(control) = self.control.as_mut() {
+            control.server.respond(self.poll.registry(), conn, response);
+        }
+    }
+
+    fn status_report(&self, now: Instant) -> StatusReport {
+        let (uptime, kernel_link, control_clients) = match &self.control {
+            Some(c) => (
+                now.saturating_duration_since(c.server.started),
+                c.kernel_link.clone(),
+                c.server.clients(),
+            ),
+            None => (Duration::ZERO, String::new(), 0),
+        };
+        let stats = self.core.stats();
+        let held = self.reservations.len() as u64;
+        let core_counters: BTreeMap<String, u64> =
+            stats.iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        let io_counters: BTreeMap<String, u64> = self
+            .counters
+            .iter()
+            .chain([("ports_held", held)])
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let mut gauges: Vec<String> = CORE_GAUGES.iter().map(|s| (*s).to_owned()).collect();
+        gauges.push("ports_held".to_owned());
+        StatusReport {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            abi: self.core.abi(),
+            handshake: self.core.handshake_state().to_owned(),
+            uptime_secs: uptime.as_secs_f64(),
+            kernel_link,
+            clients: self
+                .core
+                .snapshot_clients()
+                .into_iter()
+                .map(|c| ClientEntry {
+                    index: c.index,
+                    ibdev: c.ibdev,
+                    interface: c.interface,
+                })
+                .collect(),
+            mappings: stats.mappings,
+            ports_held: held,
+            exchanges: stats.exchanges_active,
+            control_clients: control_clients as u64,
+            core_counters,
+            io_counters,
+            gauges,
+        }
+    }
+
+    fn mapping_list(&self, now: Instant) -> MappingList {
+        let clients = self.core.snapshot_clients();
+        let mappings = self
+            .core
+            .snapshot_mappings(now)
+            .into_iter()
+            .map(|m| {
+                let mut flags = Vec::new();
+                if m.wildcard {
+                    flags.push("wildcard".to_owned());
+                }
+                if m.no_port_map {
+                    flags.push("no_port_map".to_owned());
+                }
+                MappingEntry {
+                    local: SocketAddr::new(m.local.ip, m.local.port),
+                    mapped: SocketAddr::new(m.mapped.ip, m.mapped.port),
+                    owner_client: m.owner_client,
+                    owner_device: clients
+                        .iter()
+                        .find(|c| c.index == m.owner_client)
+                        .map(|c| c.ibdev.clone()),
+                    refcount: m.refcount,
+                    flags,
+                    role: match m.role {
+                        MappingRole::Listener => "listener",
+                        MappingRole::Connector => "connector",
+                        MappingRole::Recovered => "recovered",
+                    }
+                    .to_owned(),
+                    age_ms: millis(m.age),
+                }
+            })
+            .collect();
+        MappingList { mappings }
+    }
+
+    fn peers_report(&self, now: Instant) -> PeersReport {
+        let mut in_flight: Vec<ExchangeEntry> = self
+            .core
+            .snapshot_exchanges(now)
+            .into_iter()
+            .map(|e| ExchangeEntry {
+                peer: e.peer,
+                state: match e.side {
+                    ExchangeSide::Requesting => "requesting",
+                    ExchangeSide::Acked => "acked",
+                    ExchangeSide::Accepting => "accepting",
+                    ExchangeSide::Confirmed => "confirmed",
+                }
+                .to_owned(),
+                local: e.local.map(|l| SocketAddr::new(l.ip, l.port)),
+                retransmissions: e.retransmissions,
+                age_ms: millis(e.age),
+                expires_in_ms: millis(e.expires_in),
+            })
+            .collect();
+        in_flight.sort_by_key(|e| std::cmp::Reverse(e.age_ms));
+        let recent = self
+            .core
+            .recent_exchanges()
+            .into_iter()
+            .map(|r| RecentEntry {
+                peer: r.peer,
+                outcome: match r.outcome {
+                    ExchangeOutcome::Accepted => "accepted",
+                    ExchangeOutcome::Rejected => "rejected",
+                    ExchangeOutcome::TimedOut => "timed-out",
+                }
+                .to_owned(),
+                retransmissions: r.retransmissions,
+                took_ms: millis(r.took),
+                ended_ago_ms: millis(now.saturating_duration_since(r.ended_at)),
+            })
+            .collect();
+        let mut peers: Vec<PeerEntry> = self
+            .core
+            .snapshot_peers(now)
+            .into_iter()
+            .map(|p| PeerEntry {
+                ip: p.ip,
+                requests: p.tally.requests,
+                retransmissions: p.tally.retransmissions,
+                accepts: p.tally.accepts,
+                rejects: p.tally.rejects,
+                timeouts: p.tally.timeouts,
+                requests_in: p.tally.requests_in,
+                last_seen_ms: millis(p.last_seen),
+            })
+            .collect();
+        peers.sort_by_key(|p| p.ip);
+        PeersReport {
+            in_flight,
+            recent,
+            peers,
+        }
+    }
+
+    /// The SIGUSR1 dump's lines (table, IO counters, core counters), newline-separated.
+    fn dump_text(&self, now: Instant) -> String {
+        let mut lines = self.core.dump_lines_at(now);
+        lines.push(self.io_counters_line());
+        lines.push(dump_writer::pairs_line(
+            "core counters",
+            self.core.stats().iter(),
+        ));
+        let mut text = lines.join("\n");
+        text.push('\n');
+        text
+    }
+
+    fn start_probe(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        host: IpAddr,
+        wait: Duration,
+    ) -> Result<(), (ErrorKind, String)> {
+        let target = SocketAddr::new(host, self.core.config().peer_port);
+        if self.peers.get(PeerSocket::client_for(&target)).is_none() {
+            return Err((
+                ErrorKind::Failed,
+                format!("this daemon has no peer socket for {host}'s address family"),
+            ));
+        }
+        let local = route_source(target)
+            .map_err(|e| (ErrorKind::Failed, format!("no route to {host}: {e}")))?;
+        let id = self
+            .core
+            .start_probe(now, host, local, wait)
+            .map_err(|e| (ErrorKind::Busy, e.to_string()))?;
+        if let Some(control) = self.control.as_mut() {
+            control.probes.push((id, conn, local));
+        }
+        self.flush(now);
+        Ok(())
+    }
+
+    fn probe_done(&mut self, result: &ProbeResult) {
+        let Some(control) = self.control.as_mut() else {
+            return;
+        };
+        let Some(i) = control
+            .probes
+            .iter()
+            .position(|(id, _, _)| *id == result.id)
+        else {
+            return;
+        };
+        let (_, conn, local) = control.probes.swap_remove(i);
+        let (reachable, answer) = match result.outcome {
+            ProbeOutcome::Rejected => (true, "rejected"),
+            ProbeOutcome::Accepted => (true, "accepted"),
+            ProbeOutcome::NoAnswer => (false, "no-answer"),
+        };
+        tracing::info!(
+            target = %result.target,
+            answer,
+            elapsed_ms = result.elapsed.as_secs_f64() * 1e3,
+            "probe finished"
+        );
+        let report = ProbeReport {
+            target: result.target,
+            local,
+            reachable,
+            answer: answer.to_owned(),
+            elapsed_us: u64::try_from(result.elapsed.as_micros()).unwrap_or(u64::MAX),
+            requests: result.requests,
+        };
+        self.control_respond(conn, &Response::ok(Reply::Probe(report)));
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The local address the kernel's routing picks towards `target` (a connected UDP socket
+/// sends nothing; it only asks the route).
+fn route_source(target: SocketAddr) -> std::io::Result<IpAddr> {
+    let any: IpAddr = if target.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let sock = UdpSocket::bind(SocketAddr::new(any, 0))?;
+    sock.connect(target)?;
+    Ok(sock.local_addr()?.ip())
+}
+
+fn log_level(set: Option<String>) -> Response {
+    match set {
+        None => match logging::current_filter() {
+            Some(filter) => Response::ok(Reply::LogLevel(LogLevelReply {
+                filter,
+                previous: None,
+            })),
+            None => Response::error(ErrorKind::Failed, "the log filter cannot be changed"),
+        },
+        Some(directives) => match logging::set_filter(&directives) {
+            Ok((previous, filter)) => {
+                tracing::warn!(%filter, %previous, "log filter changed over the control socket");
+                Response::ok(Reply::LogLevel(LogLevelReply {
+                    filter,
+                    previous: Some(previous),
+                }))
+            }
+            Err(e) => Response::error(ErrorKind::InvalidArgument, e.to_string()),
+        },
+    }
+}
