@@ -60,16 +60,16 @@ META="$SHARE/out/meta.txt"
   echo "kernel $KERNEL"; echo "rounds $ROUNDS"; echo "storm $STORM"; echo "host $(nproc) cpus"; } > "$META"
 load() { echo "load $1 $(cut -d' ' -f1-3 /proc/loadavg)" >> "$META"; }
 RC=0
-# the one-VM boot: ~40 s per round at 10k listeners on an idle host, ~2x under load
+# the one-VM boot: ~40 s per round at 10k listeners on an idle host, 4-5 min at load 15
 load before-1vm
 t=$(date +%s)
-"$RIG_DIR/run-vm.sh" -n compare -s "$SHARE" -T $((300 + ROUNDS * STORM / 50)) -m 2048 -l "$RES/console-compare.log" \
+"$RIG_DIR/run-vm.sh" -n compare -s "$SHARE" -T $((600 + ROUNDS * STORM / 15)) -m 2048 -l "$RES/console-compare.log" \
   -e rounds="$ROUNDS" -e storm="$STORM" -e profile="$PROFILE" "$RIG_DIR/guest/suite-compare.sh" > /dev/null 2>&1 || RC=1
 echo "secs 1vm $(( $(date +%s) - t ))" >> "$META"
 load after-1vm
 if [ $TWO = 1 ]; then
   t=$(date +%s)
-  "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T $((120 + ROUNDS * 60)) -n compare2-A,compare2-B -e rounds="$ROUNDS" \
+  "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T $((300 + ROUNDS * 120)) -n compare2-A,compare2-B -e rounds="$ROUNDS" \
     "$RIG_DIR/guest/suite-compare2.sh" > "$RES/console-compare2.log" 2>&1 || RC=1
   echo "secs 2vm $(( $(date +%s) - t ))" >> "$META"
   load after-2vm
@@ -78,12 +78,23 @@ for r in compare compare2-A compare2-B; do
   f="$SHARE/out/$r/checks.txt"; [ -f "$f" ] || continue
   grep '^FAIL' "$f" | sed "s/^/[$r] /" >&2
 done
-: > "$RES/compare-profile.txt"
-for f in "$SHARE"/out/compare/strace-c-*.txt; do
-  [ -s "$f" ] || continue
-  l=$(basename "$f" .txt); l=${l#strace-c-}
-  { echo "== $l: strace -f -c over a 1000-listener storm + cmtime -c 50 (one VM)"; cat "$f"; echo; } >> "$RES/compare-profile.txt"
-done
+# syscall profile: a summary line per daemon (calls per kernel-side operation: the storm's
+# 1000 ADD + 1000 REMOVE and cmtime's 50 QUERY + 50 REMOVE), then strace's tables
+PROF="$RES/compare-profile.txt"; : > "$PROF"
+if ls "$SHARE"/out/compare/strace-c-*.txt > /dev/null 2>&1; then
+  echo "strace -f -c of each daemon over a 1000-listener storm + cmtime -c 50 (one VM, 2100 kernel requests)" >> "$PROF"
+  for f in "$SHARE"/out/compare/strace-c-*.txt; do
+    l=$(basename "$f" .txt); l=${l#strace-c-}
+    awk -v l="$l" '$NF=="total" {t=$4} $NF ~ /^(recvfrom|recvmsg|sendto|sendmsg|epoll_wait|pselect6|select|poll|getpid|futex)$/ {n[$NF]=$4}
+      END { s=""; for (k in n) s=s sprintf(" %s=%d", k, n[k])
+            printf "  %-6s %6d syscalls, %.2f per kernel request;%s\n", l, t, t/2100, s }' "$f" >> "$PROF"
+  done
+  echo >> "$PROF"
+  for f in "$SHARE"/out/compare/strace-c-*.txt; do
+    l=$(basename "$f" .txt); l=${l#strace-c-}
+    { echo "== $l"; cat "$f"; echo; } >> "$PROF"
+  done
+fi
 args=(--meta "$META" --one "$SHARE/out/compare" --text "$RES/compare.txt" --json "$RES/compare.json")
 [ $TWO = 1 ] && args+=(--two "$SHARE/out/compare2-B" --two-server "$SHARE/out/compare2-A")
 [ $CHECK = 1 ] && args+=(--check)
