@@ -69,7 +69,7 @@ echo "secs 1vm $(( $(date +%s) - t ))" >> "$META"
 load after-1vm
 if [ $TWO = 1 ]; then
   t=$(date +%s)
-  "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T $((300 + ROUNDS * 120)) -n compare2-A,compare2-B -e rounds="$ROUNDS" \
+  "$RIG_DIR/run-2vm.sh" -p 47600 -s "$SHARE" -T $((300 + ROUNDS * 120)) -n compare2-A,compare2-B -e rounds="$ROUNDS" \
     "$RIG_DIR/guest/suite-compare2.sh" > "$RES/console-compare2.log" 2>&1 || RC=1
   echo "secs 2vm $(( $(date +%s) - t ))" >> "$META"
   load after-2vm
