@@ -9,7 +9,7 @@
 #                  of the rounds for listen/destroy and the median for cmtime)
 #   --storm N      listeners in the listen storm [10000]; the table reports the batch that
 #                  ends at 1000 live and the one that ends at N live
-#   --quick        --storm 1000 --rounds 2 --no-profile (~2-3 min; a smoke run, not figures)
+#   --quick        --storm 1000 --rounds 2 --no-profile (a smoke run, not figures)
 #   --no-2vm       skip the two-VM cmtime boot
 #   --no-profile   skip the strace -c pass of each daemon (one-VM boot)
 #   --check        exit 1 unless the targets of issue 10 hold (listen at N live and destroy
