@@ -83,7 +83,6 @@ def main():
     ap.add_argument("--meta", required=True)
     ap.add_argument("--one", required=True)
     ap.add_argument("--two")
-    ap.add_argument("--two-server")
     ap.add_argument("--text", required=True)
     ap.add_argument("--json", required=True)
     ap.add_argument("--check", action="store_true")

@@ -96,7 +96,7 @@ if ls "$SHARE"/out/compare/strace-c-*.txt > /dev/null 2>&1; then
   done
 fi
 args=(--meta "$META" --one "$SHARE/out/compare" --text "$RES/compare.txt" --json "$RES/compare.json")
-[ $TWO = 1 ] && args+=(--two "$SHARE/out/compare2-B" --two-server "$SHARE/out/compare2-A")
+[ $TWO = 1 ] && args+=(--two "$SHARE/out/compare2-B")
 [ $CHECK = 1 ] && args+=(--check)
 python3 "$RIG_DIR/compare-table.py" "${args[@]}" || RC=1
 echo "[compare] wall $(( $(date +%s) - T0 ))s; $RES/compare.txt, compare.json, compare-profile.txt" >&2

@@ -1,5 +1,5 @@
 /*
- * rigcm: a minimal librdmacm server and client for the rig's forge suite; built on the
+ * rigcm: a minimal librdmacm server, client and listen storm for the rig's suites; built on the
  * host against rdma-core's librdmacm (headers from the Debian -dev packages that
  * mkinitramfs.sh downloads) and linked dynamically to the initramfs' librdmacm.so.1.
  *
