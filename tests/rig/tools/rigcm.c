@@ -1,5 +1,5 @@
 /*
- * rigcm: a minimal librdmacm server and client for the rig's forge suite; built on the
+ * rigcm: a minimal librdmacm server, client and listen storm for the rig's suites; built on the
  * host against rdma-core's librdmacm (headers from the Debian -dev packages that
  * mkinitramfs.sh downloads) and linked dynamically to the initramfs' librdmacm.so.1.
  *
@@ -22,6 +22,16 @@
  *         connected local=IP:PORT peer=IP:PORT ms=T   or   failed EVENT status=N
  *       (T: rdma_connect -> ESTABLISHED, milliseconds), then disconnect. Exit 0 when
  *       connected.
+ *
+ *   rigcm storm IP COUNT [BATCH]
+ *       the listen storm of compare.sh: COUNT listeners on IP, port chosen by rdma_cm, one
+ *       after the other (on iWARP each rdma_listen waits for the port mapper's
+ *       ADD_MAPPING reply), then all destroyed, newest first (each sends REMOVE_MAPPING).
+ *       Per BATCH [500] operations one line
+ *         listen live=N us_per_op=U        (N listeners up after the batch)
+ *         destroy live=N us_per_op=U       (N listeners left after the batch)
+ *       then "total listeners=N listen_us_per_op=U listen_max_us=M destroy_us_per_op=D".
+ *       Exit 0 when all COUNT listened.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -350,6 +360,69 @@ static int connect_to(int argc, char **argv)
 	return 0;
 }
 
+static double now_us(void)
+{
+	return now() * 1e6;
+}
+
+static int storm(int argc, char **argv)
+{
+	if (argc < 4)
+		return 2;
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	if (inet_pton(AF_INET, argv[2], &sin.sin_addr) != 1)
+		return 2;
+	int count = atoi(argv[3]), batch = argc > 4 ? atoi(argv[4]) : 500;
+	if (count < 1 || batch < 1)
+		return 2;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id **ids = calloc(count, sizeof(*ids));
+	if (!ch || !ids) {
+		perror("rdma_create_event_channel");
+		return 1;
+	}
+	int up = 0;
+	double start = now_us(), mark = start, max = 0;
+	while (up < count) {
+		double t = now_us();
+		if (rdma_create_id(ch, &ids[up], NULL, RDMA_PS_TCP)) {
+			printf("listener %d: rdma_create_id: %s\n", up + 1, strerror(errno));
+			break;
+		}
+		if (rdma_bind_addr(ids[up], (struct sockaddr *)&sin) || rdma_listen(ids[up], 1)) {
+			printf("listener %d: bind/listen: %s\n", up + 1, strerror(errno));
+			rdma_destroy_id(ids[up]);
+			break;
+		}
+		t = now_us() - t;
+		if (t > max)
+			max = t;
+		if (++up % batch == 0) {
+			double e = now_us();
+			printf("listen live=%d us_per_op=%.1f\n", up, (e - mark) / batch);
+			mark = e;
+		}
+	}
+	double listen_total = now_us() - start;
+	fflush(stdout);
+	start = mark = now_us();
+	for (int left = up; left > 0;) {
+		rdma_destroy_id(ids[--left]);
+		if ((up - left) % batch == 0) {
+			double e = now_us();
+			printf("destroy live=%d us_per_op=%.1f\n", left, (e - mark) / batch);
+			mark = e;
+		}
+	}
+	double destroy_total = now_us() - start;
+	printf("total listeners=%d listen_us_per_op=%.1f listen_max_us=%.0f destroy_us_per_op=%.1f\n", up,
+	       up ? listen_total / up : 0, max, up ? destroy_total / up : 0);
+	fflush(stdout);
+	free(ids);
+	rdma_destroy_event_channel(ch);
+	return up == count ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	int rc = 2;
@@ -359,8 +432,10 @@ int main(int argc, char **argv)
 		rc = listen_many(argc, argv);
 	else if (argc >= 2 && !strcmp(argv[1], "connect"))
 		rc = connect_to(argc, argv);
+	else if (argc >= 2 && !strcmp(argv[1], "storm"))
+		rc = storm(argc, argv);
 	if (rc == 2)
 		fprintf(stderr, "usage: rigcm serve IP PORT COUNT [TIMEOUT_S] | "
-				"listen IP FIRST_PORT COUNT [TIMEOUT_S] | connect SRC_IP:PORT DST_IP:PORT [TIMEOUT_S]\n");
+				"listen IP FIRST_PORT COUNT [TIMEOUT_S] | connect SRC_IP:PORT DST_IP:PORT [TIMEOUT_S] | storm IP COUNT [BATCH]\n");
 	return rc;
 }

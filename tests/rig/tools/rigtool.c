@@ -12,6 +12,16 @@
  *                                               and ADD_MAPPING, never answers QUERY_MAPPING
  *                                               (so every connect waits for the kernel's
  *                                               timeout) and dumps nothing on SIGUSR1
+ *   rigtool floor-responder                     the least work a port mapper can do on
+ *                                               this kernel, the yardstick of the rig's
+ *                                               compare.sh: HELLO, REG_PID and ADD_MAPPING
+ *                                               as the mute responder, and QUERY_MAPPING
+ *                                               answered at once with mapped = real for
+ *                                               both ends (no table, no socket, no peer
+ *                                               exchange; right for siw, which asks for no
+ *                                               port mapping); REMOVE_MAPPING is read and
+ *                                               dropped. Only a daemon-less connect is
+ *                                               cheaper, and that one goes unmapped
  *
  * The netlink messages are shaped exactly like the kernel's own (NLM_F_REQUEST, header
  * pid 0, attributes SEQ / ADDR / FLAGS) so only the sender's socket address tells them
@@ -197,6 +207,8 @@ static const unsigned char *get_attr(const struct nlmsghdr *h, uint16_t type, ui
 	return NULL;
 }
 
+static uint32_t my_portid;
+
 static void nl_send(int fd, struct buf *m, uint16_t type, uint32_t seq)
 {
 	struct nlmsghdr *h = (struct nlmsghdr *)m->b;
@@ -204,17 +216,19 @@ static void nl_send(int fd, struct buf *m, uint16_t type, uint32_t seq)
 	h->nlmsg_type = type;
 	h->nlmsg_flags = NLM_F_REQUEST;
 	h->nlmsg_seq = seq;
-	h->nlmsg_pid = getpid();
+	h->nlmsg_pid = my_portid;
 	struct sockaddr_nl k = { .nl_family = AF_NETLINK };
 	if (sendto(fd, m->b, m->n, 0, (struct sockaddr *)&k, sizeof(k)) < 0)
 		perror("sendto kernel");
 }
 
-static int mute_responder(void)
+/* a responder on the kernel link: ANSWER_QUERY 0 = the mute responder, 1 = the floor */
+static int responder(int answer_query)
 {
 	signal(SIGUSR1, SIG_IGN);
+	my_portid = getpid(); /* one syscall fewer per reply than asking each time */
 	int fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA);
-	struct sockaddr_nl me = { .nl_family = AF_NETLINK, .nl_pid = getpid(), .nl_groups = 3 };
+	struct sockaddr_nl me = { .nl_family = AF_NETLINK, .nl_pid = my_portid, .nl_groups = 3 };
 	if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
 		perror("netlink");
 		return 1;
@@ -229,15 +243,15 @@ static int mute_responder(void)
 	put_attr(&m, 2, &ver, 2);
 	nl_send(fd, &m, (RDMA_NL_IWCM << 10) | OP_MAPINFO, seq++);
 	for (;;) {
-		unsigned char in[8192];
+		unsigned char in[16384];
 		ssize_t n = recv(fd, in, sizeof(in), 0);
 		if (n < 0)
 			continue;
 		for (struct nlmsghdr *h = (struct nlmsghdr *)in; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
 			int op = h->nlmsg_type & 0x3ff;
 			uint16_t len;
-			const unsigned char *a, *dev;
-			uint16_t devlen, zero = 0;
+			const unsigned char *a, *dev, *r;
+			uint16_t devlen, rlen, zero = 0;
 			if (h->nlmsg_type < NLMSG_MIN_TYPE)
 				continue;
 			m.n = sizeof(struct nlmsghdr);
@@ -254,8 +268,19 @@ static int mute_responder(void)
 				put_attr(&m, 3, a, 128);
 				put_attr(&m, 4, &zero, 2);
 				nl_send(fd, &m, h->nlmsg_type, seq++);
+			} else if (answer_query && op == OP_QUERY_MAPPING && (a = get_attr(h, 2, &len)) &&
+				   len >= 128 && (r = get_attr(h, 3, &rlen)) && rlen >= 128) {
+				/* attributes 1..6: SEQ, local, remote, mapped local = local,
+				 * mapped remote = remote, MAPPING_ERR 0 (560 bytes) */
+				put_attr(&m, 1, &h->nlmsg_seq, 4);
+				put_attr(&m, 2, a, 128);
+				put_attr(&m, 3, r, 128);
+				put_attr(&m, 4, a, 128);
+				put_attr(&m, 5, r, 128);
+				put_attr(&m, 6, &zero, 2);
+				nl_send(fd, &m, h->nlmsg_type, seq++);
 			}
-			/* QUERY_MAPPING, REMOVE_MAPPING and everything else: no answer */
+			/* REMOVE_MAPPING and everything else (and QUERY_MAPPING when mute): no answer */
 		}
 	}
 }
@@ -272,8 +297,11 @@ int main(int argc, char **argv)
 	else if (argc >= 2 && !strcmp(argv[1], "nl-portid"))
 		rc = nl_portid();
 	else if (argc >= 2 && !strcmp(argv[1], "mute-responder"))
-		rc = mute_responder();
+		rc = responder(0);
+	else if (argc >= 2 && !strcmp(argv[1], "floor-responder"))
+		rc = responder(1);
 	if (rc == 2)
-		fprintf(stderr, "usage: rigtool nl-add|nl-remove PORTID IP PORT [SEQ] | udp IP PORT HEX | nl-portid | mute-responder\n");
+		fprintf(stderr, "usage: rigtool nl-add|nl-remove PORTID IP PORT [SEQ] | udp IP PORT HEX | nl-portid | "
+				"mute-responder | floor-responder\n");
 	return rc;
 }
