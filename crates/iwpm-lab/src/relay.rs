@@ -144,7 +144,23 @@ struct Shared {
     stats: Mutex<RelayStats>,
     times: Mutex<HashMap<SocketAddr, ExchangeTimes>>,
     stop: AtomicBool,
+    barrier: Mutex<Option<BarrierSlot>>,
 }
+
+/// [`KernelBarrier`] with a `Debug` impl.
+#[derive(Clone)]
+struct BarrierSlot(KernelBarrier);
+
+impl std::fmt::Debug for BarrierSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KernelBarrier")
+    }
+}
+
+/// Called before the relay forwards what its daemon sent: returns once everything the
+/// daemon sent to its kernel before has been handed to the kernel (see
+/// [`Relay::set_kernel_barrier`]).
+pub type KernelBarrier = Arc<dyn Fn() + Send + Sync>;
 
 /// Why a relay could not start.
 #[derive(Debug, thiserror::Error)]
@@ -188,6 +204,7 @@ impl Relay {
             stats: Mutex::new(RelayStats::default()),
             times: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            barrier: Mutex::new(None),
         });
         let sh = shared.clone();
         // The thread (and the inner sockets it creates) live in the host's namespace.
@@ -248,6 +265,21 @@ impl Relay {
             .config
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = config;
+    }
+
+    /// Makes the daemon's kernel link synchronous as seen from the network: before the
+    /// relay forwards datagrams the daemon sent, it calls `barrier`, which returns once
+    /// every datagram the daemon sent to its kernel earlier has reached the kernel. On
+    /// Linux a netlink send to the kernel is processed inside `sendmsg`, so a REMOTE_INFO
+    /// the daemon sends before its ACCEPT is in the kernel before the ACCEPT leaves; a
+    /// tap between daemon and emulator would otherwise let the ACCEPT (and the connection
+    /// it causes) overtake it.
+    pub fn set_kernel_barrier(&self, barrier: KernelBarrier) {
+        *self
+            .shared
+            .barrier
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(BarrierSlot(barrier));
     }
 
     /// The current configuration.
@@ -347,6 +379,7 @@ impl Worker {
         self.rng = self.config().seed;
         let mut events = Events::with_capacity(64);
         let mut buf = vec![0u8; 2048];
+        let mut from_daemon: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
         while !self.shared.stop.load(Ordering::Acquire) {
             let timeout = self
                 .timers
@@ -365,7 +398,23 @@ impl Worker {
                 match token {
                     FRONT => self.drain_front(&mut buf),
                     WAKE => {}
-                    Token(k) => self.drain_inner(k - FIRST_INNER, &mut buf),
+                    Token(k) => self.drain_inner(k - FIRST_INNER, &mut buf, &mut from_daemon),
+                }
+            }
+            if !from_daemon.is_empty() {
+                // One barrier for the whole batch: all of it was sent after the kernel
+                // datagrams the barrier waits for.
+                let barrier = self
+                    .shared
+                    .barrier
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                if let Some(BarrierSlot(barrier)) = barrier {
+                    barrier();
+                }
+                for (bytes, client) in from_daemon.drain(..) {
+                    self.handle(bytes, Via::Front, client);
                 }
             }
             self.fire_timers();
@@ -411,17 +460,16 @@ impl Worker {
         }
     }
 
-    fn drain_inner(&mut self, k: usize, buf: &mut [u8]) {
+    /// Reads what the daemon sent to inner socket `k` into `out` (with the client it goes
+    /// to); the caller forwards it after the kernel barrier.
+    fn drain_inner(&mut self, k: usize, buf: &mut [u8], out: &mut Vec<(Vec<u8>, SocketAddr)>) {
         loop {
             let Some((sock, client)) = self.inner.get(k) else {
                 return;
             };
             let client = *client;
             match sock.recv_from(buf) {
-                Ok((n, _)) => {
-                    let bytes = buf[..n].to_vec();
-                    self.handle(bytes, Via::Front, client);
-                }
+                Ok((n, _)) => out.push((buf[..n].to_vec(), client)),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
