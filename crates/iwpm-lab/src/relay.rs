@@ -214,6 +214,7 @@ impl Relay {
                 source,
             })?;
             socket.set_nonblocking(true).map_err(RelayError::Setup)?;
+            enlarge_receive_buffer(&socket);
             let poll = Poll::new().map_err(RelayError::Setup)?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(RelayError::Setup)?);
             let mut front_sock = mio::net::UdpSocket::from_std(socket);
@@ -326,6 +327,18 @@ impl Drop for Relay {
         let _ = self.waker.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// The relay is "the network": it must not drop what the lab did not ask it to, so its
+/// sockets take bursts of thousands of datagrams (a refusal is only logged).
+fn enlarge_receive_buffer(socket: &UdpSocket) {
+    const RCVBUF: usize = 8 * 1024 * 1024;
+    use rustix::net::sockopt;
+    if sockopt::set_socket_recv_buffer_size_force(socket, RCVBUF).is_err() {
+        if let Err(e) = sockopt::set_socket_recv_buffer_size(socket, RCVBUF) {
+            tracing::debug!(error = %e, "relay cannot enlarge a receive buffer");
         }
     }
 }
@@ -488,6 +501,7 @@ impl Worker {
         let k = self.inner.len();
         let bound = UdpSocket::bind(SocketAddr::new(self.front_ip, 0))
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .inspect(enlarge_receive_buffer)
             .map(mio::net::UdpSocket::from_std)
             .and_then(|mut s| {
                 self.poll

@@ -14,6 +14,7 @@ mod io_counters;
 mod kernel_link;
 mod logging;
 mod peer_sockets;
+mod port_picker;
 mod process;
 mod rate_limit;
 mod reservations;
