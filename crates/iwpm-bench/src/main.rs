@@ -38,6 +38,9 @@ struct Cli {
     /// Skip the IPv6 churn (it needs a private network namespace).
     #[arg(long)]
     no_ipv6: bool,
+    /// Only the churn scenario (e.g. to profile the daemon under it).
+    #[arg(long)]
+    churn_only: bool,
     /// Copy the daemons' logs to stderr.
     #[arg(long)]
     verbose: bool,
@@ -91,6 +94,10 @@ fn run(cli: &Cli) -> Result<()> {
             Err(e) => bench.notes.push(format!("IPv6 churn skipped: {e:#}")),
         }
     }
+    if cli.churn_only {
+        bench.finish();
+        return print_bench(cli, &bench);
+    }
     progress("connects through two daemons");
     bench.connect.push(connect::run(
         "steady",
@@ -109,8 +116,12 @@ fn run(cli: &Cli) -> Result<()> {
         scale.restart_mappings
     ));
     bench.finish();
+    print_bench(cli, &bench)
+}
+
+fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&bench)?);
+        println!("{}", serde_json::to_string_pretty(bench)?);
     } else {
         print!("{}", bench.render());
     }
