@@ -53,8 +53,18 @@ pub(crate) fn bind(path: &Path) -> io::Result<UnixDatagram> {
     }
     let socket = UnixDatagram::bind(path)?;
     socket.set_nonblocking(true)?;
+    // What the kernel may queue for a daemon is bounded by the daemon's netlink receive
+    // buffer (iwpmd asks for 16 MiB); here it is bounded by our send buffer, 208 KiB by
+    // default, about 250 small messages: a burst of connects would fail REG_PID with
+    // ENOBUFS in the emulator where the kernel has room. A refusal keeps the default.
+    if rustix::net::sockopt::set_socket_send_buffer_size_force(&socket, EMU_SNDBUF).is_err() {
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&socket, EMU_SNDBUF);
+    }
     Ok(socket)
 }
+
+/// Send buffer of the emulator's socket (see [`bind`]).
+const EMU_SNDBUF: usize = 16 * 1024 * 1024;
 
 /// Sends on the emulator's socket. [`SendMode::Wait`] retries a full queue for up to
 /// `wait` (the kernel socket's 10 s send timeout).

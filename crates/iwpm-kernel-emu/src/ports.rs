@@ -3,15 +3,18 @@
 //! These ports exist only inside the emulator. Mapped ports of port-mapped devices are
 //! different: the real daemon reserves them with real sockets.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 
 use crate::cm::CmError;
 
-/// Bound addresses and the ephemeral port cursor.
+/// Bound addresses (by port, so a bind checks only its own port: the lab holds 50k) and
+/// the ephemeral port cursor.
 #[derive(Debug)]
 pub(crate) struct PortSpace {
-    bound: Vec<(SocketAddr, u64)>,
+    by_port: HashMap<u16, Vec<(SocketAddr, u64)>>,
+    by_owner: HashMap<u64, Vec<SocketAddr>>,
     range: RangeInclusive<u16>,
     next: u16,
 }
@@ -20,19 +23,34 @@ impl PortSpace {
     pub(crate) fn new(range: RangeInclusive<u16>) -> Self {
         let next = *range.start();
         PortSpace {
-            bound: Vec::new(),
+            by_port: HashMap::new(),
+            by_owner: HashMap::new(),
             range,
             next,
         }
     }
 
+    fn in_use(&self, addr: &SocketAddr) -> bool {
+        self.by_port
+            .get(&addr.port())
+            .is_some_and(|v| v.iter().any(|(b, _)| conflicts(b, addr)))
+    }
+
+    fn add(&mut self, addr: SocketAddr, owner: u64) {
+        self.by_port
+            .entry(addr.port())
+            .or_default()
+            .push((addr, owner));
+        self.by_owner.entry(owner).or_default().push(addr);
+    }
+
     /// Binds `addr` for `owner`; port 0 picks a free ephemeral port.
     pub(crate) fn bind(&mut self, addr: SocketAddr, owner: u64) -> Result<SocketAddr, CmError> {
         if addr.port() != 0 {
-            if self.bound.iter().any(|(b, _)| conflicts(b, &addr)) {
+            if self.in_use(&addr) {
                 return Err(CmError::AddrInUse(addr));
             }
-            self.bound.push((addr, owner));
+            self.add(addr, owner);
             return Ok(addr);
         }
         let span = usize::from(self.range.end() - self.range.start()) + 1;
@@ -44,8 +62,8 @@ impl PortSpace {
                 port + 1
             };
             let candidate = SocketAddr::new(addr.ip(), port);
-            if !self.bound.iter().any(|(b, _)| conflicts(b, &candidate)) {
-                self.bound.push((candidate, owner));
+            if !self.in_use(&candidate) {
+                self.add(candidate, owner);
                 return Ok(candidate);
             }
         }
@@ -54,7 +72,14 @@ impl PortSpace {
 
     /// Releases everything `owner` bound.
     pub(crate) fn release(&mut self, owner: u64) {
-        self.bound.retain(|(_, o)| *o != owner);
+        for addr in self.by_owner.remove(&owner).unwrap_or_default() {
+            if let Some(v) = self.by_port.get_mut(&addr.port()) {
+                v.retain(|(_, o)| *o != owner);
+                if v.is_empty() {
+                    self.by_port.remove(&addr.port());
+                }
+            }
+        }
     }
 }
 

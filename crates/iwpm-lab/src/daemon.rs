@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -100,6 +100,8 @@ pub struct DaemonConfig {
     pub echo: bool,
     /// Extra `RUST_LOG` directives (appended to the lab's).
     pub log_directives: Option<String>,
+    /// `--config` file (`None`: a missing file, so the defaults).
+    pub config_file: Option<PathBuf>,
 }
 
 /// The daemon's stderr, line by line, shared with its reader thread.
@@ -203,7 +205,12 @@ impl Daemon {
             .arg("--kernel")
             .arg(format!("unix:{}", config.kernel.display()))
             .arg("--config")
-            .arg("/nonexistent/iwpmd.conf")
+            .arg(
+                config
+                    .config_file
+                    .as_deref()
+                    .unwrap_or(Path::new("/nonexistent/iwpmd.conf")),
+            )
             .arg("--peer-port")
             .arg(config.peer_port.to_string());
         match config.bind {

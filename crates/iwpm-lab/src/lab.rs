@@ -89,6 +89,8 @@ pub struct LabConfig {
     pub echo_daemon_logs: bool,
     /// Extra `RUST_LOG` directives for the daemons.
     pub daemon_log_directives: Option<String>,
+    /// Contents of an `iwpmd.conf` for both daemons (`None`: no file, the defaults).
+    pub daemon_config: Option<String>,
 }
 
 impl Default for LabConfig {
@@ -106,6 +108,7 @@ impl Default for LabConfig {
             start_daemons: true,
             echo_daemon_logs: false,
             daemon_log_directives: None,
+            daemon_config: None,
         }
     }
 }
@@ -644,7 +647,22 @@ fn build_side(
         )?),
         None => None,
     };
+    if let (Some(relay), Some(tap)) = (&relay, &tap) {
+        relay.set_kernel_barrier(tap.kernel_barrier());
+    }
+    let config_file = match &config.daemon_config {
+        Some(text) => {
+            let path = dir.join(format!("{lower}-iwpmd.conf"));
+            std::fs::write(&path, text).map_err(|source| LabError::Scratch {
+                path: path.clone(),
+                source,
+            })?;
+            Some(path)
+        }
+        None => None,
+    };
     let daemon_config = DaemonConfig {
+        config_file,
         host: name.to_string(),
         binary: binary.to_path_buf(),
         kernel: tap
@@ -678,6 +696,28 @@ fn build_side(
         side.start_daemon()?;
     }
     Ok(side)
+}
+
+/// The `iwpmd.conf` the lab gives both daemons for `concurrency` connections in progress,
+/// or `None` when the defaults suffice.
+///
+/// Two defaults of the daemon are defences sized for ordinary traffic, below what one lab
+/// host sends at high concurrency: `peer_source_quota` (256 unconfirmed passive exchanges
+/// per source; more REQUESTs are dropped and the peer retransmits after 1 s) and
+/// `remote_info_budget` (128 REMOTE_INFOs sent before their ACK; beyond, REMOTE_INFO
+/// waits for the ACK, which races the connection). Every connection in progress can hold
+/// one unconfirmed exchange, so both are raised to twice the concurrency.
+pub fn daemon_limits_for(concurrency: usize) -> Option<String> {
+    let defaults = iwpm_core::CoreConfig::default();
+    let needed = u32::try_from(concurrency.saturating_mul(2)).unwrap_or(u32::MAX);
+    if needed / 2 <= defaults.remote_info_budget.min(defaults.peer_source_quota) {
+        return None;
+    }
+    Some(format!(
+        "peer_source_quota={}\nremote_info_budget={}\n",
+        needed.max(defaults.peer_source_quota),
+        needed.max(defaults.remote_info_budget)
+    ))
 }
 
 /// A UDP port free on every address the daemons and relays bind.

@@ -166,6 +166,16 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
             )
             .try_init();
     }
+    let concurrency = cli
+        .concurrency
+        .unwrap_or(if cli.loss > 0.0 { 256 } else { 64 });
+    let daemon_config = iwpm_lab::lab::daemon_limits_for(concurrency);
+    if let (Some(text), false) = (&daemon_config, cli.json) {
+        eprintln!(
+            "iwpm-lab: concurrency {concurrency} is above the daemons' defaults; their iwpmd.conf: {}",
+            text.trim().replace('\n', ", ")
+        );
+    }
     let config = LabConfig {
         family,
         topology,
@@ -189,6 +199,7 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         taps: !cli.direct,
         wire_delay: Duration::from_millis(cli.wire_delay_ms),
         echo_daemon_logs: cli.verbose,
+        daemon_config,
         ..LabConfig::default()
     };
     let t0 = Instant::now();
@@ -197,9 +208,7 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     let opts = RunOptions {
         workload: WorkloadConfig {
             connections: cli.connections,
-            concurrency: cli
-                .concurrency
-                .unwrap_or(if cli.loss > 0.0 { 256 } else { 64 }),
+            concurrency,
             ..WorkloadConfig::default()
         },
         restart_daemon: cli.restart_daemon,

@@ -162,7 +162,23 @@ struct Shared {
     stats: Mutex<RelayStats>,
     times: Mutex<HashMap<SocketAddr, ExchangeTimes>>,
     stop: AtomicBool,
+    barrier: Mutex<Option<BarrierSlot>>,
 }
+
+/// [`KernelBarrier`] with a `Debug` impl.
+#[derive(Clone)]
+struct BarrierSlot(KernelBarrier);
+
+impl std::fmt::Debug for BarrierSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KernelBarrier")
+    }
+}
+
+/// Called before the relay forwards what its daemon sent: returns once everything the
+/// daemon sent to its kernel before has been handed to the kernel (see
+/// [`Relay::set_kernel_barrier`]).
+pub type KernelBarrier = Arc<dyn Fn() + Send + Sync>;
 
 /// Why a relay could not start.
 #[derive(Debug, thiserror::Error)]
@@ -206,6 +222,7 @@ impl Relay {
             stats: Mutex::new(RelayStats::default()),
             times: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            barrier: Mutex::new(None),
         });
         let sh = shared.clone();
         // The thread (and the inner sockets it creates) live in the host's namespace.
@@ -215,6 +232,7 @@ impl Relay {
                 source,
             })?;
             socket.set_nonblocking(true).map_err(RelayError::Setup)?;
+            enlarge_receive_buffer(&socket);
             let poll = Poll::new().map_err(RelayError::Setup)?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(RelayError::Setup)?);
             let mut front_sock = mio::net::UdpSocket::from_std(socket);
@@ -268,6 +286,21 @@ impl Relay {
             .unwrap_or_else(PoisonError::into_inner) = config;
     }
 
+    /// Makes the daemon's kernel link synchronous as seen from the network: before the
+    /// relay forwards datagrams the daemon sent, it calls `barrier`, which returns once
+    /// every datagram the daemon sent to its kernel earlier has reached the kernel. On
+    /// Linux a netlink send to the kernel is processed inside `sendmsg`, so a REMOTE_INFO
+    /// the daemon sends before its ACCEPT is in the kernel before the ACCEPT leaves; a
+    /// tap between daemon and emulator would otherwise let the ACCEPT (and the connection
+    /// it causes) overtake it.
+    pub fn set_kernel_barrier(&self, barrier: KernelBarrier) {
+        *self
+            .shared
+            .barrier
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(BarrierSlot(barrier));
+    }
+
     /// The current configuration.
     pub fn config(&self) -> RelayConfig {
         self.shared
@@ -312,6 +345,18 @@ impl Drop for Relay {
         let _ = self.waker.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// The relay is "the network": it must not drop what the lab did not ask it to, so its
+/// sockets take bursts of thousands of datagrams (a refusal is only logged).
+fn enlarge_receive_buffer(socket: &UdpSocket) {
+    const RCVBUF: usize = 8 * 1024 * 1024;
+    use rustix::net::sockopt;
+    if sockopt::set_socket_recv_buffer_size_force(socket, RCVBUF).is_err() {
+        if let Err(e) = sockopt::set_socket_recv_buffer_size(socket, RCVBUF) {
+            tracing::debug!(error = %e, "relay cannot enlarge a receive buffer");
         }
     }
 }
@@ -365,6 +410,7 @@ impl Worker {
         self.rng = self.config().seed;
         let mut events = Events::with_capacity(64);
         let mut buf = vec![0u8; DATAGRAM_BUFFER];
+        let mut from_daemon: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
         while !self.shared.stop.load(Ordering::Acquire) {
             let timeout = self
                 .timers
@@ -383,7 +429,23 @@ impl Worker {
                 match token {
                     FRONT => self.drain_front(&mut buf),
                     WAKE => {}
-                    Token(k) => self.drain_inner(k - FIRST_INNER, &mut buf),
+                    Token(k) => self.drain_inner(k - FIRST_INNER, &mut buf, &mut from_daemon),
+                }
+            }
+            if !from_daemon.is_empty() {
+                // One barrier for the whole batch: all of it was sent after the kernel
+                // datagrams the barrier waits for.
+                let barrier = self
+                    .shared
+                    .barrier
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                if let Some(BarrierSlot(barrier)) = barrier {
+                    barrier();
+                }
+                for (bytes, client) in from_daemon.drain(..) {
+                    self.handle(bytes, Via::Front, client);
                 }
             }
             self.fire_timers();
@@ -429,17 +491,16 @@ impl Worker {
         }
     }
 
-    fn drain_inner(&mut self, k: usize, buf: &mut [u8]) {
+    /// Reads what the daemon sent to inner socket `k` into `out` (with the client it goes
+    /// to); the caller forwards it after the kernel barrier.
+    fn drain_inner(&mut self, k: usize, buf: &mut [u8], out: &mut Vec<(Vec<u8>, SocketAddr)>) {
         loop {
             let Some((sock, client)) = self.inner.get(k) else {
                 return;
             };
             let client = *client;
             match sock.recv_from(buf) {
-                Ok((n, _)) => {
-                    let bytes = buf[..n].to_vec();
-                    self.handle(bytes, Via::Front, client);
-                }
+                Ok((n, _)) => out.push((buf[..n].to_vec(), client)),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -458,6 +519,7 @@ impl Worker {
         let k = self.inner.len();
         let bound = UdpSocket::bind(SocketAddr::new(self.front_ip, 0))
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .inspect(enlarge_receive_buffer)
             .map(mio::net::UdpSocket::from_std)
             .and_then(|mut s| {
                 self.poll

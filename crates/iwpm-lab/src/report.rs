@@ -19,6 +19,8 @@ pub struct Percentiles {
     pub p50_ms: f64,
     /// 99th percentile (nearest rank).
     pub p99_ms: f64,
+    /// 99.9th percentile (nearest rank).
+    pub p999_ms: f64,
     /// Largest.
     pub max_ms: f64,
 }
@@ -39,6 +41,7 @@ impl Percentiles {
             count: v.len(),
             p50_ms: rank(0.50),
             p99_ms: rank(0.99),
+            p999_ms: rank(0.999),
             max_ms: v[v.len() - 1],
         })
     }

@@ -75,7 +75,13 @@ pub struct TapRecords {
 enum Cmd {
     /// The daemon died: close its inner socket and offer a fresh socket at the path.
     DaemonGone(mpsc::Sender<()>),
+    /// Forward everything the daemon has sent so far to the emulator, then answer.
+    Sync(mpsc::Sender<()>),
 }
+
+/// Longest a [`Tap::kernel_barrier`] waits for the tap (a stuck tap must not stall the
+/// relay for ever; the lab then just loses the ordering guarantee for that datagram).
+const BARRIER_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 struct Shared {
@@ -225,6 +231,27 @@ impl Tap {
         let _ = rx.recv_timeout(Duration::from_secs(5));
     }
 
+    /// A barrier for [`crate::relay::Relay::set_kernel_barrier`]: once it returns, every
+    /// datagram the daemon had sent to the tap before the call is in the emulator's
+    /// socket, where the emulator's driver takes it before any fabric event caused later
+    /// (`iwpm_kernel_emu::Host`'s ordering). So the tap adds no asynchrony that the real
+    /// kernel link, processed inside the daemon's `sendmsg`, does not have.
+    pub fn kernel_barrier(&self) -> crate::relay::KernelBarrier {
+        let shared = self.shared.clone();
+        let waker = self.waker.clone();
+        Arc::new(move || {
+            let (tx, rx) = mpsc::channel();
+            shared
+                .cmds
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_back(Cmd::Sync(tx));
+            if waker.wake().is_ok() {
+                let _ = rx.recv_timeout(BARRIER_WAIT);
+            }
+        })
+    }
+
     /// Sends `bytes` to the daemon as if from the kernel. Answers whose seq is in `seqs`
     /// are kept from the emulator and recorded in [`TapRecords::injected_answers`].
     pub fn inject(&self, bytes: &[u8], seqs: &[u32]) -> Result<(), TapError> {
@@ -322,7 +349,7 @@ impl Worker {
                     return;
                 }
             }
-            self.run_cmds();
+            self.run_cmds(&mut buf);
             let ready: Vec<Token> = events.iter().map(|e| e.token()).collect();
             for token in ready {
                 match token {
@@ -335,7 +362,7 @@ impl Worker {
         }
     }
 
-    fn run_cmds(&mut self) {
+    fn run_cmds(&mut self, buf: &mut [u8]) {
         let cmds: Vec<Cmd> = self
             .shared
             .cmds
@@ -352,7 +379,27 @@ impl Worker {
                     }
                     let _ = ack.send(());
                 }
+                Cmd::Sync(ack) => {
+                    self.sync_to_kernel(buf);
+                    let _ = ack.send(());
+                }
             }
+        }
+    }
+
+    /// Reads every datagram the daemon has sent and hands all of them to the emulator,
+    /// waiting for room if its socket is full (reading the kernel side meanwhile, so an
+    /// emulator blocked on sending to us cannot deadlock with us).
+    fn sync_to_kernel(&mut self, buf: &mut [u8]) {
+        let deadline = Instant::now() + BARRIER_WAIT;
+        self.drain_daemon(buf);
+        loop {
+            self.flush();
+            if self.to_kernel.is_empty() || Instant::now() >= deadline {
+                return;
+            }
+            self.drain_inner(buf);
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 

@@ -50,6 +50,9 @@ pub const RECV_BUFFER: usize = 64 * 1024;
 /// allocation; rdma-core's packaged `iwpmd.conf` asks for 400 MiB.
 pub const NETLINK_RCVBUF_MIN: usize = 16 * 1024 * 1024;
 
+/// Send buffer asked for on the Unix kernel link (see [`KernelLink::open_unix`]).
+const UNIX_SNDBUF: usize = 8 * 1024 * 1024;
+
 /// Truesize charged for one `NLMSG_DONE` skb when we read with [`RECV_BUFFER`] (32 KiB
 /// data, rounded up for the skb head and shared info).
 pub const NETLINK_DONE_TRUESIZE: usize = 34 * 1024;
@@ -260,6 +263,13 @@ impl KernelLink {
         };
         let peer = SocketAddrUnix::new(path).map_err(|e| unix_connect_err(e.into()))?;
         rustix::net::connect(&fd, &peer).map_err(|e| unix_connect_err(e.into()))?;
+        // A netlink send to the kernel never waits; a Unix one waits (EAGAIN) once the
+        // datagrams in flight exceed our send buffer. Room for a few thousand keeps the
+        // emulator's link as close to netlink as it gets; the shell queues the rest, in
+        // order. A refusal only means more queueing.
+        if rustix::net::sockopt::set_socket_send_buffer_size_force(&fd, UNIX_SNDBUF).is_err() {
+            let _ = rustix::net::sockopt::set_socket_send_buffer_size(&fd, UNIX_SNDBUF);
+        }
         let port_id = rustix::process::getpid()
             .as_raw_nonzero()
             .get()

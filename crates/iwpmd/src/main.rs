@@ -16,6 +16,7 @@ mod io_counters;
 mod kernel_link;
 mod logging;
 mod peer_sockets;
+mod port_picker;
 mod privileges;
 mod process;
 mod reservations;

@@ -150,6 +150,7 @@ fn open_udp(addr: SocketAddr) -> Result<Option<UdpSocket>, PeerSocketError> {
         socket.set_only_v6(true).map_err(err)?;
     }
     socket.set_nonblocking(true).map_err(err)?;
+    enlarge_receive_buffer(&socket, addr);
     match socket.bind(&addr.into()) {
         Ok(()) => {}
         Err(e) if is_afnosupport(&e) => {
@@ -159,6 +160,24 @@ fn open_udp(addr: SocketAddr) -> Result<Option<UdpSocket>, PeerSocketError> {
         Err(e) => return Err(err(e)),
     }
     Ok(Some(UdpSocket::from_std(socket.into())))
+}
+
+/// Receive buffer asked for on each peer socket. A host that opens N connections to us at
+/// once sends N REQUESTs in a burst; the default buffer (`net.core.rmem_default`, 208 KiB)
+/// holds only about 200 small datagrams on loopback, and each one dropped costs its
+/// connection a 1 s retransmission. 4 MiB holds several thousand.
+const PEER_RCVBUF: usize = 4 * 1024 * 1024;
+
+/// Asks for [`PEER_RCVBUF`] (`SO_RCVBUFFORCE`, else `SO_RCVBUF`, which
+/// `net.core.rmem_max` caps); a refusal only costs burst tolerance, so it is logged.
+fn enlarge_receive_buffer(socket: &Socket, addr: SocketAddr) {
+    use rustix::net::sockopt;
+    if sockopt::set_socket_recv_buffer_size_force(socket, PEER_RCVBUF).is_ok() {
+        return;
+    }
+    if let Err(e) = sockopt::set_socket_recv_buffer_size(socket, PEER_RCVBUF) {
+        tracing::debug!(%addr, error = %e, "cannot enlarge the peer socket's receive buffer");
+    }
 }
 
 fn is_afnosupport(e: &io::Error) -> bool {

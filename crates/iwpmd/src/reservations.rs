@@ -6,6 +6,8 @@ use std::io;
 use std::net::SocketAddr;
 
 use iwpm_core::{ReservationId, ReserveError};
+
+use crate::port_picker::{bind_ephemeral, PortPicker};
 use rustix::io::Errno;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -43,6 +45,9 @@ pub struct Reservations {
     held: HashMap<u64, Socket>,
     /// Ids are never reused, so a stale release cannot close a newer mapping's port.
     next_id: u64,
+    /// Chooses the port of a port-0 reservation (`bind(port 0)` slows down as ports are
+    /// held; see `port_picker`).
+    picker: Option<PortPicker>,
 }
 
 impl Reservations {
@@ -56,7 +61,13 @@ impl Reservations {
     pub fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveFailure> {
         let socket = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
             .map_err(reserve_error)?;
-        socket.bind(&bind.into()).map_err(reserve_error)?;
+        if bind.port() == 0 {
+            let held = self.held.len();
+            let picker = self.picker.get_or_insert_with(PortPicker::from_system);
+            bind_ephemeral(picker, &socket, bind, held).map_err(reserve_error)?;
+        } else {
+            socket.bind(&bind.into()).map_err(reserve_error)?;
+        }
         let port = socket
             .local_addr()
             .map_err(reserve_error)?

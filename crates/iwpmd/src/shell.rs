@@ -52,6 +52,23 @@ const WARN_BURST: u32 = 5;
 /// receiver queues only `net.unix.max_dgram_qlen` datagrams); past this, new ones are
 /// dropped and counted, so a stalled kernel side cannot grow our memory without bound.
 const KERNEL_QUEUE_MAX: usize = 65_536;
+/// A datagram held behind a full kernel link.
+///
+/// Peer datagrams wait behind kernel ones so that they leave in the core's order: on Linux
+/// a netlink send to the kernel is processed inside `sendmsg`, so a REMOTE_INFO the core
+/// emits before its ACCEPT is in the kernel before the ACCEPT leaves, and the peer's
+/// connection cannot overtake it. Only a Unix-datagram kernel link (the emulator) can be
+/// full; without this, an ACCEPT would overtake a REMOTE_INFO queued there.
+#[derive(Debug)]
+enum Held {
+    Kernel(Vec<u8>),
+    Peer {
+        via: PeerSocket,
+        to: SocketAddr,
+        datagram: Vec<u8>,
+    },
+}
+
 /// Window of rate-limited warnings.
 const WARN_WINDOW: Duration = Duration::from_secs(10);
 
@@ -107,8 +124,9 @@ pub struct Shell {
     dump_writer: DumpWriter,
     /// A SIGUSR1 arrived while a dump was being written: dump again when it is done.
     dump_pending: bool,
-    /// Datagrams for the kernel waiting for the link to become writable, oldest first.
-    kernel_out: VecDeque<Vec<u8>>,
+    /// Datagrams waiting for the kernel link to become writable, oldest first, with the
+    /// peer datagrams the core sent after them (see [`Held`]).
+    kernel_out: VecDeque<Held>,
     /// Whether the kernel link is registered for WRITABLE too.
     kernel_wants_write: bool,
     /// The control socket, when one is open (`shell/control.rs`).
@@ -455,22 +473,27 @@ impl Shell {
             return;
         }
         self.counters.kernel_tx_queued += 1;
-        self.kernel_out.push_back(bytes.to_vec());
+        self.kernel_out.push_back(Held::Kernel(bytes.to_vec()));
         self.want_kernel_writable(true);
     }
 
-    /// Sends queued kernel datagrams until the link is full again or the queue is empty.
+    /// Sends held datagrams, in order, until the kernel link is full again or nothing is
+    /// held.
     fn flush_kernel_queue(&mut self) {
-        while let Some(bytes) = self.kernel_out.front() {
-            match self.kernel.send(bytes) {
-                Ok(()) => self.counters.kernel_tx += 1,
-                Err(e) if e.is_would_block() => return,
-                Err(e) => {
-                    let len = bytes.len();
-                    self.kernel_send_failed(len, &e);
+        while let Some(held) = self.kernel_out.pop_front() {
+            match held {
+                Held::Kernel(bytes) => match self.kernel.send(&bytes) {
+                    Ok(()) => self.counters.kernel_tx += 1,
+                    Err(e) if e.is_would_block() => {
+                        self.kernel_out.push_front(Held::Kernel(bytes));
+                        return;
+                    }
+                    Err(e) => self.kernel_send_failed(bytes.len(), &e),
+                },
+                Held::Peer { via, to, datagram } => {
+                    self.send_peer_now(Instant::now(), via, to, &datagram);
                 }
             }
-            self.kernel_out.pop_front();
         }
         self.want_kernel_writable(false);
     }
@@ -508,7 +531,24 @@ impl Shell {
         }
     }
 
+    /// Sends a peer datagram, or holds it behind kernel datagrams still waiting (see
+    /// [`Held`]).
     fn send_peer(&mut self, now: Instant, via: PeerSocket, to: SocketAddr, datagram: &[u8]) {
+        if self.kernel_out.is_empty() {
+            self.send_peer_now(now, via, to, datagram);
+        } else if self.kernel_out.len() >= KERNEL_QUEUE_MAX {
+            // Dropping is safe: the core retransmits REQUEST/ACCEPT on its timer.
+            self.counters.peer_tx_dropped += 1;
+        } else {
+            self.kernel_out.push_back(Held::Peer {
+                via,
+                to,
+                datagram: datagram.to_vec(),
+            });
+        }
+    }
+
+    fn send_peer_now(&mut self, now: Instant, via: PeerSocket, to: SocketAddr, datagram: &[u8]) {
         let result = match self.peers.get(via) {
             Some(sock) => match sock.send_to(datagram, to) {
                 Ok(n) if n == datagram.len() => Ok(()),

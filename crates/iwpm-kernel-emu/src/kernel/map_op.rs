@@ -205,15 +205,21 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
     }
 
     fn add_request(&mut self, now: Instant, seq: u32, kind: RequestKind, token: MapToken) {
-        self.requests.insert(
+        let deadline = now + self.config.request_timeout;
+        let old = self.requests.insert(
             seq,
             PendingRequest {
                 kind,
                 token,
-                deadline: now + self.config.request_timeout,
+                deadline,
                 state: RequestState::Pending,
             },
         );
+        // A wrapped seq replaces an old request: drop its deadline if it was pending.
+        if let Some(old) = old {
+            self.deadlines.remove(&(old.deadline, seq));
+        }
+        self.deadlines.insert((deadline, seq));
     }
 
     /// `iw_cm_map` returned before `mapped` was set: no mapinfo entry, no REMOVE later.

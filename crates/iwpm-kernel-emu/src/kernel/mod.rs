@@ -145,6 +145,10 @@ pub struct KernelIwpm<A> {
     pid_addrs: Vec<(u32, A)>,
     group_member: Option<A>,
     requests: BTreeMap<u32, PendingRequest>,
+    /// (deadline, seq) of the requests still pending: `requests` keeps answered ones too
+    /// (to recognise duplicate replies), so scanning it on every wake-up grew with every
+    /// request ever sent.
+    deadlines: std::collections::BTreeSet<(Instant, u32)>,
     ops: BTreeMap<MapToken, MapOp>,
     next_token: u64,
     completed: VecDeque<(MapToken, MapResult)>,
@@ -168,6 +172,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             pid_addrs: Vec::new(),
             group_member: None,
             requests: BTreeMap::new(),
+            deadlines: std::collections::BTreeSet::new(),
             ops: BTreeMap::new(),
             next_token: 1,
             completed: VecDeque::new(),
@@ -200,10 +205,13 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
     /// Expires requests whose deadline has passed; their callers continue unmapped.
     pub fn handle_timeout(&mut self, now: Instant, link: &mut dyn Link<A>) {
         let expired: Vec<(u32, MapToken)> = self
-            .requests
+            .deadlines
             .iter()
-            .filter(|(_, r)| r.state == RequestState::Pending && r.deadline <= now)
-            .map(|(seq, r)| (*seq, r.token))
+            .take_while(|(deadline, _)| *deadline <= now)
+            .filter_map(|(_, seq)| {
+                let r = self.requests.get(seq)?;
+                (r.state == RequestState::Pending).then_some((*seq, r.token))
+            })
             .collect();
         for (seq, token) in expired {
             tracing::info!(seq, "Timeout for netlink request");
@@ -215,11 +223,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.requests
-            .values()
-            .filter(|r| r.state == RequestState::Pending)
-            .map(|r| r.deadline)
-            .min()
+        self.deadlines.first().map(|(deadline, _)| *deadline)
     }
 
     /// Starts `iw_cm_map` for a listen (`remote` `None`) or an active connect. The result
@@ -301,10 +305,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
 
     /// Requests still waiting for a reply.
     pub fn pending_requests(&self) -> usize {
-        self.requests
-            .values()
-            .filter(|r| r.state == RequestState::Pending)
-            .count()
+        self.deadlines.len()
     }
 
     /// `iw_cm_map` calls not finished yet.
@@ -372,6 +373,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
 
     fn finish_request(&mut self, seq: u32, token: MapToken, completion: Completion) {
         if let Some(r) = self.requests.get_mut(&seq) {
+            self.deadlines.remove(&(r.deadline, seq));
             r.state = match completion {
                 Completion::TimedOut => RequestState::TimedOut,
                 _ => RequestState::Completed,

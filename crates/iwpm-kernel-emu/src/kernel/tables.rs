@@ -2,10 +2,69 @@
 //! remote-info (how the passive side learns the connecting peer's real address).
 //!
 //! The kernel keeps both in chained hash tables; iteration order there depends on a hash
-//! of the addresses. Here both are vectors in insertion order, which changes only the
-//! order of MAPINFO records in a replay (the daemon must not depend on it).
+//! of the addresses. Here both are vectors indexed by their key (so a look-up is O(1) at
+//! 50k entries, as in the kernel); a removal moves the last entry into the hole, which
+//! changes only the order of MAPINFO records in a replay (the daemon must not depend on
+//! it). Entries whose addresses are not IPv4/IPv6 are kept but never match, as
+//! `iwpm_compare_sockaddr` never matches them.
 
-use iwpm_proto::sockaddr::SockAddrStorage;
+use std::collections::HashMap;
+
+use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
+
+/// Key of both tables: two endpoints; `None` when either is of another family.
+fn key(a: &SockAddrStorage, b: &SockAddrStorage) -> Option<(Endpoint, Endpoint)> {
+    Some((a.endpoint()?, b.endpoint()?))
+}
+
+/// A vector with a key index: the positions of each key's entries, in insertion order
+/// (so the last one is the newest, wherever it sits in the vector).
+#[derive(Clone, Debug)]
+struct Indexed<T> {
+    entries: Vec<T>,
+    index: HashMap<(Endpoint, Endpoint), Vec<usize>>,
+    key_of: fn(&T) -> Option<(Endpoint, Endpoint)>,
+}
+
+impl<T> Indexed<T> {
+    fn new(key_of: fn(&T) -> Option<(Endpoint, Endpoint)>) -> Self {
+        Indexed {
+            entries: Vec::new(),
+            index: HashMap::new(),
+            key_of,
+        }
+    }
+
+    fn push(&mut self, entry: T) {
+        if let Some(k) = (self.key_of)(&entry) {
+            self.index.entry(k).or_default().push(self.entries.len());
+        }
+        self.entries.push(entry);
+    }
+
+    /// Removes the newest entry with key `k`.
+    fn take_newest(&mut self, k: &(Endpoint, Endpoint)) -> Option<T> {
+        let positions = self.index.get_mut(k)?;
+        let i = positions.pop()?;
+        if positions.is_empty() {
+            self.index.remove(k);
+        }
+        let last = self.entries.len() - 1;
+        if i != last {
+            // The last entry moves into slot i: fix its position in the index.
+            if let Some(moved) = (self.key_of)(&self.entries[last]) {
+                if let Some(p) = self
+                    .index
+                    .get_mut(&moved)
+                    .and_then(|v| v.iter_mut().find(|p| **p == last))
+                {
+                    *p = i;
+                }
+            }
+        }
+        Some(self.entries.swap_remove(i))
+    }
+}
 
 /// One `iwpm_mapping_info` entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,47 +78,45 @@ pub struct MapInfoEntry {
 }
 
 /// The mapinfo table (`iwpm_create_mapinfo` / `iwpm_remove_mapinfo`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct MapInfoTable {
-    entries: Vec<MapInfoEntry>,
+    table: Indexed<MapInfoEntry>,
+}
+
+impl Default for MapInfoTable {
+    fn default() -> Self {
+        MapInfoTable {
+            table: Indexed::new(|e| key(&e.local, &e.mapped)),
+        }
+    }
 }
 
 impl MapInfoTable {
     /// Adds an entry (duplicates allowed, as in the kernel).
     pub fn insert(&mut self, entry: MapInfoEntry) {
-        self.entries.push(entry);
+        self.table.push(entry);
     }
 
     /// Removes one entry for this id, newest first. The kernel removes the first entry of
     /// the hash bucket of (local, mapped) whose mapped address matches; an entry with the
     /// same local and mapped address is what lands in that bucket **(inferred)**.
     pub fn remove(&mut self, local: &SockAddrStorage, mapped: &SockAddrStorage) -> bool {
-        let found = self
-            .entries
-            .iter()
-            .rposition(|e| e.mapped.same_endpoint(mapped) && e.local.same_endpoint(local));
-        match found {
-            Some(i) => {
-                self.entries.remove(i);
-                true
-            }
-            None => false,
-        }
+        key(local, mapped).is_some_and(|k| self.table.take_newest(&k).is_some())
     }
 
     /// `iwpm_mapinfo_available`.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.table.entries.is_empty()
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.table.entries.len()
     }
 
-    /// All entries, oldest first.
+    /// All entries (in insertion order until the first removal; see the module docs).
     pub fn entries(&self) -> &[MapInfoEntry] {
-        &self.entries
+        &self.table.entries
     }
 }
 
@@ -76,15 +133,23 @@ pub struct RemoteInfoEntry {
 
 /// The remote-info table. Entries are consumed by the incoming connection they describe;
 /// unconsumed ones stay forever, as in the kernel.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RemoteInfoTable {
-    entries: Vec<RemoteInfoEntry>,
+    table: Indexed<RemoteInfoEntry>,
+}
+
+impl Default for RemoteInfoTable {
+    fn default() -> Self {
+        RemoteInfoTable {
+            table: Indexed::new(|e| key(&e.mapped_local, &e.mapped_remote)),
+        }
+    }
 }
 
 impl RemoteInfoTable {
     /// Adds an entry (duplicates are simply added).
     pub fn insert(&mut self, entry: RemoteInfoEntry) {
-        self.entries.push(entry);
+        self.table.push(entry);
     }
 
     /// `iwpm_get_remote_info`: finds the entry keyed by (mapped local, mapped remote),
@@ -95,26 +160,23 @@ impl RemoteInfoTable {
         mapped_remote: &SockAddrStorage,
     ) -> Option<SockAddrStorage> {
         // The kernel's bucket lists are newest first.
-        let i = self.entries.iter().rposition(|e| {
-            e.mapped_local.same_endpoint(mapped_local)
-                && e.mapped_remote.same_endpoint(mapped_remote)
-        })?;
-        Some(self.entries.remove(i).remote)
+        let k = key(mapped_local, mapped_remote)?;
+        Some(self.table.take_newest(&k)?.remote)
     }
 
     /// Number of entries (unconsumed ones included).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.table.entries.len()
     }
 
     /// True when empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.table.entries.is_empty()
     }
 
-    /// All entries, oldest first.
+    /// All entries (in insertion order until the first removal; see the module docs).
     pub fn entries(&self) -> &[RemoteInfoEntry] {
-        &self.entries
+        &self.table.entries
     }
 }
 

@@ -1,0 +1,191 @@
+//! ADD/REMOVE churn at a number of live mappings, against the syscall floor.
+//!
+//! Host A's emulated kernel holds `live` listeners (each a daemon mapping and, port-mapped,
+//! a reserved TCP port). One churn op is `rdma_listen` + `rdma_destroy_id` on one more
+//! address: an ADD_MAPPING answered by the daemon (which reserves a port) and a
+//! REMOVE_MAPPING (which frees it). The floor op is what the daemon cannot avoid for it:
+//! `socket` + `bind(port 0)` + `getsockname` + `close`, done by the bench in the same
+//! kernel state (the daemon's `live` ports held). Batches of both alternate, so load from
+//! other processes hits both alike. Two measures: wall time per op, and CPU time per op
+//! (the daemon's event-loop thread vs the bench thread doing the floor), which a shared
+//! machine disturbs much less.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use iwpm_kernel_emu::{AcceptMode, Listener};
+use iwpm_lab::{Family, Lab, LabConfig};
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::procfs;
+
+/// First port of the live listeners (emulated addresses: any port works).
+const LIVE_BASE_PORT: u32 = 1024;
+/// The churned listener's port.
+const CHURN_PORT: u16 = 65500;
+/// Ops per batch; batches of churn and floor alternate.
+const BATCH: usize = 100;
+
+/// One churn level.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChurnLevel {
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+    /// Live mappings held while churning.
+    pub live: usize,
+    /// Churn ops (ADD + REMOVE each).
+    pub ops: usize,
+    /// Churn: wall µs per op.
+    pub op_us: f64,
+    /// Churn ops per second.
+    pub ops_per_s: f64,
+    /// Daemon event-loop CPU µs per op.
+    pub daemon_cpu_us: f64,
+    /// Floor: wall µs per op.
+    pub floor_us: f64,
+    /// Floor: CPU µs per op of the bench thread.
+    pub floor_cpu_us: f64,
+    /// `op_us / floor_us`.
+    pub wall_ratio: f64,
+    /// `daemon_cpu_us / floor_cpu_us`.
+    pub cpu_ratio: f64,
+    /// Daemon RSS with `live` mappings, bytes.
+    pub rss_bytes: u64,
+    /// (RSS now − RSS with no mapping) / live.
+    pub bytes_per_mapping: f64,
+}
+
+/// Runs the levels in increasing order on one pair of daemons.
+pub fn run(family: Family, levels: &[usize], ops: usize) -> Result<Vec<ChurnLevel>> {
+    let lab = Lab::start(LabConfig {
+        family,
+        relay: None,
+        taps: false,
+        ..LabConfig::default()
+    })
+    .context("starting the lab")?;
+    let side = &lab.a;
+    let pid = side.daemon.as_ref().context("no daemon")?.pid();
+    let ip = side.addrs.public;
+    std::thread::sleep(Duration::from_millis(200));
+    let rss0 = procfs::rss_bytes(pid).unwrap_or(0);
+    let mut live: Vec<Listener> = Vec::new();
+    let mut out = Vec::new();
+    for &level in levels {
+        while live.len() < level {
+            let port = u16::try_from(LIVE_BASE_PORT + live.len() as u32)
+                .context("too many live listeners for one IP")?;
+            let l = side
+                .host
+                .listen(SocketAddr::new(ip, port), AcceptMode::Manual, None)
+                .map_err(|e| anyhow::anyhow!("listener {} of {level}: {e}", live.len() + 1))?;
+            if l.info.mapping != iwpm_kernel_emu::MapOutcome::Mapped {
+                bail!(
+                    "listener {} not mapped: {:?}",
+                    live.len() + 1,
+                    l.info.mapping
+                );
+            }
+            live.push(l);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let rss = procfs::rss_bytes(pid).unwrap_or(0);
+        let mut level_out = measure(&lab, pid, family, ip, ops)?;
+        level_out.live = level;
+        level_out.rss_bytes = rss;
+        level_out.bytes_per_mapping = rss.saturating_sub(rss0) as f64 / level.max(1) as f64;
+        out.push(level_out);
+    }
+    for l in live {
+        let _ = l.id.destroy();
+    }
+    Ok(out)
+}
+
+/// Alternating batches of churn and floor ops.
+fn measure(lab: &Lab, pid: u32, family: Family, ip: IpAddr, ops: usize) -> Result<ChurnLevel> {
+    let addr = SocketAddr::new(ip, CHURN_PORT);
+    let wildcard = match family {
+        Family::V4 => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+        Family::V6 => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
+    };
+    let (mut churn_wall, mut floor_wall) = (Duration::ZERO, Duration::ZERO);
+    let (mut daemon_cpu, mut floor_cpu) = (0u64, 0u64);
+    let mut done = 0;
+    while done < ops {
+        let n = BATCH.min(ops - done);
+        let cpu0 = procfs::cpu_ns(pid).unwrap_or(0);
+        let t0 = Instant::now();
+        for _ in 0..n {
+            let l = lab
+                .a
+                .host
+                .listen(addr, AcceptMode::Manual, None)
+                .map_err(|e| anyhow::anyhow!("churn listen: {e}"))?;
+            l.id.destroy()
+                .map_err(|e| anyhow::anyhow!("churn destroy: {e}"))?;
+        }
+        churn_wall += t0.elapsed();
+        daemon_cpu += procfs::cpu_ns(pid).unwrap_or(0).saturating_sub(cpu0);
+        let own0 = procfs::own_thread_cpu_ns().unwrap_or(0);
+        let t1 = Instant::now();
+        for _ in 0..n {
+            floor_op(wildcard)?;
+        }
+        floor_wall += t1.elapsed();
+        floor_cpu += procfs::own_thread_cpu_ns()
+            .unwrap_or(0)
+            .saturating_sub(own0);
+        done += n;
+    }
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / ops as f64;
+    let per_ns = |ns: u64| ns as f64 / 1e3 / ops as f64;
+    let (op_us, floor_us) = (per(churn_wall), per(floor_wall));
+    let (daemon_cpu_us, floor_cpu_us) = (per_ns(daemon_cpu), per_ns(floor_cpu));
+    Ok(ChurnLevel {
+        family: family_name(family).to_owned(),
+        live: 0,
+        ops,
+        op_us,
+        ops_per_s: 1e6 / op_us,
+        daemon_cpu_us,
+        floor_us,
+        floor_cpu_us,
+        wall_ratio: ratio(op_us, floor_us),
+        cpu_ratio: ratio(daemon_cpu_us, floor_cpu_us),
+        rss_bytes: 0,
+        bytes_per_mapping: 0.0,
+    })
+}
+
+/// `a / b`, 0 when `b` is 0 (JSON has no infinity).
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// What one reservation costs the kernel at least, as the C daemon does it.
+fn floor_op(wildcard: SocketAddr) -> Result<()> {
+    let s = Socket::new(
+        Domain::for_address(wildcard),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    s.bind(&wildcard.into())?;
+    let _ = s.local_addr()?;
+    drop(s);
+    Ok(())
+}
+
+/// `ipv4` / `ipv6`.
+pub fn family_name(f: Family) -> &'static str {
+    match f {
+        Family::V4 => "ipv4",
+        Family::V6 => "ipv6",
+    }
+}

@@ -1,0 +1,154 @@
+//! `iwpm-bench`: the real `iwpmd` measured over the emulated kernel link (see README.md).
+//!
+//! Every scenario starts its own pair of daemons through `iwpm-lab`. Figures are ratios
+//! measured in the same run where possible (churn against the syscall floor, CPU time
+//! against CPU time), since absolute wall times drift with whatever else the machine runs.
+
+mod churn;
+mod connect;
+mod procfs;
+mod report;
+
+use std::io::IsTerminal as _;
+use std::process::Command;
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use iwpm_lab::netns::{self, NetPlace};
+use iwpm_lab::Family;
+
+use crate::report::{Bench, Scale};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "iwpm-bench",
+    about = "Benchmarks of the real iwpmd over the emulated kernel link",
+    after_help = "Scenarios: ADD/REMOVE churn at several live-mapping levels (IPv4, IPv6) \
+against the syscall floor measured in the same run; connects through two daemons; a burst \
+of simultaneous connects; restart recovery. Levels above the descriptor limit are capped \
+(each port-mapped mapping holds a socket)."
+)]
+struct Cli {
+    /// CI-sized run (seconds instead of minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Skip the IPv6 churn (it needs a private network namespace).
+    #[arg(long)]
+    no_ipv6: bool,
+    /// Only the churn scenario (e.g. to profile the daemon under it).
+    #[arg(long)]
+    churn_only: bool,
+    /// Copy the daemons' logs to stderr.
+    #[arg(long)]
+    verbose: bool,
+    /// Internal: run the IPv6 churn in this process and print its JSON.
+    #[arg(long, hide = true)]
+    internal_churn_v6: bool,
+}
+
+static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--verbose` was given.
+pub fn verbose() -> bool {
+    VERBOSE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    VERBOSE.store(cli.verbose, std::sync::atomic::Ordering::Relaxed);
+    match run(&cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iwpm-bench: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    let scale = Scale::new(cli.quick, procfs::fd_limit());
+    if cli.internal_churn_v6 {
+        // Still single-threaded: the process can move to a private namespace.
+        netns::enter_private_namespace().context("private network namespace for IPv6")?;
+        iwpm_lab::lab::add_v6_loopback_addresses(&NetPlace::current())
+            .context("adding the lab's IPv6 addresses")?;
+        let levels = churn::run(Family::V6, &scale.churn_levels, scale.churn_ops)?;
+        println!("{}", serde_json::to_string(&levels)?);
+        return Ok(());
+    }
+    let progress = |what: &str| {
+        if !cli.json && std::io::stderr().is_terminal() {
+            eprintln!("iwpm-bench: {what}");
+        }
+    };
+    let mut bench = Bench::new(&scale);
+    progress("churn, IPv4");
+    bench.churn = churn::run(Family::V4, &scale.churn_levels, scale.churn_ops)?;
+    if !cli.no_ipv6 {
+        progress("churn, IPv6 (private namespace)");
+        match churn_v6(cli.quick) {
+            Ok(levels) => bench.churn.extend(levels),
+            Err(e) => bench.notes.push(format!("IPv6 churn skipped: {e:#}")),
+        }
+    }
+    if cli.churn_only {
+        bench.finish();
+        return print_bench(cli, &bench);
+    }
+    progress("connects through two daemons");
+    bench.connect.push(connect::run(
+        "steady",
+        scale.connections,
+        scale.concurrency,
+    )?);
+    progress("connect burst");
+    bench
+        .connect
+        .push(connect::run("burst", scale.burst, scale.burst)?);
+    progress("restart recovery");
+    bench.restart = Some(connect::restart(scale.restart_mappings)?);
+    bench.notes.push(format!(
+        "restart recovery at {} mappings: Linux replays at most 20 MAPINFO datagrams \
+         (about 230 mappings on x86-64) and aborts larger replays with -ENOMEM",
+        scale.restart_mappings
+    ));
+    bench.finish();
+    print_bench(cli, &bench)
+}
+
+fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(bench)?);
+    } else {
+        print!("{}", bench.render());
+    }
+    Ok(())
+}
+
+/// The IPv6 churn in a child process of ours (the namespace switch must happen while the
+/// process is single-threaded).
+fn churn_v6(quick: bool) -> Result<Vec<churn::ChurnLevel>> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--internal-churn-v6");
+    if quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd.output().context("running the IPv6 churn")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .lines()
+                .last()
+                .unwrap_or("failed")
+        );
+    }
+    let text = String::from_utf8(out.stdout)?;
+    let line = text.lines().last().context("no output")?;
+    Ok(serde_json::from_str(line)?)
+}

@@ -1,0 +1,60 @@
+//! What `/proc` tells about a process: resident memory and CPU time on the clock of the
+//! scheduler (`schedstat`, nanoseconds), which stays meaningful when the machine is shared
+//! and wall time is not.
+
+use std::fs;
+
+/// `VmRSS` of `pid`, bytes.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// CPU time of the main thread of `pid` (the daemon's event loop), ns.
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    parse_schedstat(&fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?)
+}
+
+/// CPU time of the calling thread, ns (`CLOCK_THREAD_CPUTIME_ID`: exact, where the
+/// thread's own `schedstat` lags until its next context switch).
+pub fn own_thread_cpu_ns() -> Option<u64> {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Some(u64::try_from(t.tv_sec).ok()? * 1_000_000_000 + u64::try_from(t.tv_nsec).ok()?)
+}
+
+fn parse_schedstat(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The process's `RLIMIT_NOFILE` soft limit (from `/proc/self/limits`).
+pub fn fd_limit() -> Option<u64> {
+    let limits = fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// 1-minute load average.
+pub fn load_average() -> Option<f64> {
+    fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        assert!(rss_bytes(std::process::id()).unwrap() > 0);
+        assert!(cpu_ns(std::process::id()).is_some());
+        assert!(own_thread_cpu_ns().is_some());
+        assert!(fd_limit().unwrap() > 0);
+        assert_eq!(parse_schedstat("123 4 5\n"), Some(123));
+    }
+}

@@ -1,0 +1,276 @@
+//! Sizes of a run, the collected results, the targets and the text table.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::churn::ChurnLevel;
+use crate::connect::{ConnectResult, RestartResult};
+use crate::procfs;
+
+/// Mappings held at the restart: what one kernel MAPINFO replay can carry.
+pub const RESTART_MAPPINGS: usize = 200;
+
+/// Descriptors kept free for the daemon's own sockets below the limit.
+const FD_MARGIN: u64 = 1024;
+
+/// How big each scenario is.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scale {
+    /// Live-mapping levels of the churn.
+    pub churn_levels: Vec<usize>,
+    /// Churn ops per level.
+    pub churn_ops: usize,
+    /// Steady connects and their concurrency.
+    pub connections: usize,
+    /// Connections in progress at once.
+    pub concurrency: usize,
+    /// Burst size (all at once).
+    pub burst: usize,
+    /// Mappings held at the restart.
+    pub restart_mappings: usize,
+    /// Levels lowered to fit the descriptor limit.
+    pub capped: Vec<String>,
+}
+
+impl Scale {
+    /// Full or quick sizes, capped so that the daemon's sockets fit in `fd_limit`.
+    pub fn new(quick: bool, fd_limit: Option<u64>) -> Scale {
+        let cap = fd_limit.map_or(usize::MAX, |l| {
+            usize::try_from(l.saturating_sub(FD_MARGIN)).unwrap_or(usize::MAX)
+        });
+        let mut capped = Vec::new();
+        let mut fit = |what: &str, n: usize| {
+            if n > cap {
+                capped.push(format!(
+                    "{what} {n} capped to {cap} (RLIMIT_NOFILE {}; one socket per mapping)",
+                    fd_limit.unwrap_or(0)
+                ));
+            }
+            n.min(cap)
+        };
+        let (levels, ops, conns, conc, burst) = if quick {
+            (vec![100, 1000], 300, 500, 64, 500)
+        } else {
+            (vec![100, 1000, 10_000, 50_000], 2000, 20_000, 256, 10_000)
+        };
+        // Linux replays at most IWPM_MAPINFO_SKB_COUNT (20) datagrams of MAPINFO records
+        // and aborts the replay with -ENOMEM beyond: about 230 mappings on x86-64 (the
+        // emulator models that). More cannot be recovered by any daemon.
+        let restart = RESTART_MAPPINGS;
+        let mut churn_levels: Vec<usize> = levels.iter().map(|&n| fit("churn level", n)).collect();
+        churn_levels.dedup();
+        Scale {
+            churn_levels,
+            churn_ops: ops,
+            connections: fit("steady connections", conns),
+            concurrency: conc,
+            burst: fit("burst", burst),
+            restart_mappings: restart,
+            capped,
+        }
+    }
+}
+
+/// One of the "done when" targets.
+#[derive(Clone, Debug, Serialize)]
+pub struct Target {
+    /// What is measured.
+    pub name: String,
+    /// The measured value.
+    pub value: f64,
+    /// The goal, as text.
+    pub goal: String,
+    /// Whether the value meets it.
+    pub met: bool,
+}
+
+/// Everything one run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Bench {
+    /// Sizes.
+    pub scale: Scale,
+    /// 1-minute load average before and after (the machine may be shared).
+    pub load_before: Option<f64>,
+    /// After.
+    pub load_after: Option<f64>,
+    /// Churn levels, IPv4 then IPv6.
+    pub churn: Vec<ChurnLevel>,
+    /// Connect scenarios.
+    pub connect: Vec<ConnectResult>,
+    /// Restart recovery.
+    pub restart: Option<RestartResult>,
+    /// The targets.
+    pub targets: Vec<Target>,
+    /// Anything skipped or capped.
+    pub notes: Vec<String>,
+}
+
+impl Bench {
+    /// An empty result for `scale`.
+    pub fn new(scale: &Scale) -> Bench {
+        Bench {
+            scale: scale.clone(),
+            load_before: procfs::load_average(),
+            load_after: None,
+            churn: Vec::new(),
+            connect: Vec::new(),
+            restart: None,
+            targets: Vec::new(),
+            notes: scale.capped.clone(),
+        }
+    }
+
+    /// Records the load and evaluates the targets.
+    pub fn finish(&mut self) {
+        self.load_after = procfs::load_average();
+        let mut t = Vec::new();
+        for family in ["ipv4", "ipv6"] {
+            let levels: Vec<&ChurnLevel> =
+                self.churn.iter().filter(|c| c.family == family).collect();
+            if let (Some(first), Some(last)) = (levels.first(), levels.last()) {
+                let flat = last.daemon_cpu_us / first.daemon_cpu_us;
+                t.push(target(
+                    format!(
+                        "{family} churn daemon CPU/op, {} vs {} live",
+                        last.live, first.live
+                    ),
+                    flat,
+                    "<= 1.2x",
+                    flat <= 1.2,
+                ));
+                let worst = levels.iter().map(|c| c.cpu_ratio).fold(0.0, f64::max);
+                t.push(target(
+                    format!("{family} churn daemon CPU/op over floor CPU/op (worst level)"),
+                    worst,
+                    "<= 2x",
+                    worst <= 2.0,
+                ));
+            }
+        }
+        if let Some(c) = self.connect.iter().find(|c| c.scenario == "steady") {
+            t.push(target(
+                "connects/s through two daemons".into(),
+                c.conn_per_s,
+                ">= 20000",
+                c.conn_per_s >= 20_000.0,
+            ));
+        }
+        if let Some(c) = self.churn.iter().rfind(|c| c.family == "ipv4") {
+            t.push(target(
+                format!("daemon bytes per mapping at {} live", c.live),
+                c.bytes_per_mapping,
+                "<= 256",
+                c.bytes_per_mapping <= 256.0,
+            ));
+        }
+        if let Some(c) = self.churn.iter().rfind(|c| c.family == "ipv4") {
+            // Below 50k (a capped level) the RSS at 50k is projected from the measured
+            // bytes per mapping.
+            let missing = 50_000usize.saturating_sub(c.live) as f64;
+            let mib = (c.rss_bytes as f64 + missing * c.bytes_per_mapping) / (1024.0 * 1024.0);
+            let how = if missing > 0.0 {
+                format!("projected from {} mappings", c.live)
+            } else {
+                "measured".to_owned()
+            };
+            t.push(target(
+                format!("daemon RSS MiB at 50000 mappings ({how})"),
+                mib,
+                "<= 32",
+                mib <= 32.0,
+            ));
+        }
+        self.targets = t;
+    }
+
+    /// The text report.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let load = |l: Option<f64>| l.map_or("?".into(), |l| format!("{l:.1}"));
+        let _ = writeln!(
+            s,
+            "iwpm-bench (load average {} before, {} after)\n",
+            load(self.load_before),
+            load(self.load_after)
+        );
+        let _ = writeln!(
+            s,
+            "churn (ADD+REMOVE per op)   live   op µs  floor µs  wall x  daemon CPU µs  floor CPU µs  CPU x  RSS MiB  B/mapping"
+        );
+        for c in &self.churn {
+            let _ = writeln!(
+                s,
+                "  {:<24} {:>6} {:>7.1} {:>9.1} {:>7.2} {:>14.2} {:>13.2} {:>6.2} {:>8.1} {:>10.0}",
+                c.family,
+                c.live,
+                c.op_us,
+                c.floor_us,
+                c.wall_ratio,
+                c.daemon_cpu_us,
+                c.floor_cpu_us,
+                c.cpu_ratio,
+                c.rss_bytes as f64 / 1048576.0,
+                c.bytes_per_mapping
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nconnects            n  conc.  conn/s   p50 ms   p99 ms  p999 ms  daemon p99  retrans  late RI  ok"
+        );
+        for c in &self.connect {
+            let p =
+                |f: fn(&iwpm_lab::report::Percentiles) -> f64| c.latency.as_ref().map_or(0.0, f);
+            let _ = writeln!(
+                s,
+                "  {:<8} {:>8} {:>6} {:>7.0} {:>8.2} {:>8.2} {:>8.2} {:>11.2} {:>8} {:>8}  {}",
+                c.scenario,
+                c.connections,
+                c.concurrency,
+                c.conn_per_s,
+                p(|l| l.p50_ms),
+                p(|l| l.p99_ms),
+                p(|l| l.p999_ms),
+                c.daemon_local.as_ref().map_or(0.0, |l| l.p99_ms),
+                c.retransmissions,
+                c.remote_info_late,
+                if c.consistent { "yes" } else { "NO" }
+            );
+        }
+        if let Some(r) = &self.restart {
+            let _ = writeln!(
+                s,
+                "\nrestart: {} mappings recovered of {} in {:.1} ms ({:.0}/s), RSS after {:.1} MiB",
+                r.recovered,
+                r.mappings,
+                r.downtime_ms,
+                r.mappings_per_s,
+                r.rss_bytes as f64 / 1048576.0
+            );
+        }
+        let _ = writeln!(s, "\ntargets");
+        for t in &self.targets {
+            let _ = writeln!(
+                s,
+                "  {:<4} {:<62} {:>10.2}  (goal {})",
+                if t.met { "met" } else { "MISS" },
+                t.name,
+                t.value,
+                t.goal
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        s
+    }
+}
+
+fn target(name: String, value: f64, goal: &str, met: bool) -> Target {
+    Target {
+        name,
+        value,
+        goal: goal.into(),
+        met,
+    }
+}
