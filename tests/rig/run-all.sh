@@ -243,7 +243,7 @@ for t in flood:flood/flood-table.txt forge:forge-A/forge-table.txt; do
   f="$SHARE/out/${t#*:}"; rm -f "$RES/${t%%:*}.txt"
   [ -s "$f" ] || continue
   cp "$f" "$RES/${t%%:*}.txt"
-  { echo; echo "== ${t%%:*} (target/rig/${t%%:*}.txt)"; sed 's/^/  /' "$f"; } | tee -a "$SUMMARY"
+  { echo; echo "== ${t%%:*} (target/rig/$RIG_KVER/${t%%:*}.txt)"; sed 's/^/  /' "$f"; } | tee -a "$SUMMARY"
 done
 
 # ---- restart-load table: ours vs C -------------------------------------------------------
@@ -286,7 +286,7 @@ if [ -s "$SHARE/out/restart-load-ours/restart-load-results.txt" ] || [ -s "$SHAR
       else a=$(rl_val restart-load-ours "$k"); b=$(rl_val restart-load-c "$k"); fi
       printf '%-52s %-28s %s\n' "$l" "${a:--}" "${b:--}"
     done; } > "$RL"
-  { echo; echo "== restart-load (target/rig/restart-load.txt)"; sed 's/^/  /' "$RL"; } | tee -a "$SUMMARY"
+  { echo; echo "== restart-load (target/rig/$RIG_KVER/restart-load.txt)"; sed 's/^/  /' "$RL"; } | tee -a "$SUMMARY"
 fi
 
 # ---- verdict ---------------------------------------------------------------------------
