@@ -15,7 +15,7 @@
 #     still work without a stall, and the daemon must be the port mapper again by
 #     answering the REG_PID that the next listen multicasts; a daemon restart
 #     (HELLO + MAPINFO) works as well.
-# Knobs: iwpmd=PATH iwpmd_args=A,B  nobody=UID [65534]
+# Knobs: iwpmd=PATH iwpmd_args=A,B  nobody=UID [65534]  rival=1 (optional last step, below)
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 NOBODY=${RIG_NOBODY:-65534}
 KREL=$(uname -r)
@@ -87,6 +87,25 @@ check restart-mapped "after the restart a new listener :7604 is mapped again (SI
   sh -c "[ $r = 0 ] && grep -q '$IP:7604(' $OUT/dump-restarted.txt"
 kill $LIVE_CP $LIVE_SP 2>/dev/null; wait $LIVE_CP $LIVE_SP 2>/dev/null
 check stop-restarted "daemon exits on SIGTERM" stop_iwpmd
+
+# ---- optional (rig.rival=1, off in run-all): an unprivileged rival port mapper ------------
+# rigtool mute-responder as uid 65534 next to a running daemon: it says HELLO, joins groups
+# 1+2, answers REG_PID and ADD_MAPPING, never QUERY. On 6.1 its bind is refused; on 6.12 it
+# runs, and which of the two gets each kernel request is a race. Reported as INFO only.
+if [ "${RIG_RIVAL:-0}" = 1 ]; then
+  ST3="$OUT/iwpmd-rival.strace"
+  start_iwpmd "$ST3" || bad rival-start "daemon did not start"
+  dmesg_mark
+  rigtool -u "$NOBODY" mute-responder > "$OUT/rival.txt" 2>&1 & rp=$!
+  sleep 1
+  if kill -0 $rp 2>/dev/null; then rs=running; else rs="refused: $(head -1 "$OUT/rival.txt")"; fi
+  rping_pair "$IP" 3 rival1 7611; r1=$?; t1=$RPING_T
+  rping_pair "$IP" 3 rival2 7612; r2=$?; t2=$RPING_T
+  kill $rp 2>/dev/null; wait $rp 2>/dev/null
+  stop_iwpmd
+  T3="$OUT/iwpm-traffic-rival.txt"; decode "$ST3" "$T3"
+  echo "INFO rival: unprivileged rival port mapper $rs; rping rc $r1 in ${t1}s, rc $r2 in ${t2}s; kernel requests the daemon saw: $(cnt "$T3" ' nl recv src=0 IWCM (ADD|QUERY)_MAPPING '); REJECTs sent: $(cnt "$T3" ' udp send .* REJECT '); kernel: $(dmesg_iwpm_since | head -3 | tr '\n' '|')" >> "$CHECKS"
+fi
 
 T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
 T2="$OUT/iwpm-traffic-restarted.txt"; decode "$ST2" "$T2"
