@@ -1,26 +1,32 @@
 #!/bin/bash
 # Provide the rig kernel: a small x86_64 bzImage with Soft-iWARP (siw), rdma_cm, uverbs,
-# virtio-net and 9p built in (fragment: kernel/siw-rig.config on top of tinyconfig).
+# virtio-net and 9p built in (fragment: kernel/siw-rig.config on top of tinyconfig, plus
+# kernel/siw-rig-$RIG_KVER.config for series other than 6.1).
 #
-# Usage: tests/rig/build-kernel.sh [-f]     (-f: build from source even if a kernel exists)
-# Order: $RIG_KERNEL if set; else ../shared/rig/bzImage when present with the same
-# fragment (RIG_NO_SHARED=1 skips it); else $RIG_CACHE/bzImage, built from Debian's linux-source-6.1 if missing or
-# stale. Prints the path of the kernel to use as its last line.
-# Env: RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3).
+# Usage: [RIG_KVER=6.1|6.12] tests/rig/build-kernel.sh [-f]   (-f: build from source even
+#        if a kernel exists)
+# Order: the explicit image ($RIG_KERNEL for 6.1, $RIG_KERNEL_6_12 for 6.12) if set; else
+# the prebuilt ../shared/rig/bzImage (bzImage-6.12) when built from the same configuration
+# (RIG_NO_SHARED=1 skips it); else $RIG_CACHE/bzImage (bzImage-6.12), built from Debian's
+# linux-source-$RIG_KVER if missing or stale. Prints the path of the kernel as its last line.
+# Env: RIG_KVER (default 6.1), RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+rig_kver_ok || { echo "[build-kernel] unknown RIG_KVER=$RIG_KVER (known: $RIG_KVERS)" >&2; exit 2; }
 JOBS="${JOBS:-3}"
 FRAG="$RIG_DIR/kernel/siw-rig.config"
+OVERLAY="$(rig_overlay)"
+IMG="$(rig_cache_image)"
 FORCE=0; [ "${1:-}" = "-f" ] && FORCE=1
 
 if [ $FORCE = 0 ]; then
   k="$(rig_kernel || true)"
-  if [ -n "$k" ] && [ "$k" != "$CACHE/bzImage" ]; then
+  if [ -n "$k" ] && [ "$k" != "$IMG" ]; then
     echo "[build-kernel] using $k" >&2; echo "$k"; exit 0
   fi
 fi
 
-need_pkgs=(linux-source-6.1 build-essential flex bison bc libelf-dev libssl-dev xz-utils cpio)
+need_pkgs=(linux-source-$RIG_KVER build-essential flex bison bc libelf-dev libssl-dev xz-utils cpio)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,15 +37,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >&2; }
 fi
 
-TARBALL="$(ls /usr/src/linux-source-6.1.tar.xz)"
-SRCVER="$(dpkg-query -W -f='${Version}' linux-source-6.1)"
-SRC="$CACHE/linux-source-6.1"
-OBJ="$CACHE/kbuild"
+TARBALL="$(ls /usr/src/linux-source-$RIG_KVER.tar.xz)"
+SRCVER="$(dpkg-query -W -f='${Version}' linux-source-$RIG_KVER)"
+SRC="$CACHE/linux-source-$RIG_KVER"
+if [ "$RIG_KVER" = 6.1 ]; then OBJ="$CACHE/kbuild"; FULLCFG="$CACHE/kernel.config.full"
+else OBJ="$CACHE/kbuild-$RIG_KVER"; FULLCFG="$CACHE/kernel.config.full-$RIG_KVER"; fi
 mkdir -p "$CACHE"
-want_stamp="$SRCVER $(rig_frag_key "$FRAG" | sha256sum | cut -d' ' -f1)"
-STAMP="$CACHE/bzImage.stamp"
-if [ $FORCE = 0 ] && [ -f "$CACHE/bzImage" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want_stamp" ]; then
-  echo "[build-kernel] $CACHE/bzImage up to date" >&2; echo "$CACHE/bzImage"; exit 0
+# 6.1 keeps the stamp it always had (fragment only), so existing caches stay valid.
+if [ -n "$OVERLAY" ]; then
+  want_stamp="$SRCVER $({ rig_frag_key "$FRAG"; echo "--"; rig_frag_key "$OVERLAY"; } | sha256sum | cut -d' ' -f1)"
+else
+  want_stamp="$SRCVER $(rig_frag_key "$FRAG" | sha256sum | cut -d' ' -f1)"
+fi
+STAMP="$IMG.stamp"
+if [ $FORCE = 0 ] && [ -f "$IMG" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want_stamp" ]; then
+  echo "[build-kernel] $IMG up to date" >&2; echo "$IMG"; exit 0
 fi
 
 if [ ! -f "$SRC/.rig-srcver" ] || [ "$(cat "$SRC/.rig-srcver")" != "$SRCVER" ]; then
@@ -53,7 +65,7 @@ mkdir -p "$OBJ"
 cd "$SRC"
 export ARCH=x86_64
 make O="$OBJ" -s tinyconfig >&2
-scripts/kconfig/merge_config.sh -m -O "$OBJ" "$OBJ/.config" "$FRAG" >/dev/null
+scripts/kconfig/merge_config.sh -m -O "$OBJ" "$OBJ/.config" "$FRAG" $OVERLAY >/dev/null
 make O="$OBJ" -s olddefconfig >&2
 
 # Every =y of the fragment must survive dependency resolution.
@@ -62,15 +74,15 @@ while IFS= read -r line; do
   case "$line" in CONFIG_*=y)
     grep -qx "$line" "$OBJ/.config" || { echo "[build-kernel] NOT SET: $line" >&2; bad=1; } ;;
   esac
-done < "$FRAG"
+done < <(cat "$FRAG" $OVERLAY)
 grep -q '^CONFIG_MODULES=y' "$OBJ/.config" && { echo "[build-kernel] CONFIG_MODULES unexpectedly on" >&2; bad=1; }
 [ $bad = 0 ] || { echo "[build-kernel] config check failed" >&2; exit 1; }
-cp "$OBJ/.config" "$CACHE/kernel.config.full"
+cp "$OBJ/.config" "$FULLCFG"
 
 echo "[build-kernel] building bzImage with -j$JOBS ..." >&2
 t0=$(date +%s)
 make O="$OBJ" -j"$JOBS" bzImage >&2
-cp "$OBJ/arch/x86/boot/bzImage" "$CACHE/bzImage"
+cp "$OBJ/arch/x86/boot/bzImage" "$IMG"
 echo "$want_stamp" > "$STAMP"
-echo "[build-kernel] built in $(( $(date +%s) - t0 )) s: $CACHE/bzImage" >&2
-echo "$CACHE/bzImage"
+echo "[build-kernel] built in $(( $(date +%s) - t0 )) s: $IMG" >&2
+echo "$IMG"

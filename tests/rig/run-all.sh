@@ -1,15 +1,18 @@
 #!/bin/bash
 # Run every real-kernel rig suite against our daemon, with the C iwpmd as reference.
 #
-# Usage: tests/rig/run-all.sh [--daemon PATH] [--no-c] [--only SUITE,...] [--selftest]
+# Usage: tests/rig/run-all.sh [--kernel 6.1|6.12|all] [--daemon PATH] [--no-c] [--only SUITE,...]
+#                             [--selftest]
+#   --kernel K     boot Linux 6.1 (Debian 12), 6.12 (Debian 13) or both in turn [all]; each
+#                  kernel gets the whole run below and its own results folder
 #   --daemon PATH  our iwpmd binary (default: cargo build --release -p iwpmd, then
 #                  target/release/iwpmd)
 #   --no-c         skip the C reference runs that are not comparisons (restart, negative,
-#                  abi, noipv6, twovm C<->C); single (cmtime), the mixed twovm pairs, perf,
+#                  abi, noipv6, nlperm, twovm C<->C); single (cmtime), the mixed twovm pairs, perf,
 #                  flood and forge (C and ours side by side in one boot) and restart-load
 #                  (ours, then C, compared in one table) always run
-#   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,twovm,
-#                  perf,flood,forge,privdrop
+#   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,nlperm,
+#                  twovm,perf,flood,forge,privdrop
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -18,23 +21,63 @@
 #                  below must FAIL there, and each such failure counts as a PASS
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
-# Results: target/rig/ (summary.txt, cmtime.txt, flood.txt, forge.txt, restart-load.txt, share/out/<run>/
-# with every trace); exit status 0 only if every check of every run passed.
+# Results: target/rig/<kernel>/ (summary.txt, cmtime.txt, flood.txt, forge.txt,
+# restart-load.txt, share/out/<run>/ with every trace, console-<run>.log) and
+# target/rig/summary.txt (every kernel's summary in turn, then the total and the wall time
+# per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,twovm,perf,flood,forge,privdrop"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,privdrop"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --kernel) KERNELS="$2"; shift 2 ;;
     --daemon) OURS="$2"; shift 2 ;;
-    --no-c) WITH_C=0; shift ;;
-    --only) ONLY="$2"; shift 2 ;;
-    --selftest) SELFTEST=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --no-c) WITH_C=0; ARGS+=("$1"); shift ;;
+    --only) ONLY="$2"; ARGS+=("$1" "$2"); shift 2 ;;
+    --selftest) SELFTEST=1; ARGS+=("$1"); shift ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; esac; return 1; }
-RES="${CARGO_TARGET_DIR:-$REPO/target}/rig"
+RIG_TOP="${CARGO_TARGET_DIR:-$REPO/target}/rig"
+[ "$KERNELS" = all ] && KERNELS="${RIG_KVERS// /,}"
+for k in ${KERNELS//,/ }; do
+  RIG_KVER=$k rig_kver_ok || { echo "unknown kernel $k (known: $RIG_KVERS, all)" >&2; exit 2; }
+done
+
+# ---- every kernel in turn: this script once per kernel (RIG_ALL_ONE=1), results apart ----
+if [ "${RIG_ALL_ONE:-0}" != 1 ]; then
+  mkdir -p "$RIG_TOP"
+  exec 8> "$RIG_TOP/.lock"   # compat-report waits on this one while any kernel runs
+  flock -n 8 || { echo "[run-all] waiting for another run-all on $RIG_TOP" >&2; flock -w 3600 8 || { echo "[run-all] gave up waiting" >&2; exit 1; }; }
+  T0=$(date +%s); TOP_SUMMARY="$RIG_TOP/summary.txt"
+  # results of the layout before per-kernel folders would only mislead
+  rm -rf "$RIG_TOP/share" "$RIG_TOP"/console-*.log "$RIG_TOP"/{cmtime,flood,forge,restart-load}.txt
+  : > "$TOP_SUMMARY"
+  if [ -z "$OURS" ]; then
+    (cd "$REPO" && cargo build --release -p iwpmd >&2) || { echo "FAIL setup: cargo build --release -p iwpmd" | tee -a "$TOP_SUMMARY"; exit 1; }
+    OURS="${CARGO_TARGET_DIR:-$REPO/target}/release/iwpmd"
+  fi
+  rc=0; TIMES=(); NP=0; NF=0
+  for k in ${KERNELS//,/ }; do
+    t=$(date +%s)
+    echo "[run-all] ===== kernel $k =====" >&2
+    RIG_ALL_ONE=1 RIG_KVER=$k "$0" --kernel "$k" --daemon "$OURS" ${ARGS[@]+"${ARGS[@]}"} || rc=1
+    TIMES+=("$k $(( $(date +%s) - t ))s")
+    f="$RIG_TOP/$k/summary.txt"
+    { echo "=== kernel $k (target/rig/$k/summary.txt)"; cat "$f" 2>/dev/null || echo "FAIL setup: no summary for kernel $k"; echo; } >> "$TOP_SUMMARY"
+    p=$(grep -c '^   PASS' "$f" 2>/dev/null); q=$(grep -cE '^(   )?FAIL' "$f" 2>/dev/null)
+    NP=$((NP+${p:-0})); NF=$((NF+${q:-0}))
+    [ -f "$f" ] || NF=$((NF+1))
+  done
+  [ $rc = 0 ] || [ $NF -gt 0 ] || NF=1   # a kernel's run failed without a FAIL line
+  { echo "== rig, every kernel ($KERNELS): $NP passed, $NF failed; wall $(( $(date +%s) - T0 ))s (${TIMES[*]})"; } | tee -a "$TOP_SUMMARY"
+  echo "$NP passed, $NF failed"
+  [ $NF = 0 ]; exit
+fi
+
+RES="$RIG_TOP/$RIG_KVER"
 SHARE="$RES/share"
 SUMMARY="$RES/summary.txt"
 # One run at a time per results folder (cargo test and a manual run may overlap): the
@@ -51,7 +94,7 @@ stamp() { echo "$(( $(date +%s) - T_START ))s"; }
 # ---- kernel, initramfs, our binary ------------------------------------------------
 t=$(date +%s)
 KERNEL=$("$RIG_DIR/build-kernel.sh" | tail -1) || { say "FAIL setup: no kernel"; exit 1; }
-export RIG_KERNEL="$KERNEL"
+export RIG_KVER "$(rig_kernel_var)=$KERNEL"   # what run-vm.sh boots
 "$RIG_DIR/mkinitramfs.sh" >&2 || { say "FAIL setup: initramfs"; exit 1; }
 if [ -z "$OURS" ]; then
   (cd "$REPO" && cargo build --release -p iwpmd >&2) || { say "FAIL setup: cargo build --release -p iwpmd"; exit 1; }
@@ -60,7 +103,7 @@ fi
 [ -x "$OURS" ] || { say "FAIL setup: our daemon $OURS is not an executable"; exit 1; }
 cp "$OURS" "$SHARE/bin/iwpmd-rs"
 RS=/mnt/rig/bin/iwpmd-rs; C=/usr/sbin/iwpmd
-say "rig: kernel $KERNEL; initramfs $INITRD_DEFAULT; ours $OURS ($(sha256sum "$OURS" | cut -c1-12)) as $RS; C $C; setup $(( $(date +%s) - t ))s"
+say "rig: Linux $RIG_KVER kernel $KERNEL; initramfs $INITRD_DEFAULT; ours $OURS ($(sha256sum "$OURS" | cut -c1-12)) as $RS; C $C; setup $(( $(date +%s) - t ))s"
 
 # ---- runs ----------------------------------------------------------------------------
 RUNS=()   # run names in order, for the summary
@@ -121,6 +164,10 @@ fi
 if want noipv6; then  # kernel booted with ipv6.disable=1: socket(AF_INET6) gives EAFNOSUPPORT
   run1 noipv6-ours 180 noipv6 -K ipv6.disable=1 -e iwpmd=$RS
   [ $WITH_C = 1 ] && run1 noipv6-c 180 noipv6 -K ipv6.disable=1 -e iwpmd=$C
+fi
+if want nlperm; then  # what an unprivileged process can do on iwpm netlink (kernels differ)
+  run1 nlperm-ours 180 nlperm -e iwpmd=$RS
+  [ $WITH_C = 1 ] && run1 nlperm-c 180 nlperm -e iwpmd=$C
 fi
 if want twovm; then
   run2 twovm-ours-ours $RS $RS
@@ -199,7 +246,7 @@ for t in flood:flood/flood-table.txt forge:forge-A/forge-table.txt; do
   f="$SHARE/out/${t#*:}"; rm -f "$RES/${t%%:*}.txt"
   [ -s "$f" ] || continue
   cp "$f" "$RES/${t%%:*}.txt"
-  { echo; echo "== ${t%%:*} (target/rig/${t%%:*}.txt)"; sed 's/^/  /' "$f"; } | tee -a "$SUMMARY"
+  { echo; echo "== ${t%%:*} (target/rig/$RIG_KVER/${t%%:*}.txt)"; sed 's/^/  /' "$f"; } | tee -a "$SUMMARY"
 done
 
 # ---- restart-load table: ours vs C -------------------------------------------------------
@@ -242,7 +289,7 @@ if [ -s "$SHARE/out/restart-load-ours/restart-load-results.txt" ] || [ -s "$SHAR
       else a=$(rl_val restart-load-ours "$k"); b=$(rl_val restart-load-c "$k"); fi
       printf '%-52s %-28s %s\n' "$l" "${a:--}" "${b:--}"
     done; } > "$RL"
-  { echo; echo "== restart-load (target/rig/restart-load.txt)"; sed 's/^/  /' "$RL"; } | tee -a "$SUMMARY"
+  { echo; echo "== restart-load (target/rig/$RIG_KVER/restart-load.txt)"; sed 's/^/  /' "$RL"; } | tee -a "$SUMMARY"
 fi
 
 # ---- verdict ---------------------------------------------------------------------------

@@ -145,6 +145,16 @@ setup_net() {
   siw_add "$DEV" siw0 || bad setup "rdma link add siw0 on $DEV"
 }
 
+# wait_listen PORT [SECS]: wait (at most SECS, 10) until a TCP listener on PORT exists. An
+# iWARP listener's siw socket appears only after the port mapper has answered the listen's
+# ADD_MAPPING, so a client started after this cannot overtake its server (on a loaded host
+# a fixed "sleep 1" was sometimes too short: QUERY before ADD, a REJECT and a stall).
+wait_listen() {
+  local i=0 n=$(( ${2:-10} * 10 ))
+  while [ -z "$(ss -ltnH "sport = :$1" 2>/dev/null)" ]; do
+    i=$((i+1)); [ $i -ge $n ] && { log "no listener on :$1 after ${2:-10}s"; return 1; }; sleep 0.1
+  done
+}
 # rping_pair ADDR COUNT TAG [PORT]: rping server + client; sets RPING_T (client seconds)
 # and RPING_LINES; returns 0 when the client exits 0 and both sides logged COUNT pings.
 # (rping's server sometimes exits 255 after the last ping, "wait for RDMA_READ_ADV state
@@ -153,7 +163,7 @@ setup_net() {
 rping_pair() {
   local a=$1 n=$2 tag=$3 p=${4:-7174} sp rc src t0 sl
   rping -s -a "$a" -p "$p" -C "$n" -v > "$OUT/rping-$tag-server.log" 2>&1 & sp=$!
-  sleep 1
+  wait_listen "$p"
   t0=$(uptime_s)
   timeout 60 rping -c -a "$a" -p "$p" -C "$n" -v > "$OUT/rping-$tag-client.log" 2>&1; rc=$?
   RPING_T=$(elapsed "$t0")
@@ -177,7 +187,7 @@ check_rping() {
 live_pair() {
   local i=0
   rping -s -P -a "$1" -p "$2" > "$OUT/rping-$3-server.log" 2>&1 & LIVE_SP=$!
-  sleep 1
+  wait_listen "$2"
   rping -c -v -a "$1" -p "$2" > "$OUT/rping-$3-client.log" 2>&1 & LIVE_CP=$!
   while ! grep -q 'ping data' "$OUT/rping-$3-client.log"; do
     i=$((i+1)); [ $i -ge 75 ] && { log "live rping client on :$2 never connected"; return 1; }; sleep 0.2

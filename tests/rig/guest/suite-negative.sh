@@ -21,7 +21,7 @@ dmesg_mark
 ST="$OUT/iwpmd.strace"
 check start "daemon up" start_iwpmd "$ST"
 rping -s -P -a "$IP" -p 7400 > "$OUT/rping-live-server.log" 2>&1 & sp=$!
-sleep 1
+wait_listen 7400
 iwpmd_dump "$OUT/dump-before.txt"; dump_pairs "$OUT/dump-before.txt" > "$OUT/pairs-before.txt"
 check dump-before "listener $IP:7400 mapped before the forgery" grep -q "$IP:7400(" "$OUT/pairs-before.txt"
 

@@ -31,7 +31,7 @@
 #   end-empty       once everything is closed the dump is empty (the replayed mappings'
 #                   reference counts were right: each close removed its mapping)
 # Figures: restart-load-results.txt ("key value"), merged by run-all.sh into
-# target/rig/restart-load.txt (ours vs C).
+# target/rig/<kernel>/restart-load.txt (ours vs C).
 # Knobs: iwpmd=PATH iwpmd_args=A,B listeners=N [100] first=PORT [7400] live=N [3]
 #        loops=N [4] gap=S [2] down=S [1] new=N [10] reference=0|1 [0]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"

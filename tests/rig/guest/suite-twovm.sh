@@ -29,11 +29,11 @@ note "peer daemon: $(cat "$SYNC/$OTHER.daemon" 2>/dev/null)"
 
 if [ "$ROLE" = server ]; then
   rping -s -a "$IP" -p 7600 -C "$N" -v > "$OUT/rping-server.log" 2>&1 & sp=$!
-  flag rping.listening; wait_flag rping.done 120; wait_or_kill $sp 10; rc=$?
+  wait_listen 7600; flag rping.listening; wait_flag rping.done 120; wait_or_kill $sp 10; rc=$?
   l=$(grep -c '^server ping data' "$OUT/rping-server.log")
   check rping-server "rping server -C $N: $l ping lines (rc $rc)" test "$l" = "$N"
   rping -s -P -a "$IP" -p 7601 > "$OUT/rping-live-server.log" 2>&1 & sp=$!
-  flag live.listening; wait_flag live.connected 120
+  wait_listen 7601; flag live.listening; wait_flag live.connected 120
   iwpmd_dump "$OUT/dump-live.txt"
   [ $NODAEMON = 1 ] || check dump "SIGUSR1 on the passive side: $DUMP_N mappings, incl. listener $IP:7601" \
     sh -c "[ $DUMP_N -ge 1 ] && grep -q '$IP:7601(' $OUT/dump-live.txt"

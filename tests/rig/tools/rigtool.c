@@ -7,6 +7,15 @@
  *   rigtool udp IP PORT HEX                     one UDP datagram with the given bytes
  *   rigtool nl-portid                           port id of the first NETLINK_RDMA user
  *                                               socket with multicast groups (the daemon)
+ *   rigtool nl-listen GROUPS SECS               bind a NETLINK_RDMA socket to the multicast
+ *                                               group mask GROUPS (exit 3 if refused) and
+ *                                               print every message it gets for SECS seconds
+ *   rigtool nl-hello                            say HELLO (ABI 4) to the kernel as a daemon
+ *                                               would, print the answers for 2 s, exit (0 if
+ *                                               the kernel answered the HELLO, 4 if not)
+ *   rigtool -u UID COMMAND ...                  any command above as user UID (no groups,
+ *                                               no capabilities): the kernel's view of an
+ *                                               unprivileged local process
  *   rigtool mute-responder                      a deliberately broken port mapper for the
  *                                               rig's self-test: says HELLO, answers REG_PID
  *                                               and ADD_MAPPING, never answers QUERY_MAPPING
@@ -29,6 +38,8 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <grp.h>
+#include <time.h>
 #include <linux/netlink.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -285,9 +296,147 @@ static int responder(int answer_query)
 	}
 }
 
+static const char *op_name(int op)
+{
+	static const char *names[] = { "REG_PID", "ADD_MAPPING", "QUERY_MAPPING", "REMOVE_MAPPING",
+				       "REMOTE_INFO", "HANDLE_ERR", "MAPINFO", "MAPINFO_NUM", "HELLO" };
+	return op >= 0 && op < 9 ? names[op] : "?";
+}
+
+/* print every message of one datagram; returns how many were HELLO answers */
+static int print_msgs(const unsigned char *in, ssize_t n)
+{
+	int hellos = 0;
+	for (const struct nlmsghdr *h = (const void *)in; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+		if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+			int32_t e = 0;
+			if (h->nlmsg_len >= NLMSG_HDRLEN + 4)
+				memcpy(&e, NLMSG_DATA(h), 4);
+			printf("recv %s seq=%u error=%d\n", h->nlmsg_type == NLMSG_DONE ? "DONE" : "ERROR",
+			       h->nlmsg_seq, e);
+			continue;
+		}
+		int client = h->nlmsg_type >> 10, op = h->nlmsg_type & 0x3ff;
+		uint16_t len;
+		const unsigned char *a;
+		printf("recv client=%d op=%s seq=%u pid=%u len=%u", client, op_name(op), h->nlmsg_seq,
+		       h->nlmsg_pid, h->nlmsg_len);
+		if (client == RDMA_NL_IWCM && op == OP_HELLO && (a = get_attr(h, 1, &len)) && len >= 2) {
+			uint16_t abi;
+			memcpy(&abi, a, 2);
+			printf(" abi=%u", abi);
+			hellos++;
+		}
+		if (client == RDMA_NL_IWCM && op == OP_REG_PID && (a = get_attr(h, 3, &len)))
+			printf(" dev=%.*s", (int)strnlen((const char *)a, len), a);
+		printf("\n");
+	}
+	return hellos;
+}
+
+/* bind a NETLINK_RDMA socket (port id chosen by the kernel) to GROUPS; -errno on failure */
+static int nl_open(uint32_t groups, uint32_t *portid)
+{
+	int fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_RDMA);
+	if (fd < 0)
+		return -errno;
+	struct sockaddr_nl me = { .nl_family = AF_NETLINK, .nl_groups = groups };
+	if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	socklen_t sl = sizeof(me);
+	getsockname(fd, (struct sockaddr *)&me, &sl);
+	*portid = me.nl_pid;
+	return fd;
+}
+
+/* receive and print until SECS seconds have passed; returns the HELLO answers seen */
+static int nl_drain(int fd, int secs)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = 200000 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	time_t end = time(NULL) + secs;
+	int hellos = 0;
+	while (time(NULL) < end) {
+		unsigned char in[8192];
+		ssize_t n = recv(fd, in, sizeof(in), 0);
+		if (n > 0)
+			hellos += print_msgs(in, n);
+		else if (n < 0 && errno != EAGAIN && errno != EINTR)
+			printf("recv error: %s\n", strerror(errno));
+	}
+	return hellos;
+}
+
+static int nl_listen(int argc, char **argv)
+{
+	if (argc < 4)
+		return 2;
+	uint32_t groups = strtoul(argv[2], NULL, 0), portid = 0;
+	int fd = nl_open(groups, &portid);
+	if (fd < 0) {
+		printf("join groups=0x%x uid=%u: refused: %s\n", groups, getuid(), strerror(-fd));
+		return 3;
+	}
+	printf("join groups=0x%x uid=%u: joined, port id %u\n", groups, getuid(), portid);
+	nl_drain(fd, atoi(argv[3]));
+	close(fd);
+	return 0;
+}
+
+static int nl_hello(void)
+{
+	uint32_t portid = 0;
+	int fd = nl_open(0, &portid);
+	if (fd < 0) {
+		printf("netlink socket uid=%u: %s\n", getuid(), strerror(-fd));
+		return 1;
+	}
+	uint16_t ver = 4;
+	struct buf m = { .n = sizeof(struct nlmsghdr) };
+	put_attr(&m, 1, &ver, 2);
+	struct nlmsghdr *h = (struct nlmsghdr *)m.b;
+	h->nlmsg_len = m.n;
+	h->nlmsg_type = (RDMA_NL_IWCM << 10) | OP_HELLO;
+	h->nlmsg_flags = NLM_F_REQUEST;
+	h->nlmsg_seq = 1;
+	h->nlmsg_pid = portid;
+	struct sockaddr_nl k = { .nl_family = AF_NETLINK };
+	if (sendto(fd, m.b, m.n, 0, (struct sockaddr *)&k, sizeof(k)) < 0) {
+		printf("send HELLO uid=%u port id %u: %s\n", getuid(), portid, strerror(errno));
+		return 1;
+	}
+	printf("sent HELLO uid=%u port id %u\n", getuid(), portid);
+	int hellos = nl_drain(fd, 2);
+	close(fd);
+	printf("hello answers: %d\n", hellos);
+	return hellos > 0 ? 0 : 4;
+}
+
+/* become UID with no supplementary groups; a root process loses every capability */
+static int drop_to(const char *uid_s)
+{
+	uid_t uid = strtoul(uid_s, NULL, 0);
+	if (setgroups(0, NULL) || setgid(uid) || setuid(uid)) {
+		perror("drop privileges");
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int rc = 2;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc >= 3 && !strcmp(argv[1], "-u")) {
+		if (drop_to(argv[2]))
+			return 1;
+		argv[2] = argv[0];
+		argv += 2;
+		argc -= 2;
+	}
 	if (argc >= 2 && !strcmp(argv[1], "nl-add"))
 		rc = nl_forge(OP_ADD_MAPPING, argc, argv);
 	else if (argc >= 2 && !strcmp(argv[1], "nl-remove"))
@@ -296,12 +445,16 @@ int main(int argc, char **argv)
 		rc = udp_send(argc, argv);
 	else if (argc >= 2 && !strcmp(argv[1], "nl-portid"))
 		rc = nl_portid();
+	else if (argc >= 2 && !strcmp(argv[1], "nl-listen"))
+		rc = nl_listen(argc, argv);
+	else if (argc >= 2 && !strcmp(argv[1], "nl-hello"))
+		rc = nl_hello();
 	else if (argc >= 2 && !strcmp(argv[1], "mute-responder"))
 		rc = responder(0);
 	else if (argc >= 2 && !strcmp(argv[1], "floor-responder"))
 		rc = responder(1);
 	if (rc == 2)
-		fprintf(stderr, "usage: rigtool nl-add|nl-remove PORTID IP PORT [SEQ] | udp IP PORT HEX | nl-portid | "
-				"mute-responder | floor-responder\n");
+		fprintf(stderr, "usage: rigtool [-u UID] nl-add|nl-remove PORTID IP PORT [SEQ] | udp IP PORT HEX | nl-portid |"
+				" nl-listen GROUPS SECS | nl-hello | mute-responder | floor-responder\n");
 	return rc;
 }
