@@ -32,6 +32,7 @@ mod handshake;
 mod peer_allow;
 mod ratelimit;
 mod request;
+pub mod state_file;
 mod stats;
 mod table;
 mod token_bucket;
@@ -39,7 +40,7 @@ mod usage;
 
 pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, ReserveError};
 pub use crate::config::CoreConfig;
-pub use crate::core::{Core, InvariantError};
+pub use crate::core::{Core, InvariantError, RestoreReport, SettleReport};
 pub use crate::peer_allow::PeerAllow;
 pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
 pub use crate::table::{MappingId, MappingRole, MappingView};

@@ -66,9 +66,37 @@ pub struct Cli {
     /// More log output (-v debug, -vv trace); `RUST_LOG` directives take precedence.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
+
+    /// Restart state file: the mappings with their reference counts, restored at the next
+    /// start (default /run/iwpmd/state with `--kernel netlink`, none with `unix:PATH`).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_state_file")]
+    pub state_file: Option<PathBuf>,
+
+    /// Keep no restart state file.
+    #[arg(long)]
+    pub no_state_file: bool,
+
+    /// With `--systemd`: hand reserved ports to the service manager's FD store even when it
+    /// did not announce one in `$FDSTORE` (systemd before 254).
+    #[arg(long)]
+    pub fd_store: bool,
 }
 
 impl Cli {
+    /// The state file in use, if any.
+    pub fn state_file_path(&self) -> Option<PathBuf> {
+        if self.no_state_file {
+            return None;
+        }
+        match (&self.state_file, &self.kernel) {
+            (Some(p), _) => Some(p.clone()),
+            (None, KernelSpec::Netlink) => {
+                Some(PathBuf::from(crate::state_file::DEFAULT_STATE_FILE))
+            }
+            (None, KernelSpec::Unix(_)) => None,
+        }
+    }
+
     /// How the process should run, from the mode flags.
     pub fn run_mode(&self) -> RunMode {
         if self.systemd {

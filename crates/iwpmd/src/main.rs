@@ -9,6 +9,7 @@
 
 mod cli;
 mod dump_writer;
+mod fd_store;
 mod instance_lock;
 mod io_counters;
 mod kernel_link;
@@ -17,8 +18,11 @@ mod peer_sockets;
 mod process;
 mod rate_limit;
 mod reservations;
+mod restart;
 mod settings;
 mod shell;
+mod state_file;
+mod systemd;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -32,6 +36,7 @@ use crate::cli::{Cli, KernelSpec, RunMode};
 use crate::kernel_link::KernelLink;
 use crate::logging::LogTarget;
 use crate::peer_sockets::PeerSockets;
+use crate::restart::{Restart, RestartConfig};
 use crate::settings::Settings;
 use crate::shell::Shell;
 
@@ -53,6 +58,8 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
+    // Before any thread: descriptors a service manager passed back (FD store).
+    let inherited = systemd::Inherited::take_from_env();
     if cli.legacy_f > 0 {
         tracing::warn!("option -f is accepted for compatibility and ignored");
     }
@@ -113,7 +120,19 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         ..settings.core.clone()
     };
     let core = Core::new(config, now);
-    let mut shell = Shell::new(core, kernel, peers, mode == RunMode::Systemd)
+    let restart = Restart::new(
+        RestartConfig {
+            notify: mode == RunMode::Systemd,
+            force_fd_store: cli.fd_store,
+            state_file: cli.state_file_path(),
+        },
+        inherited,
+        now,
+    );
+    if restart.fd_store_enabled() {
+        tracing::info!("reserved ports are kept in the service manager's FD store");
+    }
+    let mut shell = Shell::new(core, kernel, peers, mode == RunMode::Systemd, restart)
         .context("cannot set up the event loop")?;
     shell.start()?;
     let exit = shell.run().context("event loop failed")?;

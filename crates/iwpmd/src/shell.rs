@@ -22,6 +22,7 @@ use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
 use crate::rate_limit::RateLimit;
 use crate::reservations::{Reservations, ReserveFailure};
+use crate::restart::Restart;
 
 const KERNEL: Token = Token(0);
 const SIGNALS: Token = Token(1);
@@ -91,6 +92,8 @@ pub struct Shell {
     kernel_out: VecDeque<Vec<u8>>,
     /// Whether the kernel link is registered for WRITABLE too.
     kernel_wants_write: bool,
+    /// Restart survival: service manager, FD store, state file (`restart.rs`).
+    restart: Restart,
 }
 
 impl Shell {
@@ -100,6 +103,7 @@ impl Shell {
         kernel: KernelLink,
         mut peers: PeerSockets,
         notify_systemd: bool,
+        restart: Restart,
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
         let registry = poll.registry();
@@ -132,6 +136,7 @@ impl Shell {
             dump_pending: false,
             kernel_out: VecDeque::new(),
             kernel_wants_write: false,
+            restart,
         })
     }
 
@@ -139,6 +144,7 @@ impl Shell {
     /// rdma-core (which exits when its HELLO cannot be sent).
     pub fn start(&mut self) -> io::Result<()> {
         let now = Instant::now();
+        self.restore(now);
         self.core.start(now);
         let errors_before = self.counters.kernel_tx_errors;
         self.flush(now);
@@ -155,6 +161,7 @@ impl Shell {
     /// the signal pipe; a source that still has data is revisited after a zero-timeout poll.
     pub fn run(&mut self) -> io::Result<Exit> {
         let exit = self.run_loop();
+        self.restart.on_exit(&self.core);
         self.dump_writer.finish(DUMP_FINISH_TIMEOUT);
         exit
     }
@@ -168,8 +175,10 @@ impl Shell {
             let timeout = if backlog.contains(&true) {
                 Some(Duration::ZERO)
             } else {
-                self.core
-                    .poll_timeout()
+                [self.core.poll_timeout(), self.restart.deadline()]
+                    .into_iter()
+                    .flatten()
+                    .min()
                     .map(|deadline| deadline.saturating_duration_since(Instant::now()))
             };
             match self.poll.poll(&mut events, timeout) {
@@ -217,6 +226,9 @@ impl Shell {
                 self.core.handle_timeout(now);
                 self.flush(now);
             }
+            if self.restart.deadline().is_some_and(|d| d <= now) {
+                self.restart.tick(now, &self.core);
+            }
         }
     }
 
@@ -262,7 +274,12 @@ impl Shell {
 
     fn io_counters_line(&self) -> String {
         let held = u64::try_from(self.reservations.len()).unwrap_or(u64::MAX);
-        let pairs = self.counters.iter().chain([("ports_held", held)]);
+        let extra = self.restart.counters();
+        let pairs = self
+            .counters
+            .iter()
+            .chain([("ports_held", held)])
+            .chain(extra);
         dump_writer::pairs_line("io counters", pairs)
     }
 
@@ -379,6 +396,46 @@ impl Shell {
                 Action::Ready => self.on_ready(),
             }
         }
+        self.after_input(now);
+    }
+
+    /// Restores the previous daemon's ports and mappings (FD store, state file) before
+    /// the kernel is greeted, so the replay finds them held.
+    fn restore(&mut self, now: Instant) {
+        let saved = self.restart.take_over(&mut self.reservations);
+        if saved.is_empty() {
+            return;
+        }
+        let mut ports = ShellPorts {
+            held: &mut self.reservations,
+            counters: &mut self.counters,
+            warn: &mut self.warn_resource,
+            now,
+        };
+        let report = self.core.restore(now, &saved, &mut ports);
+        tracing::info!(
+            restored = report.restored,
+            failed = report.failed,
+            skipped = report.skipped,
+            took_ms = now.elapsed().as_secs_f64() * 1e3,
+            "mappings restored from the state file"
+        );
+    }
+
+    /// After every input: settle a finished restart recovery, then let the restart
+    /// machinery see the changes (FD store, state file, status).
+    fn after_input(&mut self, now: Instant) {
+        let mut ports = ShellPorts {
+            held: &mut self.reservations,
+            counters: &mut self.counters,
+            warn: &mut self.warn_resource,
+            now,
+        };
+        self.core.handle_recovery_end(now, &mut ports);
+        self.restart
+            .release_unclaimed(now, &self.core, &mut self.reservations);
+        self.restart
+            .after_input(now, &self.core, &mut self.reservations);
     }
 
     /// `ENOBUFS` on the kernel link: the kernel dropped messages for us. What matters is the
@@ -511,9 +568,7 @@ impl Shell {
         self.ready_seen = true;
         tracing::info!(abi = self.core.abi(), "kernel handshake done; ready");
         if self.notify_systemd {
-            if let Err(e) = process::notify_ready() {
-                tracing::warn!(error = %e, "sd_notify READY=1 failed");
-            }
+            self.restart.on_ready(Instant::now(), &self.core);
         }
     }
 }
@@ -642,7 +697,8 @@ mod tests {
             netlink_pid: kernel.port_id(),
             ..CoreConfig::default()
         };
-        let mut shell = Shell::new(Core::new(config, now), kernel, peers, false).unwrap();
+        let restart = Restart::new(Default::default(), Default::default(), now);
+        let mut shell = Shell::new(Core::new(config, now), kernel, peers, false, restart).unwrap();
         shell.start().unwrap();
         let mut buf = vec![0u8; 65536];
         let (n, daemon) = emu.recv_from(&mut buf).unwrap();

@@ -39,6 +39,9 @@ mod kernel;
 mod peer;
 mod recovery;
 mod reserve;
+mod restore;
+
+pub use restore::{RestoreReport, SettleReport};
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -69,6 +72,10 @@ pub struct Core {
     /// When the last resynchronisation HELLO went out (after lost kernel input).
     last_resync: Option<Instant>,
     usage: Usage,
+    /// Restart restore from the state file, until the replay settles it.
+    restore: restore::RestoreState,
+    /// Bumped on every table change (see [`Core::table_generation`]).
+    generation: u64,
 }
 
 impl Core {
@@ -98,6 +105,8 @@ impl Core {
             mapinfo_windows: Vec::new(),
             last_resync: None,
             usage: Usage::default(),
+            restore: restore::RestoreState::default(),
+            generation: 0,
         }
     }
 
@@ -174,10 +183,16 @@ impl Core {
             }
             _ => None,
         };
-        match (hs, self.exchanges.next_timer()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // Replay windows matter on their own only while restored mappings wait for them.
+        let windows = if self.restore_waiting() {
+            self.mapinfo_windows.iter().map(|(_, until)| *until).min()
+        } else {
+            None
+        };
+        [hs, self.exchanges.next_timer(), windows]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// All mappings, newest first.
@@ -335,6 +350,7 @@ impl Core {
 
     fn insert_mapping(&mut self, m: Mapping) -> MappingId {
         self.stats.mappings_created += 1;
+        self.generation += 1;
         self.table.insert(m)
     }
 
@@ -345,6 +361,7 @@ impl Core {
             return;
         };
         m.refcount = m.refcount.saturating_sub(1);
+        self.generation += 1;
         if m.refcount > 0 {
             return;
         }
