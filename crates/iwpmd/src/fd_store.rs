@@ -17,14 +17,25 @@ use crate::rate_limit::RateLimit;
 use crate::reservations::{PortChange, Reservations};
 use crate::systemd::{borrow, Notifier};
 
-/// `FDNAME` of a reserved TCP socket: `tcp-<ip>-<port>` (an IPv6 address with `_` for `:`,
-/// which names may not contain). Unique per port and family, and stable across restarts.
+/// Most bytes of `LISTEN_FDNAMES` the next start may be given: the kernel refuses an
+/// `execve` whose single environment string exceeds `MAX_ARG_STRLEN` (32 pages, 128 KiB),
+/// so the service manager could not start us again with more. Kept below it with room for
+/// the variable's name.
+pub const NAME_BUDGET: usize = 128 * 1024 - 1024;
+
+/// `FDNAME` of a reserved TCP socket, as short as it can be because every name goes into
+/// one environment variable at the next start (see [`NAME_BUDGET`]): the port alone for
+/// the IPv4 wildcard (`40001`), `6_` and the port for the IPv6 wildcard, else
+/// `tcp-<ip>-<port>` with `_` for the `:` names may not contain. Unique per bound address
+/// and stable across restarts; at start the socket's address is read back with
+/// `getsockname`, the name only identifies it for removal.
 pub fn tcp_fd_name(addr: SocketAddr) -> String {
-    let name = format!(
-        "tcp-{}-{}",
-        addr.ip().to_string().replace(':', "_"),
-        addr.port()
-    );
+    let port = addr.port();
+    let name = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => port.to_string(),
+        ip if ip.is_unspecified() => format!("6_{port}"),
+        ip => format!("tcp-{}-{port}", ip.to_string().replace(':', "_")),
+    };
     debug_assert!(crate::systemd::valid_fd_name(&name), "{name}");
     name
 }
@@ -36,6 +47,8 @@ pub struct FdStore {
     max: usize,
     /// Descriptors we believe the manager holds.
     stored: usize,
+    /// Bytes their names take in `LISTEN_FDNAMES` (name and separator).
+    name_bytes: usize,
     /// Messages sent and failed (for the dump).
     pub sent: u64,
     /// Messages that could not be sent.
@@ -44,12 +57,13 @@ pub struct FdStore {
 }
 
 impl FdStore {
-    /// A store the manager keeps up to `max` descriptors in, `inherited` of which it holds
-    /// already (passed back to us at start).
-    pub fn new(max: usize, inherited: usize, warn: RateLimit) -> Self {
+    /// A store the manager keeps up to `max` descriptors in, holding already the ones
+    /// named `inherited` (passed back to us at start).
+    pub fn new(max: usize, inherited: &[String], warn: RateLimit) -> Self {
         FdStore {
             max,
-            stored: inherited,
+            stored: inherited.len(),
+            name_bytes: inherited.iter().map(|n| n.len() + 1).sum(),
             sent: 0,
             failed: 0,
             warn,
@@ -67,24 +81,30 @@ impl FdStore {
                     let Some(addr) = crate::reservations::bound_addr(sock) else {
                         continue;
                     };
-                    if self.stored >= self.max {
+                    let name = tcp_fd_name(addr);
+                    if self.stored >= self.max || self.name_bytes + name.len() + 1 > NAME_BUDGET {
                         self.failed += 1;
                         if let Some(suppressed) = self.warn.allow(now) {
                             tracing::warn!(
                                 max = self.max,
+                                stored = self.stored,
                                 suppressed,
-                                "FD store full (FileDescriptorStoreMax): port {addr} is not \
-                                 kept across a restart"
+                                "FD store full (FileDescriptorStoreMax, or the 128 KiB of \
+                                 LISTEN_FDNAMES): port {addr} is not kept across a restart \
+                                 (the state file binds it again at once)"
                             );
                         }
                         continue;
                     }
                     self.stored += 1;
-                    notifier.store_fd(&tcp_fd_name(addr), borrow(sock))
+                    self.name_bytes += name.len() + 1;
+                    notifier.store_fd(&name, borrow(sock))
                 }
                 PortChange::Closed(addr) => {
+                    let name = tcp_fd_name(addr);
                     self.stored = self.stored.saturating_sub(1);
-                    notifier.remove_fd(&tcp_fd_name(addr))
+                    self.name_bytes = self.name_bytes.saturating_sub(name.len() + 1);
+                    notifier.remove_fd(&name)
                 }
             };
             match result {
@@ -108,8 +128,14 @@ mod tests {
     fn names_are_valid_and_distinct() {
         let v4 = tcp_fd_name("0.0.0.0:40001".parse().unwrap());
         let v6 = tcp_fd_name("[::]:40001".parse().unwrap());
-        assert_eq!(v4, "tcp-0.0.0.0-40001");
-        assert_eq!(v6, "tcp-__-40001");
-        assert!(crate::systemd::valid_fd_name(&v4) && crate::systemd::valid_fd_name(&v6));
+        let other = tcp_fd_name("[fe80::1]:7".parse().unwrap());
+        assert_eq!(v4, "40001");
+        assert_eq!(v6, "6_40001");
+        assert_eq!(other, "tcp-fe80__1-7");
+        for n in [v4, v6, other] {
+            assert!(crate::systemd::valid_fd_name(&n), "{n}");
+        }
+        // Every IPv4 wildcard port fits the budget up to about 21 000 ports.
+        const { assert!(NAME_BUDGET / 6 > 21_000) };
     }
 }

@@ -62,7 +62,8 @@ impl Restart {
         }
         .map(|max| {
             let warn = RateLimit::new(Duration::from_secs(10), 5);
-            FdStore::new(max, inherited.tcp.len(), warn)
+            let names: Vec<String> = inherited.tcp.iter().map(|(n, _)| n.clone()).collect();
+            FdStore::new(max, &names, warn)
         });
         let watchdog = notifier
             .as_ref()

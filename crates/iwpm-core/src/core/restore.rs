@@ -71,6 +71,8 @@ pub struct SettleReport {
     pub kept: usize,
     /// Restored mappings freed: the kernel's complete (or empty) replay did not list them.
     pub freed: usize,
+    /// Restored mappings the replay listed at least once (confirmed or kept).
+    pub replayed: usize,
 }
 
 fn addr(sa: SocketAddr) -> Option<Addr> {
@@ -199,6 +201,9 @@ impl Core {
                 continue;
             };
             let any_records = self.restore.records.get(&owner).is_some_and(|n| *n > 0);
+            if refs.confirmed > 0 {
+                report.replayed += 1;
+            }
             let count = match end {
                 Some(true) => refs.confirmed,
                 Some(false) if !any_records => 0,
@@ -227,6 +232,7 @@ impl Core {
                 confirmed = report.confirmed,
                 kept = report.kept,
                 freed = report.freed,
+                replayed = report.replayed,
                 "restored mappings settled against the kernel's replay"
             );
         }
