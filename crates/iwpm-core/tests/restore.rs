@@ -142,3 +142,19 @@ fn a_saved_port_taken_meanwhile_fails_that_mapping_only() {
     assert_eq!(h.refcount("0.0.0.0:5000"), None);
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
 }
+
+/// The committed fuzz seeds of the state-file parser (`fuzz/corpus/state_file/`) replay
+/// clean on stable; the valid ones are accepted.
+#[test]
+fn state_file_corpus_replays_clean() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/state_file");
+    let mut n = 0;
+    let mut valid = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/corpus/state_file") {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        iwpm_core::fuzzing::state_file(&bytes);
+        valid += usize::from(iwpm_core::state_file::StateFile::decode(&bytes).is_ok());
+        n += 1;
+    }
+    assert!(n >= 4 && valid >= 2, "{n} seeds, {valid} valid");
+}
