@@ -160,7 +160,13 @@ impl Manager {
             .unwrap_or("stored")
             .to_owned();
         if has("FDSTORE=1") {
+            // Unless FDPOLL=0, systemd drops descriptors that poll POLLHUP or POLLERR, as a
+            // bound, unconnected TCP socket does.
+            let watched = !has("FDPOLL=0");
             for fd in fds {
+                if watched && hangs_up(&fd) {
+                    continue;
+                }
                 self.next += 1;
                 self.store.insert(self.next, (name.clone(), fd));
             }
@@ -168,6 +174,17 @@ impl Manager {
             self.store.retain(|_, (n, _)| *n != name);
         }
     }
+}
+
+fn hangs_up(fd: &OwnedFd) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&zero))
+        .is_ok_and(|n| n > 0 && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR))
 }
 
 /// A daemon started through bash (so stored descriptors can be laid out at 3..).

@@ -81,9 +81,11 @@ impl Notifier {
         Ok(())
     }
 
-    /// Hands `fd` to the FD store under `name` (unique: removal is by name).
+    /// Hands `fd` to the FD store under `name` (unique: removal is by name). `FDPOLL=0`:
+    /// systemd otherwise drops a stored descriptor that polls `POLLHUP`, which a bound,
+    /// unconnected TCP socket always does.
     pub fn store_fd(&self, name: &str, fd: BorrowedFd<'_>) -> io::Result<()> {
-        self.send_with_fds(&format!("FDSTORE=1\nFDNAME={name}"), &[fd])
+        self.send_with_fds(&format!("FDSTORE=1\nFDNAME={name}\nFDPOLL=0"), &[fd])
     }
 
     /// Drops every stored descriptor named `name`.
@@ -212,7 +214,7 @@ mod tests {
             })
             .collect();
         assert_eq!(got.len(), 1);
-        assert_eq!(&buf[..r.bytes], b"FDSTORE=1\nFDNAME=tcp-x");
+        assert_eq!(&buf[..r.bytes], b"FDSTORE=1\nFDNAME=tcp-x\nFDPOLL=0");
         let n2 = manager.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n2], b"FDSTOREREMOVE=1\nFDNAME=tcp-x");
         let _ = std::fs::remove_dir_all(&dir);
