@@ -68,7 +68,8 @@ pub struct Cli {
     pub verbose: u8,
 
     /// Restart state file: the mappings with their reference counts, restored at the next
-    /// start (default /run/iwpmd/state with `--kernel netlink`, none with `unix:PATH`).
+    /// start (overrides `state_file`; default /run/iwpmd/state with `--kernel netlink`,
+    /// none with `unix:PATH`).
     #[arg(long, value_name = "PATH", conflicts_with = "no_state_file")]
     pub state_file: Option<PathBuf>,
 
@@ -83,17 +84,22 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The state file in use, if any.
-    pub fn state_file_path(&self) -> Option<PathBuf> {
+    /// The state file in use, if any: `--no-state-file`, else `--state-file`, else the
+    /// configuration file's `state_file` (`configured`; `Some(None)` = `none`), else the
+    /// default with the real kernel and none with an emulator (tests must not share it).
+    pub fn state_file_path(&self, configured: Option<Option<PathBuf>>) -> Option<PathBuf> {
         if self.no_state_file {
             return None;
         }
-        match (&self.state_file, &self.kernel) {
-            (Some(p), _) => Some(p.clone()),
-            (None, KernelSpec::Netlink) => {
-                Some(PathBuf::from(crate::state_file::DEFAULT_STATE_FILE))
-            }
-            (None, KernelSpec::Unix(_)) => None,
+        if let Some(p) = &self.state_file {
+            return Some(p.clone());
+        }
+        if let Some(c) = configured {
+            return c;
+        }
+        match &self.kernel {
+            KernelSpec::Netlink => Some(PathBuf::from(crate::state_file::DEFAULT_STATE_FILE)),
+            KernelSpec::Unix(_) => None,
         }
     }
 

@@ -124,7 +124,7 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         RestartConfig {
             notify: mode == RunMode::Systemd,
             force_fd_store: cli.fd_store,
-            state_file: cli.state_file_path(),
+            state_file: settings.state_file.clone(),
         },
         inherited,
         now,
