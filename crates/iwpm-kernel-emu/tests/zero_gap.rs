@@ -522,7 +522,15 @@ fn fd_store_restart_keeps_every_port_bound() {
     let before = wait_state_matches_kernel(&s, &first);
     assert_eq!(before.len(), n);
     assert!(sd.saw("READY=1"));
-    assert!(!sd.saw_prefix("STATUS=serving").is_empty());
+    let status = format!("STATUS=serving {n} mappings");
+    assert!(
+        (0..400).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            sd.saw(&status)
+        }),
+        "no {status:?}: {:?}",
+        sd.saw_prefix("STATUS=")
+    );
     assert!(
         (0..200).any(|_| {
             std::thread::sleep(Duration::from_millis(10));

@@ -36,6 +36,8 @@ pub struct Restart {
     state: Option<StateStore>,
     watchdog: Option<(Duration, Instant)>,
     last_status: Option<(Instant, usize)>,
+    /// A changed count waits for the status interval to pass.
+    status_due: Option<Instant>,
     inherited: Option<Inherited>,
     ready: bool,
 }
@@ -78,6 +80,7 @@ impl Restart {
             state: cfg.state_file.map(StateStore::new),
             watchdog,
             last_status: None,
+            status_due: None,
             inherited: Some(inherited),
             ready: false,
         }
@@ -130,12 +133,23 @@ impl Restart {
         if let Some(s) = &mut self.state {
             s.note(now, core.table_generation());
         }
-        if self.ready {
-            let count = usize::try_from(core.stats().mappings).unwrap_or(usize::MAX);
-            let stale = self.last_status.is_none_or(|(at, n)| {
-                n != count && now.saturating_duration_since(at) >= STATUS_INTERVAL
-            });
-            if stale {
+        self.refresh_status(now, core);
+    }
+
+    /// `STATUS=serving N mappings` when N changed, at most every [`STATUS_INTERVAL`]; a
+    /// change that comes too soon is sent by [`Restart::tick`].
+    fn refresh_status(&mut self, now: Instant, core: &Core) {
+        if !self.ready || self.notifier.is_none() {
+            return;
+        }
+        let count = usize::try_from(core.stats().mappings).unwrap_or(usize::MAX);
+        match self.last_status {
+            Some((_, n)) if n == count => self.status_due = None,
+            Some((at, _)) if now.saturating_duration_since(at) < STATUS_INTERVAL => {
+                self.status_due = Some(at + STATUS_INTERVAL);
+            }
+            _ => {
+                self.status_due = None;
                 self.last_status = Some((now, count));
                 self.status(&format!("serving {count} mappings"));
             }
@@ -168,10 +182,14 @@ impl Restart {
     /// Earliest timer of the restart machinery.
     pub fn deadline(&self) -> Option<Instant> {
         let wd = self.watchdog.map(|(every, last)| last + every);
-        [wd, self.state.as_ref().and_then(StateStore::deadline)]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            wd,
+            self.state.as_ref().and_then(StateStore::deadline),
+            self.status_due,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs due timers: watchdog ping, state file write.
@@ -184,6 +202,9 @@ impl Restart {
         }
         if let Some(s) = &mut self.state {
             s.tick(now, core);
+        }
+        if self.status_due.is_some_and(|d| d <= now) {
+            self.refresh_status(now, core);
         }
     }
 
