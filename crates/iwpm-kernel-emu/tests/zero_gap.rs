@@ -209,7 +209,7 @@ impl Daemon {
         dir: &Path,
         host: &Host,
         peer_port: u16,
-        state_file: &Path,
+        state_file: Option<&Path>,
         notify: Option<&Path>,
         pass: &[(String, OwnedFd)],
     ) -> Daemon {
@@ -251,8 +251,10 @@ impl Daemon {
             .args(["--config", "/nonexistent/iwpmd.conf"])
             .args(["--peer-bind-v4", "127.0.0.1", "--peer-port"])
             .arg(peer_port.to_string())
-            .arg("--state-file")
-            .arg(state_file)
+            .args(match state_file {
+                Some(p) => vec!["--state-file".into(), p.as_os_str().to_owned()],
+                None => vec![std::ffi::OsString::from("--no-state-file")],
+            })
             .env_remove("RUST_LOG")
             .env_remove("JOURNAL_STREAM")
             .env_remove("LISTEN_FDS")
@@ -539,7 +541,7 @@ fn fd_store_restart_keeps_every_port_bound() {
         &s.dir,
         &s.host,
         s.peer_port,
-        &s.state_file,
+        Some(&s.state_file),
         Some(&sd.path),
         &[],
     );
@@ -605,7 +607,7 @@ fn fd_store_restart_keeps_every_port_bound() {
         &s.dir,
         &s.host,
         s.peer_port,
-        &s.state_file,
+        Some(&s.state_file),
         Some(&sd.path),
         &pass,
     );
@@ -684,12 +686,12 @@ fn state_file_restart_restores_all_mappings() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = mappings_wanted();
     let s = setup("zgsf");
-    let mut first = Daemon::spawn(&s.dir, &s.host, s.peer_port, &s.state_file, None, &[]);
+    let mut first = Daemon::spawn(&s.dir, &s.host, s.peer_port, Some(&s.state_file), None, &[]);
     let listeners = listen_many(&s, &first, n);
     let ports = mapped_ports(&listeners);
     let before = wait_state_matches_kernel(&s, &first);
     let gone = first.terminate();
-    let second = Daemon::spawn(&s.dir, &s.host, s.peer_port, &s.state_file, None, &[]);
+    let second = Daemon::spawn(&s.dir, &s.host, s.peer_port, Some(&s.state_file), None, &[]);
     let restored = second
         .wait_line("mappings restored from the state file", T)
         .unwrap_or_else(|| panic!("no restore:\n{}", second.log()));
@@ -718,6 +720,70 @@ fn state_file_restart_restores_all_mappings() {
     let after = state_file_table(&s.state_file);
     assert_eq!(after, before);
     assert_eq!(after, kernel_table(&s.host));
+    drop(listeners);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// Without a state file the FD store alone keeps the ports: the kernel's replay claims the
+/// stored sockets (no new bind), and a socket whose mapping the kernel dropped while the
+/// daemon was down is closed once the replay is over, and taken out of the store.
+#[test]
+fn fd_store_alone_hands_stored_sockets_to_the_replay() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !port_mapped() {
+        return;
+    }
+    let n = 40;
+    let s = setup("zgrp");
+    let sd = FakeSystemd::start(&s.dir);
+    let mut first = Daemon::spawn(&s.dir, &s.host, s.peer_port, None, Some(&sd.path), &[]);
+    let mut listeners = listen_many(&s, &first, n);
+    let stored_all = (0..2000).any(|_| {
+        std::thread::sleep(Duration::from_millis(5));
+        sd.stored() == n
+    });
+    assert!(stored_all, "store holds {} of {n}", sd.stored());
+    first.terminate();
+    // While no daemon runs, one listener goes away: the kernel forgets its mapping.
+    let gone = listeners.pop().unwrap();
+    let gone_port = gone.info.mapped_local.port();
+    gone.id.destroy().unwrap();
+    assert!(!port_free(gone_port), "the store still holds it");
+    let pass: Vec<(String, OwnedFd)> = {
+        let m = sd.state.lock().unwrap();
+        m.store
+            .values()
+            .map(|(name, fd)| (name.clone(), fd.try_clone().unwrap()))
+            .collect()
+    };
+    let second = Daemon::spawn(&s.dir, &s.host, s.peer_port, None, Some(&sd.path), &pass);
+    drop(pass);
+    assert!(
+        second.wait_line("were released", T).is_some(),
+        "the unclaimed socket was not released:\n{}",
+        second.log()
+    );
+    let log = second.log();
+    assert!(log.contains(&format!("inherited_ports={n}")), "{log}");
+    assert!(
+        !log.contains("port reservation failed"),
+        "a replayed port was bound again:\n{log}"
+    );
+    let k = s.host.stats().kernel;
+    assert_eq!(k.mapinfo_records_sent as usize, n - 1);
+    for l in &listeners {
+        assert!(!port_free(l.info.mapped_local.port()));
+    }
+    let released = (0..400).any(|_| {
+        std::thread::sleep(Duration::from_millis(5));
+        sd.stored() == n - 1
+    });
+    assert!(released, "store holds {}, want {}", sd.stored(), n - 1);
+    assert!(
+        port_free(gone_port),
+        "the dropped mapping's port is free again"
+    );
+    drop(second);
     drop(listeners);
     let _ = std::fs::remove_dir_all(&s.dir);
 }
