@@ -158,3 +158,18 @@ fn state_file_corpus_replays_clean() {
     }
     assert!(n >= 4 && valid >= 2, "{n} seeds, {valid} valid");
 }
+
+/// A shell holding inherited ports is woken up when a truncated replay's window closes,
+/// even with nothing restored, so it can close the ports no mapping claimed.
+#[test]
+fn watched_recovery_wakes_the_shell_at_the_window_end() {
+    let mut h = restored(&[]);
+    h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
+    assert_eq!(h.core.poll_timeout(), None, "nobody waits");
+    h.core.watch_recovery_end();
+    let end = h.core.poll_timeout().expect("the window's end");
+    assert!(h.core.recovering());
+    h.advance(end - h.now);
+    assert!(!h.core.recovering());
+    assert_eq!(h.core.poll_timeout(), None);
+}

@@ -403,6 +403,9 @@ impl Shell {
     /// the kernel is greeted, so the replay finds them held.
     fn restore(&mut self, now: Instant) {
         let saved = self.restart.take_over(&mut self.reservations);
+        if self.reservations.unclaimed() > 0 {
+            self.core.watch_recovery_end();
+        }
         if saved.is_empty() {
             return;
         }

@@ -49,6 +49,8 @@ pub(crate) struct RestoreState {
     records: HashMap<u8, u32>,
     /// Clients whose replay finished: true = complete (MAPINFO_NUM).
     ended: Vec<(u8, bool)>,
+    /// The shell waits for the end of the recovery (see [`Core::watch_recovery_end`]).
+    watched: bool,
 }
 
 /// What [`Core::restore`] did.
@@ -252,9 +254,16 @@ impl Core {
         }
     }
 
-    /// Restored mappings wait for a replay to end.
+    /// Someone waits for a replay to end: restored mappings, or the shell.
     pub(super) fn restore_waiting(&self) -> bool {
-        !self.restore.pending.is_empty()
+        !self.restore.pending.is_empty() || (self.restore.watched && self.recovering())
+    }
+
+    /// The shell holds ports it inherited and will close those no mapping claims once
+    /// [`Core::recovering`] turns false: from now on [`Core::poll_timeout`] also wakes it
+    /// up when a replay window closes (otherwise only restored mappings do).
+    pub fn watch_recovery_end(&mut self) {
+        self.restore.watched = true;
     }
 
     /// Counts a replayed record of `client` for the end-of-replay decision.
