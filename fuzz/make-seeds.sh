@@ -34,3 +34,22 @@ frame response '{"version":1,"result":{"error":{"kind":"busy","message":"16 cont
 frame probe-reply '{"version":1,"result":{"ok":{"kind":"probe","target":"192.0.2.1:3935","local":"192.0.2.2","reachable":true,"answer":"rejected","elapsed_us":312,"requests":1}}}'
 printf '\xff\xff\xff\xff{' > "$dst/seed-oversized"
 printf '\x00\x00\x00\x00' > "$dst/seed-empty"
+
+# state_file: valid files (v4 and v6, NO_PORT_MAP, refcounts), an empty table, a foreign
+# version and a torn one.
+dst="$here/corpus/state_file"; mkdir -p "$dst"; rm -f "$dst"/seed-*
+state_seed() { # name, body lines (without the end line)
+    local body; body=$(printf '%s\n' "${@:2}")
+    local sum; sum=$(printf '%s\n' "$body" | python3 -c 'import sys
+h=0xcbf29ce484222325
+for b in sys.stdin.buffer.read(): h=((h^b)*0x100000001b3)&0xffffffffffffffff
+print("%016x"%h)')
+    local n; n=$(printf '%s\n' "$body" | grep -c '^m ' || true)
+    printf '%s\nend %s %s\n' "$body" "$n" "$sum" > "$dst/seed-$1"
+}
+state_seed v4v6 'iwpmd-state 1' 'host node1' 'boot 0f1e2d3c-aaaa-bbbb-cccc-000000000001' \
+    'm 2 3 p 0.0.0.0:18515 0.0.0.0:40001' 'm 2 1 p 10.0.0.1:4000 10.0.0.1:40002' \
+    'm 2 1 n 10.0.0.1:6000 10.0.0.1:6000' 'm 2 2 p [2001:db8::1]:7000 [2001:db8::1]:40003'
+state_seed empty 'iwpmd-state 1' 'host node1' 'boot -'
+printf 'iwpmd-state 9\nhost x\nboot y\nend 0 0000000000000000\n' > "$dst/seed-version"
+head -c 60 "$dst/seed-v4v6" > "$dst/seed-torn"

@@ -60,10 +60,10 @@ if [ "$(cat "$PKG/.rig-pkgs" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$PKG/.rig-pkgs"
 fi
 
-# ---- 1b. host-built helpers: static tools/rigtool.c and tools/rigflood.c --------------
+# ---- 1b. host-built helpers: static tools/rigtool.c, rigflood.c and rigfdstore.c ------
 command -v gcc >/dev/null || { echo "[mkinitramfs] gcc needed for tools/*.c" >&2; exit 1; }
 TOOL="$CACHE/rigtool"; FLOOD="$CACHE/rigflood"; CM="$CACHE/rigcm"
-for t in rigtool rigflood; do
+for t in rigtool rigflood rigfdstore; do
   if [ ! -x "$CACHE/$t" ] || [ "$CACHE/$t" -ot "$HERE/tools/$t.c" ]; then
     gcc -static -O2 -Wall -o "$CACHE/$t.tmp" "$HERE/tools/$t.c" && mv "$CACHE/$t.tmp" "$CACHE/$t"
   fi
@@ -88,7 +88,7 @@ if [ ! -x "$CM" ] || [ "$CM" -ot "$HERE/tools/rigcm.c" ] || [ "$CM" -ot "$DEV/.r
 fi
 
 # Nothing to do when the packages and every input are as they were for the last image.
-key=$( { echo "$want"; sha256sum "$HERE/guest/init" "$HERE/mkinitramfs.sh" "$TOOL" "$FLOOD" "$CM";
+key=$( { echo "$want"; sha256sum "$HERE/guest/init" "$HERE/mkinitramfs.sh" "$TOOL" "$FLOOD" "$CACHE/rigfdstore" "$CM";
          for e in "${EXTRA[@]}"; do echo "$e"; sha256sum "${e%%:*}"; done; } | sha256sum | cut -d' ' -f1)
 if [ $FORCE = 0 ] && [ -f "$OUT" ] && [ "$(cat "$OUT.key" 2>/dev/null)" = "$key" ]; then
   echo "[mkinitramfs] $OUT up to date"; exit 0
@@ -169,6 +169,7 @@ for e in "${EXTRA[@]}"; do
 done
 copy_file "$TOOL" /usr/local/bin/rigtool
 copy_file "$FLOOD" /usr/local/bin/rigflood
+copy_file "$CACHE/rigfdstore" /usr/local/bin/rigfdstore
 copy_file "$CM" /usr/local/bin/rigcm; copy_libs "$CM"
 
 # minimal /etc

@@ -12,7 +12,7 @@
 #                  flood and forge (C and ours side by side in one boot) and restart-load
 #                  (ours, then C, compared in one table) always run
 #   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,nlperm,
-#                  twovm,perf,flood,forge,privdrop
+#                  twovm,perf,flood,forge,privdrop,zerogap
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -27,7 +27,7 @@
 # per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,privdrop"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,privdrop,zerogap"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) KERNELS="$2"; shift 2 ;;
@@ -148,6 +148,11 @@ if want restart-load; then  # kill -9 under load (100 listeners, live rping, con
   # ours checked, then C reported (INFO lines), one table (restart-load.txt)
   run1 restart-load-ours 180 restart-load -m 2048 -e iwpmd=$RS
   run1 restart-load-c 180 restart-load -m 2048 -e iwpmd=$C -e reference=1
+fi
+if want zerogap; then  # restart through a stand-in FD store (tools/rigfdstore.c), 320 mappings:
+  # ours checked; the control run (no FD store, no state file) reported as INFO lines
+  run1 zerogap-ours 240 zerogap -m 2048 -e iwpmd=$RS
+  run1 zerogap-control 240 zerogap -m 2048 -e iwpmd=$RS -e reference=1
 fi
 if want negative; then
   run1 negative-ours 180 negative -e iwpmd=$RS -e forged=ignored

@@ -1685,3 +1685,18 @@ impl PortReservations for ModelShell {
         self.releases += 1;
     }
 }
+
+/// Oracle of the state-file parser (`fuzz/fuzz_targets/state_file.rs`, and the corpus
+/// replay in `tests/restore.rs`): [`crate::state_file::StateFile::decode`] never panics,
+/// and whatever it accepts encodes to bytes that decode to the same file.
+pub fn state_file(data: &[u8]) {
+    use crate::state_file::StateFile;
+    if let Ok(file) = StateFile::decode(data) {
+        let again = StateFile::decode(&file.encode());
+        assert_eq!(
+            again.as_ref(),
+            Ok(&file),
+            "state_file: round trip changed the file"
+        );
+    }
+}

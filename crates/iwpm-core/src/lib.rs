@@ -34,6 +34,7 @@ mod peer_book;
 mod ratelimit;
 pub use ratelimit::RateLimit;
 mod request;
+pub mod state_file;
 mod stats;
 mod table;
 mod token_bucket;
@@ -43,7 +44,8 @@ pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, Res
 pub use crate::config::CoreConfig;
 pub use crate::core::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
-    PeerSnapshot, ProbeError, ProbeId, ProbeOutcome, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT,
+    PeerSnapshot, ProbeError, ProbeId, ProbeOutcome, ProbeResult, RestoreReport, SettleReport,
+    MAX_PROBES, PROBE_MAX_WAIT,
 };
 pub use crate::peer_allow::PeerAllow;
 pub use crate::peer_book::{ExchangeOutcome, PeerTally, RecentExchange};

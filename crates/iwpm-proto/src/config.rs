@@ -36,6 +36,7 @@
 //! | `max_peer_exchanges` | extension | most remote (accepting) peer exchanges held (default 65536; the oldest unconfirmed is evicted) |
 //! | `peer_source_quota` | extension | most unconfirmed remote exchanges per source address (default 256) |
 //! | `remote_info_budget` | extension | most REMOTE_INFO entries sent to the kernel before a peer confirmed them (default 128) |
+//! | `state_file` | extension | absolute path of the restart state file, or `none` (default `/run/iwpmd/state`) |
 //!
 //! Extension values are strict: the whole value (surrounding whitespace aside) must parse,
 //! else [`ConfigDiagnostic::InvalidValue`]. The C daemon only warns about extension keys
@@ -103,6 +104,8 @@ pub struct ExtraConfig {
     pub peer_source_quota: Option<u32>,
     /// `remote_info_budget`.
     pub remote_info_budget: Option<u32>,
+    /// `state_file`: `Some(None)` for `none`, `Some(Some(path))` for a path.
+    pub state_file: Option<Option<std::path::PathBuf>>,
 }
 
 impl Config {
@@ -145,6 +148,8 @@ pub enum ConfigKey {
     PeerSourceQuota,
     /// `remote_info_budget` (extension).
     RemoteInfoBudget,
+    /// `state_file` (extension).
+    StateFile,
 }
 
 /// Whether a key is also understood by the C daemon.
@@ -158,7 +163,7 @@ pub enum KeyOrigin {
 
 impl ConfigKey {
     /// The table of known keys.
-    pub const ALL: [ConfigKey; 10] = [
+    pub const ALL: [ConfigKey; 11] = [
         ConfigKey::NlSockRbufSize,
         ConfigKey::PeerPort,
         ConfigKey::PeerBindV4,
@@ -169,6 +174,7 @@ impl ConfigKey {
         ConfigKey::MaxPeerExchanges,
         ConfigKey::PeerSourceQuota,
         ConfigKey::RemoteInfoBudget,
+        ConfigKey::StateFile,
     ];
 
     /// The key as written in the file.
@@ -184,6 +190,7 @@ impl ConfigKey {
             ConfigKey::MaxPeerExchanges => "max_peer_exchanges",
             ConfigKey::PeerSourceQuota => "peer_source_quota",
             ConfigKey::RemoteInfoBudget => "remote_info_budget",
+            ConfigKey::StateFile => "state_file",
         }
     }
 
@@ -648,6 +655,16 @@ impl Parser {
                     _ => &mut extra.remote_info_budget,
                 };
                 *slot = Some(n);
+            }
+            ConfigKey::StateFile => {
+                if text == "none" {
+                    self.config.extra.state_file = Some(None);
+                } else if text.starts_with('/') && !text.contains('\u{fffd}') {
+                    self.config.extra.state_file = Some(Some(text.clone().into()));
+                } else {
+                    self.diags.push(invalid("an absolute path or `none`"));
+                    return;
+                }
             }
             // C keys never come here.
             ConfigKey::NlSockRbufSize => return,

@@ -639,7 +639,8 @@ fn key_table() {
             "max_exchanges",
             "max_peer_exchanges",
             "peer_source_quota",
-            "remote_info_budget"
+            "remote_info_budget",
+            "state_file"
         ]
     );
     for k in ConfigKey::ALL {
@@ -651,6 +652,18 @@ fn key_table() {
     assert_eq!(ConfigKey::PeerBindV4.origin(), KeyOrigin::Extension);
     assert_eq!(ConfigKey::PeerBindV6.origin(), KeyOrigin::Extension);
     assert_eq!(ConfigKey::from_name(b"Peer_Port"), None);
+}
+
+#[test]
+fn state_file_key() {
+    let (c, d) = parse_config_bytes(b"state_file=/run/x/state\n");
+    assert!(d.is_empty(), "{d:?}");
+    assert_eq!(c.extra.state_file, Some(Some("/run/x/state".into())));
+    let (c, _) = parse_config_bytes(b"state_file = none\n");
+    assert_eq!(c.extra.state_file, Some(None));
+    let (c, d) = parse_config_bytes(b"state_file=relative/state\n");
+    assert_eq!(c.extra.state_file, None);
+    assert_eq!(d.len(), 1, "{d:?}");
 }
 
 #[test]

@@ -83,6 +83,21 @@ pub struct Cli {
     /// More log output (-v debug, -vv trace); `RUST_LOG` directives take precedence.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
+
+    /// Restart state file: the mappings with their reference counts, restored at the next
+    /// start (overrides `state_file`; default /run/iwpmd/state with `--kernel netlink`,
+    /// none with `unix:PATH`).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_state_file")]
+    pub state_file: Option<PathBuf>,
+
+    /// Keep no restart state file.
+    #[arg(long)]
+    pub no_state_file: bool,
+
+    /// With `--systemd`: hand reserved ports to the service manager's FD store even when it
+    /// did not announce one in `$FDSTORE` (systemd before 254).
+    #[arg(long)]
+    pub fd_store: bool,
 }
 
 impl Cli {
@@ -101,6 +116,25 @@ impl Cli {
                 KernelSpec::Netlink => PathBuf::from(iwpm_control::DEFAULT_SOCKET),
                 KernelSpec::Unix(path) => iwpm_control::socket_beside(path),
             }),
+        }
+    }
+
+    /// The state file in use, if any: `--no-state-file`, else `--state-file`, else the
+    /// configuration file's `state_file` (`configured`; `Some(None)` = `none`), else the
+    /// default with the real kernel and none with an emulator (tests must not share it).
+    pub fn state_file_path(&self, configured: Option<Option<PathBuf>>) -> Option<PathBuf> {
+        if self.no_state_file {
+            return None;
+        }
+        if let Some(p) = &self.state_file {
+            return Some(p.clone());
+        }
+        if let Some(c) = configured {
+            return c;
+        }
+        match &self.kernel {
+            KernelSpec::Netlink => Some(PathBuf::from(crate::state_file::DEFAULT_STATE_FILE)),
+            KernelSpec::Unix(_) => None,
         }
     }
 

@@ -11,6 +11,7 @@
 mod cli;
 mod control_server;
 mod dump_writer;
+mod fd_store;
 mod instance_lock;
 mod io_counters;
 mod kernel_link;
@@ -20,10 +21,13 @@ mod port_picker;
 mod privileges;
 mod process;
 mod reservations;
+mod restart;
 mod send_failure;
 mod settings;
 mod shell;
 mod startup;
+mod state_file;
+mod systemd;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -37,6 +41,7 @@ use crate::cli::{Cli, KernelSpec, RunMode};
 use crate::kernel_link::KernelLink;
 use crate::logging::LogTarget;
 use crate::peer_sockets::PeerSockets;
+use crate::restart::{Restart, RestartConfig};
 use crate::settings::Settings;
 use crate::shell::Shell;
 
@@ -63,6 +68,8 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
+    // Before any thread: descriptors a service manager passed back (FD store).
+    let inherited = systemd::Inherited::take_from_env();
     if cli.legacy_f > 0 {
         tracing::warn!("option -f is accepted for compatibility and ignored");
     }
@@ -130,8 +137,20 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         ..settings.core.clone()
     };
     let core = Core::new(config, now);
+    let restart = Restart::new(
+        RestartConfig {
+            notify: mode == RunMode::Systemd,
+            force_fd_store: cli.fd_store,
+            state_file: settings.state_file.clone(),
+        },
+        inherited,
+        now,
+    );
+    if restart.fd_store_enabled() {
+        tracing::info!("reserved ports are kept in the service manager's FD store");
+    }
     let mut shell =
-        Shell::new(core, kernel, peers, mode).context("cannot set up the event loop")?;
+        Shell::new(core, kernel, peers, mode, restart).context("cannot set up the event loop")?;
     if let Some(path) = cli.control_socket_path() {
         // Not fatal: rdma-core's daemon has no control socket, and mappings matter more.
         match control_server::ControlServer::bind(&path, shell.registry()) {

@@ -1,5 +1,5 @@
-//! Process-level chores: detaching from the terminal, the descriptor limit, and systemd
-//! readiness.
+//! Process-level chores: detaching from the terminal and the descriptor limit (systemd
+//! notifications are in `systemd.rs`).
 
 use std::fmt;
 use std::io;
@@ -146,11 +146,6 @@ pub fn log_fd_limit(limit: &FdLimit, max_mappings: usize) {
             limit.wanted
         );
     }
-}
-
-/// Tells systemd the service is up (no-op without `NOTIFY_SOCKET`).
-pub fn notify_ready() -> io::Result<()> {
-    sd_notify::notify(&[sd_notify::NotifyState::Ready])
 }
 
 #[cfg(test)]

@@ -39,6 +39,15 @@ impl ReserveFailure {
     }
 }
 
+/// A change of the held ports, journaled for the systemd FD store (see `fd_store.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortChange {
+    /// A socket was newly bound under this id (not taken over from the FD store).
+    Bound(ReservationId),
+    /// The socket bound to this address was closed.
+    Closed(SocketAddr),
+}
+
 /// Sockets held for live mappings, by reservation id.
 #[derive(Debug, Default)]
 pub struct Reservations {
@@ -48,6 +57,11 @@ pub struct Reservations {
     /// Chooses the port of a port-0 reservation (`bind(port 0)` slows down as ports are
     /// held; see `port_picker`).
     picker: Option<PortPicker>,
+    /// Sockets a previous daemon left in the systemd FD store, by bound address, until a
+    /// restored or replayed mapping claims them.
+    adopted: HashMap<SocketAddr, Socket>,
+    /// Changes since the last [`Reservations::take_changes`], when journaling.
+    changes: Option<Vec<PortChange>>,
 }
 
 impl Reservations {
@@ -59,6 +73,12 @@ impl Reservations {
     /// Binds a TCP socket to `bind` (port 0 = kernel-chosen) and keeps it under a new id.
     /// Returns the id and the bound port. On failure nothing is kept (the socket is closed).
     pub fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveFailure> {
+        if let Some(socket) = self.adopted.remove(&bind) {
+            self.next_id += 1;
+            let id = ReservationId(self.next_id);
+            self.held.insert(id.0, socket);
+            return Ok((id, bind.port()));
+        }
         let socket = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
             .map_err(reserve_error)?;
         if bind.port() == 0 {
@@ -77,18 +97,72 @@ impl Reservations {
         self.next_id += 1;
         let id = ReservationId(self.next_id);
         self.held.insert(id.0, socket);
+        if let Some(c) = &mut self.changes {
+            c.push(PortChange::Bound(id));
+        }
         Ok((id, port))
     }
 
     /// Closes the socket held under `id`, releasing its port. Unknown ids are ignored.
     pub fn release(&mut self, id: ReservationId) -> bool {
-        self.held.remove(&id.0).is_some()
+        let Some(socket) = self.held.remove(&id.0) else {
+            return false;
+        };
+        if let (Some(c), Some(addr)) = (&mut self.changes, bound_addr(&socket)) {
+            c.push(PortChange::Closed(addr));
+        }
+        true
+    }
+
+    /// Keeps a socket inherited from the FD store until [`Reservations::reserve`] asks for
+    /// its address; returns that address (`None`: not a bound IP socket, dropped).
+    pub fn adopt(&mut self, socket: Socket) -> Option<SocketAddr> {
+        let addr = bound_addr(&socket).filter(|a| a.port() != 0)?;
+        self.adopted.insert(addr, socket);
+        Some(addr)
+    }
+
+    /// Closes the inherited sockets no mapping claimed; returns their addresses.
+    pub fn release_unclaimed(&mut self) -> Vec<SocketAddr> {
+        let addrs: Vec<SocketAddr> = self.adopted.drain().map(|(a, _)| a).collect();
+        if let Some(c) = &mut self.changes {
+            c.extend(addrs.iter().map(|a| PortChange::Closed(*a)));
+        }
+        addrs
+    }
+
+    /// Inherited sockets not claimed yet.
+    pub fn unclaimed(&self) -> usize {
+        self.adopted.len()
+    }
+
+    /// Starts journaling changes (for the FD store).
+    pub fn journal(&mut self) {
+        self.changes.get_or_insert_with(Vec::new);
+    }
+
+    /// The changes journaled since the last call.
+    pub fn take_changes(&mut self) -> Vec<PortChange> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The socket held under `id`.
+    pub fn socket(&self, id: ReservationId) -> Option<&Socket> {
+        self.held.get(&id.0)
     }
 
     /// Number of ports currently held.
     pub fn len(&self) -> usize {
         self.held.len()
     }
+}
+
+/// The address a socket is bound to.
+pub fn bound_addr(socket: &Socket) -> Option<SocketAddr> {
+    socket.local_addr().ok()?.as_socket()
 }
 
 fn reserve_error(e: io::Error) -> ReserveFailure {

@@ -20,6 +20,10 @@ pub struct Settings {
     /// Limits and the peer allow-list, as the core takes them (`netlink_pid`, `peer_port`
     /// and `handle_key` are filled in at start-up).
     pub core: CoreConfig,
+    /// Restart state file in use (`None`: none), see [`Cli::state_file_path`].
+    pub state_file: Option<std::path::PathBuf>,
+    /// `state_file` from the configuration file, if set (`Some(None)` = `none`).
+    configured_state_file: Option<Option<std::path::PathBuf>>,
 }
 
 impl Settings {
@@ -51,6 +55,8 @@ impl Settings {
                 v6: Some(Ipv6Addr::UNSPECIFIED),
             },
             core: CoreConfig::default(),
+            state_file: None,
+            configured_state_file: None,
         }
     }
 
@@ -100,6 +106,9 @@ impl Settings {
         if let Some(v) = x.remote_info_budget {
             core.remote_info_budget = v;
         }
+        if let Some(v) = &x.state_file {
+            self.configured_state_file = Some(v.clone());
+        }
     }
 
     fn apply_cli(&mut self, cli: &Cli) {
@@ -115,6 +124,7 @@ impl Settings {
         if cli.no_ipv6 {
             self.peer_bind.v6 = None;
         }
+        self.state_file = cli.state_file_path(self.configured_state_file.clone());
     }
 }
 

@@ -25,6 +25,7 @@ use crate::kernel_link::{KernelLink, Received, NETLINK_DONE_TRUESIZE, NETLINK_RC
 use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
 use crate::process::{self, Limit};
 use crate::reservations::{Reservations, ReserveFailure};
+use crate::restart::Restart;
 use crate::send_failure::SendFailure;
 
 mod control;
@@ -131,6 +132,8 @@ pub struct Shell {
     kernel_wants_write: bool,
     /// The control socket, when one is open (`shell/control.rs`).
     control: Option<control::Control>,
+    /// Restart survival: service manager, FD store, state file (`restart.rs`).
+    restart: Restart,
 }
 
 impl Shell {
@@ -140,6 +143,7 @@ impl Shell {
         kernel: KernelLink,
         mut peers: PeerSockets,
         mode: RunMode,
+        restart: Restart,
     ) -> Result<Self, SetupError> {
         let poll = Poll::new()?;
         let registry = poll.registry();
@@ -172,6 +176,7 @@ impl Shell {
             kernel_out: VecDeque::new(),
             kernel_wants_write: false,
             control: None,
+            restart,
         })
     }
 
@@ -184,6 +189,7 @@ impl Shell {
     /// rdma-core (which exits when its HELLO cannot be sent).
     pub fn start(&mut self) -> Result<(), SetupError> {
         let now = Instant::now();
+        self.restore(now);
         self.core.start(now);
         let errors_before = self.counters.kernel_tx_errors;
         self.flush(now);
@@ -200,6 +206,7 @@ impl Shell {
     /// the signal pipe; a source that still has data is revisited after a zero-timeout poll.
     pub fn run(&mut self) -> io::Result<Exit> {
         let exit = self.run_loop();
+        self.restart.on_exit(&self.core);
         self.dump_writer.finish(DUMP_FINISH_TIMEOUT);
         exit
     }
@@ -213,11 +220,15 @@ impl Shell {
             let timeout = if backlog.contains(&true) {
                 Some(Duration::ZERO)
             } else {
-                [self.core.poll_timeout(), self.control_deadline()]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+                [
+                    self.core.poll_timeout(),
+                    self.control_deadline(),
+                    self.restart.deadline(),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|deadline| deadline.saturating_duration_since(Instant::now()))
             };
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
@@ -266,6 +277,9 @@ impl Shell {
                 self.flush(now);
             }
             self.control_turn(now);
+            if self.restart.deadline().is_some_and(|d| d <= now) {
+                self.restart.tick(now, &self.core);
+            }
         }
     }
 
@@ -311,7 +325,12 @@ impl Shell {
 
     fn io_counters_line(&self) -> String {
         let held = u64::try_from(self.reservations.len()).unwrap_or(u64::MAX);
-        let pairs = self.counters.iter().chain([("ports_held", held)]);
+        let extra = self.restart.counters();
+        let pairs = self
+            .counters
+            .iter()
+            .chain([("ports_held", held)])
+            .chain(extra);
         dump_writer::pairs_line("io counters", pairs)
     }
 
@@ -428,6 +447,49 @@ impl Shell {
                 Action::Ready => self.on_ready(),
             }
         }
+        self.after_input(now);
+    }
+
+    /// Restores the previous daemon's ports and mappings (FD store, state file) before
+    /// the kernel is greeted, so the replay finds them held.
+    fn restore(&mut self, now: Instant) {
+        let saved = self.restart.take_over(&mut self.reservations);
+        if self.reservations.unclaimed() > 0 {
+            self.core.watch_recovery_end();
+        }
+        if saved.is_empty() {
+            return;
+        }
+        let mut ports = ShellPorts {
+            held: &mut self.reservations,
+            counters: &mut self.counters,
+            warn: &mut self.warn_resource,
+            now,
+        };
+        let report = self.core.restore(now, &saved, &mut ports);
+        tracing::info!(
+            restored = report.restored,
+            failed = report.failed,
+            skipped = report.skipped,
+            took_ms = now.elapsed().as_secs_f64() * 1e3,
+            "mappings restored from the state file"
+        );
+    }
+
+    /// After every input: settle a finished restart recovery, then let the restart
+    /// machinery see the changes (FD store, state file, status).
+    fn after_input(&mut self, now: Instant) {
+        let mut ports = ShellPorts {
+            held: &mut self.reservations,
+            counters: &mut self.counters,
+            warn: &mut self.warn_resource,
+            now,
+        };
+        self.core.handle_recovery_end(now, &mut ports);
+        self.restart
+            .release_unclaimed(now, &self.core, &mut self.reservations);
+        self.restart
+            .after_input(now, &self.core, &mut self.reservations);
     }
 
     /// `ENOBUFS` on the kernel link: the kernel dropped messages for us. What matters is the
@@ -579,9 +641,7 @@ impl Shell {
         self.ready_seen = true;
         tracing::info!(abi = self.core.abi(), "kernel handshake done; ready");
         if self.mode == RunMode::Systemd {
-            if let Err(e) = process::notify_ready() {
-                tracing::warn!(error = %e, "sd_notify READY=1 failed");
-            }
+            self.restart.on_ready(Instant::now(), &self.core);
         }
     }
 }
@@ -710,8 +770,15 @@ mod tests {
             netlink_pid: kernel.port_id(),
             ..CoreConfig::default()
         };
-        let mut shell =
-            Shell::new(Core::new(config, now), kernel, peers, RunMode::Foreground).unwrap();
+        let restart = Restart::new(Default::default(), Default::default(), now);
+        let mut shell = Shell::new(
+            Core::new(config, now),
+            kernel,
+            peers,
+            RunMode::Foreground,
+            restart,
+        )
+        .unwrap();
         shell.start().unwrap();
         let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
         let (n, daemon) = emu.recv_from(&mut buf).unwrap();

@@ -23,10 +23,17 @@ fn systemd_mode_notifies_ready_after_the_handshake() {
     let mut d = Daemon::spawn(cmd, 0);
 
     kernel.handshake();
+    // STATUS= lines may come first; READY=1 must follow the handshake.
+    let mut seen = Vec::new();
     let mut buf = [0u8; 512];
-    let n = notify.recv(&mut buf).expect("no sd_notify message");
-    let text = String::from_utf8_lossy(&buf[..n]);
-    assert!(text.lines().any(|l| l == "READY=1"), "{text:?}");
+    while !seen
+        .iter()
+        .any(|t: &String| t.lines().any(|l| l == "READY=1"))
+    {
+        let n = notify.recv(&mut buf).expect("no READY=1 from sd_notify");
+        seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(seen[0].starts_with("STATUS="), "{seen:?}");
 
     d.signal(Signal::TERM);
     assert_eq!(d.wait_exit(WAIT).and_then(|s| s.code()), Some(0));

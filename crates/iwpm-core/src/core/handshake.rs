@@ -103,7 +103,17 @@ impl Core {
             }
             _ => {}
         }
-        self.mapinfo_windows.retain(|(_, until)| now < *until);
+        let mut expired = Vec::new();
+        self.mapinfo_windows.retain(|(c, until)| {
+            let open = now < *until;
+            if !open {
+                expired.push(*c);
+            }
+            open
+        });
+        for client in expired {
+            self.replay_ended(client, false);
+        }
     }
 
     /// True while MAPINFO records from `client` answer our request.

@@ -311,6 +311,7 @@ impl Core {
     fn on_mapinfo_num(&mut self, req: Request, n: MapInfoNumRequest) {
         let Request { client, seq } = req;
         self.close_mapinfo_window(client);
+        self.replay_ended(client, true);
         let ack_num = self.clients.take_mapinfo_acks(client);
         if ack_num != n.send_num {
             tracing::info!(

@@ -41,9 +41,11 @@ mod peer;
 mod probe;
 mod recovery;
 mod reserve;
+mod restore;
 mod snapshot;
 
 pub use probe::{ProbeError, ProbeId, ProbeOutcome, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT};
+pub use restore::{RestoreReport, SettleReport};
 pub use snapshot::{ClientSnapshot, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot};
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
@@ -79,6 +81,10 @@ pub struct Core {
     peer_book: PeerBook,
     /// Reachability probes in flight.
     probes: probe::Probes,
+    /// Restart restore from the state file, until the replay settles it.
+    restore: restore::RestoreState,
+    /// Bumped on every table change (see [`Core::table_generation`]).
+    generation: u64,
 }
 
 impl Core {
@@ -110,6 +116,8 @@ impl Core {
             usage: Usage::default(),
             peer_book: PeerBook::default(),
             probes: probe::Probes::default(),
+            restore: restore::RestoreState::default(),
+            generation: 0,
         }
     }
 
@@ -187,10 +195,21 @@ impl Core {
             }
             _ => None,
         };
-        [hs, self.exchanges.next_timer(), self.probes.next_timer()]
-            .into_iter()
-            .flatten()
-            .min()
+        // Replay windows matter on their own only while restored mappings wait for them.
+        let windows = if self.restore_waiting() {
+            self.mapinfo_windows.iter().map(|(_, until)| *until).min()
+        } else {
+            None
+        };
+        [
+            hs,
+            self.exchanges.next_timer(),
+            self.probes.next_timer(),
+            windows,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// All mappings, newest first.
@@ -348,6 +367,7 @@ impl Core {
 
     fn insert_mapping(&mut self, m: Mapping) -> MappingId {
         self.stats.mappings_created += 1;
+        self.generation += 1;
         self.table.insert(m)
     }
 
@@ -358,6 +378,7 @@ impl Core {
             return;
         };
         m.refcount = m.refcount.saturating_sub(1);
+        self.generation += 1;
         if m.refcount > 0 {
             return;
         }

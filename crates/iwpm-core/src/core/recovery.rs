@@ -62,7 +62,10 @@ impl Core {
                 .get(id)
                 .is_some_and(|m| m.local_ep == local.ep && m.mapped_ep == mapped.ep);
             if same {
-                self.add_ref(id);
+                self.count_replayed(client);
+                if !self.confirm_restored(id) {
+                    self.add_ref(id);
+                }
                 self.stats.mapinfo_duplicates += 1;
                 self.accept_record(client);
             } else {
@@ -77,6 +80,7 @@ impl Core {
             }
             return;
         }
+        self.count_replayed(client);
         if self.mappings_full(now) {
             self.send_handle_err(client, req.seq, code::CREATE);
             return;

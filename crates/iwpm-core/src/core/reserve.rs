@@ -109,6 +109,7 @@ impl Core {
     pub(super) fn add_ref(&mut self, id: MappingId) {
         if let Some(m) = self.table.get_mut(id) {
             m.refcount = m.refcount.saturating_add(1);
+            self.generation += 1;
         }
     }
 }

@@ -1,0 +1,282 @@
+//! Restoring the previous daemon's table at start-up (from the state file, see
+//! [`crate::state_file`]) and reconciling it with the kernel's MAPINFO replay.
+//!
+//! The state file is written by us and may be stale (the kernel may have removed mappings
+//! while no daemon ran); the replay is the kernel's truth but stops at ~227 records per
+//! client (`docs/protocol.md` §5.4). So:
+//!
+//! * [`Core::restore`] inserts every saved mapping at once, with its saved reference count,
+//!   reserving exactly the saved port (a shell holding that port already, from the systemd
+//!   FD store, hands over that socket instead of binding again).
+//! * A replayed record identical to a restored mapping *confirms* one of its saved
+//!   references instead of adding one; records beyond the saved count add references.
+//! * When the client's replay is **complete** (its MAPINFO_NUM arrived) the kernel's count
+//!   is the truth: a restored mapping gets exactly its confirmed count, and one nobody
+//!   confirmed is freed (its port released, logged).
+//! * When the replay ended **without MAPINFO_NUM** (the replay limit, or a full queue) after
+//!   at least one record, the unconfirmed rest cannot be told apart from the records the
+//!   kernel could not send: restored mappings keep max(saved, confirmed) references.
+//! * When the window closed with **no record at all** from the client, the kernel holds no
+//!   mapping for it (an empty table is answered with a bare DONE): its restored mappings
+//!   are freed.
+//! * Restored mappings of a client we never asked to replay keep their saved counts.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use iwpm_proto::sockaddr::SockAddrStorage;
+
+use super::Core;
+use crate::action::PortReservations;
+use crate::request::Addr;
+use crate::state_file::SavedMapping;
+use crate::table::{MappingId, MappingRole};
+
+/// References a restored mapping had in the state file and how many the replay confirmed.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RestoredRefs {
+    saved: u32,
+    confirmed: u32,
+}
+
+/// Restore bookkeeping, alive from [`Core::restore`] to the end of the recovery.
+#[derive(Debug, Default)]
+pub(crate) struct RestoreState {
+    /// Restored mappings not settled yet.
+    pending: HashMap<MappingId, RestoredRefs>,
+    /// Replay records accepted per client since the restore.
+    records: HashMap<u8, u32>,
+    /// Clients whose replay finished: true = complete (MAPINFO_NUM).
+    ended: Vec<(u8, bool)>,
+    /// The shell waits for the end of the recovery (see [`Core::watch_recovery_end`]).
+    watched: bool,
+}
+
+/// What [`Core::restore`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Mappings inserted (their ports held again).
+    pub restored: usize,
+    /// Saved mappings whose port could not be reserved again, or that did not fit.
+    pub failed: usize,
+    /// Saved mappings skipped: malformed, or duplicating one already restored.
+    pub skipped: usize,
+}
+
+/// What the end of a recovery did with the restored mappings (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SettleReport {
+    /// Restored mappings the replay confirmed, now with the kernel's reference count.
+    pub confirmed: usize,
+    /// Restored mappings kept on the state file's word (replay truncated or not asked).
+    pub kept: usize,
+    /// Restored mappings freed: the kernel's complete (or empty) replay did not list them.
+    pub freed: usize,
+    /// Restored mappings the replay listed at least once (confirmed or kept).
+    pub replayed: usize,
+}
+
+fn addr(sa: SocketAddr) -> Option<Addr> {
+    Addr::parse(SockAddrStorage::from_socket_addr(sa))
+}
+
+impl Core {
+    /// Restores the previous daemon's mappings (call before [`Core::start`]): each one gets
+    /// its saved reference count and, unless NO_PORT_MAP, exactly its saved port through
+    /// `ports`. The kernel's replay then confirms or corrects them (module docs).
+    pub fn restore(
+        &mut self,
+        now: Instant,
+        saved: &[SavedMapping],
+        ports: &mut dyn PortReservations,
+    ) -> RestoreReport {
+        self.last_now = now;
+        let mut report = RestoreReport::default();
+        for s in saved {
+            let (Some(local), Some(mapped)) = (addr(s.local), addr(s.mapped)) else {
+                report.skipped += 1;
+                continue;
+            };
+            if self.table.loose_local(&local.ep).is_some() || s.refcount == 0 {
+                report.skipped += 1;
+                continue;
+            }
+            if self.mappings_full(now) {
+                report.failed += 1;
+                continue;
+            }
+            let reservation = if s.no_port_map {
+                None
+            } else {
+                match self.reserve(now, ports, &local, Some(mapped.ep.port)) {
+                    Some((id, _)) => Some(id),
+                    None => {
+                        report.failed += 1;
+                        continue;
+                    }
+                }
+            };
+            let id = self.new_mapping(
+                now,
+                s.owner,
+                local,
+                mapped,
+                reservation,
+                MappingRole::Recovered,
+            );
+            if let Some(m) = self.table.get_mut(id) {
+                m.refcount = s.refcount;
+            }
+            self.restore.pending.insert(
+                id,
+                RestoredRefs {
+                    saved: s.refcount,
+                    confirmed: 0,
+                },
+            );
+            report.restored += 1;
+        }
+        self.sync_gauges(now);
+        report
+    }
+
+    /// The mappings as the state file saves them, oldest first.
+    pub fn saved_mappings(&self) -> Vec<SavedMapping> {
+        let mut v: Vec<SavedMapping> = self
+            .table
+            .iter()
+            .filter_map(|(_, m)| {
+                Some(SavedMapping {
+                    owner: m.owner,
+                    refcount: m.refcount,
+                    no_port_map: m.no_port_map,
+                    local: m.local.to_socket_addr()?,
+                    mapped: m.mapped.to_socket_addr()?,
+                })
+            })
+            .collect();
+        v.reverse();
+        v
+    }
+
+    /// True while a restart recovery may still claim ports: the handshake is not done, a
+    /// replay window is open, or restored mappings wait for the end of their replay. Ports
+    /// the shell took over (systemd FD store) and no mapping claimed may be closed once this
+    /// is false.
+    pub fn recovering(&self) -> bool {
+        !self.is_ready() || !self.mapinfo_windows.is_empty() || !self.restore.pending.is_empty()
+    }
+
+    /// A number that changes whenever a mapping is created, freed or changes its reference
+    /// count: the shell rewrites its state file when it moves.
+    pub fn table_generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Settles restored mappings whose replay has ended (module docs); call after every
+    /// `handle_*` (it is cheap when nothing is due). Ports of freed mappings are released
+    /// through `ports`.
+    pub fn handle_recovery_end(
+        &mut self,
+        now: Instant,
+        ports: &mut dyn PortReservations,
+    ) -> SettleReport {
+        let mut report = SettleReport::default();
+        if self.restore.pending.is_empty() {
+            self.restore.ended.clear();
+            return report;
+        }
+        let ended = std::mem::take(&mut self.restore.ended);
+        let all_over = self.is_ready() && self.mapinfo_windows.is_empty();
+        let ids: Vec<MappingId> = self.restore.pending.keys().copied().collect();
+        for id in ids {
+            let Some(owner) = self.table.get(id).map(|m| m.owner) else {
+                self.restore.pending.remove(&id);
+                continue;
+            };
+            let end = ended.iter().find(|(c, _)| *c == owner).map(|(_, c)| *c);
+            if end.is_none() && !all_over {
+                continue;
+            }
+            let Some(refs) = self.restore.pending.remove(&id) else {
+                continue;
+            };
+            let any_records = self.restore.records.get(&owner).is_some_and(|n| *n > 0);
+            if refs.confirmed > 0 {
+                report.replayed += 1;
+            }
+            let count = match end {
+                Some(true) => refs.confirmed,
+                Some(false) if !any_records => 0,
+                _ => refs.saved.max(refs.confirmed),
+            };
+            if count == 0 {
+                if let Some(m) = self.table.get_mut(id) {
+                    m.refcount = 1;
+                }
+                self.unref_mapping(id, ports);
+                report.freed += 1;
+            } else {
+                if let Some(m) = self.table.get_mut(id) {
+                    m.refcount = count;
+                }
+                self.generation += 1;
+                if end == Some(true) {
+                    report.confirmed += 1;
+                } else {
+                    report.kept += 1;
+                }
+            }
+        }
+        if report != SettleReport::default() {
+            tracing::info!(
+                confirmed = report.confirmed,
+                kept = report.kept,
+                freed = report.freed,
+                replayed = report.replayed,
+                "restored mappings settled against the kernel's replay"
+            );
+        }
+        self.sync_gauges(now);
+        report
+    }
+
+    /// A replayed record identical to mapping `id`: true if it confirmed a restored
+    /// reference (no reference is added then).
+    pub(super) fn confirm_restored(&mut self, id: MappingId) -> bool {
+        match self.restore.pending.get_mut(&id) {
+            Some(refs) => {
+                refs.confirmed += 1;
+                refs.confirmed <= refs.saved
+            }
+            None => false,
+        }
+    }
+
+    /// Someone waits for a replay to end: restored mappings, or the shell.
+    pub(super) fn restore_waiting(&self) -> bool {
+        !self.restore.pending.is_empty() || (self.restore.watched && self.recovering())
+    }
+
+    /// The shell holds ports it inherited and will close those no mapping claims once
+    /// [`Core::recovering`] turns false: from now on [`Core::poll_timeout`] also wakes it
+    /// up when a replay window closes (otherwise only restored mappings do).
+    pub fn watch_recovery_end(&mut self) {
+        self.restore.watched = true;
+    }
+
+    /// Counts a replayed record of `client` for the end-of-replay decision.
+    pub(super) fn count_replayed(&mut self, client: u8) {
+        if !self.restore.pending.is_empty() {
+            *self.restore.records.entry(client).or_default() += 1;
+        }
+    }
+
+    /// The replay of `client` ended (`complete` = its MAPINFO_NUM arrived).
+    pub(super) fn replay_ended(&mut self, client: u8, complete: bool) {
+        if !self.restore.pending.is_empty() {
+            self.restore.ended.push((client, complete));
+        }
+    }
+}

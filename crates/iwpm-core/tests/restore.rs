@@ -1,0 +1,175 @@
+//! Restart from the state file (`Core::restore`) reconciled with the kernel's MAPINFO
+//! replay: a complete replay sets the kernel's counts and frees what it does not list, a
+//! truncated one keeps the saved counts, an empty one frees everything, and recorded ports
+//! are reserved exactly once (a replayed record never binds a restored port again).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use iwpm_core::state_file::SavedMapping;
+use iwpm_core::SettleReport;
+use iwpm_proto::netlink::{Hello, KernelMsg};
+
+fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
+    SavedMapping {
+        owner: iwpm_proto::consts::RDMA_NL_IWCM,
+        refcount,
+        no_port_map: local == mapped,
+        local: addr(local),
+        mapped: addr(mapped),
+    }
+}
+
+/// A core that restored `table` and whose kernel answered HELLO(4) (replay window open).
+fn restored(table: &[SavedMapping]) -> Host {
+    let mut h = Host::new(config(), Instant::now());
+    let report = h.core.restore(h.now, table, &mut h.ports);
+    assert_eq!(report.restored, table.len(), "{report:?}");
+    assert!(h.core.recovering());
+    h.core.start(h.now);
+    h.pump();
+    h.kernel_msg(KernelMsg::Hello(Hello {
+        abi_version: 4,
+        unknown: vec![],
+    }));
+    h.kernel_in.clear();
+    h
+}
+
+fn settle(h: &mut Host) -> SettleReport {
+    let r = h.core.handle_recovery_end(h.now, &mut h.ports);
+    h.pump();
+    r
+}
+
+fn table() -> Vec<SavedMapping> {
+    vec![
+        saved("0.0.0.0:5000", "0.0.0.0:40020", 3),
+        saved("10.0.0.1:4000", "10.0.0.1:40010", 1),
+        saved("10.0.0.1:6000", "10.0.0.1:6000", 1),
+        saved("10.0.0.2:4000", "10.0.0.2:40011", 2),
+    ]
+}
+
+#[test]
+fn restore_reserves_exactly_the_saved_ports_once() {
+    let h = restored(&table());
+    let mut held: Vec<String> = h.ports.held.values().map(|a| a.to_string()).collect();
+    held.sort();
+    assert_eq!(held, ["0.0.0.0:40010", "0.0.0.0:40011", "0.0.0.0:40020"]);
+    assert_eq!(h.refcount("0.0.0.0:5000"), Some(3));
+    assert_eq!(h.refcount("10.0.0.2:4000"), Some(2));
+    assert_eq!(h.core.saved_mappings().len(), 4);
+}
+
+#[test]
+fn complete_replay_sets_the_kernels_counts_and_frees_the_rest() {
+    let mut h = restored(&table());
+    let binds_before = h.ports.binds.len();
+    h.mapinfo_records(&[
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+        (
+            "10.0.0.1:6000",
+            "10.0.0.1:6000",
+            Some(iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP),
+        ),
+    ]);
+    assert_eq!(h.ports.binds.len(), binds_before, "no port bound again");
+    // Until the replay ends, nothing is decided.
+    assert_eq!(settle(&mut h), SettleReport::default());
+    h.mapinfo_num(5);
+    let r = settle(&mut h);
+    assert_eq!((r.confirmed, r.freed, r.kept), (3, 1, 0), "{r:?}");
+    assert_eq!(
+        h.refcount("0.0.0.0:5000"),
+        Some(2),
+        "the kernel has two users"
+    );
+    assert_eq!(
+        h.refcount("10.0.0.1:4000"),
+        Some(2),
+        "more records than saved"
+    );
+    assert_eq!(h.refcount("10.0.0.1:6000"), Some(1));
+    assert_eq!(
+        h.refcount("10.0.0.2:4000"),
+        None,
+        "not in the kernel any more"
+    );
+    assert_eq!(h.ports.releases, 1);
+    assert!(!h.core.recovering());
+    h.core.check_invariants().unwrap();
+}
+
+#[test]
+fn truncated_replay_keeps_the_saved_counts() {
+    let mut h = restored(&table());
+    h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
+    // No MAPINFO_NUM: the window closes on its timer.
+    assert!(h.core.poll_timeout().is_some());
+    h.advance(Duration::from_secs(10));
+    let r = settle(&mut h);
+    assert_eq!((r.kept, r.freed, r.replayed), (4, 0, 1), "{r:?}");
+    assert_eq!(h.refcount("0.0.0.0:5000"), Some(3));
+    assert_eq!(h.refcount("10.0.0.2:4000"), Some(2));
+    assert_eq!(h.ports.releases, 0);
+    assert!(!h.core.recovering());
+}
+
+#[test]
+fn empty_replay_frees_every_restored_mapping() {
+    let mut h = restored(&table());
+    h.advance(Duration::from_secs(10));
+    let r = settle(&mut h);
+    assert_eq!(r.freed, 4, "{r:?}");
+    assert!(h.ports.held.is_empty());
+    assert_eq!(h.core.mappings().count(), 0);
+}
+
+#[test]
+fn a_saved_port_taken_meanwhile_fails_that_mapping_only() {
+    let mut h = Host::new(config(), Instant::now());
+    h.ports
+        .fail_next
+        .push_back(iwpm_core::ReserveError::AddrInUse);
+    let r = h.core.restore(h.now, &table(), &mut h.ports);
+    assert_eq!((r.restored, r.failed), (3, 1), "{r:?}");
+    assert_eq!(h.refcount("0.0.0.0:5000"), None);
+    assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
+}
+
+/// The committed fuzz seeds of the state-file parser (`fuzz/corpus/state_file/`) replay
+/// clean on stable; the valid ones are accepted.
+#[test]
+fn state_file_corpus_replays_clean() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/state_file");
+    let mut n = 0;
+    let mut valid = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/corpus/state_file") {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        iwpm_core::fuzzing::state_file(&bytes);
+        valid += usize::from(iwpm_core::state_file::StateFile::decode(&bytes).is_ok());
+        n += 1;
+    }
+    assert!(n >= 4 && valid >= 2, "{n} seeds, {valid} valid");
+}
+
+/// A shell holding inherited ports is woken up when a truncated replay's window closes,
+/// even with nothing restored, so it can close the ports no mapping claimed.
+#[test]
+fn watched_recovery_wakes_the_shell_at_the_window_end() {
+    let mut h = restored(&[]);
+    h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
+    assert_eq!(h.core.poll_timeout(), None, "nobody waits");
+    h.core.watch_recovery_end();
+    let end = h.core.poll_timeout().expect("the window's end");
+    assert!(h.core.recovering());
+    h.advance(end - h.now);
+    assert!(!h.core.recovering());
+    assert_eq!(h.core.poll_timeout(), None);
+}

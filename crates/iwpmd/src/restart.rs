@@ -1,0 +1,247 @@
+//! Everything that outlives one daemon process, gathered behind one small interface so the
+//! event loop only calls it at a few points: the service manager (status lines, watchdog,
+//! `STOPPING=1`), the FD store of reserved ports, and the state file.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use iwpm_core::state_file::SavedMapping;
+use iwpm_core::Core;
+
+use crate::fd_store::FdStore;
+use crate::reservations::Reservations;
+use crate::state_file::StateStore;
+use crate::systemd::{self, Inherited, Notifier};
+use iwpm_core::RateLimit;
+
+/// `STATUS=` is refreshed at most this often.
+const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How restart survival is set up.
+#[derive(Debug, Default)]
+pub struct RestartConfig {
+    /// Talk to the service manager (`-s`).
+    pub notify: bool,
+    /// Use the FD store even if the manager did not announce one in `FDSTORE`.
+    pub force_fd_store: bool,
+    /// Where the state file lives (`None`: no state file).
+    pub state_file: Option<std::path::PathBuf>,
+}
+
+/// The restart machinery of one daemon.
+#[derive(Debug)]
+pub struct Restart {
+    notifier: Option<Notifier>,
+    fd_store: Option<FdStore>,
+    state: Option<StateStore>,
+    watchdog: Option<(Duration, Instant)>,
+    last_status: Option<(Instant, usize)>,
+    /// A changed count waits for the status interval to pass.
+    status_due: Option<Instant>,
+    inherited: Option<Inherited>,
+    ready: bool,
+}
+
+impl Restart {
+    /// Sets up from the environment; `inherited` are the descriptors taken at start.
+    pub fn new(cfg: RestartConfig, inherited: Inherited, now: Instant) -> Self {
+        let notifier = if cfg.notify {
+            match Notifier::from_env() {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "NOTIFY_SOCKET unusable; no systemd notifications");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let announced: Option<usize> = std::env::var("FDSTORE").ok().and_then(|v| v.parse().ok());
+        let fd_store = match (&notifier, announced) {
+            (Some(_), Some(max)) if max > 0 => Some(max),
+            (Some(_), _) if cfg.force_fd_store => Some(usize::MAX),
+            _ => None,
+        }
+        .map(|max| {
+            let warn = RateLimit::new(Duration::from_secs(10), 5);
+            let names: Vec<String> = inherited.tcp.iter().map(|(n, _)| n.clone()).collect();
+            FdStore::new(max, &names, warn)
+        });
+        let watchdog = notifier
+            .as_ref()
+            .and(systemd::watchdog_interval())
+            .map(|every| (every, now));
+        if !inherited.unusable.is_empty() {
+            tracing::warn!(names = ?inherited.unusable, "passed descriptors we cannot use were left open");
+        }
+        Restart {
+            notifier,
+            fd_store,
+            state: cfg.state_file.map(StateStore::new),
+            watchdog,
+            last_status: None,
+            status_due: None,
+            inherited: Some(inherited),
+            ready: false,
+        }
+    }
+
+    /// True when reserved ports go to the FD store.
+    pub fn fd_store_enabled(&self) -> bool {
+        self.fd_store.is_some()
+    }
+
+    /// Hands the inherited TCP sockets to `held` (they wait there for their mappings) and
+    /// returns the saved mappings to restore. Also says "restoring" to the manager.
+    pub fn take_over(&mut self, held: &mut Reservations) -> Vec<SavedMapping> {
+        if self.fd_store.is_some() {
+            held.journal();
+        }
+        let inherited = self.inherited.take().unwrap_or_default();
+        let n_tcp = inherited.tcp.len();
+        let mut adopted = 0usize;
+        for (name, sock) in inherited.tcp {
+            if held.adopt(sock).is_some() {
+                adopted += 1;
+            } else {
+                tracing::warn!(name, "passed descriptor is not a bound TCP socket; closed");
+            }
+        }
+        // UDP peer sockets are bound again at start; the stored copies are not used.
+        let saved = self.state.as_ref().map(|s| s.load()).unwrap_or_default();
+        if n_tcp > 0 || !saved.is_empty() {
+            tracing::info!(
+                inherited_ports = adopted,
+                saved_mappings = saved.len(),
+                state_file = ?self.state.as_ref().map(|s| s.path().display().to_string()),
+                "restart: taking over the previous daemon's ports and mappings"
+            );
+        }
+        self.status(&format!(
+            "restoring {} mappings, {} ports inherited; waiting for kernel",
+            saved.len(),
+            adopted
+        ));
+        saved
+    }
+
+    /// After every input: FD store messages, state file scheduling, status line.
+    pub fn after_input(&mut self, now: Instant, core: &Core, held: &mut Reservations) {
+        if let (Some(store), Some(n)) = (&mut self.fd_store, &self.notifier) {
+            store.sync(now, n, held);
+        }
+        if let Some(s) = &mut self.state {
+            s.note(now, core.table_generation());
+        }
+        self.refresh_status(now, core);
+    }
+
+    /// `STATUS=serving N mappings` when N changed, at most every [`STATUS_INTERVAL`]; a
+    /// change that comes too soon is sent by [`Restart::tick`].
+    fn refresh_status(&mut self, now: Instant, core: &Core) {
+        if !self.ready || self.notifier.is_none() {
+            return;
+        }
+        let count = usize::try_from(core.stats().mappings).unwrap_or(usize::MAX);
+        match self.last_status {
+            Some((_, n)) if n == count => self.status_due = None,
+            Some((at, _)) if now.saturating_duration_since(at) < STATUS_INTERVAL => {
+                self.status_due = Some(at + STATUS_INTERVAL);
+            }
+            _ => {
+                self.status_due = None;
+                self.last_status = Some((now, count));
+                self.status(&format!("serving {count} mappings"));
+            }
+        }
+    }
+
+    /// Inherited ports no mapping claimed once the recovery is over are closed (and taken
+    /// out of the FD store).
+    pub fn release_unclaimed(&mut self, now: Instant, core: &Core, held: &mut Reservations) {
+        if held.unclaimed() == 0 || core.recovering() {
+            return;
+        }
+        let freed: Vec<SocketAddr> = held.release_unclaimed();
+        tracing::warn!(
+            count = freed.len(),
+            ports = ?freed.iter().take(16).map(SocketAddr::port).collect::<Vec<_>>(),
+            "inherited ports no restored or replayed mapping claimed were released"
+        );
+        self.after_input(now, core, held);
+    }
+
+    /// The kernel handshake is done: `READY=1`.
+    pub fn on_ready(&mut self, now: Instant, core: &Core) {
+        self.ready = true;
+        let count = usize::try_from(core.stats().mappings).unwrap_or(usize::MAX);
+        self.last_status = Some((now, count));
+        self.send(&format!("READY=1\nSTATUS=serving {count} mappings"));
+    }
+
+    /// Earliest timer of the restart machinery.
+    pub fn deadline(&self) -> Option<Instant> {
+        let wd = self.watchdog.map(|(every, last)| last + every);
+        [
+            wd,
+            self.state.as_ref().and_then(StateStore::deadline),
+            self.status_due,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs due timers: watchdog ping, state file write.
+    pub fn tick(&mut self, now: Instant, core: &Core) {
+        if let Some((every, last)) = self.watchdog {
+            if now >= last + every {
+                self.watchdog = Some((every, now));
+                self.send("WATCHDOG=1");
+            }
+        }
+        if let Some(s) = &mut self.state {
+            s.tick(now, core);
+        }
+        if self.status_due.is_some_and(|d| d <= now) {
+            self.refresh_status(now, core);
+        }
+    }
+
+    /// Exit: `STOPPING=1`, then the final state file. The FD store keeps the ports.
+    pub fn on_exit(&mut self, core: &Core) {
+        self.send("STOPPING=1\nSTATUS=stopping; ports kept for the next start");
+        if let Some(s) = &mut self.state {
+            s.flush(core);
+        }
+        if let Some(f) = &self.fd_store {
+            tracing::info!(sent = f.sent, failed = f.failed, "FD store messages");
+        }
+    }
+
+    /// `name=value` pairs for the dump.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v = Vec::new();
+        if let Some(f) = &self.fd_store {
+            v.push(("fd_store_sent", f.sent));
+            v.push(("fd_store_failed", f.failed));
+        }
+        if let Some(s) = &self.state {
+            v.push(("state_writes", s.writes));
+            v.push(("state_write_errors", s.write_errors));
+        }
+        v
+    }
+
+    fn status(&self, text: &str) {
+        self.send(&format!("STATUS={text}"));
+    }
+
+    fn send(&self, msg: &str) {
+        if let Some(n) = &self.notifier {
+            if let Err(e) = n.send(msg) {
+                tracing::debug!(error = %e, msg, "sd_notify failed");
+            }
+        }
+    }
+}

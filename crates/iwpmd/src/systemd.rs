@@ -1,0 +1,222 @@
+//! The systemd service-manager protocol, spoken directly (one socket, kept open): `READY=1`,
+//! `STATUS=`, `WATCHDOG=1`, `STOPPING=1`, and the file descriptor store (`FDSTORE=1` with
+//! the descriptors as `SCM_RIGHTS`, `FDSTOREREMOVE=1`), plus taking stored descriptors back
+//! at start (`LISTEN_FDS`/`LISTEN_FDNAMES`/`LISTEN_PID`).
+//!
+//! Why not the `sd-notify` crate for all of it: its FD-store support pulls in another crate
+//! and opens a socket per message; a daemon holding 50 000 ports sends one message per
+//! reservation change. Descriptors go out with rustix's safe `sendmsg_addr` and
+//! `SendAncillaryBuffer`; inherited descriptors are adopted through `listenfd`, which
+//! checks each one is a socket of the expected type before owning it.
+
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+use rustix::net::{
+    sendmsg_addr, socket_with, AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+    SocketAddrUnix, SocketFlags, SocketType,
+};
+
+/// A connection to the service manager's notification socket (`NOTIFY_SOCKET`).
+#[derive(Debug)]
+pub struct Notifier {
+    sock: OwnedFd,
+    addr: SocketAddrUnix,
+}
+
+impl Notifier {
+    /// The manager named by `NOTIFY_SOCKET` (a path or `@abstract`); `None` without one.
+    pub fn from_env() -> io::Result<Option<Notifier>> {
+        let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+            return Ok(None);
+        };
+        let bytes = path.as_encoded_bytes();
+        let addr = match bytes.strip_prefix(b"@") {
+            Some(name) => SocketAddrUnix::new_abstract_name(name)?,
+            None if bytes.first() == Some(&b'/') => SocketAddrUnix::new(bytes)?,
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "NOTIFY_SOCKET is neither an absolute path nor an abstract name",
+                ))
+            }
+        };
+        let sock = socket_with(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        Ok(Some(Notifier { sock, addr }))
+    }
+
+    /// Sends `state` (newline-separated `KEY=value` lines).
+    pub fn send(&self, state: &str) -> io::Result<()> {
+        self.send_with_fds(state, &[])
+    }
+
+    /// Sends `state` with descriptors attached (`FDSTORE=1`).
+    pub fn send_with_fds(&self, state: &str, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let iov = [IoSlice::new(state.as_bytes())];
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(io::Error::other("ancillary buffer too small"));
+        }
+        let n = sendmsg_addr(
+            &self.sock,
+            &self.addr,
+            &iov,
+            &mut control,
+            SendFlags::NOSIGNAL,
+        )?;
+        if n != state.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short notify send",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Hands `fd` to the FD store under `name` (unique: removal is by name). `FDPOLL=0`:
+    /// systemd otherwise drops a stored descriptor that polls `POLLHUP`, which a bound,
+    /// unconnected TCP socket always does.
+    pub fn store_fd(&self, name: &str, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.send_with_fds(&format!("FDSTORE=1\nFDNAME={name}\nFDPOLL=0"), &[fd])
+    }
+
+    /// Drops every stored descriptor named `name`.
+    pub fn remove_fd(&self, name: &str) -> io::Result<()> {
+        self.send(&format!("FDSTOREREMOVE=1\nFDNAME={name}"))
+    }
+}
+
+/// Half the watchdog period (`WATCHDOG_USEC`, for us when `WATCHDOG_PID` is unset or ours),
+/// the interval of our `WATCHDOG=1` pings; `None` when no watchdog is armed.
+pub fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok()? != std::process::id() {
+            return None;
+        }
+    }
+    (usec > 0).then(|| Duration::from_micros(usec / 2))
+}
+
+/// A valid `FDNAME`: printable ASCII without `:`, at most 255 bytes (systemd's rule).
+pub fn valid_fd_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 255 && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+}
+
+/// Descriptors the service manager passed back at start (`LISTEN_FDS`), with their names.
+#[derive(Debug, Default)]
+pub struct Inherited {
+    /// TCP sockets (reserved ports).
+    pub tcp: Vec<(String, socket2::Socket)>,
+    /// UDP sockets (the peer sockets).
+    pub udp: Vec<(String, std::net::UdpSocket)>,
+    /// Descriptors we could not use (left open; named for the log).
+    pub unusable: Vec<String>,
+}
+
+impl Inherited {
+    /// Takes every descriptor in `LISTEN_FDS` meant for this process (`LISTEN_PID`): names
+    /// from `LISTEN_FDNAMES`; `tcp*` names must be TCP sockets, `udp*` UDP sockets. Must
+    /// run before any thread starts (it removes the variables from the environment).
+    pub fn take_from_env() -> Inherited {
+        let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
+            .map(|v| v.split(':').map(str::to_owned).collect())
+            .unwrap_or_default();
+        let mut fds = listenfd::ListenFd::from_env();
+        let mut out = Inherited::default();
+        for idx in 0..fds.len() {
+            let name = names
+                .get(idx)
+                .cloned()
+                .unwrap_or_else(|| format!("unknown-{idx}"));
+            let taken = if name.starts_with("udp") {
+                fds.take_udp_socket(idx)
+                    .map(|s| s.map(|s| out.udp.push((name.clone(), s))))
+            } else {
+                fds.take_tcp_listener(idx).map(|s| {
+                    s.map(|s| {
+                        let owned: OwnedFd = s.into();
+                        out.tcp.push((name.clone(), socket2::Socket::from(owned)));
+                    })
+                })
+            };
+            if !matches!(taken, Ok(Some(()))) {
+                out.unusable.push(name);
+            }
+        }
+        std::env::remove_var("LISTEN_FDNAMES");
+        out
+    }
+}
+
+/// The borrowed descriptor of anything that has one.
+pub fn borrow<T: AsFd>(t: &T) -> BorrowedFd<'_> {
+    t.as_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixDatagram;
+
+    #[test]
+    fn fd_names() {
+        assert!(valid_fd_name("tcp-0.0.0.0-40000"));
+        assert!(!valid_fd_name("tcp-[::]:40000"));
+        assert!(!valid_fd_name(""));
+        assert!(!valid_fd_name(&"x".repeat(256)));
+    }
+
+    #[test]
+    fn store_sends_the_descriptor_and_remove_the_name() {
+        let dir = std::env::temp_dir().join(format!("iwpmd-sd-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("notify");
+        let _ = std::fs::remove_file(&path);
+        let manager = UnixDatagram::bind(&path).unwrap();
+        let n = Notifier {
+            sock: socket_with(
+                AddressFamily::UNIX,
+                SocketType::DGRAM,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .unwrap(),
+            addr: SocketAddrUnix::new(&path).unwrap(),
+        };
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        n.store_fd("tcp-x", borrow(&tcp)).unwrap();
+        n.remove_fd("tcp-x").unwrap();
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+        let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+        let mut buf = [0u8; 256];
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let r = rustix::net::recvmsg(
+            &manager,
+            &mut iov,
+            &mut control,
+            rustix::net::RecvFlags::empty(),
+        )
+        .unwrap();
+        let got: Vec<OwnedFd> = control
+            .drain()
+            .flat_map(|m| match m {
+                rustix::net::RecvAncillaryMessage::ScmRights(fds) => fds.collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(&buf[..r.bytes], b"FDSTORE=1\nFDNAME=tcp-x\nFDPOLL=0");
+        let n2 = manager.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n2], b"FDSTOREREMOVE=1\nFDNAME=tcp-x");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,190 @@
+#!/bin/sh
+# Suite "zerogap": restart our daemon under load with more mappings than the kernel can
+# replay (~227 per client), through a stand-in for systemd's FD store (tools/rigfdstore.c:
+# the busybox guest has no systemd), and prove that no mapped port is ever free and no
+# mapping is lost. Ours only (the C iwpmd has neither an FD store nor a state file).
+#
+#   1. rigfdstore serve: notify socket + FD store, starts the daemon with --systemd and a
+#      state file; LISTENERS listeners in one rigcm process (each a mapping and a stored
+#      socket); wait until the store holds them all
+#   2. SIGUSR1 dump "before": local -> mapped pairs with reference counts
+#   3. a probe binds every mapped port over and over (0.0.0.0, no SO_REUSEADDR) while
+#      LOOPS connect loops run; SIGUSR2 to rigfdstore: SIGTERM to the daemon, then the
+#      next one starts with the stored sockets (LISTEN_FDS); wait for READY=1 and for the
+#      daemon's "restored mappings settled" line (end of the kernel's replay window)
+#   4. stop probe and loops; SIGUSR1 dump "after" = "before", counts included
+#   5. new connections to the last listeners (beyond the kernel's replay limit) connect;
+#      everything closed: the dump is empty (each close removed its mapping: true counts)
+# Soft-iWARP maps every address to itself (the kernel's siw sets IW_F_NO_PORT_MAP): the
+# daemon reserves no TCP port for its mappings, so the store holds one socket per
+# port-mapped mapping of the dump, which on siw is none, and siw's own kernel sockets keep
+# the listening ports bound anyway. What the rig proves is the rest: mappings beyond the
+# replay limit and their counts survive (state file), the store protocol runs against a
+# real kernel, and the control run shows what is lost without it. The port gap itself is
+# proven against the emulator (crates/iwpm-kernel-emu/tests/zero_gap.rs).
+# Checks:
+#   store          the store holds one socket per port-mapped mapping before the restart
+#   no-gap         the probe never bound a mapped port during the restart (rounds > 0)
+#   restart        the second daemon said READY=1, took the stored sockets (log line
+#                  inherited_ports=N) and released none
+#   lost           every "local -> mapped refcount" of the before dump is in the after dump
+#   replay-limit   the kernel replayed fewer records than there are mappings (the rest
+#                  survived through the state file and the store)
+#   new-connects   NEW connections to the last listeners connected in < STALL_S each
+#   end-empty      after closing everything the dump is empty
+# Figures: zerogap-results.txt ("key value").
+# Control (reference=1): the same restart without FD store and state file (the daemon in
+# --foreground with --no-state-file; only the kernel's replay recovers): the checks that
+# differ become INFO lines, showing what the mechanism prevents (ports free during the
+# restart, mappings beyond the replay limit lost) — or that the rig cannot show it.
+# Knobs: iwpmd=PATH listeners=N [320] first=PORT [7400] loops=N [2] new=N [5]
+#        reference=0|1 [0]
+RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
+NL=${RIG_LISTENERS:-320}; FIRST=${RIG_FIRST:-7400}; NLOOPS=${RIG_LOOPS:-2}; NNEW=${RIG_NEW:-5}
+REFM=${RIG_REFERENCE:-0}
+R="$OUT/zerogap-results.txt"; : > "$R"
+res() { echo "$1 $2" >> "$R"; log "figure $1 = $2"; }
+rcheck() {  # rcheck NAME DETAIL CMD...: a check, or for the control run an INFO line
+  local n=$1 d=$2; shift 2
+  if [ "$REFM" = 1 ]; then
+    if "$@"; then echo "INFO $n (control): holds: $d" >> "$CHECKS"; log "INFO $n holds: $d"
+    else echo "INFO $n (control): DOES NOT HOLD: $d" >> "$CHECKS"; log "INFO $n DOES NOT HOLD: $d"; fi
+  else check "$n" "$d" "$@"; fi
+}
+CTL=/tmp/fdstore; mkdir -p $CTL
+NOTIFY=/tmp/notify.sock
+STATE=/tmp/iwpmd-state
+st() { sed -n "s/^$1 //p" $CTL/state 2>/dev/null; }
+# triples FILE: "local mapped refcount" per mapping of a SIGUSR1 dump, sorted
+triples() {
+  awk '/Local address/{sub(/.*Local address /,""); sub(/\(.*/,""); l=$NF}
+       /Mapped address/{sub(/.*Mapped address /,""); sub(/\(.*/,""); m=$NF}
+       / refcount /{sub(/.* refcount /,""); print l, m, $1}' "$1" | sort
+}
+only_in() { awk 'NR==FNR { b[$0]=1; next } !($0 in b)' "$2" "$1"; }
+# dump FILE: SIGUSR1 to the current daemon, wait until syslog is still for 1 s (max 20 s)
+dump() {
+  local n c m=-1 s=0 i=0
+  IWPMD_PID=$(st pid); n=$(wc -l < "$SYSLOG"); : > "$1"; DUMP_N=0
+  kill -USR1 "$IWPMD_PID"
+  while [ $i -lt 80 ] && [ $s -lt 4 ]; do
+    sleep 0.25; c=$(wc -l < "$SYSLOG")
+    if [ "$c" = "$m" ] && [ "$c" -gt "$n" ]; then s=$((s+1)); else s=0; fi
+    m=$c; i=$((i+1))
+  done
+  tail -n +$((n+1)) "$SYSLOG" > "$1"
+  DUMP_N=$(grep -c 'Mapping #' "$1")
+}
+waitfor() {  # waitfor SECONDS CMD...: poll CMD every 0.2 s
+  local i=0 n=$(( $1 * 5 )); shift
+  while [ $i -lt $n ]; do "$@" && return 0; sleep 0.2; i=$((i+1)); done; return 1
+}
+
+setup_net
+note "kernel $(uname -r); siw0 on $DEV ($IP); daemon $IWPMD behind rigfdstore; $NL listeners :$FIRST.., $NLOOPS connect loops"
+start_syslog
+dmesg_mark
+rm -f $STATE
+if [ "$REFM" = 1 ]; then MODE="--foreground --no-state-file"; else MODE="--systemd --fd-store --state-file $STATE"; fi
+rigfdstore serve $NOTIFY $CTL 100000 -- $IWPMD $MODE > "$OUT/rigfdstore.log" 2>&1 & SP=$!
+if [ "$REFM" = 1 ]; then
+  check start "first daemon up (control: no notifications)" waitfor 10 sh -c '[ -n "$(rigtool nl-portid 2>/dev/null)" ]'
+  sleep 1
+else
+  check start "first daemon up, READY=1 to the store" waitfor 10 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state 2>/dev/null)\" = 1 ]"
+fi
+IWPMD_PID=$(st pid)
+
+# ---- 1. listeners ------------------------------------------------------------------------
+rigcm listen "$IP" "$FIRST" "$NL" 900 > "$OUT/listen.log" 2>&1 & LP=$!
+waitfor 60 grep -q '^listening' "$OUT/listen.log"
+check listeners "$NL listeners up: $(head -1 "$OUT/listen.log")" grep -q "^listening $NL " "$OUT/listen.log"
+
+# ---- 2. before ----------------------------------------------------------------------------
+dump "$OUT/dump-before.txt"; nb=$DUMP_N
+npm=$(grep -c 'no_port_map no' "$OUT/dump-before.txt")
+waitfor 20 sh -c "[ \"\$(sed -n 's/^stored //p' $CTL/state)\" -ge $npm ]"
+rcheck store "FD store holds $(st stored) sockets for the $npm port-mapped of $nb mappings (siw maps identity); status: $(st status)" test "$(st stored)" = "$npm"
+triples "$OUT/dump-before.txt" > "$OUT/triples-before.txt"
+awk '{split($2, a, ":"); print a[2]}' "$OUT/triples-before.txt" | sort -u > /tmp/ports.txt
+check dump-before "$nb mappings before the restart (>= $NL)" test "$nb" -ge "$NL"
+
+# ---- 3. probe + loops, restart ------------------------------------------------------------------
+STOPF=/tmp/stop; rm -f $STOPF
+rigfdstore probe /tmp/ports.txt $STOPF > "$OUT/probe.txt" 2> "$OUT/probe-free.txt" & PP=$!
+loop() {
+  local k=$1 j=0 p
+  : > "$OUT/loop-$k.txt"
+  while [ ! -e $STOPF ]; do
+    p=$((FIRST + (k*37 + j*11) % NL))
+    rigcm connect "$IP:0" "$IP:$p" 25 > /tmp/loop-$k.out 2>&1; echo "$? $p" >> "$OUT/loop-$k.txt"; j=$((j+1))
+  done
+}
+LPIDS=""; k=0
+while [ $k -lt $NLOOPS ]; do loop $k & LPIDS="$LPIDS $!"; k=$((k+1)); done
+sleep 2
+n0=$(wc -l < "$SYSLOG")
+T0=$(uptime_s)
+kill -USR2 $SP
+if [ "$REFM" = 1 ]; then  # no READY=1, no restore: the replay window is 9.5 s at most
+  waitfor 30 sh -c "[ \"\$(sed -n 's/^restarts //p' $CTL/state)\" = 1 ]"; ok_ready=$?
+  TREADY=$(uptime_s); sleep 10
+else
+  waitfor 30 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state)\" = 2 ]"; ok_ready=$?
+  TREADY=$(uptime_s)
+  waitfor 30 sh -c "tail -n +$((n0+1)) $SYSLOG | grep -q 'restored mappings settled'"
+fi
+TSET=$(uptime_s)
+touch $STOPF
+wait $PP; for p in $LPIDS; do wait_or_kill $p 40; done
+tail -n +$((n0+1)) "$SYSLOG" > "$OUT/syslog-restart.txt"
+free=$(sed -n 's/.*free=\([0-9]*\).*/\1/p' "$OUT/probe.txt"); rounds=$(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$OUT/probe.txt")
+rcheck no-gap "probe: ${rounds:-?} rounds over $(wc -l < /tmp/ports.txt) mapped ports from before the restart to the end of the replay window, ${free:-?} binds succeeded" \
+  sh -c "[ '${free:-x}' = 0 ] && [ '${rounds:-0}' -gt 0 ]"
+detail "$(head -5 "$OUT/probe-free.txt")"
+inh=$(sed -n 's/.*inherited_ports=\([0-9]*\).*/\1/p' "$OUT/syslog-restart.txt" | head -1)
+settled=$(grep -m1 'restored mappings settled' "$OUT/syslog-restart.txt" | sed 's/.*settled against the kernel.s replay//')
+rcheck restart "second daemon READY=1 (restarts $(st restarts)), took ${inh:-no} stored sockets, released none; settled:$settled" \
+  sh -c "[ $ok_ready = 0 ] && [ '${inh:-0}' = $npm ] && ! grep -q 'were released' $OUT/syslog-restart.txt"
+
+# ---- 4. after ------------------------------------------------------------------------------------
+sleep 1
+dump "$OUT/dump-after.txt"; na=$DUMP_N
+triples "$OUT/dump-after.txt" > "$OUT/triples-after.txt"
+only_in "$OUT/triples-before.txt" "$OUT/triples-after.txt" > "$OUT/triples-lost.txt"
+lost=$(wc -l < "$OUT/triples-lost.txt")
+rcheck lost "mappings lost or with another count: $lost (before $nb, after $na)" test "$lost" = 0
+detail "$(cat "$OUT/triples-lost.txt")"
+dmesg | tail -n +$((DMESG_MARK+1)) > "$OUT/dmesg-restart.txt"
+nrec=$(grep -c -i 'insufficient skbs' "$OUT/dmesg-restart.txt")
+check replay-limit "the kernel could not replay all $nb mappings ('Insufficient skbs' lines: $nrec): the rest depends on the state file" test "$nb" -gt 227
+
+# ---- 5. new connections beyond the replay limit, teardown ------------------------------------------
+newok=0; i=0; NEWT=""
+while [ $i -lt $NNEW ]; do
+  p=$((FIRST + NL - 1 - i)); t0=$(uptime_s)
+  timeout 30 rigcm connect "$IP:0" "$IP:$p" 25 > "$OUT/new-$p.log" 2>&1; rc=$?; t=$(elapsed "$t0")
+  [ $rc = 0 ] && lt "$t" "$STALL_S" && newok=$((newok+1)); NEWT="$NEWT $t"; i=$((i+1))
+done
+rcheck new-connects "new connections to the last $NNEW listeners: $newok connected in < ${STALL_S}s (s:$NEWT)" test "$newok" = "$NNEW"
+kill -TERM $LP; wait $LP 2>/dev/null
+sleep 1
+dump "$OUT/dump-end.txt"; nend=$DUMP_N
+rcheck end-empty "mappings left once every listener is closed: $nend; FD store: $(st stored)" sh -c "[ $nend = 0 ] && [ \"\$(sed -n 's/^stored //p' $CTL/state)\" = 0 ]"
+kill -TERM $SP; wait $SP 2>/dev/null
+
+res listeners "$NL"
+res mappings_before "$nb"
+res mappings_after "$na"
+res mappings_lost "$lost"
+res probe_rounds "${rounds:--}"
+res probe_free_binds "${free:--}"
+res port_mapped "$npm"
+res inherited_ports "${inh:--}"
+res restart_to_ready_s "$(echo "$T0 $TREADY" | awk '{printf "%.2f", $2-$1}')"
+res restart_to_settled_s "$(echo "$T0 $TSET" | awk '{printf "%.2f", $2-$1}')"
+res loop_connects "$(cat "$OUT"/loop-*.txt | awk '{n++; if ($1) f++} END {printf "%d/%d", n-f, n}')"
+res new_connects "$newok/$NNEW"
+cat "$R" >> "$SUM"
+cat "$SUM"
+finish
