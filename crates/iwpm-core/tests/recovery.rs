@@ -9,18 +9,12 @@ use common::*;
 use iwpm_core::ReserveError;
 use iwpm_proto::consts::err::*;
 use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, NLM_F_REQUEST, RDMA_NL_IWCM};
-use iwpm_proto::netlink::{DaemonMsg, Hello, KernelMsg};
+use iwpm_proto::netlink::DaemonMsg;
 
 /// A started core whose kernel answered HELLO(4), not yet registered.
 fn restarted() -> Host {
     let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
-    h.pump();
-    h.kernel_msg(KernelMsg::Hello(Hello {
-        abi_version: 4,
-        unknown: vec![],
-    }));
-    h.kernel_in.clear();
+    h.start_answered();
     h
 }
 

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use iwpm_core::state_file::SavedMapping;
 use iwpm_core::SettleReport;
-use iwpm_proto::netlink::{Hello, KernelMsg};
 
 fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
     SavedMapping {
@@ -28,13 +27,7 @@ fn restored(table: &[SavedMapping]) -> Host {
     let report = h.core.restore(h.now, table, &mut h.ports);
     assert_eq!(report.restored, table.len(), "{report:?}");
     assert!(h.core.recovering());
-    h.core.start(h.now);
-    h.pump();
-    h.kernel_msg(KernelMsg::Hello(Hello {
-        abi_version: 4,
-        unknown: vec![],
-    }));
-    h.kernel_in.clear();
+    h.start_answered();
     h
 }
 

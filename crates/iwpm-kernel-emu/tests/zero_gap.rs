@@ -548,10 +548,7 @@ fn fd_store_restart_keeps_every_port_bound() {
     let listeners = listen_many(&s, &first, n);
     let ports = mapped_ports(&listeners);
     // Every held port is in the store, the freed ones were taken out.
-    let stored_all = (0..2000).any(|_| {
-        std::thread::sleep(Duration::from_millis(5));
-        sd.stored() == n
-    });
+    let stored_all = stored_becomes(&sd, n, Duration::from_secs(10));
     assert!(
         stored_all,
         "store holds {} of {n}:\n{}",
@@ -658,10 +655,7 @@ fn fd_store_restart_keeps_every_port_bound() {
     assert_eq!(c.info.wire_remote, last.info.mapped_local);
     c.id.destroy().unwrap();
     // The connection's own mapping came and went: the store is back to the listeners.
-    let back = (0..400).any(|_| {
-        std::thread::sleep(Duration::from_millis(5));
-        sd.stored() == n
-    });
+    let back = stored_becomes(&sd, n, Duration::from_secs(2));
     assert!(
         back,
         "store holds {} after the restart, want {n}",
@@ -738,10 +732,7 @@ fn fd_store_alone_hands_stored_sockets_to_the_replay() {
     let sd = FakeSystemd::start(&s.dir);
     let mut first = Daemon::spawn(&s.dir, &s.host, s.peer_port, None, Some(&sd.path), &[]);
     let mut listeners = listen_many(&s, &first, n);
-    let stored_all = (0..2000).any(|_| {
-        std::thread::sleep(Duration::from_millis(5));
-        sd.stored() == n
-    });
+    let stored_all = stored_becomes(&sd, n, Duration::from_secs(10));
     assert!(stored_all, "store holds {} of {n}", sd.stored());
     first.terminate();
     // While no daemon runs, one listener goes away: the kernel forgets its mapping.
@@ -786,4 +777,18 @@ fn fd_store_alone_hands_stored_sockets_to_the_replay() {
     drop(second);
     drop(listeners);
     let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// Whether the fake manager's store holds `n` descriptors within `wait` (polled every 5 ms).
+fn stored_becomes(sd: &FakeSystemd, n: usize, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        if sd.stored() == n {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -290,7 +290,8 @@ fn man_pages_cover_signals_exit_statuses_files_and_config_keys() {
     assert!(unit.contains("Documentation=man:iwpmd(8) man:iwpmd.conf(5)"));
 }
 
-/// groff renders both pages without a single warning (skipped where groff is absent).
+/// groff renders every manual page we ship (iwpmctl's too) without a single warning
+/// (skipped where groff is absent, never in CI).
 #[test]
 fn man_pages_render_cleanly() {
     if Command::new("groff").arg("--version").output().is_err() {
@@ -301,7 +302,7 @@ fn man_pages_render_cleanly() {
         );
         return;
     }
-    for page in ["iwpmd.8", "iwpmd.conf.5"] {
+    for page in ["iwpmd.8", "iwpmd.conf.5", "iwpmctl.8"] {
         let out = Command::new("groff")
             .args(["-man", "-Tutf8", "-ww", "-z"])
             .arg(packaging(page))

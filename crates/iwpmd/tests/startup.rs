@@ -127,14 +127,7 @@ fn busy_peer_port_names_the_other_daemon_once() {
 
 #[test]
 fn missing_netlink_rdma_suggests_loading_iw_cm() {
-    use rustix::net::{netlink, AddressFamily, SocketFlags, SocketType};
-    let probe = rustix::net::socket_with(
-        AddressFamily::NETLINK,
-        SocketType::RAW,
-        SocketFlags::CLOEXEC,
-        Some(netlink::RDMA),
-    );
-    if probe.is_ok() {
+    if host_has_netlink_rdma() {
         eprintln!(
             "SKIPPED missing_netlink_rdma_suggests_loading_iw_cm: this host has NETLINK_RDMA"
         );

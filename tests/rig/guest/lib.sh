@@ -303,3 +303,37 @@ trace_checks_v4() {
 trace_summary() {
   grep -v '^#' "$1" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*//' | awk '{print $1,$2,$3,$4,$5}' | sort | uniq -c | sed 's/^/    /' >> "$SUM"
 }
+
+# settled_dump FILE: SIGUSR1 to $IWPMD_PID, wait until syslog has been still for 1 s (at
+# most 20 s), the new lines into FILE; DUMP_N = mappings in it (large tables log slowly).
+settled_dump() {
+  local n c m=-1 s=0 i=0
+  n=$(wc -l < "$SYSLOG"); : > "$1"; DUMP_N=0
+  [ -n "$IWPMD_PID" ] || return 1
+  kill -USR1 "$IWPMD_PID"
+  while [ $i -lt 80 ] && [ $s -lt 4 ]; do
+    sleep 0.25; c=$(wc -l < "$SYSLOG")
+    if [ "$c" = "$m" ] && [ "$c" -gt "$n" ]; then s=$((s+1)); else s=0; fi
+    m=$c; i=$((i+1))
+  done
+  tail -n +$((n+1)) "$SYSLOG" > "$1"
+  DUMP_N=$(grep -c 'Mapping #' "$1")
+}
+
+# ---- performance comparison (suite-compare*.sh): $CD, $OURS, $RES set by the suite ----
+# use_daemon LABEL: point IWPMD / IWPMD_ARGS at floor, c, ours or a path
+use_daemon() {
+  case "$1" in
+    floor) IWPMD=/usr/local/bin/rigtool; IWPMD_ARGS=floor-responder ;;
+    c) IWPMD=$CD; IWPMD_ARGS=--systemd ;;
+    ours) IWPMD=$OURS; IWPMD_ARGS=--systemd ;;
+    *) IWPMD=$1; IWPMD_ARGS=--systemd ;;
+  esac
+}
+# cpu_ms PID: user and system CPU time of the process (all threads), ms ("0 0" if none)
+cpu_ms() {
+  if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then
+    sed 's/^.*) //' "/proc/$1/stat" | awk -v hz=100 '{printf "%d %d\n", $12*1000/hz, $13*1000/hz}'
+  else echo "0 0"; fi
+}
+put() { echo "$1 $2 $3 $4" >> "$RES"; }   # put ROUND LABEL KEY VALUE

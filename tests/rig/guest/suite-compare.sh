@@ -23,22 +23,6 @@ DAEMONS=$(echo "${RIG_DAEMONS:-floor,c,ours,none}" | tr ',' ' ')
 OURS=${RIG_OURS:-/mnt/rig/bin/iwpmd-rs}; CD=${RIG_C:-/usr/sbin/iwpmd}
 RES="$OUT/compare-results.txt"; : > "$RES"
 
-# use_daemon LABEL: point lib.sh's IWPMD / IWPMD_ARGS at that daemon
-use_daemon() {
-  case "$1" in
-    floor) IWPMD=/usr/local/bin/rigtool; IWPMD_ARGS=floor-responder ;;
-    c) IWPMD=$CD; IWPMD_ARGS=--systemd ;;
-    ours) IWPMD=$OURS; IWPMD_ARGS=--systemd ;;
-    *) IWPMD=$1; IWPMD_ARGS=--systemd ;;
-  esac
-}
-# cpu_ms PID: user and system CPU time of the process (all threads), ms ("0 0" if none)
-cpu_ms() {
-  if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then
-    sed 's/^.*) //' "/proc/$1/stat" | awk -v hz=100 '{printf "%d %d\n", $12*1000/hz, $13*1000/hz}'
-  else echo "0 0"; fi
-}
-put() { echo "$1 $2 $3 $4" >> "$RES"; }   # put ROUND LABEL KEY VALUE
 # storm_figures FILE ROUND LABEL: the storm's figures into the results
 storm_figures() {
   put "$2" "$3" listen_1k "$(awk '$1=="listen" && $2=="live=1000" {sub(/us_per_op=/,"",$3); print $3}' "$1")"

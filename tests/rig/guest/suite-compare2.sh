@@ -17,20 +17,6 @@ ROUNDS=${RIG_ROUNDS:-3}; CM=${RIG_CMTIME:-50}
 DAEMONS=$(echo "${RIG_DAEMONS:-c,ours,floor,none}" | tr ',' ' ')
 OURS=${RIG_OURS:-/mnt/rig/bin/iwpmd-rs}; CD=${RIG_C:-/usr/sbin/iwpmd}
 RES="$OUT/compare-results.txt"; : > "$RES"
-use_daemon() {
-  case "$1" in
-    floor) IWPMD=/usr/local/bin/rigtool; IWPMD_ARGS=floor-responder ;;
-    c) IWPMD=$CD; IWPMD_ARGS=--systemd ;;
-    ours) IWPMD=$OURS; IWPMD_ARGS=--systemd ;;
-    *) IWPMD=$1; IWPMD_ARGS=--systemd ;;
-  esac
-}
-cpu_ms() {
-  if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then
-    sed 's/^.*) //' "/proc/$1/stat" | awk -v hz=100 '{printf "%d %d\n", $12*1000/hz, $13*1000/hz}'
-  else echo "0 0"; fi
-}
-put() { echo "$1 $2 $3 $4" >> "$RES"; }
 
 setup_net
 note "kernel $(uname -r); role $ROLE; siw0 on $DEV ($IP); peer $PEER; cmtime -c $CM, $ROUNDS rounds over: $DAEMONS"

@@ -57,19 +57,7 @@ low() { exec sh -c 'renice -n 19 -p $$ > /dev/null; exec "$@"' low "$@"; }
 only_in() { awk 'NR==FNR { b[$0]=1; next } !($0 in b)' "$2" "$1"; }
 # dump FILE: iwpmd_dump, but waiting until the log has been still for 1 s (max 20 s):
 # a dump of 100+ mappings trickles into syslog slowly on a loaded single vCPU
-dump() {
-  local n c m=-1 s=0 i=0
-  n=$(wc -l < "$SYSLOG"); : > "$1"; DUMP_N=0
-  [ -n "$IWPMD_PID" ] || return 1
-  kill -USR1 "$IWPMD_PID"
-  while [ $i -lt 80 ] && [ $s -lt 4 ]; do
-    sleep 0.25; c=$(wc -l < "$SYSLOG")
-    if [ "$c" = "$m" ] && [ "$c" -gt "$n" ]; then s=$((s+1)); else s=0; fi
-    m=$c; i=$((i+1))
-  done
-  tail -n +$((n+1)) "$SYSLOG" > "$1"
-  DUMP_N=$(grep -c 'Mapping #' "$1")
-}
+dump() { settled_dump "$1"; }
 
 setup_net
 note "kernel $(uname -r); siw0 on $DEV ($IP); daemon $IWPMD $IWPMD_ARGS; $NL listeners :$FIRST.., $NLIVE live rping pairs, $NLOOPS connect loops"

@@ -63,18 +63,7 @@ triples() {
 }
 only_in() { awk 'NR==FNR { b[$0]=1; next } !($0 in b)' "$2" "$1"; }
 # dump FILE: SIGUSR1 to the current daemon, wait until syslog is still for 1 s (max 20 s)
-dump() {
-  local n c m=-1 s=0 i=0
-  IWPMD_PID=$(st pid); n=$(wc -l < "$SYSLOG"); : > "$1"; DUMP_N=0
-  kill -USR1 "$IWPMD_PID"
-  while [ $i -lt 80 ] && [ $s -lt 4 ]; do
-    sleep 0.25; c=$(wc -l < "$SYSLOG")
-    if [ "$c" = "$m" ] && [ "$c" -gt "$n" ]; then s=$((s+1)); else s=0; fi
-    m=$c; i=$((i+1))
-  done
-  tail -n +$((n+1)) "$SYSLOG" > "$1"
-  DUMP_N=$(grep -c 'Mapping #' "$1")
-}
+dump() { IWPMD_PID=$(st pid); settled_dump "$1"; }
 waitfor() {  # waitfor SECONDS CMD...: poll CMD every 0.2 s
   local i=0 n=$(( $1 * 5 )); shift
   while [ $i -lt $n ]; do "$@" && return 0; sleep 0.2; i=$((i+1)); done; return 1

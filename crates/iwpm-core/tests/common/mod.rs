@@ -289,6 +289,18 @@ impl Host {
         }
     }
 
+    /// Starts the core and answers its HELLO with ABI 4 (the MAPINFO window opens); what
+    /// the core sent the kernel so far is dropped.
+    pub fn start_answered(&mut self) {
+        self.core.start(self.now);
+        self.pump();
+        self.kernel_msg(KernelMsg::Hello(Hello {
+            abi_version: 4,
+            unknown: vec![],
+        }));
+        self.kernel_in.clear();
+    }
+
     /// Sends one kernel message in its own datagram; returns its header seq.
     pub fn kernel_msg(&mut self, msg: KernelMsg) -> u32 {
         let env = self.env();

@@ -232,6 +232,20 @@ pub fn daemon_command(kernel: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Comma
     cmd
 }
 
+/// Whether this host can open a NETLINK_RDMA socket (ib_core loaded): the tests of the
+/// "no RDMA here" start-up failure only run where it cannot.
+pub fn host_has_netlink_rdma() -> bool {
+    use rustix::net::{netlink, AddressFamily, SocketFlags, SocketType};
+    let flags = SocketFlags::CLOEXEC;
+    rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        flags,
+        Some(netlink::RDMA),
+    )
+    .is_ok()
+}
+
 /// One kernel -> daemon message with the kernel's header conventions (client IWCM,
 /// `NLM_F_REQUEST`, port id 0) and sequence number `seq`.
 pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
