@@ -98,16 +98,17 @@ def main():
         rows.append((f"listen µs/op at {storm} live", "lower", one, "listen_top"))
     rows.append((f"listen µs/op, mean of all {storm}", "lower", one, "listen_us_per_op"))
     rows.append(("destroy µs/op (median of batches)", "lower", one, "destroy_med"))
-    rows.append(("cmtime -c 50 one VM, connect ms", "median", one, "cm_total"))
-    rows.append(("  worst single connect, ms", "median", one, "cm_max"))
-    rows.append(("cmtime -c 50 two VMs, connect ms", "median", two, "cm_total"))
-    rows.append(("  worst single connect, ms", "median", two, "cm_max"))
-    rows.append((f"daemon CPU ms, storm (user)", "median", one, "cpu_storm_user_ms"))
-    rows.append((f"daemon CPU ms, storm (system)", "median", one, "cpu_storm_sys_ms"))
-    rows.append(("daemon CPU ms, cmtime one VM (user)", "median", one, "cpu_cm_user_ms"))
-    rows.append(("daemon CPU ms, cmtime one VM (system)", "median", one, "cpu_cm_sys_ms"))
-    rows.append(("daemon CPU ms, two VMs client side", "median", two, "cpu_client_ms"))
-    rows.append(("daemon CPU ms, two VMs server side", "median", two, "cpu_server_ms"))
+    for source, where in ((one, "one VM"), (two, "two VMs")):
+        rows.append((f"cmtime -c 50 {where}, connect ms", "median", source, "cm_total"))
+        rows.append(("  worst single connect, ms", "median", source, "cm_max"))
+    rows += [(f"daemon CPU ms, {what}", "median", source, key) for what, source, key in (
+        ("storm (user)", one, "cpu_storm_user_ms"),
+        ("storm (system)", one, "cpu_storm_sys_ms"),
+        ("cmtime one VM (user)", one, "cpu_cm_user_ms"),
+        ("cmtime one VM (system)", one, "cpu_cm_sys_ms"),
+        ("two VMs client side", two, "cpu_client_ms"),
+        ("two VMs server side", two, "cpu_server_ms"),
+    )]
 
     figures = {}
     table = []

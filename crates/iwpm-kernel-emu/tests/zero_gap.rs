@@ -130,6 +130,15 @@ impl FakeSystemd {
         FakeSystemd { path, state, stop }
     }
 
+    /// Copies of every stored descriptor with its name, as the next start receives them.
+    fn kept_fds(&self) -> Vec<(String, OwnedFd)> {
+        let m = self.state.lock().unwrap();
+        m.store
+            .values()
+            .map(|(name, fd)| (name.clone(), fd.try_clone().unwrap()))
+            .collect()
+    }
+
     fn stored(&self) -> usize {
         self.state.lock().unwrap().store.len()
     }
@@ -586,13 +595,7 @@ fn fd_store_restart_keeps_every_port_bound() {
         "no STOPPING=1"
     );
     sd.clear_messages();
-    let pass: Vec<(String, OwnedFd)> = {
-        let m = sd.state.lock().unwrap();
-        m.store
-            .values()
-            .map(|(name, fd)| (name.clone(), fd.try_clone().unwrap()))
-            .collect()
-    };
+    let pass = sd.kept_fds();
     assert_eq!(
         pass.len(),
         n,
@@ -740,13 +743,7 @@ fn fd_store_alone_hands_stored_sockets_to_the_replay() {
     let gone_port = gone.info.mapped_local.port();
     gone.id.destroy().unwrap();
     assert!(!port_free(gone_port), "the store still holds it");
-    let pass: Vec<(String, OwnedFd)> = {
-        let m = sd.state.lock().unwrap();
-        m.store
-            .values()
-            .map(|(name, fd)| (name.clone(), fd.try_clone().unwrap()))
-            .collect()
-    };
+    let pass = sd.kept_fds();
     let second = Daemon::spawn(&s.dir, &s.host, s.peer_port, None, Some(&sd.path), &pass);
     drop(pass);
     assert!(

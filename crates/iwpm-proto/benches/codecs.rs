@@ -8,7 +8,6 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     decode_daemon_datagram, decode_kernel_datagram, encode_daemon_msg, encode_kernel_msg,
     DaemonMsg, Envelope, KernelMsg, ManageMappingRequest, QueryMappingReply, QueryMappingRequest,
@@ -35,12 +34,7 @@ fn sa(s: &str) -> SockAddrStorage {
 }
 
 fn main() {
-    let env = Envelope {
-        client: RDMA_NL_IWCM,
-        flags: NLM_F_REQUEST,
-        seq: 7,
-        pid: 0,
-    };
+    let env = Envelope::kernel_request(7);
     let add = KernelMsg::AddMapping(ManageMappingRequest {
         echo_seq: 1,
         addr: sa("192.0.2.1:4000"),
