@@ -1,6 +1,7 @@
 //! How a real `iwpmd` is pointed at an emulated kernel, in one place for every test and
 //! tool that starts one (the emulator's own tests, the daemon's tests, the lab).
 
+use std::ffi::OsString;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,14 +18,7 @@ pub fn iwpmd_command(
     peer_port: u16,
 ) -> Command {
     let mut cmd = Command::new(binary);
-    cmd.arg("--kernel")
-        .arg(format!("unix:{}", kernel_socket.display()))
-        .args(["--log-stderr", "--no-ipv6", "-v"])
-        .args(["--config", "/nonexistent/iwpmd.conf"])
-        .arg("--peer-bind-v4")
-        .arg(bind_v4.to_string())
-        .arg("--peer-port")
-        .arg(peer_port.to_string())
+    cmd.args(iwpmd_args(kernel_socket, bind_v4, peer_port))
         .env_remove("RUST_LOG")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("JOURNAL_STREAM")
@@ -32,4 +26,18 @@ pub fn iwpmd_command(
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd
+}
+
+/// The arguments of [`iwpmd_command`], for callers that start the daemon another way (a
+/// launcher that passes it descriptors first, say).
+pub fn iwpmd_args(kernel_socket: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--kernel".into()];
+    args.push(format!("unix:{}", kernel_socket.display()).into());
+    for a in ["--log-stderr", "--no-ipv6", "-v"] {
+        args.push(a.into());
+    }
+    args.extend(["--config".into(), "/nonexistent/iwpmd.conf".into()]);
+    args.extend(["--peer-bind-v4".into(), bind_v4.to_string().into()]);
+    args.extend(["--peer-port".into(), peer_port.to_string().into()]);
+    args
 }

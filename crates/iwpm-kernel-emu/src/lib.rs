@@ -87,7 +87,7 @@ pub use cm::{
     AddrError, CmError, CmEvent, CmEventKind, ConnInfo, EventChannel, IdState, ListenInfo,
     PortMapMode, RejectReason, RemoteInfoLookup, Side, UnreachableReason,
 };
-pub use daemon_command::iwpmd_command;
+pub use daemon_command::{iwpmd_args, iwpmd_command};
 pub use driver::DaemonAddr;
 pub use fabric::{Fabric, FabricConfig};
 pub use host::{

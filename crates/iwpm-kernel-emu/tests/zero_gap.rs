@@ -254,12 +254,11 @@ impl Daemon {
         let mut cmd = Command::new("bash");
         cmd.args(["-s", "--"])
             .arg(daemon_binary())
-            .arg("--kernel")
-            .arg(format!("unix:{}", host.kernel_socket_path().display()))
-            .args(["--log-stderr", "--no-ipv6", "-v"])
-            .args(["--config", "/nonexistent/iwpmd.conf"])
-            .args(["--peer-bind-v4", "127.0.0.1", "--peer-port"])
-            .arg(peer_port.to_string())
+            .args(iwpm_kernel_emu::iwpmd_args(
+                host.kernel_socket_path(),
+                Ipv4Addr::LOCALHOST,
+                peer_port,
+            ))
             .args(match state_file {
                 Some(p) => vec!["--state-file".into(), p.as_os_str().to_owned()],
                 None => vec![std::ffi::OsString::from("--no-state-file")],
