@@ -155,7 +155,7 @@ def main():
                "two-VM cmtime <= C", paired(two.get("cm_total", {}), "ours", "c"))
 
     lines = []
-    lines.append("iwpmd rig comparison: Linux 6.1 + siw under QEMU TCG, daemons untraced, interleaved per boot")
+    lines.append("iwpmd rig comparison: Linux 6.1 + siw under QEMU TCG, daemons untraced, a fresh boot per run (one VM), interleaved round by round")
     lines.append(f"ours: {meta.get('ours', '?')}")
     lines.append(f"kernel: {meta.get('kernel', '?')}; host {meta.get('host', '?')}; {meta.get('rounds', '?')} rounds; "
                  f"storm {storm} listeners; boots " + ", ".join(f"{k} {v} s" for k, v in meta["secs"].items()))

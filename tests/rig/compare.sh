@@ -1,6 +1,6 @@
 #!/bin/bash
 # Performance comparison on the real kernel, in one command: the floor responder, the C
-# iwpmd and ours (and no daemon), interleaved round by round inside each boot.
+# iwpmd and ours (and no daemon), interleaved round by round, a fresh boot for each run.
 #
 # Usage: tests/rig/compare.sh [--daemon PATH] [--rounds N] [--storm N] [--quick]
 #                             [--no-2vm] [--no-profile] [--check]
@@ -60,11 +60,28 @@ META="$SHARE/out/meta.txt"
   echo "kernel $KERNEL"; echo "rounds $ROUNDS"; echo "storm $STORM"; echo "host $(nproc) cpus"; } > "$META"
 load() { echo "load $1 $(cut -d' ' -f1-3 /proc/loadavg)" >> "$META"; }
 RC=0
-# the one-VM boot: ~40 s per round at 10k listeners on an idle host, 4-5 min at load 15
+# One-VM runs: a fresh boot for every (round, daemon). The kernel slows down with every
+# storm it has served in one boot, whichever daemon answered (system time of the floor
+# responder: 2.2 s, 4.5 s, 7.0 s over three storms in one boot), so sharing a boot would
+# favour the daemon that runs first. Boots are still interleaved round by round, so host
+# load drift hits all alike. ~15-25 s per boot at 10k listeners on an idle host.
 load before-1vm
 t=$(date +%s)
-"$RIG_DIR/run-vm.sh" -n compare -s "$SHARE" -T $((600 + ROUNDS * STORM / 15)) -m 2048 -l "$RES/console-compare.log" \
-  -e rounds="$ROUNDS" -e storm="$STORM" -e profile="$PROFILE" "$RIG_DIR/guest/suite-compare.sh" > /dev/null 2>&1 || RC=1
+ONE="$SHARE/out/compare"; mkdir -p "$ONE"; : > "$ONE/compare-results.txt"; : > "$ONE/checks.txt"
+# one_boot NAME KNOB...: one VM of suite-compare.sh; its results and checks join $ONE
+one_boot() {
+  local n=$1; shift
+  local knobs=(); for k in "$@"; do knobs+=(-e "$k"); done
+  "$RIG_DIR/run-vm.sh" -n "$n" -s "$SHARE" -T $((300 + STORM / 15)) -m 2048 -l "$RES/console-$n.log" \
+    -e storm="$STORM" "${knobs[@]}" "$RIG_DIR/guest/suite-compare.sh" > /dev/null 2>&1 || RC=1
+  cat "$SHARE/out/$n/compare-results.txt" >> "$ONE/compare-results.txt" 2>/dev/null
+  sed "s/^/[$n] /" "$SHARE/out/$n/checks.txt" >> "$ONE/checks.txt" 2>/dev/null
+  cp "$SHARE/out/$n"/storm-*.txt "$SHARE/out/$n"/cmtime-*.txt "$SHARE/out/$n"/strace-c-*.txt "$ONE/" 2>/dev/null
+}
+for r in $(seq 1 "$ROUNDS"); do
+  for d in floor c ours none; do one_boot "compare-r$r-$d" round="$r" rounds=1 daemons="$d" profile=0; done
+done
+[ "$PROFILE" = 1 ] && one_boot compare-profile rounds=0 profile=1
 echo "secs 1vm $(( $(date +%s) - t ))" >> "$META"
 load after-1vm
 if [ $TWO = 1 ]; then
@@ -74,7 +91,8 @@ if [ $TWO = 1 ]; then
   echo "secs 2vm $(( $(date +%s) - t ))" >> "$META"
   load after-2vm
 fi
-for r in compare compare2-A compare2-B; do
+grep -h 'FAIL' "$ONE/checks.txt" >&2
+for r in compare2-A compare2-B; do
   f="$SHARE/out/$r/checks.txt"; [ -f "$f" ] || continue
   grep '^FAIL' "$f" | sed "s/^/[$r] /" >&2
 done

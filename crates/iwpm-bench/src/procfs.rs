@@ -12,9 +12,16 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// CPU time of the main thread of `pid` (the daemon's event loop), ns.
+/// CPU time of every thread of `pid`, ns: the event loop and its helper threads (the
+/// state file and dump writers), so work moved off the loop still counts.
 pub fn cpu_ns(pid: u32) -> Option<u64> {
-    parse_schedstat(&fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?)
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0u64;
+    for task in tasks.flatten() {
+        let text = fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        total += parse_schedstat(&text).unwrap_or(0);
+    }
+    Some(total)
 }
 
 /// CPU time of the calling thread, ns (`CLOCK_THREAD_CPUTIME_ID`: exact, where the

@@ -1407,7 +1407,7 @@ impl Driver {
             return;
         }
         match self.core.mappings().find(|m| m.local_endpoint == ep) {
-            Some(m) if *m.mapped == mapped => {}
+            Some(m) if m.mapped == mapped => {}
             other => fail(format!(
                 "success answer for {ep} but the mapping is {:?}",
                 other.map(|m| (m.mapped_endpoint, m.refcount))
@@ -1562,7 +1562,7 @@ impl Driver {
                 .core
                 .mappings()
                 .next()
-                .map(|m| (*m.local, m.owner_client));
+                .map(|m| (m.local, m.owner_client));
             let Some((local, owner)) = first else { break };
             removes += 1;
             if removes > budget {

@@ -29,6 +29,7 @@ mod exchange;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod handshake;
+mod int_hash;
 mod peer_allow;
 mod peer_book;
 mod ratelimit;

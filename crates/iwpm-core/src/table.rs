@@ -1,10 +1,10 @@
 //! The mapping table: one entry per mapped local address, with reference counts, indexed by
-//! local and by mapped endpoint.
+//! local and by mapped port.
 //!
 //! The C daemon keeps an unsorted list and scans it for every look-up. Here each address
-//! side has an [`AddrIndex`]: a hash map from exact endpoint to entries plus a per-port set
-//! (all entries on that port, and the wildcard ones among them). That answers both C
-//! look-ups in O(entries sharing the port), which is O(1) in practice:
+//! side has a port index: the entries on each port (one inline id in the common case of
+//! one entry per port). Both C look-ups scan only the entries sharing the port, which is
+//! O(1) in practice:
 //!
 //! * *exact*: family, IP and port equal;
 //! * *loose*: same port and (identical address, or the entry is a wildcard, or the searched
@@ -12,17 +12,41 @@
 //!
 //! When several entries match, the newest wins (C scans from the list head, where new
 //! entries go). [`MappingId`]s grow monotonically, so "newest" is the largest id.
+//!
+//! Memory is the point of the layout (50 000 mappings must fit well under 32 MiB): an
+//! entry lives in a slab slot (no per-entry allocation), keeps the first 28 bytes of its
+//! local `sockaddr_storage` inline and the other 100 only when they are not all zero
+//! (never, from Linux), and keeps its mapped address as just the port when it is the local
+//! address with another port (always, except for addresses replayed by the kernel or
+//! restored from the state file that differ otherwise). A unit test bounds the slot size;
+//! `iwpm-bench` measures the whole daemon's bytes per mapping.
 
-use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
+use iwpm_proto::consts::SOCKADDR_STORAGE_SIZE;
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
 use crate::action::ReservationId;
+use crate::int_hash::IntMap;
 
-/// Names one mapping; larger ids are newer.
+/// Names one mapping; larger ids are newer. The low 32 bits are the entry's slot in the
+/// table, the high 32 bits a sequence number (so a reused slot never revives an old id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MappingId(pub u64);
+
+impl MappingId {
+    fn new(seq: u32, slot: u32) -> MappingId {
+        MappingId((u64::from(seq) << 32) | u64::from(slot))
+    }
+
+    fn slot(self) -> usize {
+        (self.0 & 0xffff_ffff) as usize
+    }
+
+    fn seq(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
 
 /// What a mapping is for, as far as the daemon can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,37 +60,148 @@ pub enum MappingRole {
     Recovered,
 }
 
+/// Bytes of a `sockaddr_storage` that hold family, port, address, flowinfo and scope id.
+const ADDR_HEAD: usize = 28;
+const ADDR_TAIL: usize = SOCKADDR_STORAGE_SIZE - ADDR_HEAD;
+
+/// What a compact entry cannot rebuild, kept out of line (never needed with Linux's own
+/// addresses): a local address whose bytes after the head are not all zero, a mapped
+/// address that is not the local one with another port.
+#[derive(Clone, Debug)]
+struct Unusual {
+    local_tail: [u8; ADDR_TAIL],
+    mapped: Option<SockAddrStorage>,
+}
+
 /// One mapping as stored.
 #[derive(Clone, Debug)]
 pub(crate) struct Mapping {
-    /// The local address as first received from the kernel (all 128 bytes).
-    pub local: SockAddrStorage,
-    pub local_ep: Endpoint,
-    /// The mapped address: `local` with the reserved port, or `local` itself (NO_PORT_MAP).
-    pub mapped: SockAddrStorage,
-    pub mapped_ep: Endpoint,
+    /// The head of the local address as first received from the kernel: family, port, IP,
+    /// flowinfo, scope id (the rest is zero unless `unusual` says otherwise).
+    local_head: [u8; ADDR_HEAD],
+    /// The mapped port: the mapped address is the local one with this port (unless
+    /// `unusual` holds another).
+    mapped_port: u16,
+    unusual: Option<Box<Unusual>>,
     /// Kernel client index that created it; only it may REMOVE it.
     pub owner: u8,
     /// Kernel references (ADD/QUERY/MAPINFO records); freed at 0.
     pub refcount: u32,
+    /// No reservation holds a port (NO_PORT_MAP).
     pub no_port_map: bool,
     pub role: MappingRole,
-    /// The shell's reserved TCP socket (`None` for NO_PORT_MAP).
-    pub reservation: Option<ReservationId>,
+    /// The shell's reserved TCP socket, unless `no_port_map` (see [`Mapping::reservation`]).
+    reservation: u64,
+    /// The high half of the entry's [`MappingId`] (the slot is the low half).
+    seq: u32,
     pub created_at: Instant,
+}
+
+impl Mapping {
+    /// A mapping with one reference. `local` and `mapped` must be IPv4 or IPv6 (the core
+    /// only maps addresses whose endpoint it could read).
+    pub fn new(
+        local: &SockAddrStorage,
+        mapped: &SockAddrStorage,
+        owner: u8,
+        role: MappingRole,
+        reservation: Option<ReservationId>,
+        created_at: Instant,
+    ) -> Mapping {
+        let mapped_port = mapped.port();
+        let bytes = local.as_bytes();
+        let mut local_head = [0u8; ADDR_HEAD];
+        local_head.copy_from_slice(&bytes[..ADDR_HEAD]);
+        let tail_used = bytes[ADDR_HEAD..].iter().any(|b| *b != 0);
+        let other_mapped = (local.with_port(mapped_port) != *mapped).then_some(*mapped);
+        let unusual = (tail_used || other_mapped.is_some()).then(|| {
+            let mut local_tail = [0u8; ADDR_TAIL];
+            local_tail.copy_from_slice(&bytes[ADDR_HEAD..]);
+            Box::new(Unusual {
+                local_tail,
+                mapped: other_mapped,
+            })
+        });
+        Mapping {
+            local_head,
+            mapped_port,
+            unusual,
+            owner,
+            refcount: 1,
+            no_port_map: reservation.is_none(),
+            role,
+            reservation: reservation.map_or(0, |r| r.0),
+            seq: 0,
+            created_at,
+        }
+    }
+
+    /// The shell's reserved TCP socket (`None` for NO_PORT_MAP).
+    pub fn reservation(&self) -> Option<ReservationId> {
+        (!self.no_port_map).then_some(ReservationId(self.reservation))
+    }
+
+    /// The local address as received.
+    pub fn local(&self) -> SockAddrStorage {
+        let mut raw = SockAddrStorage::default();
+        raw.0[..ADDR_HEAD].copy_from_slice(&self.local_head);
+        if let Some(u) = &self.unusual {
+            raw.0[ADDR_HEAD..].copy_from_slice(&u.local_tail);
+        }
+        raw
+    }
+
+    fn other_mapped(&self) -> Option<&SockAddrStorage> {
+        self.unusual.as_ref().and_then(|u| u.mapped.as_ref())
+    }
+
+    /// The mapped address.
+    pub fn mapped(&self) -> SockAddrStorage {
+        match self.other_mapped() {
+            Some(m) => *m,
+            None => self.local().with_port(self.mapped_port),
+        }
+    }
+
+    /// The local IP and port.
+    pub fn local_ep(&self) -> Endpoint {
+        endpoint_of(&self.local_head)
+    }
+
+    /// The mapped IP and port.
+    pub fn mapped_ep(&self) -> Endpoint {
+        match self.other_mapped() {
+            Some(m) => endpoint_of(&m.0[..ADDR_HEAD]),
+            None => Endpoint {
+                port: self.mapped_port,
+                ..self.local_ep()
+            },
+        }
+    }
+}
+
+/// The endpoint of an address head. Entries are only made from IPv4/IPv6 addresses; any
+/// other family reads as `0.0.0.0` with the port (never reached).
+fn endpoint_of(head: &[u8]) -> Endpoint {
+    let mut raw = SockAddrStorage::default();
+    raw.0[..ADDR_HEAD].copy_from_slice(&head[..ADDR_HEAD]);
+    raw.endpoint().unwrap_or(Endpoint {
+        ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        port: raw.port(),
+    })
 }
 
 /// Read-only view of a mapping, as returned by [`crate::Core::mappings`].
 #[derive(Clone, Copy, Debug)]
-pub struct MappingView<'a> {
+pub struct MappingView {
     /// Identity of the mapping.
     pub id: MappingId,
     /// Local address as received (128 bytes).
-    pub local: &'a SockAddrStorage,
+    pub local: SockAddrStorage,
     /// Local IP and port.
     pub local_endpoint: Endpoint,
     /// Mapped address (128 bytes).
-    pub mapped: &'a SockAddrStorage,
+    pub mapped: SockAddrStorage,
     /// Mapped IP and port.
     pub mapped_endpoint: Endpoint,
     /// Number of kernel references.
@@ -85,188 +220,236 @@ pub struct MappingView<'a> {
     pub created_at: Instant,
 }
 
-/// Entries sharing one port.
-#[derive(Clone, Debug, Default)]
-struct PortSet {
-    all: Vec<MappingId>,
-    wildcards: Vec<MappingId>,
+/// The ids of the entries on one port: one inline (the usual case), or several (boxed, so
+/// the set is 16 bytes).
+#[derive(Clone, Debug)]
+enum IdSet {
+    One(MappingId),
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<MappingId>>),
 }
 
-/// Exact and per-port index of one address side.
-#[derive(Clone, Debug, Default)]
-struct AddrIndex {
-    exact: HashMap<Endpoint, Vec<MappingId>>,
-    by_port: HashMap<u16, PortSet>,
-}
-
-fn newest<'a>(ids: impl IntoIterator<Item = &'a MappingId>) -> Option<MappingId> {
-    ids.into_iter().max().copied()
-}
-
-fn remove_id(v: &mut Vec<MappingId>, id: MappingId) {
-    if let Some(pos) = v.iter().position(|x| *x == id) {
-        v.swap_remove(pos);
-    }
-}
-
-impl AddrIndex {
-    fn insert(&mut self, ep: Endpoint, id: MappingId) {
-        self.exact.entry(ep).or_default().push(id);
-        let set = self.by_port.entry(ep.port).or_default();
-        set.all.push(id);
-        if ep.is_wildcard() {
-            set.wildcards.push(id);
+impl IdSet {
+    fn as_slice(&self) -> &[MappingId] {
+        match self {
+            IdSet::One(id) => std::slice::from_ref(id),
+            IdSet::Many(v) => v,
         }
     }
 
-    fn remove(&mut self, ep: Endpoint, id: MappingId) {
-        if let Some(v) = self.exact.get_mut(&ep) {
-            remove_id(v, id);
-            if v.is_empty() {
-                self.exact.remove(&ep);
-            }
+    fn push(&mut self, id: MappingId) {
+        match self {
+            IdSet::One(first) => *self = IdSet::Many(Box::new(vec![*first, id])),
+            IdSet::Many(v) => v.push(id),
         }
-        if let Some(set) = self.by_port.get_mut(&ep.port) {
-            remove_id(&mut set.all, id);
-            remove_id(&mut set.wildcards, id);
-            if set.all.is_empty() {
-                self.by_port.remove(&ep.port);
+    }
+
+    /// Removes `id`; true when the set is now empty.
+    fn remove(&mut self, id: MappingId) -> bool {
+        match self {
+            IdSet::One(x) => *x == id,
+            IdSet::Many(v) => {
+                if let Some(pos) = v.iter().position(|x| *x == id) {
+                    v.swap_remove(pos);
+                }
+                let (empty, only) = (v.is_empty(), (v.len() == 1).then(|| v[0]));
+                if let Some(only) = only {
+                    *self = IdSet::One(only);
+                }
+                empty
             }
         }
     }
-
-    fn exact(&self, ep: &Endpoint) -> Option<MappingId> {
-        self.exact.get(ep).and_then(newest)
-    }
-
-    fn loose(&self, ep: &Endpoint) -> Option<MappingId> {
-        let set = self.by_port.get(&ep.port)?;
-        if ep.is_wildcard() {
-            return newest(&set.all);
-        }
-        let exact = self.exact(ep);
-        let wild = newest(&set.wildcards);
-        exact.max(wild)
-    }
-
-    fn len(&self) -> usize {
-        self.exact.values().map(Vec::len).sum()
-    }
 }
 
-/// The table. Storage is ordered by id so dumps list newest first without sorting.
+/// Entries of one address side, by port.
+type PortIndex = IntMap<u16, IdSet>;
+
+/// One slab slot: the entry (its id is its `seq` and the slot's index), or free.
+type Slot = Option<Mapping>;
+
+/// The table.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct MappingTable {
-    entries: BTreeMap<MappingId, Mapping>,
-    local: AddrIndex,
-    mapped: AddrIndex,
-    next_id: u64,
+    slots: Vec<Slot>,
+    /// Free slots, reused last-freed first.
+    free: Vec<u32>,
+    len: usize,
+    local: PortIndex,
+    mapped: PortIndex,
+    next_seq: u32,
+}
+
+fn index_insert(index: &mut PortIndex, port: u16, id: MappingId) {
+    match index.get_mut(&port) {
+        Some(set) => set.push(id),
+        None => {
+            index.insert(port, IdSet::One(id));
+        }
+    }
+}
+
+fn index_remove(index: &mut PortIndex, port: u16, id: MappingId) {
+    if index.get_mut(&port).is_some_and(|set| set.remove(id)) {
+        index.remove(&port);
+    }
 }
 
 impl MappingTable {
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     pub fn insert(&mut self, m: Mapping) -> MappingId {
-        self.next_id += 1;
-        let id = MappingId(self.next_id);
-        self.local.insert(m.local_ep, id);
-        self.mapped.insert(m.mapped_ep, id);
-        self.entries.insert(id, m);
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        let id = MappingId::new(self.next_seq, slot);
+        index_insert(&mut self.local, m.local_ep().port, id);
+        index_insert(&mut self.mapped, m.mapped_ep().port, id);
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = Some(Mapping {
+                seq: self.next_seq,
+                ..m
+            });
+        }
+        self.len += 1;
         id
     }
 
     pub fn remove(&mut self, id: MappingId) -> Option<Mapping> {
-        let m = self.entries.remove(&id)?;
-        self.local.remove(m.local_ep, id);
-        self.mapped.remove(m.mapped_ep, id);
+        let slot = self.slots.get_mut(id.slot())?;
+        if !matches!(slot, Some(m) if m.seq == id.seq()) {
+            return None;
+        }
+        let m = slot.take()?;
+        self.free.push(u32::try_from(id.slot()).unwrap_or(u32::MAX));
+        self.len -= 1;
+        index_remove(&mut self.local, m.local_ep().port, id);
+        index_remove(&mut self.mapped, m.mapped_ep().port, id);
         Some(m)
     }
 
     pub fn get(&self, id: MappingId) -> Option<&Mapping> {
-        self.entries.get(&id)
+        match self.slots.get(id.slot()) {
+            Some(Some(m)) if m.seq == id.seq() => Some(m),
+            _ => None,
+        }
     }
 
     pub fn get_mut(&mut self, id: MappingId) -> Option<&mut Mapping> {
-        self.entries.get_mut(&id)
+        match self.slots.get_mut(id.slot()) {
+            Some(Some(m)) if m.seq == id.seq() => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The newest entry on `ep`'s port of one side that `accept` takes.
+    fn newest_on(
+        &self,
+        index: &PortIndex,
+        port: u16,
+        accept: impl Fn(&Mapping) -> bool,
+    ) -> Option<MappingId> {
+        index
+            .get(&port)?
+            .as_slice()
+            .iter()
+            .filter(|id| self.get(**id).is_some_and(&accept))
+            .max()
+            .copied()
     }
 
     /// C's loose look-up by local address.
     pub fn loose_local(&self, ep: &Endpoint) -> Option<MappingId> {
-        self.local.loose(ep)
+        self.newest_on(&self.local, ep.port, |m| loose_match(&m.local_ep(), ep))
     }
 
     /// C's exact look-up by local address.
     pub fn exact_local(&self, ep: &Endpoint) -> Option<MappingId> {
-        self.local.exact(ep)
+        self.newest_on(&self.local, ep.port, |m| m.local_ep() == *ep)
     }
 
     /// C's loose look-up by mapped address.
     pub fn loose_mapped(&self, ep: &Endpoint) -> Option<MappingId> {
-        self.mapped.loose(ep)
+        self.newest_on(&self.mapped, ep.port, |m| loose_match(&m.mapped_ep(), ep))
+    }
+
+    /// Every entry with its id, in slot order.
+    fn entries(&self) -> impl Iterator<Item = (MappingId, &Mapping)> {
+        self.slots.iter().enumerate().filter_map(|(slot, m)| {
+            let m = m.as_ref()?;
+            Some((MappingId::new(m.seq, u32::try_from(slot).ok()?), m))
+        })
     }
 
     /// Newest first, as the C dump lists them.
     pub fn iter(&self) -> impl Iterator<Item = (MappingId, &Mapping)> {
-        self.entries.iter().rev().map(|(id, m)| (*id, m))
+        let mut all: Vec<(MappingId, &Mapping)> = self.entries().collect();
+        all.sort_unstable_by_key(|(id, _)| std::cmp::Reverse(*id));
+        all.into_iter()
     }
 
-    pub fn view(id: MappingId, m: &Mapping) -> MappingView<'_> {
+    pub fn view(id: MappingId, m: &Mapping) -> MappingView {
+        let local_endpoint = m.local_ep();
         MappingView {
             id,
-            local: &m.local,
-            local_endpoint: m.local_ep,
-            mapped: &m.mapped,
-            mapped_endpoint: m.mapped_ep,
+            local: m.local(),
+            local_endpoint,
+            mapped: m.mapped(),
+            mapped_endpoint: m.mapped_ep(),
             refcount: m.refcount,
             owner_client: m.owner,
-            wildcard: m.local_ep.is_wildcard(),
+            wildcard: local_endpoint.is_wildcard(),
             no_port_map: m.no_port_map,
             role: m.role,
-            reservation: m.reservation,
+            reservation: m.reservation(),
             created_at: m.created_at,
         }
     }
 
     /// Checks that both indexes describe exactly the stored entries.
     pub fn check(&self) -> Result<(), &'static str> {
-        if self.local.len() != self.entries.len() || self.mapped.len() != self.entries.len() {
+        let live = self.slots.iter().flatten().count();
+        if live != self.len || self.slots.len() - live != self.free.len() {
+            return Err("slot count differs from table size");
+        }
+        let indexed = |index: &PortIndex| index.values().map(|s| s.as_slice().len()).sum::<usize>();
+        if indexed(&self.local) != self.len || indexed(&self.mapped) != self.len {
             return Err("index size differs from table size");
         }
-        for (id, m) in &self.entries {
+        for (id, m) in self.entries() {
             if m.refcount == 0 {
                 return Err("live mapping with refcount 0");
             }
             if !self
                 .local
-                .exact
-                .get(&m.local_ep)
-                .is_some_and(|v| v.contains(id))
+                .get(&m.local_ep().port)
+                .is_some_and(|s| s.as_slice().contains(&id))
             {
                 return Err("mapping missing from the local index");
             }
             if !self
                 .mapped
-                .exact
-                .get(&m.mapped_ep)
-                .is_some_and(|v| v.contains(id))
+                .get(&m.mapped_ep().port)
+                .is_some_and(|s| s.as_slice().contains(&id))
             {
                 return Err("mapping missing from the mapped index");
             }
-            let set = self.local.by_port.get(&m.local_ep.port);
-            if !set.is_some_and(|s| {
-                s.all.contains(id) && s.wildcards.contains(id) == m.local_ep.is_wildcard()
-            }) {
-                return Err("mapping missing from the local port index");
-            }
-        }
-        let port_total: usize = self.local.by_port.values().map(|s| s.all.len()).sum();
-        if port_total != self.entries.len() {
-            return Err("local port index has stale entries");
         }
         Ok(())
     }
+}
+
+/// C's loose match of an entry's endpoint against a searched one on the same port.
+fn loose_match(entry: &Endpoint, searched: &Endpoint) -> bool {
+    entry.port == searched.port
+        && (entry == searched || entry.is_wildcard() || searched.is_wildcard())
 }
 
 #[cfg(test)]
@@ -281,18 +464,14 @@ mod tests {
     fn mapping(local: &str, mapped: &str, now: Instant) -> Mapping {
         let l: SocketAddr = local.parse().unwrap();
         let m: SocketAddr = mapped.parse().unwrap();
-        Mapping {
-            local: l.into(),
-            local_ep: l.into(),
-            mapped: m.into(),
-            mapped_ep: m.into(),
-            owner: 2,
-            refcount: 1,
-            no_port_map: false,
-            role: MappingRole::Listener,
-            reservation: None,
-            created_at: now,
-        }
+        Mapping::new(
+            &l.into(),
+            &m.into(),
+            2,
+            MappingRole::Listener,
+            Some(ReservationId(7)),
+            now,
+        )
     }
 
     #[test]
@@ -335,5 +514,62 @@ mod tests {
         let b = t.insert(mapping("10.0.0.2:4000", "10.0.0.2:40001", now));
         assert_eq!(t.loose_local(&ep("0.0.0.0:4000")), Some(b));
         assert_eq!(t.iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![b, a]);
+    }
+
+    #[test]
+    fn packed_addresses_keep_every_byte() {
+        let now = Instant::now();
+        let l: SocketAddr = "[2001:db8::1]:4000".parse().unwrap();
+        let mut local: SockAddrStorage = l.into();
+        local.0[100] = 0xab; // a non-zero tail byte: kept out of line
+        let mut other: SockAddrStorage = "10.0.0.9:40000".parse::<SocketAddr>().unwrap().into();
+        other.0[20] = 1;
+        let plain = Mapping::new(
+            &local,
+            &local.with_port(50000),
+            2,
+            MappingRole::Listener,
+            None,
+            now,
+        );
+        assert_eq!(plain.local(), local);
+        assert_eq!(plain.mapped(), local.with_port(50000));
+        assert!(plain.unusual.as_ref().is_some_and(|u| u.mapped.is_none()));
+        let usual = Mapping::new(
+            &l.into(),
+            &"[2001:db8::1]:1".parse::<SocketAddr>().unwrap().into(),
+            2,
+            MappingRole::Listener,
+            None,
+            now,
+        );
+        assert!(usual.unusual.is_none());
+        assert_eq!(plain.mapped_ep(), ep("[2001:db8::1]:50000"));
+        let odd = Mapping::new(&local, &other, 2, MappingRole::Recovered, None, now);
+        assert_eq!(
+            odd.mapped(),
+            other,
+            "a mapped address that is not local + port"
+        );
+        assert_eq!(odd.mapped_ep(), ep("10.0.0.9:40000"));
+        assert!(
+            std::mem::size_of::<Slot>() <= 112,
+            "{}",
+            std::mem::size_of::<Slot>()
+        );
+    }
+
+    #[test]
+    fn reused_slots_never_revive_old_ids() {
+        let now = Instant::now();
+        let mut t = MappingTable::default();
+        let a = t.insert(mapping("10.0.0.1:4000", "10.0.0.1:40000", now));
+        t.remove(a).unwrap();
+        let b = t.insert(mapping("10.0.0.1:4001", "10.0.0.1:40001", now));
+        assert_eq!(a.slot(), b.slot());
+        assert!(b > a);
+        assert!(t.get(a).is_none() && t.remove(a).is_none());
+        assert_eq!(t.exact_local(&ep("10.0.0.1:4001")), Some(b));
+        t.check().unwrap();
     }
 }

@@ -48,7 +48,7 @@ pub struct DumpWriter {
 
 impl DumpWriter {
     /// Starts the thread; `waker` is woken after each dump is written.
-    pub fn start(waker: Waker) -> Result<Self, DumpWriterError> {
+    pub fn start(waker: Arc<Waker>) -> Result<Self, DumpWriterError> {
         let (tx, rx) = mpsc::channel::<DumpText>();
         let busy = Arc::new(AtomicBool::new(false));
         let flag = busy.clone();

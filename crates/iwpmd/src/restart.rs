@@ -86,6 +86,13 @@ impl Restart {
         }
     }
 
+    /// The event loop's waker, for the state file writer thread.
+    pub fn set_waker(&self, waker: std::sync::Arc<mio::Waker>) {
+        if let Some(s) = &self.state {
+            s.set_waker(waker);
+        }
+    }
+
     /// True when reserved ports go to the FD store.
     pub fn fd_store_enabled(&self) -> bool {
         self.fd_store.is_some()

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iwpm_core::{
@@ -32,7 +33,8 @@ mod control;
 
 const KERNEL: Token = Token(0);
 const SIGNALS: Token = Token(1);
-const DUMP_DONE: Token = Token(2);
+/// Woken by the helper threads: a dump or a state file write is done.
+const HELPER_DONE: Token = Token(2);
 const PEER_BASE: usize = 3;
 
 /// Datagrams read from one source before the others get a turn.
@@ -156,7 +158,9 @@ impl Shell {
         }
         let mut signals = Signals::new([SIGTERM, SIGHUP, SIGUSR1])?;
         registry.register(&mut signals, SIGNALS, Interest::READABLE)?;
-        let dump_writer = DumpWriter::start(Waker::new(registry, DUMP_DONE)?)?;
+        let helper_waker = Arc::new(Waker::new(registry, HELPER_DONE)?);
+        let dump_writer = DumpWriter::start(helper_waker.clone())?;
+        restart.set_waker(helper_waker);
         Ok(Shell {
             poll,
             signals,
@@ -242,7 +246,11 @@ impl Shell {
                             return Ok(exit);
                         }
                     }
-                    DUMP_DONE => self.dump_written(),
+                    HELPER_DONE => {
+                        self.dump_written();
+                        // collects a finished state file write and starts a due one
+                        self.restart.tick(Instant::now(), &self.core);
+                    }
                     KERNEL => {
                         if event.is_writable() {
                             self.flush_kernel_queue();

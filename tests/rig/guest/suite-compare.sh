@@ -1,7 +1,8 @@
 #!/bin/sh
-# Suite "compare" (run by ../compare.sh): one VM, every daemon in ONE boot, interleaved
-# round by round (floor, C, ours, none, floor, C, ours, none, ...) so host load drift
-# hits all alike. Per daemon and round, daemon untraced and freshly started:
+# Suite "compare" (run by ../compare.sh, which boots it once per round and daemon:
+# rounds=1 round=R daemons=D, because the kernel slows down with every storm served in
+# one boot). With several daemons or rounds in one boot they run interleaved (floor, C,
+# ours, none, floor, ...). Per daemon and round, daemon untraced and freshly started:
 #   1. listen storm: `rigcm storm IP STORM BATCH` (STORM listeners, each an ADD_MAPPING
 #      round trip, then all destroyed, each a REMOVE_MAPPING); µs/op of the batch that
 #      ends at 1000 live and of the one that ends at STORM live, median of the destroy
@@ -15,7 +16,8 @@
 # times are not comparable with the untraced ones).
 # Results: $OUT/compare-results.txt, one "ROUND LABEL KEY VALUE" line per figure.
 # Checks: every storm reached STORM listeners, every cmtime connected all CM with no stall.
-# Knobs: daemons=floor,c,ours,none  rounds=R [3]  storm=N [10000]  batch=B [500]
+# Knobs: daemons=floor,c,ours,none  rounds=R [3] (0: only the profile)  round=FIRST [1]
+#        storm=N [10000]  batch=B [500]
 #        cmtime=N [50]  profile=0|1 [1]  ours=PATH [/mnt/rig/bin/iwpmd-rs]  c=PATH [/usr/sbin/iwpmd]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROUNDS=${RIG_ROUNDS:-3}; STORM=${RIG_STORM:-10000}; BATCH=${RIG_BATCH:-500}; CM=${RIG_CMTIME:-50}
@@ -73,8 +75,8 @@ profile() {
 setup_net
 note "kernel $(uname -r); siw0 on $DEV ($IP); storm $STORM (batch $BATCH), cmtime -c $CM, $ROUNDS rounds over: $DAEMONS"
 start_syslog
-r=1
-while [ "$r" -le "$ROUNDS" ]; do
+r=${RIG_ROUND:-1}; last=$((r + ROUNDS - 1))
+while [ "$r" -le "$last" ]; do
   for l in $DAEMONS; do one_run "$r" "$l"; done
   r=$((r+1))
 done

@@ -31,13 +31,13 @@ impl Core {
         let mut out = vec!["print_iwpm_mapped_ports:".to_owned()];
         for (i, (_, m)) in self.table.iter().enumerate() {
             out.push(format!("Mapping #{i}"));
-            out.push(address_line("Local", &m.local_ep));
-            out.push(address_line("Mapped", &m.mapped_ep));
+            out.push(address_line("Local", &m.local_ep()));
+            out.push(address_line("Mapped", &m.mapped_ep()));
             out.push(format!(
                 "    refcount {} owner client {} wildcard {} no_port_map {} age {}s",
                 m.refcount,
                 m.owner,
-                if m.local_ep.is_wildcard() {
+                if m.local_ep().is_wildcard() {
                     "yes"
                 } else {
                     "no"

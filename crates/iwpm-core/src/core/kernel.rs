@@ -218,7 +218,7 @@ impl Core {
             let shared = self
                 .table
                 .get(id)
-                .is_some_and(|m| m.local_ep.is_wildcard() && m.local_ep == local.ep);
+                .is_some_and(|m| m.local_ep().is_wildcard() && m.local_ep() == local.ep);
             if shared {
                 self.add_ref(id);
                 self.reply_add(req, local.raw, id);
@@ -270,7 +270,11 @@ impl Core {
         }
         let query = Query { req, local, remote };
         if let Some(id) = self.table.loose_local(&local.ep) {
-            if self.table.get(id).is_some_and(|m| m.local_ep.is_wildcard()) {
+            if self
+                .table
+                .get(id)
+                .is_some_and(|m| m.local_ep().is_wildcard())
+            {
                 self.mapping_failed(now, req, "QUERY_MAPPING resolved to a wildcard");
                 return;
             }
@@ -332,7 +336,7 @@ impl Core {
 
     /// ADD reply: the request's address echoed byte-for-byte, the mapping's mapped address.
     fn reply_add(&mut self, req: Request, addr: SockAddrStorage, id: MappingId) {
-        let Some(mapped_addr) = self.table.get(id).map(|m| m.mapped) else {
+        let Some(mapped_addr) = self.table.get(id).map(|m| m.mapped()) else {
             return;
         };
         self.send_kernel(

@@ -213,20 +213,20 @@ impl Core {
     }
 
     /// All mappings, newest first.
-    pub fn mappings(&self) -> impl Iterator<Item = MappingView<'_>> {
+    pub fn mappings(&self) -> impl Iterator<Item = MappingView> + '_ {
         self.table.iter().map(|(id, m)| MappingTable::view(id, m))
     }
 
     /// The mapping a peer REQUEST for `local` would find (C's loose look-up by local
     /// address: exact, or a wildcard on the same port, or any on the port if `local` is a
     /// wildcard).
-    pub fn mapping_for_local(&self, local: &Endpoint) -> Option<MappingView<'_>> {
+    pub fn mapping_for_local(&self, local: &Endpoint) -> Option<MappingView> {
         let id = self.table.loose_local(local)?;
         self.table.get(id).map(|m| MappingTable::view(id, m))
     }
 
     /// The mapping whose mapped address loosely matches `mapped`.
-    pub fn mapping_for_mapped(&self, mapped: &Endpoint) -> Option<MappingView<'_>> {
+    pub fn mapping_for_mapped(&self, mapped: &Endpoint) -> Option<MappingView> {
         let id = self.table.loose_mapped(mapped)?;
         self.table.get(id).map(|m| MappingTable::view(id, m))
     }
@@ -384,7 +384,7 @@ impl Core {
         }
         if let Some(m) = self.table.remove(id) {
             self.stats.mappings_freed += 1;
-            if let Some(r) = m.reservation {
+            if let Some(r) = m.reservation() {
                 self.release(ports, r);
             }
             self.exchanges.remove_for_mapping(id);

@@ -116,7 +116,7 @@ impl Core {
     pub(super) fn start_query_exchange(&mut self, now: Instant, query: Query, id: MappingId) {
         let Query { req, local, remote } = query;
         let remote_sa = SocketAddr::new(remote.ep.ip, remote.ep.port);
-        let Some((local_ep, mapped_ep)) = self.table.get(id).map(|m| (m.local_ep, m.mapped_ep))
+        let Some((local_ep, mapped_ep)) = self.table.get(id).map(|m| (m.local_ep(), m.mapped_ep()))
         else {
             return;
         };
@@ -169,12 +169,12 @@ impl Core {
             return None;
         }
         // A wildcard listener answers with the requested IP and its mapped port.
-        let ip = if m.local_ep.is_wildcard() {
+        let ip = if m.local_ep().is_wildcard() {
             msg.ap_ip
         } else {
-            m.mapped_ep.ip
+            m.mapped_ep().ip
         };
-        let answer = SocketAddr::new(ip, m.mapped_ep.port);
+        let answer = SocketAddr::new(ip, m.mapped_ep().port);
         (answer.is_ipv4() == msg.ap_ip.is_ipv4()).then_some((id, answer))
     }
 
@@ -281,7 +281,7 @@ impl Core {
             return;
         }
         let Some((owner, m_local, m_mapped)) =
-            self.table.get(id).map(|m| (m.owner, m.local, m.mapped))
+            self.table.get(id).map(|m| (m.owner, m.local(), m.mapped()))
         else {
             return;
         };
@@ -453,7 +453,7 @@ impl Core {
             );
             return;
         };
-        let Some(mapped_local) = self.table.get(mapping).map(|m| m.mapped) else {
+        let Some(mapped_local) = self.table.get(mapping).map(|m| m.mapped()) else {
             return;
         };
         // The ACK leaves before the kernel hears the answer: the kernel connects as soon as
@@ -503,7 +503,7 @@ impl Core {
             self.late_answer(now, "REJECT");
             return;
         }
-        let Some(mapped_local) = self.table.get(mapping).map(|m| m.mapped) else {
+        let Some(mapped_local) = self.table.get(mapping).map(|m| m.mapped()) else {
             return;
         };
         self.send_kernel(

@@ -60,7 +60,7 @@ impl Core {
             let same = self
                 .table
                 .get(id)
-                .is_some_and(|m| m.local_ep == local.ep && m.mapped_ep == mapped.ep);
+                .is_some_and(|m| m.local_ep() == local.ep && m.mapped_ep() == mapped.ep);
             if same {
                 self.count_replayed(client);
                 if !self.confirm_restored(id) {

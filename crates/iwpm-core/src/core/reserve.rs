@@ -92,18 +92,14 @@ impl Core {
         reservation: Option<ReservationId>,
         role: MappingRole,
     ) -> MappingId {
-        self.insert_mapping(Mapping {
-            local: local.raw,
-            local_ep: local.ep,
-            mapped: mapped.raw,
-            mapped_ep: mapped.ep,
+        self.insert_mapping(Mapping::new(
+            &local.raw,
+            &mapped.raw,
             owner,
-            refcount: 1,
-            no_port_map: reservation.is_none(),
             role,
             reservation,
-            created_at: now,
-        })
+            now,
+        ))
     }
 
     pub(super) fn add_ref(&mut self, id: MappingId) {

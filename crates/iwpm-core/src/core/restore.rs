@@ -151,8 +151,8 @@ impl Core {
                     owner: m.owner,
                     refcount: m.refcount,
                     no_port_map: m.no_port_map,
-                    local: m.local.to_socket_addr()?,
-                    mapped: m.mapped.to_socket_addr()?,
+                    local: m.local().to_socket_addr()?,
+                    mapped: m.mapped().to_socket_addr()?,
                 })
             })
             .collect();

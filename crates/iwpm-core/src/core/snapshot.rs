@@ -92,11 +92,11 @@ impl Core {
         self.table
             .iter()
             .map(|(_, m)| MappingSnapshot {
-                local: m.local_ep,
-                mapped: m.mapped_ep,
+                local: m.local_ep(),
+                mapped: m.mapped_ep(),
                 owner_client: m.owner,
                 refcount: m.refcount,
-                wildcard: m.local_ep.is_wildcard(),
+                wildcard: m.local_ep().is_wildcard(),
                 no_port_map: m.no_port_map,
                 role: m.role,
                 age: now.saturating_duration_since(m.created_at),
@@ -134,7 +134,7 @@ impl Core {
                 ExchangeSnapshot {
                     peer: ex.to,
                     side,
-                    local: self.table.get(ex.mapping).map(|m| m.local_ep),
+                    local: self.table.get(ex.mapping).map(|m| m.local_ep()),
                     retransmissions,
                     age: now.saturating_duration_since(started),
                     expires_in: ex.expires().saturating_duration_since(now),
