@@ -28,6 +28,7 @@ use rand::rngs::ChaCha20Rng;
 use rand::{Rng, SeedableRng};
 
 use crate::action::PeerSocket;
+use crate::int_hash::IntMap;
 use crate::table::MappingId;
 
 /// Names one exchange; larger ids are newer.
@@ -195,7 +196,7 @@ pub(crate) struct Due {
 pub(crate) struct Exchanges {
     entries: HashMap<ExchangeId, Exchange>,
     keys: HashMap<ExchangeKey, ExchangeId>,
-    by_mapping: HashMap<MappingId, HashSet<ExchangeId>>,
+    by_mapping: IntMap<MappingId, HashSet<ExchangeId>>,
     timers: BTreeSet<(Instant, ExchangeId)>,
     active: usize,
     /// Passive exchanges without an ACK yet, oldest first (eviction order).

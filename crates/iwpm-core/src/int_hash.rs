@@ -1,5 +1,6 @@
-//! A one-multiplication hasher for small integer keys that only the kernel chooses (ports
-//! of the mapping table, sequence numbers of kernel requests). std's SipHash resists keys
+//! A one-multiplication hasher for small integer keys that only the kernel or the daemon
+//! chooses (ports of the mapping table, sequence numbers of kernel requests, mapping and
+//! reservation ids). std's SipHash resists keys
 //! chosen to collide, which these are not, and costs more than the rest of such a
 //! look-up. Never use it for keys a peer or a local user controls.
 
@@ -8,8 +9,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Fibonacci hashing: the multiplication spreads the key into the high bits (hashbrown's
 /// tag) and keeps distinct low bits distinct (its bucket index).
-#[derive(Default)]
-pub(crate) struct IntHasher(u64);
+#[derive(Debug, Default)]
+pub struct IntHasher(u64);
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -34,9 +35,9 @@ impl Hasher for IntHasher {
 }
 
 /// A map keyed by kernel-chosen integers.
-pub(crate) type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+pub type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 /// A set of kernel-chosen integers.
-pub(crate) type IntSet<K> = HashSet<K, BuildHasherDefault<IntHasher>>;
+pub type IntSet<K> = HashSet<K, BuildHasherDefault<IntHasher>>;
 
 #[cfg(test)]
 mod tests {

@@ -29,9 +29,10 @@ mod exchange;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod handshake;
-mod int_hash;
+pub mod int_hash;
 mod peer_allow;
 mod peer_book;
+mod port_index;
 mod ratelimit;
 pub use ratelimit::RateLimit;
 mod request;

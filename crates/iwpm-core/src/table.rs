@@ -2,16 +2,10 @@
 //! local and by mapped port.
 //!
 //! The C daemon keeps an unsorted list and scans it for every look-up. Here each address
-//! side has a port index: the entries on each port (one inline id in the common case of
-//! one entry per port). Both C look-ups scan only the entries sharing the port, which is
-//! O(1) in practice:
-//!
-//! * *exact*: family, IP and port equal;
-//! * *loose*: same port and (identical address, or the entry is a wildcard, or the searched
-//!   address is a wildcard) — so `0.0.0.0:P` also matches an IPv6 entry on port P, as in C.
-//!
-//! When several entries match, the newest wins (C scans from the list head, where new
-//! entries go). [`MappingId`]s grow monotonically, so "newest" is the largest id.
+//! side has a [`PortIndex`] that answers C's *exact* and *loose* look-ups in O(1) (rules in
+//! `port_index.rs`). When several entries match, the newest wins (C scans from the list
+//! head, where new entries go). [`MappingId`]s grow monotonically, so "newest" is the
+//! largest id.
 //!
 //! Memory is the point of the layout (50 000 mappings must fit well under 32 MiB): an
 //! entry lives in a slab slot (no per-entry allocation), keeps the first 28 bytes of its
@@ -21,13 +15,14 @@
 //! restored from the state file that differ otherwise). A unit test bounds the slot size;
 //! `iwpm-bench` measures the whole daemon's bytes per mapping.
 
+use std::net::IpAddr;
 use std::time::Instant;
 
 use iwpm_proto::consts::SOCKADDR_STORAGE_SIZE;
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
 use crate::action::ReservationId;
-use crate::int_hash::IntMap;
+use crate::port_index::{Lookup, PortIndex};
 
 /// Names one mapping; larger ids are newer. The low 32 bits are the entry's slot in the
 /// table, the high 32 bits a sequence number (so a reused slot never revives an old id).
@@ -220,51 +215,6 @@ pub struct MappingView {
     pub created_at: Instant,
 }
 
-/// The ids of the entries on one port: one inline (the usual case), or several (boxed, so
-/// the set is 16 bytes).
-#[derive(Clone, Debug)]
-enum IdSet {
-    One(MappingId),
-    #[allow(clippy::box_collection)]
-    Many(Box<Vec<MappingId>>),
-}
-
-impl IdSet {
-    fn as_slice(&self) -> &[MappingId] {
-        match self {
-            IdSet::One(id) => std::slice::from_ref(id),
-            IdSet::Many(v) => v,
-        }
-    }
-
-    fn push(&mut self, id: MappingId) {
-        match self {
-            IdSet::One(first) => *self = IdSet::Many(Box::new(vec![*first, id])),
-            IdSet::Many(v) => v.push(id),
-        }
-    }
-
-    /// Removes `id`; true when the set is now empty.
-    fn remove(&mut self, id: MappingId) -> bool {
-        match self {
-            IdSet::One(x) => *x == id,
-            IdSet::Many(v) => {
-                if let Some(pos) = v.iter().position(|x| *x == id) {
-                    v.swap_remove(pos);
-                }
-                let (empty, only) = (v.is_empty(), (v.len() == 1).then(|| v[0]));
-                if let Some(only) = only {
-                    *self = IdSet::One(only);
-                }
-                empty
-            }
-        }
-    }
-}
-
-/// Entries of one address side, by port.
-type PortIndex = IntMap<u16, IdSet>;
-
 /// One slab slot: the entry (its id is its `seq` and the slot's index), or free.
 type Slot = Option<Mapping>;
 
@@ -278,21 +228,6 @@ pub(crate) struct MappingTable {
     local: PortIndex,
     mapped: PortIndex,
     next_seq: u32,
-}
-
-fn index_insert(index: &mut PortIndex, port: u16, id: MappingId) {
-    match index.get_mut(&port) {
-        Some(set) => set.push(id),
-        None => {
-            index.insert(port, IdSet::One(id));
-        }
-    }
-}
-
-fn index_remove(index: &mut PortIndex, port: u16, id: MappingId) {
-    if index.get_mut(&port).is_some_and(|set| set.remove(id)) {
-        index.remove(&port);
-    }
 }
 
 impl MappingTable {
@@ -310,8 +245,13 @@ impl MappingTable {
             }
         };
         let id = MappingId::new(self.next_seq, slot);
-        index_insert(&mut self.local, m.local_ep().port, id);
-        index_insert(&mut self.mapped, m.mapped_ep().port, id);
+        let (local, mapped) = (m.local_ep(), m.mapped_ep());
+        let slots = &self.slots;
+        self.local
+            .insert(local.port, local.ip, id, |x| ip_in(slots, x, Side::Local));
+        self.mapped.insert(mapped.port, mapped.ip, id, |x| {
+            ip_in(slots, x, Side::Mapped)
+        });
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Some(Mapping {
                 seq: self.next_seq,
@@ -330,8 +270,9 @@ impl MappingTable {
         let m = slot.take()?;
         self.free.push(u32::try_from(id.slot()).unwrap_or(u32::MAX));
         self.len -= 1;
-        index_remove(&mut self.local, m.local_ep().port, id);
-        index_remove(&mut self.mapped, m.mapped_ep().port, id);
+        let (local, mapped) = (m.local_ep(), m.mapped_ep());
+        self.local.remove(local.port, local.ip, id);
+        self.mapped.remove(mapped.port, mapped.ip, id);
         Some(m)
     }
 
@@ -349,35 +290,27 @@ impl MappingTable {
         }
     }
 
-    /// The newest entry on `ep`'s port of one side that `accept` takes.
-    fn newest_on(
-        &self,
-        index: &PortIndex,
-        port: u16,
-        accept: impl Fn(&Mapping) -> bool,
-    ) -> Option<MappingId> {
-        index
-            .get(&port)?
-            .as_slice()
-            .iter()
-            .filter(|id| self.get(**id).is_some_and(&accept))
-            .max()
-            .copied()
+    fn newest(&self, side: Side, lookup: Lookup, ep: &Endpoint) -> Option<MappingId> {
+        let index = match side {
+            Side::Local => &self.local,
+            Side::Mapped => &self.mapped,
+        };
+        index.newest(lookup, ep.port, ep.ip, |x| ip_in(&self.slots, x, side))
     }
 
     /// C's loose look-up by local address.
     pub fn loose_local(&self, ep: &Endpoint) -> Option<MappingId> {
-        self.newest_on(&self.local, ep.port, |m| loose_match(&m.local_ep(), ep))
+        self.newest(Side::Local, Lookup::Loose, ep)
     }
 
     /// C's exact look-up by local address.
     pub fn exact_local(&self, ep: &Endpoint) -> Option<MappingId> {
-        self.newest_on(&self.local, ep.port, |m| m.local_ep() == *ep)
+        self.newest(Side::Local, Lookup::Exact, ep)
     }
 
     /// C's loose look-up by mapped address.
     pub fn loose_mapped(&self, ep: &Endpoint) -> Option<MappingId> {
-        self.newest_on(&self.mapped, ep.port, |m| loose_match(&m.mapped_ep(), ep))
+        self.newest(Side::Mapped, Lookup::Loose, ep)
     }
 
     /// Every entry with its id, in slot order.
@@ -419,26 +352,18 @@ impl MappingTable {
         if live != self.len || self.slots.len() - live != self.free.len() {
             return Err("slot count differs from table size");
         }
-        let indexed = |index: &PortIndex| index.values().map(|s| s.as_slice().len()).sum::<usize>();
-        if indexed(&self.local) != self.len || indexed(&self.mapped) != self.len {
+        if self.local.len() != self.len || self.mapped.len() != self.len {
             return Err("index size differs from table size");
         }
         for (id, m) in self.entries() {
             if m.refcount == 0 {
                 return Err("live mapping with refcount 0");
             }
-            if !self
-                .local
-                .get(&m.local_ep().port)
-                .is_some_and(|s| s.as_slice().contains(&id))
-            {
+            let (local, mapped) = (m.local_ep(), m.mapped_ep());
+            if !self.local.contains(local.port, local.ip, id) {
                 return Err("mapping missing from the local index");
             }
-            if !self
-                .mapped
-                .get(&m.mapped_ep().port)
-                .is_some_and(|s| s.as_slice().contains(&id))
-            {
+            if !self.mapped.contains(mapped.port, mapped.ip, id) {
                 return Err("mapping missing from the mapped index");
             }
         }
@@ -446,10 +371,23 @@ impl MappingTable {
     }
 }
 
-/// C's loose match of an entry's endpoint against a searched one on the same port.
-fn loose_match(entry: &Endpoint, searched: &Endpoint) -> bool {
-    entry.port == searched.port
-        && (entry == searched || entry.is_wildcard() || searched.is_wildcard())
+/// Which address of an entry an index holds.
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    Local,
+    Mapped,
+}
+
+/// The IP of entry `id` on `side`, read from the slots.
+fn ip_in(slots: &[Slot], id: MappingId, side: Side) -> Option<IpAddr> {
+    let m = slots
+        .get(id.slot())?
+        .as_ref()
+        .filter(|m| m.seq == id.seq())?;
+    Some(match side {
+        Side::Local => m.local_ep().ip,
+        Side::Mapped => m.mapped_ep().ip,
+    })
 }
 
 #[cfg(test)]

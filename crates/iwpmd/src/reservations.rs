@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 
+use iwpm_core::int_hash::IntMap;
 use iwpm_core::{ReservationId, ReserveError};
 
 use crate::port_picker::{bind_ephemeral, PortPicker};
@@ -51,7 +52,7 @@ pub enum PortChange {
 /// Sockets held for live mappings, by reservation id.
 #[derive(Debug, Default)]
 pub struct Reservations {
-    held: HashMap<u64, Socket>,
+    held: IntMap<u64, Socket>,
     /// Ids are never reused, so a stale release cannot close a newer mapping's port.
     next_id: u64,
     /// Chooses the port of a port-0 reservation (`bind(port 0)` slows down as ports are
@@ -73,7 +74,11 @@ impl Reservations {
     /// Binds a TCP socket to `bind` (port 0 = kernel-chosen) and keeps it under a new id.
     /// Returns the id and the bound port. On failure nothing is kept (the socket is closed).
     pub fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveFailure> {
-        if let Some(socket) = self.adopted.remove(&bind) {
+        // (the emptiness test skips hashing the address on every reservation)
+        if let Some(socket) = (!self.adopted.is_empty())
+            .then(|| self.adopted.remove(&bind))
+            .flatten()
+        {
             self.next_id += 1;
             let id = ReservationId(self.next_id);
             self.held.insert(id.0, socket);

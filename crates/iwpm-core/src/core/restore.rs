@@ -29,6 +29,7 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 
 use super::Core;
 use crate::action::PortReservations;
+use crate::int_hash::IntMap;
 use crate::request::Addr;
 use crate::state_file::SavedMapping;
 use crate::table::{MappingId, MappingRole};
@@ -44,7 +45,7 @@ pub(crate) struct RestoredRefs {
 #[derive(Debug, Default)]
 pub(crate) struct RestoreState {
     /// Restored mappings not settled yet.
-    pending: HashMap<MappingId, RestoredRefs>,
+    pending: IntMap<MappingId, RestoredRefs>,
     /// Replay records accepted per client since the restore.
     records: HashMap<u8, u32>,
     /// Clients whose replay finished: true = complete (MAPINFO_NUM).
