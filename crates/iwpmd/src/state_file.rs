@@ -413,4 +413,70 @@ mod tests {
         assert_eq!(store.load().len(), 1);
         let _ = fs::remove_dir_all(&dir);
     }
+
+    fn core() -> Core {
+        let config = iwpm_core::CoreConfig {
+            netlink_pid: 4242,
+            ..iwpm_core::CoreConfig::default()
+        };
+        Core::new(config, Instant::now())
+    }
+
+    /// Ticks until the write handed to the thread is collected (no waker: polled).
+    fn settle(store: &mut StateStore, core: &Core) {
+        for _ in 0..500 {
+            if !store.in_flight {
+                return;
+            }
+            std::thread::sleep(IN_FLIGHT_POLL);
+            store.tick(Instant::now(), core);
+        }
+        panic!("the state file writer never reported back");
+    }
+
+    #[test]
+    fn the_writer_thread_writes_and_reports_back() {
+        let dir = std::env::temp_dir().join(format!("iwpmd-state-thread-{}", std::process::id()));
+        let path = dir.join("state");
+        let core = core();
+        let mut store = StateStore::new(path.clone());
+        let now = Instant::now();
+        store.note(now, core.table_generation());
+        assert!(store.deadline().is_some_and(|d| d >= now + WRITE_DELAY));
+        store.tick(now + WRITE_DELAY, &core);
+        assert!(store.in_flight, "the write went to the thread");
+        assert!(
+            store.deadline().is_some(),
+            "no waker: the loop polls for the outcome"
+        );
+        settle(&mut store, &core);
+        assert_eq!((store.writes, store.write_errors), (1, 0));
+        assert!(StateFile::decode(&fs::read(&path).unwrap()).is_ok());
+        // nothing changed since: neither a tick nor the exit writes again
+        store.note(now, core.table_generation());
+        assert_eq!(store.deadline(), None);
+        store.flush(&core);
+        assert_eq!(store.writes, 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failing_write_is_counted_and_the_writer_goes_on() {
+        // no directory can be made under /proc, not even by root
+        let core = core();
+        let mut store = StateStore::new(PathBuf::from("/proc/iwpmd-no-such-dir/state"));
+        let now = Instant::now();
+        store.note(now, core.table_generation());
+        store.tick(now + WRITE_DELAY, &core);
+        settle(&mut store, &core);
+        assert_eq!((store.writes, store.write_errors), (0, 1));
+        // the thread is still there: the next change is handed to it again
+        store.written = None;
+        let later = Instant::now() + WRITE_DELAY * 20;
+        store.note(later, core.table_generation());
+        store.tick(later + WRITE_DELAY, &core);
+        assert!(store.in_flight);
+        settle(&mut store, &core);
+        assert_eq!((store.writes, store.write_errors), (0, 2));
+    }
 }

@@ -27,9 +27,9 @@ use crate::consts::{
     rdma_nl_get_type, IWPM_DEVNAME_SIZE, IWPM_IFNAME_SIZE, IWPM_UABI_VERSION_MIN,
     IWPM_ULIBNAME_SIZE, RDMA_NL_IWCM, RDMA_NL_RSVD, SOCKADDR_STORAGE_SIZE,
 };
-use crate::netlink::attr::{push_attr, walk, NlString, RawAttr, WalkError};
+use crate::netlink::attr::{align, push_attr, walk, NlString, RawAttr, WalkError};
 use crate::netlink::error::NetlinkError;
-use crate::netlink::frame::{push_message, FrameBody, NlHeader};
+use crate::netlink::frame::{FrameBody, NlHeader};
 use crate::netlink::message::*;
 use crate::sockaddr::SockAddrStorage;
 
@@ -285,132 +285,106 @@ pub fn decode_daemon_msg(
 /// `flags: None` omits the FLAGS attribute (ABI 3, and always for REMOVE_MAPPING).
 pub fn encode_kernel_msg(env: &Envelope, msg: &KernelMsg, out: &mut Vec<u8>) {
     use ids::{hello, manage, mapinfo, mapinfo_num, query, reg_pid};
-    let mut p = Vec::with_capacity(300);
+    let start = begin(out);
+    let p = &mut *out;
     let unknown = match msg {
         KernelMsg::RegPid(m) => {
-            push_u32(&mut p, reg_pid::IWPM_NLA_REG_PID_SEQ, m.echo_seq);
-            push_attr(&mut p, reg_pid::IWPM_NLA_REG_IF_NAME, &m.if_name.0);
-            push_attr(&mut p, reg_pid::IWPM_NLA_REG_IBDEV_NAME, &m.ibdev_name.0);
-            push_attr(&mut p, reg_pid::IWPM_NLA_REG_ULIB_NAME, &m.ulib_name.0);
+            push_u32(p, reg_pid::IWPM_NLA_REG_PID_SEQ, m.echo_seq);
+            push_attr(p, reg_pid::IWPM_NLA_REG_IF_NAME, &m.if_name.0);
+            push_attr(p, reg_pid::IWPM_NLA_REG_IBDEV_NAME, &m.ibdev_name.0);
+            push_attr(p, reg_pid::IWPM_NLA_REG_ULIB_NAME, &m.ulib_name.0);
             &m.unknown
         }
         KernelMsg::AddMapping(m) | KernelMsg::RemoveMapping(m) => {
-            push_u32(&mut p, manage::IWPM_NLA_MANAGE_MAPPING_SEQ, m.echo_seq);
-            push_attr(&mut p, manage::IWPM_NLA_MANAGE_ADDR, &m.addr.0);
-            push_opt_u32(&mut p, manage::IWPM_NLA_MANAGE_FLAGS, m.flags);
+            push_u32(p, manage::IWPM_NLA_MANAGE_MAPPING_SEQ, m.echo_seq);
+            push_attr(p, manage::IWPM_NLA_MANAGE_ADDR, &m.addr.0);
+            push_opt_u32(p, manage::IWPM_NLA_MANAGE_FLAGS, m.flags);
             &m.unknown
         }
         KernelMsg::QueryMapping(m) => {
-            push_u32(&mut p, query::IWPM_NLA_QUERY_MAPPING_SEQ, m.echo_seq);
-            push_attr(&mut p, query::IWPM_NLA_QUERY_LOCAL_ADDR, &m.local_addr.0);
-            push_attr(&mut p, query::IWPM_NLA_QUERY_REMOTE_ADDR, &m.remote_addr.0);
-            push_opt_u32(&mut p, query::IWPM_NLA_QUERY_FLAGS, m.flags);
+            push_u32(p, query::IWPM_NLA_QUERY_MAPPING_SEQ, m.echo_seq);
+            push_attr(p, query::IWPM_NLA_QUERY_LOCAL_ADDR, &m.local_addr.0);
+            push_attr(p, query::IWPM_NLA_QUERY_REMOTE_ADDR, &m.remote_addr.0);
+            push_opt_u32(p, query::IWPM_NLA_QUERY_FLAGS, m.flags);
             &m.unknown
         }
         KernelMsg::MapInfo(m) => {
-            push_attr(
-                &mut p,
-                mapinfo::IWPM_NLA_MAPINFO_LOCAL_ADDR,
-                &m.local_addr.0,
-            );
-            push_attr(
-                &mut p,
-                mapinfo::IWPM_NLA_MAPINFO_MAPPED_ADDR,
-                &m.mapped_addr.0,
-            );
-            push_opt_u32(&mut p, mapinfo::IWPM_NLA_MAPINFO_FLAGS, m.flags);
+            push_attr(p, mapinfo::IWPM_NLA_MAPINFO_LOCAL_ADDR, &m.local_addr.0);
+            push_attr(p, mapinfo::IWPM_NLA_MAPINFO_MAPPED_ADDR, &m.mapped_addr.0);
+            push_opt_u32(p, mapinfo::IWPM_NLA_MAPINFO_FLAGS, m.flags);
             &m.unknown
         }
         KernelMsg::MapInfoNum(m) => {
-            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEQ, m.seq);
-            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEND_NUM, m.send_num);
+            push_u32(p, mapinfo_num::IWPM_NLA_MAPINFO_SEQ, m.seq);
+            push_u32(p, mapinfo_num::IWPM_NLA_MAPINFO_SEND_NUM, m.send_num);
             &m.unknown
         }
         KernelMsg::Hello(m) => {
-            push_u16(&mut p, hello::IWPM_NLA_HELLO_ABI_VERSION, m.abi_version);
+            push_u16(p, hello::IWPM_NLA_HELLO_ABI_VERSION, m.abi_version);
             &m.unknown
         }
     };
-    finish(env, msg.op(), p, unknown, out);
+    finish(env, msg.op(), start, unknown, out);
 }
 
 /// Appends one daemon -> kernel message (header + attributes, aligned) to `out`.
 pub fn encode_daemon_msg(env: &Envelope, msg: &DaemonMsg, out: &mut Vec<u8>) {
     use ids::{err, hello, mapinfo_num, mapinfo_req, rmanage, rquery, rreg_pid};
-    let mut p = Vec::with_capacity(600);
+    let start = begin(out);
+    let p = &mut *out;
     let unknown = match msg {
         DaemonMsg::RegPid(m) => {
-            push_u32(&mut p, rreg_pid::IWPM_NLA_RREG_PID_SEQ, m.seq);
-            push_attr(&mut p, rreg_pid::IWPM_NLA_RREG_IBDEV_NAME, &m.ibdev_name.0);
-            push_attr(&mut p, rreg_pid::IWPM_NLA_RREG_ULIB_NAME, &m.ulib_name.0);
-            push_u16(&mut p, rreg_pid::IWPM_NLA_RREG_ULIB_VER, m.ulib_version);
-            push_u16(&mut p, rreg_pid::IWPM_NLA_RREG_PID_ERR, m.err);
+            push_u32(p, rreg_pid::IWPM_NLA_RREG_PID_SEQ, m.seq);
+            push_attr(p, rreg_pid::IWPM_NLA_RREG_IBDEV_NAME, &m.ibdev_name.0);
+            push_attr(p, rreg_pid::IWPM_NLA_RREG_ULIB_NAME, &m.ulib_name.0);
+            push_u16(p, rreg_pid::IWPM_NLA_RREG_ULIB_VER, m.ulib_version);
+            push_u16(p, rreg_pid::IWPM_NLA_RREG_PID_ERR, m.err);
             &m.unknown
         }
         DaemonMsg::AddMapping(m) => {
-            push_u32(&mut p, rmanage::IWPM_NLA_RMANAGE_MAPPING_SEQ, m.seq);
-            push_attr(&mut p, rmanage::IWPM_NLA_RMANAGE_ADDR, &m.addr.0);
+            push_u32(p, rmanage::IWPM_NLA_RMANAGE_MAPPING_SEQ, m.seq);
+            push_attr(p, rmanage::IWPM_NLA_RMANAGE_ADDR, &m.addr.0);
             push_attr(
-                &mut p,
+                p,
                 rmanage::IWPM_NLA_RMANAGE_MAPPED_LOC_ADDR,
                 &m.mapped_addr.0,
             );
-            push_u16(&mut p, rmanage::IWPM_NLA_RMANAGE_MAPPING_ERR, m.err);
+            push_u16(p, rmanage::IWPM_NLA_RMANAGE_MAPPING_ERR, m.err);
             &m.unknown
         }
         DaemonMsg::QueryMapping(m) | DaemonMsg::RemoteInfo(m) => {
-            push_u32(&mut p, rquery::IWPM_NLA_RQUERY_MAPPING_SEQ, m.seq);
-            push_attr(&mut p, rquery::IWPM_NLA_RQUERY_LOCAL_ADDR, &m.local_addr.0);
-            push_attr(
-                &mut p,
-                rquery::IWPM_NLA_RQUERY_REMOTE_ADDR,
-                &m.remote_addr.0,
-            );
+            push_u32(p, rquery::IWPM_NLA_RQUERY_MAPPING_SEQ, m.seq);
+            push_attr(p, rquery::IWPM_NLA_RQUERY_LOCAL_ADDR, &m.local_addr.0);
+            push_attr(p, rquery::IWPM_NLA_RQUERY_REMOTE_ADDR, &m.remote_addr.0);
             let mapped_local = &m.mapped_local_addr.0;
-            push_attr(
-                &mut p,
-                rquery::IWPM_NLA_RQUERY_MAPPED_LOC_ADDR,
-                mapped_local,
-            );
+            push_attr(p, rquery::IWPM_NLA_RQUERY_MAPPED_LOC_ADDR, mapped_local);
             let mapped_remote = &m.mapped_remote_addr.0;
-            push_attr(
-                &mut p,
-                rquery::IWPM_NLA_RQUERY_MAPPED_REM_ADDR,
-                mapped_remote,
-            );
-            push_u16(&mut p, rquery::IWPM_NLA_RQUERY_MAPPING_ERR, m.err);
+            push_attr(p, rquery::IWPM_NLA_RQUERY_MAPPED_REM_ADDR, mapped_remote);
+            push_u16(p, rquery::IWPM_NLA_RQUERY_MAPPING_ERR, m.err);
             &m.unknown
         }
         DaemonMsg::HandleErr(m) => {
-            push_u32(&mut p, err::IWPM_NLA_ERR_SEQ, m.seq);
-            push_u16(&mut p, err::IWPM_NLA_ERR_CODE, m.code);
+            push_u32(p, err::IWPM_NLA_ERR_SEQ, m.seq);
+            push_u16(p, err::IWPM_NLA_ERR_CODE, m.code);
             &m.unknown
         }
         DaemonMsg::MapInfo(m) => {
-            push_attr(
-                &mut p,
-                mapinfo_req::IWPM_NLA_MAPINFO_ULIB_NAME,
-                &m.ulib_name.0,
-            );
-            push_u16(
-                &mut p,
-                mapinfo_req::IWPM_NLA_MAPINFO_ULIB_VER,
-                m.ulib_version,
-            );
+            push_attr(p, mapinfo_req::IWPM_NLA_MAPINFO_ULIB_NAME, &m.ulib_name.0);
+            push_u16(p, mapinfo_req::IWPM_NLA_MAPINFO_ULIB_VER, m.ulib_version);
             &m.unknown
         }
         DaemonMsg::MapInfoNum(m) => {
-            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEQ, m.seq);
-            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_SEND_NUM, m.send_num);
-            push_u32(&mut p, mapinfo_num::IWPM_NLA_MAPINFO_ACK_NUM, m.ack_num);
+            push_u32(p, mapinfo_num::IWPM_NLA_MAPINFO_SEQ, m.seq);
+            push_u32(p, mapinfo_num::IWPM_NLA_MAPINFO_SEND_NUM, m.send_num);
+            push_u32(p, mapinfo_num::IWPM_NLA_MAPINFO_ACK_NUM, m.ack_num);
             &m.unknown
         }
         DaemonMsg::Hello(m) => {
-            push_u16(&mut p, hello::IWPM_NLA_HELLO_ABI_VERSION, m.abi_version);
+            push_u16(p, hello::IWPM_NLA_HELLO_ABI_VERSION, m.abi_version);
             &m.unknown
         }
     };
-    finish(env, msg.op(), p, unknown, out);
+    finish(env, msg.op(), start, unknown, out);
 }
 
 fn push_u16(p: &mut Vec<u8>, ty: u16, v: u16) {
@@ -428,12 +402,30 @@ fn push_u32(p: &mut Vec<u8>, ty: u16, v: u32) {
     push_attr(p, ty, &v.to_ne_bytes());
 }
 
-fn finish(env: &Envelope, op: u16, mut payload: Vec<u8>, unknown: &[RawAttr], out: &mut Vec<u8>) {
+/// Starts a message in `out`: room for its header, written by [`finish`] once the
+/// attributes (pushed straight into `out`, no intermediate buffer) give its length.
+fn begin(out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; NlHeader::LEN]);
+    start
+}
+
+/// Appends the unknown attributes kept for echoing, then writes the header of the message
+/// that starts at `start` and pads it to 4 bytes.
+fn finish(env: &Envelope, op: u16, start: usize, unknown: &[RawAttr], out: &mut Vec<u8>) {
     for a in unknown {
-        push_attr(&mut payload, a.ty, &a.payload);
+        push_attr(out, a.ty, &a.payload);
     }
-    let ty = rdma_nl_get_type(env.client, op);
-    push_message(ty, env.flags, env.seq, env.pid, &payload, out);
+    let len = out.len() - start;
+    let header = NlHeader {
+        len: len as u32,
+        ty: rdma_nl_get_type(env.client, op),
+        flags: env.flags,
+        seq: env.seq,
+        pid: env.pid,
+    };
+    out[start..start + NlHeader::LEN].copy_from_slice(&header.to_bytes());
+    out.resize(start + align(len), 0);
 }
 
 /// What an attribute id of an op's set holds.
@@ -467,17 +459,24 @@ enum Val<'a> {
 /// The attributes of one message, validated against an op's set.
 struct Attrs<'a> {
     op: u16,
-    slots: Vec<Option<Val<'a>>>,
+    /// By id - 1; a fixed array, so decoding a message allocates nothing (unless it
+    /// carries unknown attributes).
+    slots: [Option<Val<'a>>; MAX_SPEC],
     unknown: Vec<RawAttr>,
 }
+
+/// Most attribute ids an op defines (QUERY_MAPPING's reply has 6).
+const MAX_SPEC: usize = 8;
 
 impl<'a> Attrs<'a> {
     /// Walks and validates every attribute (wire order); `spec[i]` describes id `i + 1`.
     /// Presence is checked later, by the getters, in id order.
     fn parse(op: u16, payload: &'a [u8], spec: &[Kind]) -> Result<Self, NetlinkError> {
+        debug_assert!(spec.len() <= MAX_SPEC, "op {op} defines {} ids", spec.len());
+        let spec = &spec[..spec.len().min(MAX_SPEC)];
         let mut attrs = Attrs {
             op,
-            slots: vec![None; spec.len()],
+            slots: [None; MAX_SPEC],
             unknown: Vec::new(),
         };
         for item in walk(payload) {
@@ -492,7 +491,7 @@ impl<'a> Attrs<'a> {
                 });
                 continue;
             };
-            // `index < spec.len() == slots.len()`: `spec.get(index)` succeeded.
+            // `index < spec.len() <= slots.len()`: `spec.get(index)` succeeded.
             let slot = &mut attrs.slots[index];
             if slot.is_some() {
                 return Err(NetlinkError::DuplicateAttr { op, attr: a.ty });
@@ -650,6 +649,7 @@ fn validate_string(op: u16, attr: u16, rule: StrRule, p: &[u8]) -> Result<&[u8],
 mod tests {
     use super::*;
     use crate::consts::NLM_F_REQUEST;
+    use crate::netlink::frame::push_message;
 
     fn kernel_env() -> Envelope {
         Envelope {
