@@ -58,6 +58,8 @@ pub struct Ports {
     pub fail_next: VecDeque<ReserveError>,
     /// Ports to grant, whatever was asked, for the next reservations (a misbehaving shell).
     pub force_port: VecDeque<u16>,
+    /// How many held reservations use each port (so a grant is O(1) at 50k held).
+    in_use: HashMap<u16, u32>,
     /// Every bind address asked for, in order.
     pub binds: Vec<SocketAddr>,
     pub releases: usize,
@@ -74,6 +76,7 @@ impl Default for Ports {
             next_id: 0,
             fail_next: VecDeque::new(),
             force_port: VecDeque::new(),
+            in_use: HashMap::new(),
             binds: Vec::new(),
             releases: 0,
             granted: 0,
@@ -91,15 +94,18 @@ impl Ports {
         if let Some(p) = self.force_port.pop_front() {
             return Ok(p);
         }
-        let in_use = |p: u16, held: &BTreeMap<ReservationId, SocketAddr>| {
-            held.values().any(|a| a.port() == p)
-        };
+        let in_use = |p: u16| self.in_use.get(&p).is_some_and(|n| *n > 0);
         if bind.port() == 0 {
-            while in_use(self.next_port, &self.held) {
-                self.next_port += 1;
+            // the lowest free port from `next_port` up, wrapping to 1024 after 65535
+            for _ in 0..=u16::MAX {
+                let p = self.next_port;
+                if !in_use(p) {
+                    return Ok(p);
+                }
+                self.next_port = if p == u16::MAX { 1024 } else { p + 1 };
             }
-            Ok(self.next_port)
-        } else if in_use(bind.port(), &self.held) {
+            Err(ReserveError::AddrInUse)
+        } else if in_use(bind.port()) {
             Err(ReserveError::AddrInUse)
         } else {
             Ok(bind.port())
@@ -117,6 +123,7 @@ impl PortReservations for Ports {
                 let mut a = bind;
                 a.set_port(port);
                 self.held.insert(id, a);
+                *self.in_use.entry(port).or_default() += 1;
                 self.granted += 1;
                 Ok((id, port))
             }
@@ -128,10 +135,11 @@ impl PortReservations for Ports {
     }
 
     fn release(&mut self, id: ReservationId) {
-        assert!(
-            self.held.remove(&id).is_some(),
-            "release of {id:?} not held"
-        );
+        let held = self.held.remove(&id);
+        assert!(held.is_some(), "release of {id:?} not held");
+        if let Some(n) = held.and_then(|a| self.in_use.get_mut(&a.port())) {
+            *n -= 1;
+        }
         self.releases += 1;
     }
 }
