@@ -192,9 +192,9 @@ impl Core {
                 return;
             }
             Handshake::Idle | Handshake::Done => {
-                self.stats.kernel_unsolicited += 1;
-                self.warn(
+                self.count_warn(
                     now,
+                    |s| &mut s.kernel_unsolicited,
                     LogKind::Unsolicited,
                     format_args!(
                         "kernel HELLO (ABI {v}) outside our handshake dropped: another local \

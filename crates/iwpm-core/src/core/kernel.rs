@@ -64,9 +64,9 @@ impl Core {
         for item in frames(datagram) {
             match item {
                 Err(e) => {
-                    self.stats.netlink_bad_framing += 1;
-                    self.warn(
+                    self.count_warn(
                         now,
+                        |s| &mut s.netlink_bad_framing,
                         LogKind::BadFraming,
                         format_args!("netlink datagram dropped from here: {e}"),
                     );
@@ -99,9 +99,9 @@ impl Core {
         let msg = match decode_kernel_msg(&header, payload, self.abi.0) {
             Ok((_, msg)) => msg,
             Err(e) if e.is_malformed_attrs() => {
-                self.stats.netlink_malformed += 1;
-                self.warn(
+                self.count_warn(
                     now,
+                    |s| &mut s.netlink_malformed,
                     LogKind::MalformedNetlink,
                     format_args!("invalid netlink message (client {client}, seq {seq}): {e}"),
                 );
@@ -111,9 +111,9 @@ impl Core {
                 return;
             }
             Err(e) => {
-                self.stats.netlink_unknown_op += 1;
-                self.warn(
+                self.count_warn(
                     now,
+                    |s| &mut s.netlink_unknown_op,
                     LogKind::UnknownOp,
                     format_args!("netlink message with invalid opcode dropped: {e}"),
                 );
@@ -137,9 +137,9 @@ impl Core {
         if self.answered.first_time(now, client, seq) {
             return true;
         }
-        self.stats.netlink_duplicate_seq += 1;
-        self.warn(
+        self.count_warn(
             now,
+            |s| &mut s.netlink_duplicate_seq,
             LogKind::Protocol,
             format_args!("kernel request seq {seq} (client {client}) already answered"),
         );
@@ -151,9 +151,9 @@ impl Core {
         if self.clients.is_registered(client) {
             return true;
         }
-        self.stats.netlink_unregistered += 1;
-        self.warn(
+        self.count_warn(
             now,
+            |s| &mut s.netlink_unregistered,
             LogKind::Unregistered,
             format_args!("{what} request from unregistered client {client} dropped"),
         );
@@ -301,9 +301,9 @@ impl Core {
         };
         let owner = self.table.get(id).map(|m| m.owner);
         if owner != Some(client) {
-            self.stats.remove_wrong_owner += 1;
-            self.warn(
+            self.count_warn(
                 now,
+                |s| &mut s.remove_wrong_owner,
                 LogKind::RemoveWrongOwner,
                 format_args!("REMOVE_MAPPING from client {client}, mapping owned by {owner:?}"),
             );

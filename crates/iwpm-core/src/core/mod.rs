@@ -146,9 +146,9 @@ impl Core {
     /// again without replaying mappings we already hold.
     pub fn handle_kernel_overrun(&mut self, now: Instant) {
         self.last_now = now;
-        self.stats.kernel_overruns += 1;
-        self.warn(
+        self.count_warn(
             now,
+            |s| &mut s.kernel_overruns,
             LogKind::Overrun,
             format_args!("kernel messages were lost (netlink receive queue overrun)"),
         );
@@ -392,6 +392,18 @@ impl Core {
     }
 
     /// Rate-limited WARNING.
+    /// Counts a dropped or refused input in its counter, then warns (rate-limited).
+    fn count_warn(
+        &mut self,
+        now: Instant,
+        counter: fn(&mut Stats) -> &mut u64,
+        kind: LogKind,
+        args: fmt::Arguments<'_>,
+    ) {
+        *counter(&mut self.stats) += 1;
+        self.warn(now, kind, args);
+    }
+
     fn warn(&mut self, now: Instant, kind: LogKind, args: fmt::Arguments<'_>) {
         match self.log.allow(now, kind) {
             Some(suppressed) => tracing::warn!(suppressed, "{args}"),

@@ -75,9 +75,9 @@ impl Core {
         datagram: &[u8],
     ) {
         if !self.config.peer_allow.allows(from.ip()) {
-            self.stats.peer_not_allowed += 1;
-            self.warn(
+            self.count_warn(
                 now,
+                |s| &mut s.peer_not_allowed,
                 LogKind::NotAllowed,
                 format_args!("peer datagram from {from} dropped: source not in peer_allow"),
             );
@@ -86,9 +86,9 @@ impl Core {
         let msg = match PeerMessage::decode(datagram) {
             Ok(m) => m,
             Err(e) => {
-                self.stats.peer_malformed += 1;
-                self.warn(
+                self.count_warn(
                     now,
+                    |s| &mut s.peer_malformed,
                     LogKind::MalformedPeer,
                     format_args!("peer datagram from {from} dropped: {e}"),
                 );
@@ -218,9 +218,9 @@ impl Core {
             self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
             return RemoteInfo::SentOnToken;
         }
-        self.stats.remote_info_deferred += 1;
-        self.warn(
+        self.count_warn(
             now,
+            |s| &mut s.remote_info_deferred,
             LogKind::RemoteInfoBudget,
             format_args!(
                 "REMOTE_INFO budget spent ({} unconfirmed): REMOTE_INFO now waits for the \
@@ -244,9 +244,9 @@ impl Core {
             SocketAddr::new(msg.cp_ip, port)
         });
         if mapped_cp.ip() != msg.cp_ip || msg.cp_ip.is_unspecified() {
-            self.stats.peer_forged += 1;
-            self.warn(
+            self.count_warn(
                 now,
+                |s| &mut s.peer_forged,
                 LogKind::Forged,
                 format_args!(
                     "REQUEST from {from} dropped: connecting address {} but mapped {mapped_cp} \
@@ -387,9 +387,9 @@ impl Core {
         };
         let asked = self.exchanges.get(xid).map(|ex| ex.to.ip());
         if asked != Some(from.ip()) {
-            self.stats.peer_wrong_source += 1;
-            self.warn(
+            self.count_warn(
                 now,
+                |s| &mut s.peer_wrong_source,
                 LogKind::WrongSource,
                 format_args!(
                     "{:?} from {from} dropped: the REQUEST went to {asked:?}",
@@ -442,9 +442,9 @@ impl Core {
                     SockAddrStorage::from(r)
                 })
         else {
-            self.stats.peer_forged += 1;
-            self.warn(
+            self.count_warn(
                 now,
+                |s| &mut s.peer_forged,
                 LogKind::Forged,
                 format_args!(
                     "ACCEPT from {from} names another IP ({}); dropped",
@@ -589,9 +589,9 @@ impl Core {
     }
 
     fn late_answer(&mut self, now: Instant, what: &str) {
-        self.stats.replies_dropped_late += 1;
-        self.warn(
+        self.count_warn(
             now,
+            |s| &mut s.replies_dropped_late,
             LogKind::LateReply,
             format_args!("{what} arrived after the kernel gave up on its QUERY; not answered"),
         );

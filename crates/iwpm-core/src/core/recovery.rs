@@ -35,9 +35,9 @@ impl Core {
     ) {
         let client = req.client;
         if !self.mapinfo_expected(now, client) {
-            self.stats.kernel_unsolicited += 1;
-            self.warn(
+            self.count_warn(
                 now,
+                |s| &mut s.kernel_unsolicited,
                 LogKind::Unsolicited,
                 format_args!(
                     "MAPINFO record from client {client} outside our replay request dropped"

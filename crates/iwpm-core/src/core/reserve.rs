@@ -32,9 +32,9 @@ impl Core {
         match result {
             Ok((id, port)) if port == 0 || recorded.is_some_and(|p| p != port) => {
                 self.release(ports, id);
-                self.stats.reservations_failed += 1;
-                self.warn(
+                self.count_warn(
                     now,
+                    |s| &mut s.reservations_failed,
                     LogKind::MappingFailed,
                     format_args!("reservation got port {port}, wanted {recorded:?}; released"),
                 );
@@ -42,9 +42,9 @@ impl Core {
             }
             Ok(granted) => Some(granted),
             Err(e) => {
-                self.stats.reservations_failed += 1;
-                self.warn(
+                self.count_warn(
                     now,
+                    |s| &mut s.reservations_failed,
                     LogKind::MappingFailed,
                     format_args!("unable to reserve a TCP port: {e}"),
                 );
