@@ -26,7 +26,7 @@ pub const DEFAULT_STATE_FILE: &str = "/run/iwpmd/state";
 const WRITE_DELAY: Duration = Duration::from_millis(200);
 /// A write may take at most this share of the time: writes are spaced by this many times
 /// the duration of the last one, so the writer uses at most ~2 % of a CPU. Each write is
-/// the whole table (at 10 000 mappings on the rig's emulated CPU, about 35 ms); at 5× a
+/// the whole table (at 10 000 mappings on the rig's emulated CPU, about 35 ms); at 10× a
 /// listen storm spent more user CPU on the state file than on the kernel's requests.
 /// The cost is staleness: after a crash (not a restart, which writes at exit) the file
 /// may miss the last ~50 write durations of changes (~1.5 s at 50 000 mappings), which
