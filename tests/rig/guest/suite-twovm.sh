@@ -45,7 +45,10 @@ else
   t0=$(uptime_s)
   timeout 60 rping -c -a "$PEER" -p 7600 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?
   t=$(elapsed "$t0"); flag rping.done
-  l=$(grep -c 'ping data' "$OUT/rping-client.log"); r=1; [ $rc = 0 ] && [ "$l" = "$N" ] && lt "$t" "$STALL_S" && r=0
+  # rc 255 after all N pings is rping's own teardown race (seen once with no daemon at
+  # all, on a loaded host): the connection, which is what the port mapper serves, worked.
+  l=$(grep -c 'ping data' "$OUT/rping-client.log"); r=1
+  { [ $rc = 0 ] || [ $rc = 255 ]; } && [ "$l" = "$N" ] && lt "$t" "$STALL_S" && r=0
   check rping "rping -C $N -> $PEER: rc=$rc, $l ping lines in ${t}s" test $r = 0
   wait_flag live.listening; sleep 1
   # Under a loaded TCG host rping itself sometimes loses its first connection (the server
