@@ -49,9 +49,12 @@ impl AnsweredSeqs {
             self.set.clear();
             self.order.clear();
         }
+        // a `now` older than the last one counts as the last one (entries never look
+        // stale, or wrap, because time was fed out of order)
+        let now = now.max(last);
         let at_ms = now.saturating_duration_since(epoch).as_millis() as u32;
         let window_ms = u32::try_from(self.window.as_millis()).unwrap_or(u32::MAX);
-        self.epoch = Some((epoch, now.max(last)));
+        self.epoch = Some((epoch, now));
         while let Some(&old) = self.order.front() {
             let stale = at_ms.wrapping_sub(old.at_ms) >= window_ms;
             if !stale && self.order.len() < MAX_TRACKED_SEQS {
@@ -105,5 +108,15 @@ mod tests {
         let later = t0 + Duration::from_secs(50 * 86_400);
         assert!(a.first_time(later, 2, 7));
         assert!(!a.first_time(later + Duration::from_secs(1), 2, 7));
+    }
+
+    #[test]
+    fn time_fed_out_of_order_keeps_what_was_answered() {
+        let t0 = Instant::now() + Duration::from_secs(100);
+        let mut a = AnsweredSeqs::new(Duration::from_secs(20));
+        assert!(a.first_time(t0, 2, 7));
+        assert!(a.first_time(t0 - Duration::from_secs(5), 2, 8));
+        assert!(!a.first_time(t0 + Duration::from_secs(1), 2, 7));
+        assert!(!a.first_time(t0 + Duration::from_secs(1), 2, 8));
     }
 }
