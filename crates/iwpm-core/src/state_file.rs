@@ -10,11 +10,12 @@
 //! iwpmd-state 1
 //! host <hostname>
 //! boot <kernel boot id>
-//! m <owner client> <refcount> <p|n> <local addr> <mapped addr>
+//! m <owner client> <refcount> <p|n> <local addr> <mapped addr>[ c]
 //! end <number of m lines> <FNV-1a 64 of every byte before "end", 16 hex digits>
 //! ```
 //!
-//! `p` = port mapped (a TCP socket holds the mapped port), `n` = NO_PORT_MAP. A file whose
+//! `p` = port mapped (a TCP socket holds the mapped port), `n` = NO_PORT_MAP; a trailing
+//! `c` marks a connector (created by QUERY_MAPPING). A file whose
 //! magic, version, host or boot id differ from ours is *foreign*; a file that does not parse
 //! or whose checksum or count is wrong is *corrupt*. Both are reported by the shell and
 //! ignored: the kernel's replay still recovers what it can.
@@ -40,6 +41,9 @@ pub struct SavedMapping {
     pub refcount: u32,
     /// Created with NO_PORT_MAP (no socket holds a port).
     pub no_port_map: bool,
+    /// Created by QUERY_MAPPING (an active connection's endpoint): restored only if the
+    /// kernel's replay lists it (see `core/restore.rs`).
+    pub connector: bool,
     /// Local address.
     pub local: SocketAddr,
     /// Mapped address.
@@ -134,8 +138,12 @@ impl StateFile {
             let kind = if m.no_port_map { 'n' } else { 'p' };
             let _ = writeln!(
                 out,
-                "m {} {} {kind} {} {}",
-                m.owner, m.refcount, m.local, m.mapped
+                "m {} {} {kind} {} {}{}",
+                m.owner,
+                m.refcount,
+                m.local,
+                m.mapped,
+                if m.connector { " c" } else { "" }
             );
         }
         let sum = fnv1a(out.as_bytes());
@@ -277,6 +285,11 @@ fn mapping_line(line: usize, body: &str) -> Result<SavedMapping, StateFileError>
     let mut addr = || -> Option<SocketAddr> { w.next()?.parse().ok() };
     let local = addr().ok_or(bad("bad local address"))?;
     let mapped = addr().ok_or(bad("bad mapped address"))?;
+    let connector = match w.next() {
+        None => false,
+        Some("c") => true,
+        Some(_) => return Err(bad("trailing words")),
+    };
     if w.next().is_some() {
         return Err(bad("trailing words"));
     }
@@ -293,6 +306,7 @@ fn mapping_line(line: usize, body: &str) -> Result<SavedMapping, StateFileError>
         owner,
         refcount,
         no_port_map,
+        connector,
         local,
         mapped,
     })
@@ -311,6 +325,7 @@ mod tests {
                     owner: 2,
                     refcount: 3,
                     no_port_map: false,
+                    connector: false,
                     local: "0.0.0.0:18515".parse().unwrap(),
                     mapped: "0.0.0.0:40001".parse().unwrap(),
                 },
@@ -318,6 +333,7 @@ mod tests {
                     owner: 2,
                     refcount: 1,
                     no_port_map: true,
+                    connector: true,
                     local: "[fe80::1%2]:7000".parse().unwrap(),
                     mapped: "[fe80::1%2]:7000".parse().unwrap(),
                 },

@@ -16,6 +16,7 @@ fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
         owner: iwpm_proto::consts::RDMA_NL_IWCM,
         refcount,
         no_port_map: local == mapped,
+        connector: false,
         local: addr(local),
         mapped: addr(mapped),
     }
@@ -112,6 +113,44 @@ fn truncated_replay_keeps_the_saved_counts() {
     assert_eq!(h.refcount("10.0.0.2:4000"), Some(2));
     assert_eq!(h.ports.releases, 0);
     assert!(!h.core.recovering());
+}
+
+#[test]
+fn truncated_replay_keeps_only_the_connectors_it_listed() {
+    let connector = |local: &str, mapped: &str| SavedMapping {
+        connector: true,
+        ..saved(local, mapped, 1)
+    };
+    let mut t = table();
+    t.push(connector("10.0.0.1:37358", "10.0.0.1:40030"));
+    t.push(connector("10.0.0.1:54129", "10.0.0.1:40031"));
+    let mut h = restored(&t);
+    assert_eq!(
+        h.core
+            .saved_mappings()
+            .iter()
+            .filter(|m| m.connector)
+            .count(),
+        2,
+        "saved again as connectors"
+    );
+    h.mapinfo_records(&[
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("10.0.0.1:37358", "10.0.0.1:40030", Some(0)),
+    ]);
+    h.advance(Duration::from_secs(10));
+    let r = settle(&mut h);
+    // the listed connector stays; the other ended while no daemon listened
+    assert_eq!((r.kept, r.freed, r.replayed), (5, 1, 2), "{r:?}");
+    assert_eq!(h.refcount("10.0.0.1:37358"), Some(1));
+    assert_eq!(h.refcount("10.0.0.1:54129"), None);
+    assert_eq!(
+        h.refcount("10.0.0.2:4000"),
+        Some(2),
+        "listeners keep the file's word"
+    );
+    assert_eq!(h.ports.releases, 1);
+    h.core.check_invariants().unwrap();
 }
 
 #[test]

@@ -403,6 +403,7 @@ mod tests {
                 owner: 2,
                 refcount: 1,
                 no_port_map: false,
+                connector: false,
                 local: "0.0.0.0:1".parse().unwrap(),
                 mapped: "0.0.0.0:2".parse().unwrap(),
             }],

@@ -15,7 +15,11 @@
 //!   confirmed is freed (its port released, logged).
 //! * When the replay ended **without MAPINFO_NUM** (the replay limit, or a full queue) after
 //!   at least one record, the unconfirmed rest cannot be told apart from the records the
-//!   kernel could not send: restored mappings keep max(saved, confirmed) references.
+//!   kernel could not send: restored listeners keep max(saved, confirmed) references.
+//!   Restored *connectors* (QUERY_MAPPING endpoints) keep only what the replay confirmed:
+//!   a connection that ended while no daemon was registered sent no REMOVE to anyone, so
+//!   an unlisted connector is taken as gone rather than held forever (the C daemon, which
+//!   knows only the replay, does the same); listeners are long-lived and worth the risk.
 //! * When the window closed with **no record at all** from the client, the kernel holds no
 //!   mapping for it (an empty table is answered with a bare DONE): its restored mappings
 //!   are freed.
@@ -39,6 +43,8 @@ use crate::table::{MappingId, MappingRole};
 pub(crate) struct RestoredRefs {
     saved: u32,
     confirmed: u32,
+    /// A connector: kept only as far as the replay confirms it.
+    connector: bool,
 }
 
 /// Restore bookkeeping, alive from [`Core::restore`] to the end of the recovery.
@@ -124,7 +130,11 @@ impl Core {
                 local,
                 mapped,
                 reservation,
-                MappingRole::Recovered,
+                if s.connector {
+                    MappingRole::Connector
+                } else {
+                    MappingRole::Recovered
+                },
             );
             if let Some(m) = self.table.get_mut(id) {
                 m.refcount = s.refcount;
@@ -134,6 +144,7 @@ impl Core {
                 RestoredRefs {
                     saved: s.refcount,
                     confirmed: 0,
+                    connector: s.connector,
                 },
             );
             report.restored += 1;
@@ -152,6 +163,7 @@ impl Core {
                     owner: m.owner,
                     refcount: m.refcount,
                     no_port_map: m.no_port_map,
+                    connector: m.role == MappingRole::Connector,
                     local: m.local().to_socket_addr()?,
                     mapped: m.mapped().to_socket_addr()?,
                 })
@@ -210,6 +222,10 @@ impl Core {
             let count = match end {
                 Some(true) => refs.confirmed,
                 Some(false) if !any_records => 0,
+                // A connection ended while no daemon was registered sends no REMOVE: a
+                // connector the replay did not list is taken as gone (as C, which knows
+                // only the replay). Listeners keep the state file's word.
+                _ if refs.connector => refs.confirmed,
                 _ => refs.saved.max(refs.confirmed),
             };
             if count == 0 {
