@@ -224,7 +224,6 @@ pub(crate) struct MappingTable {
     slots: Vec<Slot>,
     /// Free slots, reused last-freed first.
     free: Vec<u32>,
-    len: usize,
     local: PortIndex,
     mapped: PortIndex,
     next_seq: u32,
@@ -232,7 +231,7 @@ pub(crate) struct MappingTable {
 
 impl MappingTable {
     pub fn len(&self) -> usize {
-        self.len
+        self.slots.len() - self.free.len()
     }
 
     pub fn insert(&mut self, m: Mapping) -> MappingId {
@@ -258,18 +257,14 @@ impl MappingTable {
                 ..m
             });
         }
-        self.len += 1;
         id
     }
 
     pub fn remove(&mut self, id: MappingId) -> Option<Mapping> {
+        self.get(id)?;
         let slot = self.slots.get_mut(id.slot())?;
-        if !matches!(slot, Some(m) if m.seq == id.seq()) {
-            return None;
-        }
         let m = slot.take()?;
         self.free.push(u32::try_from(id.slot()).unwrap_or(u32::MAX));
-        self.len -= 1;
         let (local, mapped) = (m.local_ep(), m.mapped_ep());
         self.local.remove(local.port, local.ip, id);
         self.mapped.remove(mapped.port, mapped.ip, id);
@@ -277,10 +272,7 @@ impl MappingTable {
     }
 
     pub fn get(&self, id: MappingId) -> Option<&Mapping> {
-        match self.slots.get(id.slot()) {
-            Some(Some(m)) if m.seq == id.seq() => Some(m),
-            _ => None,
-        }
+        live_in(&self.slots, id)
     }
 
     pub fn get_mut(&mut self, id: MappingId) -> Option<&mut Mapping> {
@@ -349,10 +341,10 @@ impl MappingTable {
     /// Checks that both indexes describe exactly the stored entries.
     pub fn check(&self) -> Result<(), &'static str> {
         let live = self.slots.iter().flatten().count();
-        if live != self.len || self.slots.len() - live != self.free.len() {
+        if live != self.len() {
             return Err("slot count differs from table size");
         }
-        if self.local.len() != self.len || self.mapped.len() != self.len {
+        if self.local.len() != self.len() || self.mapped.len() != self.len() {
             return Err("index size differs from table size");
         }
         for (id, m) in self.entries() {
@@ -379,11 +371,13 @@ enum Side {
 }
 
 /// The IP of entry `id` on `side`, read from the slots.
+/// Entry `id` if its slot still holds it (a reused slot holds a newer id).
+fn live_in(slots: &[Slot], id: MappingId) -> Option<&Mapping> {
+    slots.get(id.slot())?.as_ref().filter(|m| m.seq == id.seq())
+}
+
 fn ip_in(slots: &[Slot], id: MappingId, side: Side) -> Option<IpAddr> {
-    let m = slots
-        .get(id.slot())?
-        .as_ref()
-        .filter(|m| m.seq == id.seq())?;
+    let m = live_in(slots, id)?;
     Some(match side {
         Side::Local => m.local_ep().ip,
         Side::Mapped => m.mapped_ep().ip,
