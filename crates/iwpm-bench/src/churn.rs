@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use iwpm_kernel_emu::{AcceptMode, Listener};
+use iwpm_kernel_emu::{AcceptMode, Listener, PortMapMode};
 use iwpm_lab::{Family, Lab, LabConfig};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -58,9 +58,15 @@ pub struct ChurnLevel {
 }
 
 /// Runs the levels in increasing order on one pair of daemons.
-pub fn run(family: Family, levels: &[usize], ops: usize) -> Result<Vec<ChurnLevel>> {
+pub fn run(
+    family: Family,
+    mode: PortMapMode,
+    levels: &[usize],
+    ops: usize,
+) -> Result<Vec<ChurnLevel>> {
     let lab = Lab::start(LabConfig {
         family,
+        mode,
         relay: None,
         taps: false,
         ..LabConfig::default()

@@ -14,6 +14,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
+use iwpm_kernel_emu::PortMapMode;
 use iwpm_lab::netns::{self, NetPlace};
 use iwpm_lab::Family;
 
@@ -41,6 +42,10 @@ struct Cli {
     /// Only the churn scenario (e.g. to profile the daemon under it).
     #[arg(long)]
     churn_only: bool,
+    /// Churn as siw asks (`IWPM_FLAGS_NO_PORT_MAP`: the daemon reserves no port), the case
+    /// the QEMU rig measures; the floor is then still one reservation.
+    #[arg(long)]
+    siw: bool,
     /// Copy the daemons' logs to stderr.
     #[arg(long)]
     verbose: bool,
@@ -75,7 +80,7 @@ fn run(cli: &Cli) -> Result<()> {
         netns::enter_private_namespace().context("private network namespace for IPv6")?;
         iwpm_lab::lab::add_v6_loopback_addresses(&NetPlace::current())
             .context("adding the lab's IPv6 addresses")?;
-        let levels = churn::run(Family::V6, &scale.churn_levels, scale.churn_ops)?;
+        let levels = churn::run(Family::V6, mode(cli), &scale.churn_levels, scale.churn_ops)?;
         println!("{}", serde_json::to_string(&levels)?);
         return Ok(());
     }
@@ -86,10 +91,17 @@ fn run(cli: &Cli) -> Result<()> {
     };
     let mut bench = Bench::new(&scale);
     progress("churn, IPv4");
-    bench.churn = churn::run(Family::V4, &scale.churn_levels, scale.churn_ops)?;
+    bench.churn = churn::run(Family::V4, mode(cli), &scale.churn_levels, scale.churn_ops)?;
+    if cli.siw {
+        bench.notes.push(
+            "--siw: the churn's ADDs carry NO_PORT_MAP, so the daemon reserves no port; \
+             the floor is still one reservation"
+                .to_owned(),
+        );
+    }
     if !cli.no_ipv6 {
         progress("churn, IPv6 (private namespace)");
-        match churn_v6(cli.quick) {
+        match churn_v6(cli.quick, cli.siw) {
             Ok(levels) => bench.churn.extend(levels),
             Err(e) => bench.notes.push(format!("IPv6 churn skipped: {e:#}")),
         }
@@ -119,6 +131,15 @@ fn run(cli: &Cli) -> Result<()> {
     print_bench(cli, &bench)
 }
 
+/// The devices' port mapping mode for the churn.
+fn mode(cli: &Cli) -> PortMapMode {
+    if cli.siw {
+        PortMapMode::NoPortMap
+    } else {
+        PortMapMode::PortMapped
+    }
+}
+
 fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
     if cli.json {
         println!("{}", serde_json::to_string_pretty(bench)?);
@@ -130,12 +151,15 @@ fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
 
 /// The IPv6 churn in a child process of ours (the namespace switch must happen while the
 /// process is single-threaded).
-fn churn_v6(quick: bool) -> Result<Vec<churn::ChurnLevel>> {
+fn churn_v6(quick: bool, siw: bool) -> Result<Vec<churn::ChurnLevel>> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
     cmd.arg("--internal-churn-v6");
     if quick {
         cmd.arg("--quick");
+    }
+    if siw {
+        cmd.arg("--siw");
     }
     let out = cmd.output().context("running the IPv6 churn")?;
     if !out.status.success() {

@@ -30,17 +30,6 @@ impl Addr {
         raw.endpoint().map(|ep| Addr { raw, ep })
     }
 
-    /// The same address with only the port replaced (a port mapper never changes IPs).
-    pub fn with_port(&self, port: u16) -> Self {
-        Addr {
-            raw: self.raw.with_port(port),
-            ep: Endpoint {
-                ip: self.ep.ip,
-                port,
-            },
-        }
-    }
-
     /// The wildcard address of this family with `port`: what reservations bind to (as C).
     pub fn wildcard_with_port(&self, port: u16) -> SocketAddr {
         match self.ep.ip {

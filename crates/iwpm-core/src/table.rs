@@ -92,6 +92,15 @@ pub(crate) struct Mapping {
     pub created_at: Instant,
 }
 
+/// Whether every byte is zero, eight at a time.
+fn all_zero(bytes: &[u8]) -> bool {
+    let words = bytes.chunks_exact(8);
+    let rest = words.remainder().iter().fold(0u8, |acc, b| acc | b);
+    words.fold(u64::from(rest), |acc, w| {
+        acc | u64::from_ne_bytes(w.try_into().unwrap_or_default())
+    }) == 0
+}
+
 impl Mapping {
     /// A mapping with one reference. `local` and `mapped` must be IPv4 or IPv6 (the core
     /// only maps addresses whose endpoint it could read).
@@ -104,11 +113,53 @@ impl Mapping {
         created_at: Instant,
     ) -> Mapping {
         let mapped_port = mapped.port();
+        let other_mapped = (local.with_port(mapped_port) != *mapped).then_some(*mapped);
+        Mapping::build(
+            local,
+            mapped_port,
+            other_mapped,
+            owner,
+            role,
+            reservation,
+            created_at,
+        )
+    }
+
+    /// A mapping with one reference whose mapped address is `local` with `mapped_port`
+    /// (a reserved port, or the local port itself for NO_PORT_MAP): what ADD and QUERY
+    /// create, without comparing two 128-byte blocks.
+    pub fn new_local(
+        local: &SockAddrStorage,
+        mapped_port: u16,
+        owner: u8,
+        role: MappingRole,
+        reservation: Option<ReservationId>,
+        created_at: Instant,
+    ) -> Mapping {
+        Mapping::build(
+            local,
+            mapped_port,
+            None,
+            owner,
+            role,
+            reservation,
+            created_at,
+        )
+    }
+
+    fn build(
+        local: &SockAddrStorage,
+        mapped_port: u16,
+        other_mapped: Option<SockAddrStorage>,
+        owner: u8,
+        role: MappingRole,
+        reservation: Option<ReservationId>,
+        created_at: Instant,
+    ) -> Mapping {
         let bytes = local.as_bytes();
         let mut local_head = [0u8; ADDR_HEAD];
         local_head.copy_from_slice(&bytes[..ADDR_HEAD]);
-        let tail_used = bytes[ADDR_HEAD..].iter().any(|b| *b != 0);
-        let other_mapped = (local.with_port(mapped_port) != *mapped).then_some(*mapped);
+        let tail_used = !all_zero(&bytes[ADDR_HEAD..]);
         let unusual = (tail_used || other_mapped.is_some()).then(|| {
             let mut local_tail = [0u8; ADDR_TAIL];
             local_tail.copy_from_slice(&bytes[ADDR_HEAD..]);

@@ -81,6 +81,12 @@ impl TokenBucket {
     }
 
     /// Most tokens the bucket holds.
+    /// Tokens left as of the last refill (no clock read): changes only when one is taken
+    /// or refunded, or on a refill.
+    pub fn tokens_before_refill(&self) -> u32 {
+        self.tokens
+    }
+
     pub fn capacity(&self) -> u32 {
         self.capacity
     }

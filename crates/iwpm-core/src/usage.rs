@@ -48,6 +48,11 @@ pub(crate) enum UsageChange {
 }
 
 impl Usage {
+    /// Whether some resource is at its limit (above 80 %, not yet back under 70 %).
+    pub fn any_high(&self) -> bool {
+        self.high.contains(&true)
+    }
+
     /// Compares `levels(resource) = (used, max)` with the thresholds; returns changes.
     pub fn update(&mut self, levels: impl Fn(Resource) -> (u64, u64)) -> Vec<UsageChange> {
         let mut changes = Vec::new();

@@ -390,8 +390,17 @@ impl Daemon {
     }
 }
 
+/// Set (to anything) to stop dropped daemons with SIGTERM instead of SIGKILL, so a daemon
+/// run under a profiler (`IWPMD_BIN` a wrapper that `exec`s `valgrind --tool=callgrind`)
+/// writes its profile.
+pub const GRACEFUL_DROP_ENV: &str = "IWPM_LAB_GRACEFUL_DROP";
+
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if std::env::var_os(GRACEFUL_DROP_ENV).is_some() {
+            let _ = self.terminate(Duration::from_secs(60));
+            return;
+        }
         if self.try_exit().is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();

@@ -378,6 +378,11 @@ impl ControlServer {
     }
 
     /// After an answer went out the connection may already hold its next request.
+    /// Whether any client is connected (else a loop turn has nothing to look at here).
+    pub fn has_connections(&self) -> bool {
+        !self.conns.is_empty()
+    }
+
     pub fn next_requests(&mut self, registry: &Registry) -> Vec<(ConnId, Request)> {
         let now = Instant::now();
         let ready: Vec<usize> = self

@@ -367,6 +367,17 @@ impl Shell {
 
     /// Reads up to [`DRAIN_BUDGET`] kernel datagrams; true if the link may hold more.
     fn drain_kernel(&mut self) -> bool {
+        let mut handled = None;
+        let more = self.drain_kernel_batch(&mut handled);
+        if let Some(now) = handled {
+            self.after_batch(now);
+        }
+        more
+    }
+
+    /// The datagrams of [`Shell::drain_kernel`]; `handled` is set to the time of the last
+    /// one handled.
+    fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) -> bool {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
             match self.kernel.recv() {
@@ -412,7 +423,8 @@ impl Shell {
                     return false;
                 }
             }
-            self.flush(now);
+            self.send_actions(now);
+            *handled = Some(now);
         }
         true
     }
@@ -420,6 +432,16 @@ impl Shell {
     /// Reads up to [`DRAIN_BUDGET`] datagrams from one peer socket; true if it may hold
     /// more.
     fn drain_peer(&mut self, which: PeerSocket) -> bool {
+        let mut handled = None;
+        let more = self.drain_peer_batch(which, &mut handled);
+        if let Some(now) = handled {
+            self.after_batch(now);
+        }
+        more
+    }
+
+    /// The datagrams of [`Shell::drain_peer`]; `handled` as for the kernel.
+    fn drain_peer_batch(&mut self, which: PeerSocket, handled: &mut Option<Instant>) -> bool {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
             let Some(sock) = self.peers.get(which) else {
@@ -441,21 +463,38 @@ impl Shell {
             self.counters.peer_rx += 1;
             self.core
                 .handle_peer_datagram(now, which, from, &self.peer_buf[..len]);
-            self.flush(now);
+            self.send_actions(now);
+            *handled = Some(now);
         }
         true
     }
 
-    /// Executes every queued action.
+    /// Executes every queued action, then lets the restart machinery see the changes.
     fn flush(&mut self, now: Instant) {
+        self.send_actions(now);
+        self.after_batch(now);
+    }
+
+    /// Executes every queued action and settles a finished restart recovery (which must
+    /// happen before the next input is handled).
+    fn send_actions(&mut self, now: Instant) {
         while let Some(action) = self.core.poll_action() {
             match action {
-                Action::ToKernel(bytes) => self.send_kernel(&bytes),
+                Action::ToKernel(bytes) => {
+                    self.send_kernel(&bytes);
+                    self.core.recycle(bytes);
+                }
                 Action::ToPeer { via, to, datagram } => self.send_peer(now, via, to, &datagram),
                 Action::Ready => self.on_ready(),
             }
         }
-        self.after_input(now);
+        let mut ports = ShellPorts {
+            held: &mut self.reservations,
+            counters: &mut self.counters,
+            warn: &mut self.warn_resource,
+            now,
+        };
+        self.core.handle_recovery_end(now, &mut ports);
     }
 
     /// Restores the previous daemon's ports and mappings (FD store, state file) before
@@ -484,16 +523,9 @@ impl Shell {
         );
     }
 
-    /// After every input: settle a finished restart recovery, then let the restart
-    /// machinery see the changes (FD store, state file, status).
-    fn after_input(&mut self, now: Instant) {
-        let mut ports = ShellPorts {
-            held: &mut self.reservations,
-            counters: &mut self.counters,
-            warn: &mut self.warn_resource,
-            now,
-        };
-        self.core.handle_recovery_end(now, &mut ports);
+    /// After a batch of input: let the restart machinery see the changes (inherited ports
+    /// left unclaimed, FD store, state file, status); once per batch, not per datagram.
+    fn after_batch(&mut self, now: Instant) {
         self.restart
             .release_unclaimed(now, &self.core, &mut self.reservations);
         self.restart

@@ -85,7 +85,29 @@ pub struct Core {
     restore: restore::RestoreState,
     /// Bumped on every table change (see [`Core::table_generation`]).
     generation: u64,
+    /// Sent datagrams handed back by [`Core::recycle`], reused for the next ones: no
+    /// allocation per reply.
+    spare_buffers: Vec<Vec<u8>>,
+    /// The levels [`Core::sync_gauges`] last looked at.
+    gauge_levels: GaugeLevels,
 }
+
+/// What the gauges and the usage warnings are computed from; unchanged levels (and no
+/// resource at its limit) need no recomputation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct GaugeLevels {
+    mappings: usize,
+    exchanges: usize,
+    passive: usize,
+    unconfirmed: usize,
+    /// Tokens left before refill: only taking one can raise the budget's use.
+    remote_info_tokens: u32,
+}
+
+/// Spare output buffers kept at most (a burst of replies needs no more to be reused).
+const MAX_SPARE_BUFFERS: usize = 16;
+/// Capacity of a new output buffer: the largest reply (QUERY_MAPPING's, 560 bytes).
+const OUT_BUFFER_CAPACITY: usize = 600;
 
 impl Core {
     /// Creates an idle core; call [`Core::start`] to begin the kernel handshake.
@@ -118,6 +140,8 @@ impl Core {
             probes: probe::Probes::default(),
             restore: restore::RestoreState::default(),
             generation: 0,
+            spare_buffers: Vec::new(),
+            gauge_levels: GaugeLevels::default(),
         }
     }
 
@@ -176,6 +200,22 @@ impl Core {
         self.run_exchange_timers(now);
         self.run_probe_timers(now);
         self.sync_gauges(now);
+    }
+
+    /// Hands a sent datagram's buffer back for reuse (optional: dropping it is fine).
+    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
+        if self.spare_buffers.len() < MAX_SPARE_BUFFERS && buffer.capacity() >= OUT_BUFFER_CAPACITY
+        {
+            buffer.clear();
+            self.spare_buffers.push(buffer);
+        }
+    }
+
+    /// An empty buffer for one outgoing datagram: a recycled one if there is one.
+    fn output_buffer(&mut self) -> Vec<u8> {
+        self.spare_buffers
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(OUT_BUFFER_CAPACITY))
     }
 
     /// Next output, if any. Call it until `None` after every `handle_*` call (and after
@@ -272,6 +312,19 @@ impl Core {
     }
 
     fn sync_gauges(&mut self, now: Instant) {
+        let levels = GaugeLevels {
+            mappings: self.table.len(),
+            exchanges: self.exchanges.len(),
+            passive: self.exchanges.passive_len(),
+            unconfirmed: self.exchanges.unconfirmed_len(),
+            remote_info_tokens: self.remote_info_tokens.tokens_before_refill(),
+        };
+        // Levels that did not move cannot cross a threshold upwards, and a downward
+        // crossing only matters for a resource already at its limit.
+        if levels == self.gauge_levels && !self.usage.any_high() {
+            return;
+        }
+        self.gauge_levels = levels;
         self.stats.mappings = self.table.len() as u64;
         self.stats.exchanges_active = self.exchanges.len() as u64;
         self.stats.peer_exchanges_active = self.exchanges.passive_len() as u64;
@@ -315,7 +368,7 @@ impl Core {
             seq: self.clients.next_seq(client),
             pid: self.config.netlink_pid,
         };
-        let mut out = Vec::with_capacity(600);
+        let mut out = self.output_buffer();
         encode_daemon_msg(&env, &msg, &mut out);
         Stats::bump_op(&mut self.stats.netlink_out, msg.op());
         if let DaemonMsg::HandleErr(e) = &msg {

@@ -74,12 +74,20 @@ impl Core {
         if self.mappings_full(now) {
             return None;
         }
-        if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
-            return Some(self.new_mapping(now, owner, local, local, None, role));
-        }
-        let (reservation, port) = self.reserve(now, ports, &local, None)?;
-        let mapped = local.with_port(port);
-        Some(self.new_mapping(now, owner, local, mapped, Some(reservation), role))
+        let (reservation, port) = if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
+            (None, local.ep.port)
+        } else {
+            let (reservation, port) = self.reserve(now, ports, &local, None)?;
+            (Some(reservation), port)
+        };
+        Some(self.insert_mapping(Mapping::new_local(
+            &local.raw,
+            port,
+            owner,
+            role,
+            reservation,
+            now,
+        )))
     }
 
     /// Inserts a mapping with one reference.

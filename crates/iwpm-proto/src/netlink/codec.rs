@@ -452,7 +452,9 @@ enum StrRule {
 enum Val<'a> {
     U16(u16),
     U32(u32),
-    Addr(SockAddrStorage),
+    /// Borrowed from the payload: a slot stays 16 bytes, and the 128 bytes are copied
+    /// once, into the message, not through every slot move.
+    Addr(&'a [u8; SOCKADDR_STORAGE_SIZE]),
     Str(&'a [u8]),
 }
 
@@ -535,7 +537,7 @@ impl<'a> Attrs<'a> {
 
     fn addr(&self, id: u16) -> Result<SockAddrStorage, NetlinkError> {
         match self.get(id)? {
-            Val::Addr(v) => Ok(v),
+            Val::Addr(v) => Ok(SockAddrStorage(*v)),
             _ => Err(self.kind_mismatch(id)),
         }
     }
@@ -600,9 +602,11 @@ fn validate<'a>(op: u16, attr: u16, kind: Kind, p: &'a [u8]) -> Result<Val<'a>, 
                 .and_then(|b| b.try_into().ok())
                 .ok_or(too_short(4))?,
         )),
-        Kind::Addr => {
-            Val::Addr(SockAddrStorage::from_bytes(p).ok_or(too_short(SOCKADDR_STORAGE_SIZE))?)
-        }
+        Kind::Addr => Val::Addr(
+            p.get(..SOCKADDR_STORAGE_SIZE)
+                .and_then(|b| b.try_into().ok())
+                .ok_or(too_short(SOCKADDR_STORAGE_SIZE))?,
+        ),
         Kind::Str(rule) => Val::Str(validate_string(op, attr, rule, p)?),
     })
 }

@@ -84,6 +84,9 @@ impl Shell {
         let Some(control) = self.control.as_mut() else {
             return;
         };
+        if !control.server.has_connections() {
+            return;
+        }
         control.server.expire(self.poll.registry(), now);
         let next = control.server.next_requests(self.poll.registry());
         for (conn, req) in next {
