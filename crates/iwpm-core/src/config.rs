@@ -66,6 +66,12 @@ pub struct CoreConfig {
     /// If the kernel answers neither HELLO reply nor error within this time, report
     /// [`crate::Action::Ready`] anyway.
     pub handshake_timeout: Duration,
+    /// Answer a QUERY_MAPPING whose remote IP is its own local IP from our own table: the
+    /// listener is behind our kernel, so we would be the peer daemon. REMOTE_INFO and the
+    /// QUERY reply go to the kernel in the order the UDP exchange with ourselves would
+    /// produce them, without the three datagrams and their wake-ups (true). `false`: ask
+    /// ourselves over UDP, as the C daemon does.
+    pub local_answers: bool,
     /// Key of the association-handle generator (a ChaCha20 stream): handles cannot be
     /// predicted from earlier ones without it.
     pub handle_key: [u8; 32],
@@ -91,6 +97,7 @@ impl Default for CoreConfig {
             log_interval: Duration::from_secs(5),
             reply_deadline: Duration::from_millis(9_500),
             handshake_timeout: Duration::from_secs(5),
+            local_answers: true,
             handle_key: *b"iwpmd-rs public test key 0000001",
         }
     }

@@ -113,6 +113,8 @@ pub struct Stats {
     pub remote_info_deferred: u64,
     /// REMOTE_INFOs sent on an ACK after being held back.
     pub remote_info_on_ack: u64,
+    /// QUERYs for a listener on our own IP answered from our table (no UDP to ourselves).
+    pub local_answers: u64,
     /// Passive exchanges alive now (gauge; part of `exchanges_active`).
     pub peer_exchanges_active: u64,
     /// Passive exchanges not yet confirmed by an ACK (gauge).
@@ -458,6 +460,7 @@ counters! {
     RejectsSuppressed => rejects_suppressed,
     RemoteInfoDeferred => remote_info_deferred,
     RemoteInfoOnAck => remote_info_on_ack,
+    LocalAnswers => local_answers,
     PeerExchangesActive => peer_exchanges_active,
     PeerExchangesUnconfirmed => peer_exchanges_unconfirmed,
     KernelUnsolicited => kernel_unsolicited,

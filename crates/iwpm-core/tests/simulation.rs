@@ -36,6 +36,10 @@ struct Sim {
 
 impl Sim {
     fn new(ips: &[&str]) -> Self {
+        Sim::with_local_answers(ips, true)
+    }
+
+    fn with_local_answers(ips: &[&str], local_answers: bool) -> Self {
         let now = Instant::now();
         let hosts = ips
             .iter()
@@ -44,6 +48,7 @@ impl Sim {
                 let mut h = Host::new(
                     CoreConfig {
                         handle_key: [i as u8 + 1; 32],
+                        local_answers,
                         ..config()
                     },
                     now,
@@ -318,9 +323,58 @@ fn peer_without_listener_rejects() {
 }
 
 #[test]
-fn one_daemon_talking_to_itself() {
-    // Single-VM topology: connect to our own address; REQUEST lands on our listener.
+fn one_daemon_answers_a_connect_to_its_own_ip_from_its_table() {
+    // Single-VM topology: the listener is behind our own kernel; no UDP to ourselves, the
+    // same two kernel messages as the exchange below, REMOTE_INFO first.
     let mut sim = Sim::new(&["10.0.0.1"]);
+    let h = sim.host(0);
+    let s = h.add("10.0.0.1:4000", Some(0));
+    let listen_mapped = h.expect_add_reply(s);
+    let s = h.add("0.0.0.0:4001", Some(0));
+    let wildcard_mapped = h.expect_add_reply(s);
+    let exact = h.query("10.0.0.1:5000", "10.0.0.1:4000", Some(0));
+    let msgs = take_kernel(sim.host(0));
+    assert!(matches!(
+        msgs.as_slice(),
+        [DaemonMsg::RemoteInfo(_), DaemonMsg::QueryMapping(_)]
+    ));
+    let (infos, replies) = (remote_infos(&msgs), query_replies(&msgs));
+    assert_eq!((replies[0].seq, replies[0].err), (exact, 0));
+    assert_eq!(replies[0].mapped_remote_addr, listen_mapped);
+    assert_eq!(infos[0].mapped_remote_addr, replies[0].mapped_local_addr);
+    assert_eq!(infos[0].mapped_local_addr, listen_mapped);
+    let want_remote: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+    assert_eq!(infos[0].remote_addr.to_socket_addr(), Some(want_remote));
+
+    // A wildcard listener answers with the asked IP and its mapped port.
+    let wild = sim.host(0).query("10.0.0.1:5001", "10.0.0.1:4001", Some(0));
+    let msgs = take_kernel(sim.host(0));
+    let replies = query_replies(&msgs);
+    assert_eq!((replies.len(), remote_infos(&msgs).len()), (1, 1));
+    assert_eq!((replies[0].seq, replies[0].err), (wild, 0));
+    let mut want = wildcard_mapped.to_socket_addr().unwrap();
+    want.set_ip("10.0.0.1".parse().unwrap());
+    assert_eq!(replies[0].mapped_remote_addr.to_socket_addr(), Some(want));
+    assert_eq!(sim.host(0).core.stats().local_answers, 2);
+
+    // No listener there: asked over UDP, so the answer is the REJECT C would get.
+    let none = sim.host(0).query("10.0.0.1:5002", "10.0.0.1:4999", Some(0));
+    sim.run_for(Duration::from_secs(1));
+    let msgs = take_kernel(sim.host(0));
+    let replies = query_replies(&msgs);
+    assert_eq!(
+        (replies[0].seq, replies[0].err),
+        (none, IWPM_REMOTE_QUERY_REJECT)
+    );
+    assert_eq!(sim.sent_by_type, [1, 0, 0, 1]);
+    assert_eq!(sim.host(0).core.stats().local_answers, 2);
+}
+
+#[test]
+fn one_daemon_talking_to_itself() {
+    // Single-VM topology as C runs it (--no-local-answers): connect to our own address;
+    // the REQUEST lands on our listener.
+    let mut sim = Sim::with_local_answers(&["10.0.0.1"], false);
     let h = sim.host(0);
     let s = h.add("10.0.0.1:4000", Some(0));
     let listen_mapped = h.expect_add_reply(s);

@@ -94,6 +94,12 @@ pub struct Cli {
     #[arg(long)]
     pub no_state_file: bool,
 
+    /// Ask ourselves over UDP, as the C daemon does, when a connect goes to a listener on
+    /// this host's own IP (by default the answer comes from our own table: the same
+    /// REMOTE_INFO and QUERY reply, without three datagrams to ourselves).
+    #[arg(long)]
+    pub no_local_answers: bool,
+
     /// With `--systemd`: hand reserved ports to the service manager's FD store even when it
     /// did not announce one in `$FDSTORE` (systemd before 254).
     #[arg(long)]

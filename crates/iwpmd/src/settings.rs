@@ -124,6 +124,9 @@ impl Settings {
         if cli.no_ipv6 {
             self.peer_bind.v6 = None;
         }
+        if cli.no_local_answers {
+            self.core.local_answers = false;
+        }
         self.state_file = cli.state_file_path(self.configured_state_file.clone());
     }
 }

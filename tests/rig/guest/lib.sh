@@ -277,6 +277,22 @@ peer_check() {
   PEER_BAD=$(grep -v '^#handles' "$f")
   [ -z "$PEER_BAD" ] && [ "$PEER_HANDLES" -gt 0 ]
 }
+# local_answer_check FILE AP VER: connects to a listener on our own IP answered from the
+# daemon's table (ours by default): REMOTE_INFO for AP before each QUERY reply for AP, and
+# no UDP datagram at all (no REQUEST to itself). RIG_LOCAL=1 selects it.
+local_answer_check() {
+  local n
+  n=$(grep -c " nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$2 .*MAPPING_ERR=0" "$1")
+  check "trace-local-$3" "$3: $n connects to $2 answered from the daemon's own table: REMOTE_INFO before each QUERY reply, no UDP to itself" \
+    local_answers_ok "$1" "$2" "$n"
+}
+local_answers_ok() {  # FILE AP N
+  [ "$3" -ge 2 ] && ! grep -q ' udp send ' "$1" &&
+    awk -v ap="$2" '
+      / nl send dst=0 IWCM REMOTE_INFO / && index($0, "LOCAL_ADDR=" ap " ") { ri++ }
+      / nl send dst=0 IWCM QUERY_MAPPING / && index($0, "REMOTE_ADDR=" ap " ") { if (ri < ++q) bad = 1 }
+      END { exit (q && !bad) ? 0 : 1 }' "$1"
+}
 # detail LINES: append evidence lines (indented) under the last check
 detail() { [ -n "$1" ] && echo "$1" | head -${2:-5} | sed 's/^/    /' >> "$CHECKS"; return 0; }
 
@@ -291,6 +307,10 @@ trace_checks_v4() {
     sh -c "grep -q ' nl recv src=[0?] IWCM REG_PID ' $T && grep -q ' nl send dst=0 IWCM REG_PID .*ULIB_VER=4 PID_ERR=0' $T"
   check trace-add "listener ADD_MAPPING $IP:7174 answered with MAPPING_ERR=0" \
     grep -q " nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7174 MAPPED_LOC_ADDR=$IP:7174 MAPPING_ERR=0" "$T"
+  if [ "${RIG_LOCAL:-0}" = 1 ]; then
+    local_answer_check "$T" "$IP:7174" v4
+    return
+  fi
   peer_check "$T" both 4; r=$?
   check trace-peer "v4: $PEER_HANDLES associations, each with UDP REQUEST->:3935 / ACCEPT / ACK both ways; REMOTE_INFO + QUERY reply to the kernel" \
     sh -c "test $r = 0 && test $PEER_HANDLES -ge 2 && grep -q ' udp send $IP:3935 REQUEST v4 len=64 .*ap=$IP:7174' $T &&

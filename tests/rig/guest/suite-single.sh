@@ -3,7 +3,8 @@
 # rping, ucmatose and IPv6 rping; SIGUSR1 dumps with live mappings; then cmtime through
 # the daemon (not traced, for timing) and, after stopping it, without any daemon.
 # Knobs: iwpmd=PATH iwpmd_args=A,B  cmtime=N [50]  cmtime_runs=R [1]  rping_count=N [10]
-#        ipv6=0|1 [1]
+#        ipv6=0|1 [1]  local=0|1 [0]: expect connects answered from the daemon's table
+#        (ours by default) instead of a UDP exchange with itself (C; ours --no-local-answers)
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
 IP6=fd00:88::1
@@ -56,7 +57,9 @@ check stop "daemon exits on SIGTERM within 5 s" stop_iwpmd
 T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
 note "trace: $(tail -1 "$T")"
 trace_checks_v4 "$T"
-if [ "${RIG_IPV6:-1}" = 1 ]; then
+if [ "${RIG_IPV6:-1}" = 1 ] && [ "${RIG_LOCAL:-0}" = 1 ]; then
+  local_answer_check "$T" "[$IP6]:7174" v6
+elif [ "${RIG_IPV6:-1}" = 1 ]; then
   peer_check "$T" both 6; r=$?
   check trace-v6 "v6: ADD_MAPPING [$IP6]:7174; $PEER_HANDLES associations with UDP REQUEST/ACCEPT/ACK v6; REMOTE_INFO + QUERY reply" \
     sh -c "test $r = 0 && grep -q ' nl send dst=0 IWCM ADD_MAPPING .*ADDR=\[$IP6\]:7174 .*MAPPING_ERR=0' $T &&

@@ -279,11 +279,11 @@ impl Core {
                 return;
             }
             self.add_ref(id);
-            self.start_query_exchange(now, query, id);
+            self.resolve_query(now, query, id);
             return;
         }
         match self.map_local(now, req.client, local, flags, MappingRole::Connector, ports) {
-            Some(id) => self.start_query_exchange(now, query, id),
+            Some(id) => self.resolve_query(now, query, id),
             None => self.send_handle_err(req.client, req.seq, code::CREATE),
         }
     }

@@ -113,6 +113,78 @@ impl Core {
     }
 
     /// Sends the REQUEST for a QUERY whose mapping `id` now holds a reference.
+    /// Finds the remote mapped address for a QUERY whose local mapping is `id`: from our
+    /// own table when the remote is on this host (see [`Core::answer_locally`]), else by
+    /// asking the peer daemon.
+    pub(super) fn resolve_query(&mut self, now: Instant, query: Query, id: MappingId) {
+        if !self.answer_locally(&query, id) {
+            self.start_query_exchange(now, query, id);
+        }
+    }
+
+    /// A connect to our own IP (the remote IP is the QUERY's local IP, so the listener is
+    /// behind our kernel and we are its peer daemon): both halves of the exchange at once,
+    /// in the order the UDP exchange with ourselves produces them: REMOTE_INFO to the
+    /// listener's owner, then the QUERY reply. No budget token: the kernel asked, and
+    /// connects at once, consuming the REMOTE_INFO. False (nothing sent) when disabled, for
+    /// another IP, or with no listener there: the UDP exchange then asks (and answers
+    /// itself with a REJECT, as C does).
+    fn answer_locally(&mut self, query: &Query, id: MappingId) -> bool {
+        let Query { req, local, remote } = query;
+        if !self.config.local_answers || remote.ep.ip != local.ep.ip {
+            return false;
+        }
+        let remote_sa = SocketAddr::new(remote.ep.ip, remote.ep.port);
+        let Some((listener, answer_ap)) = self.listener_answer(remote_sa) else {
+            return false;
+        };
+        let Some((cp, mapped_cp, mapped_local)) = self
+            .table
+            .get(id)
+            .map(|m| (m.local_ep(), m.mapped_ep(), m.mapped()))
+        else {
+            return false;
+        };
+        let Some((owner, listener_local, listener_mapped)) = self
+            .table
+            .get(listener)
+            .map(|m| (m.owner, m.local(), m.mapped()))
+        else {
+            return false;
+        };
+        self.stats.local_answers += 1;
+        self.send_kernel(
+            owner,
+            DaemonMsg::RemoteInfo(QueryMappingReply {
+                seq: 0,
+                local_addr: listener_local,
+                remote_addr: SockAddrStorage::from(SocketAddr::new(cp.ip, cp.port)),
+                mapped_local_addr: listener_mapped,
+                mapped_remote_addr: SockAddrStorage::from(SocketAddr::new(
+                    mapped_cp.ip,
+                    mapped_cp.port,
+                )),
+                err: 0,
+                unknown: Vec::new(),
+            }),
+        );
+        let mut mapped_remote = remote_sa;
+        mapped_remote.set_port(answer_ap.port());
+        self.send_kernel(
+            req.client,
+            DaemonMsg::QueryMapping(QueryMappingReply {
+                seq: req.seq,
+                local_addr: local.raw,
+                remote_addr: remote.raw,
+                mapped_local_addr: mapped_local,
+                mapped_remote_addr: SockAddrStorage::from(mapped_remote),
+                err: 0,
+                unknown: Vec::new(),
+            }),
+        );
+        true
+    }
+
     pub(super) fn start_query_exchange(&mut self, now: Instant, query: Query, id: MappingId) {
         let Query { req, local, remote } = query;
         let remote_sa = SocketAddr::new(remote.ep.ip, remote.ep.port);
@@ -160,22 +232,28 @@ impl Core {
     /// The listener mapping a REQUEST asks for, with the `ap` to answer: `None` for a
     /// wildcard `ap`, an unknown address, a connecting (QUERY) mapping or a family mismatch.
     fn listener_for(&self, msg: &PeerMessage) -> Option<(MappingId, SocketAddr)> {
-        if msg.ap_ip.is_unspecified() {
+        self.listener_answer(msg.ap())
+    }
+
+    /// The listener mapping for the accepting address `ap` and the mapped address to
+    /// answer with; see [`Core::listener_for`].
+    fn listener_answer(&self, ap: SocketAddr) -> Option<(MappingId, SocketAddr)> {
+        if ap.ip().is_unspecified() {
             return None;
         }
-        let id = self.table.loose_local(&Endpoint::from(msg.ap()))?;
+        let id = self.table.loose_local(&Endpoint::from(ap))?;
         let m = self.table.get(id)?;
         if m.role == MappingRole::Connector {
             return None;
         }
         // A wildcard listener answers with the requested IP and its mapped port.
         let ip = if m.local_ep().is_wildcard() {
-            msg.ap_ip
+            ap.ip()
         } else {
             m.mapped_ep().ip
         };
         let answer = SocketAddr::new(ip, m.mapped_ep().port);
-        (answer.is_ipv4() == msg.ap_ip.is_ipv4()).then_some((id, answer))
+        (answer.is_ipv4() == ap.is_ipv4()).then_some((id, answer))
     }
 
     /// Room for a new passive exchange from `from`: false (counted, logged) when its source
