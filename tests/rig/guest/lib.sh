@@ -282,12 +282,13 @@ peer_check() {
 # no UDP datagram at all (no REQUEST to itself). RIG_LOCAL=1 selects it.
 local_answer_check() {
   local n
-  n=$(grep -c " nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$2 .*MAPPING_ERR=0" "$1")
+  n=$(awk -v ap="$2" '/ nl send dst=0 IWCM QUERY_MAPPING / && index($0, "REMOTE_ADDR=" ap " ") &&
+                      / MAPPING_ERR=0/ { n++ } END { print n + 0 }' "$1")
   check "trace-local-$3" "$3: $n connects to $2 answered from the daemon's own table: REMOTE_INFO before each QUERY reply, no UDP to itself" \
     local_answers_ok "$1" "$2" "$n"
 }
 local_answers_ok() {  # FILE AP N
-  [ "$3" -ge 2 ] && ! grep -q ' udp send ' "$1" &&
+  [ "$3" -ge 1 ] && ! grep -q ' udp send ' "$1" &&
     awk -v ap="$2" '
       / nl send dst=0 IWCM REMOTE_INFO / && index($0, "LOCAL_ADDR=" ap " ") { ri++ }
       / nl send dst=0 IWCM QUERY_MAPPING / && index($0, "REMOTE_ADDR=" ap " ") { if (ri < ++q) bad = 1 }
