@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use iwpm_core::{CoreConfig, PeerSocket};
 use iwpm_proto::consts::err::IWPM_REMOTE_QUERY_REJECT;
+use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
 use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
@@ -357,6 +358,25 @@ fn one_daemon_answers_a_connect_to_its_own_ip_from_its_table() {
     assert_eq!(replies[0].mapped_remote_addr.to_socket_addr(), Some(want));
     assert_eq!(sim.host(0).core.stats().local_answers, 2);
 
+    // A connecting side that is not port mapped (siw): the REMOTE_INFO would map its address
+    // to itself, which is what the kernel assumes without one; only the reply goes out.
+    let siw = sim.host(0).query(
+        "10.0.0.1:5003",
+        "10.0.0.1:4000",
+        Some(IWPM_FLAGS_NO_PORT_MAP),
+    );
+    let msgs = take_kernel(sim.host(0));
+    let replies = query_replies(&msgs);
+    assert_eq!(
+        (replies.len(), remote_infos(&msgs).len()),
+        (1, 0),
+        "{msgs:?}"
+    );
+    assert_eq!((replies[0].seq, replies[0].err), (siw, 0));
+    assert_eq!(replies[0].mapped_local_addr, replies[0].local_addr);
+    assert_eq!(replies[0].mapped_remote_addr, listen_mapped);
+    assert_eq!(sim.host(0).core.stats().local_answers, 3);
+
     // No listener there: asked over UDP, so the answer is the REJECT C would get.
     let none = sim.host(0).query("10.0.0.1:5002", "10.0.0.1:4999", Some(0));
     sim.run_for(Duration::from_secs(1));
@@ -367,7 +387,7 @@ fn one_daemon_answers_a_connect_to_its_own_ip_from_its_table() {
         (none, IWPM_REMOTE_QUERY_REJECT)
     );
     assert_eq!(sim.sent_by_type, [1, 0, 0, 1]);
-    assert_eq!(sim.host(0).core.stats().local_answers, 2);
+    assert_eq!(sim.host(0).core.stats().local_answers, 3);
 }
 
 #[test]

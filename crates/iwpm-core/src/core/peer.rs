@@ -126,9 +126,13 @@ impl Core {
     /// behind our kernel and we are its peer daemon): both halves of the exchange at once,
     /// in the order the UDP exchange with ourselves produces them: REMOTE_INFO to the
     /// listener's owner, then the QUERY reply. No budget token: the kernel asked, and
-    /// connects at once, consuming the REMOTE_INFO. False (nothing sent) when disabled, for
-    /// another IP, or with no listener there: the UDP exchange then asks (and answers
-    /// itself with a REJECT, as C does).
+    /// connects at once, consuming the REMOTE_INFO. When the connecting side is not port
+    /// mapped (siw's NO_PORT_MAP) the REMOTE_INFO would map its address to itself, and the
+    /// kernel, finding no entry, reports the connection's own remote address, which is that
+    /// same address: it is not sent (one kernel message, one allocation and its NLMSG_DONE
+    /// less per connect, and no entry left behind by a connect that never arrives). False
+    /// (nothing sent) when disabled, for another IP, or with no listener there: the UDP
+    /// exchange then asks (and answers itself with a REJECT, as C does).
     fn answer_locally(&mut self, query: &Query, id: MappingId) -> bool {
         let Query { req, local, remote } = query;
         if !self.config.local_answers || remote.ep.ip != local.ep.ip {
@@ -153,21 +157,23 @@ impl Core {
             return false;
         };
         self.stats.local_answers += 1;
-        self.send_kernel(
-            owner,
-            DaemonMsg::RemoteInfo(QueryMappingReply {
-                seq: 0,
-                local_addr: listener_local,
-                remote_addr: SockAddrStorage::from(SocketAddr::new(cp.ip, cp.port)),
-                mapped_local_addr: listener_mapped,
-                mapped_remote_addr: SockAddrStorage::from(SocketAddr::new(
-                    mapped_cp.ip,
-                    mapped_cp.port,
-                )),
-                err: 0,
-                unknown: Vec::new(),
-            }),
-        );
+        if mapped_cp != cp {
+            self.send_kernel(
+                owner,
+                DaemonMsg::RemoteInfo(QueryMappingReply {
+                    seq: 0,
+                    local_addr: listener_local,
+                    remote_addr: SockAddrStorage::from(SocketAddr::new(cp.ip, cp.port)),
+                    mapped_local_addr: listener_mapped,
+                    mapped_remote_addr: SockAddrStorage::from(SocketAddr::new(
+                        mapped_cp.ip,
+                        mapped_cp.port,
+                    )),
+                    err: 0,
+                    unknown: Vec::new(),
+                }),
+            );
+        }
         let mut mapped_remote = remote_sa;
         mapped_remote.set_port(answer_ap.port());
         self.send_kernel(
