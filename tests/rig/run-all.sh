@@ -197,7 +197,7 @@ if want flood; then  # spoofed-REQUEST flood: ours, then C, in one boot (C repor
   run1 flood 400 flood -m 2048 -e daemons=$RS,$C -e reference=$C
 fi
 if want privdrop; then  # ours only: CAP_NET_ADMIN kept, still serving (as root and as nobody)
-  run1 privdrop-ours 300 privdrop -m 2048 -e iwpmd=$RS
+  run1 privdrop-ours 300 privdrop -m 2048 -e iwpmd=$RS -e iwpmd_args=$RS_UDP
 fi
 if want forge; then  # forged cp address: A runs ours then C, B (no daemon) is the attacker
   TEST2="$RIG_DIR/guest/suite-forge.sh" run2 forge "$RS" none -e daemons=$RS,$C -e reference=$C

@@ -15,11 +15,11 @@
 //! restored from the state file that differ otherwise). A unit test bounds the slot size;
 //! `iwpm-bench` measures the whole daemon's bytes per mapping.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use iwpm_proto::consts::SOCKADDR_STORAGE_SIZE;
-use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
+use iwpm_proto::sockaddr::{socket_addr_from_head, Endpoint, SockAddrStorage};
 
 use crate::action::ReservationId;
 use crate::port_index::{Lookup, PortIndex};
@@ -56,7 +56,7 @@ pub enum MappingRole {
 }
 
 /// Bytes of a `sockaddr_storage` that hold family, port, address, flowinfo and scope id.
-const ADDR_HEAD: usize = 28;
+const ADDR_HEAD: usize = iwpm_proto::sockaddr::SOCKADDR_HEAD;
 const ADDR_TAIL: usize = SOCKADDR_STORAGE_SIZE - ADDR_HEAD;
 
 /// What a compact entry cannot rebuild, kept out of line (never needed with Linux's own
@@ -214,10 +214,30 @@ impl Mapping {
         endpoint_of(&self.local_head)
     }
 
+    /// The local address as a socket address (IPv4/IPv6 with flowinfo and scope id), read
+    /// from the inline head without rebuilding the 128 bytes.
+    pub fn local_socket_addr(&self) -> Option<SocketAddr> {
+        socket_addr_from_head(&self.local_head)
+    }
+
+    /// The mapped address as a socket address; see [`Mapping::local_socket_addr`].
+    pub fn mapped_socket_addr(&self) -> Option<SocketAddr> {
+        match self.other_mapped() {
+            Some(m) => m.to_socket_addr(),
+            None => self.local_socket_addr().map(|mut a| {
+                a.set_port(self.mapped_port);
+                a
+            }),
+        }
+    }
+
     /// The mapped IP and port.
     pub fn mapped_ep(&self) -> Endpoint {
         match self.other_mapped() {
-            Some(m) => endpoint_of(&m.0[..ADDR_HEAD]),
+            Some(m) => m.endpoint().unwrap_or(Endpoint {
+                ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
+                port: m.port(),
+            }),
             None => Endpoint {
                 port: self.mapped_port,
                 ..self.local_ep()
@@ -226,15 +246,19 @@ impl Mapping {
     }
 }
 
-/// The endpoint of an address head. Entries are only made from IPv4/IPv6 addresses; any
-/// other family reads as `0.0.0.0` with the port (never reached).
-fn endpoint_of(head: &[u8]) -> Endpoint {
-    let mut raw = SockAddrStorage::default();
-    raw.0[..ADDR_HEAD].copy_from_slice(&head[..ADDR_HEAD]);
-    raw.endpoint().unwrap_or(Endpoint {
-        ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
-        port: raw.port(),
-    })
+/// The endpoint of an address head, read in place. Entries are only made from IPv4/IPv6
+/// addresses; any other family reads as `0.0.0.0` with the port (never reached).
+fn endpoint_of(head: &[u8; ADDR_HEAD]) -> Endpoint {
+    match socket_addr_from_head(head) {
+        Some(a) => Endpoint {
+            ip: a.ip(),
+            port: a.port(),
+        },
+        None => Endpoint {
+            ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            port: u16::from_be_bytes([head[2], head[3]]),
+        },
+    }
 }
 
 /// Read-only view of a mapping, as returned by [`crate::Core::mappings`].

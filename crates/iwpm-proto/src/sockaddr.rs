@@ -20,6 +20,35 @@ impl Default for SockAddrStorage {
     }
 }
 
+/// The leading bytes of a `sockaddr_storage` that an IPv4 or IPv6 address uses (family,
+/// port, flowinfo, address, scope id); the rest is padding.
+pub const SOCKADDR_HEAD: usize = 28;
+
+/// Typed view of the first [`SOCKADDR_HEAD`] bytes of a `sockaddr_storage` for IPv4/IPv6,
+/// `None` for any other family: what [`SockAddrStorage::to_socket_addr`] reads, for callers
+/// that keep only these bytes.
+pub fn socket_addr_from_head(head: &[u8; SOCKADDR_HEAD]) -> Option<SocketAddr> {
+    let port = u16::from_be_bytes([head[2], head[3]]);
+    match u16::from_ne_bytes([head[0], head[1]]) {
+        AF_INET => {
+            let ip: [u8; 4] = head[4..8].try_into().ok()?;
+            Some(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ip), port)))
+        }
+        AF_INET6 => {
+            let flow = u32::from_be_bytes(head[4..8].try_into().ok()?);
+            let ip: [u8; 16] = head[8..24].try_into().ok()?;
+            let scope = u32::from_ne_bytes(head[24..28].try_into().ok()?);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(ip),
+                port,
+                flow,
+                scope,
+            )))
+        }
+        _ => None,
+    }
+}
+
 impl SockAddrStorage {
     /// Builds the canonical (zero-filled) encoding of a socket address.
     pub fn from_socket_addr(addr: SocketAddr) -> Self {
@@ -65,27 +94,7 @@ impl SockAddrStorage {
 
     /// Typed view for IPv4/IPv6; `None` for any other family.
     pub fn to_socket_addr(&self) -> Option<SocketAddr> {
-        match self.family() {
-            AF_INET => {
-                let ip: [u8; 4] = self.0[4..8].try_into().ok()?;
-                Some(SocketAddr::V4(SocketAddrV4::new(
-                    Ipv4Addr::from(ip),
-                    self.port(),
-                )))
-            }
-            AF_INET6 => {
-                let flow = u32::from_be_bytes(self.0[4..8].try_into().ok()?);
-                let ip: [u8; 16] = self.0[8..24].try_into().ok()?;
-                let scope = u32::from_ne_bytes(self.0[24..28].try_into().ok()?);
-                Some(SocketAddr::V6(SocketAddrV6::new(
-                    Ipv6Addr::from(ip),
-                    self.port(),
-                    flow,
-                    scope,
-                )))
-            }
-            _ => None,
-        }
+        socket_addr_from_head(self.0[..SOCKADDR_HEAD].try_into().ok()?)
     }
 
     /// The endpoint (IP and port) for IPv4/IPv6: the key the kernel compares on

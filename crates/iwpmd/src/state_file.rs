@@ -72,6 +72,8 @@ pub struct StateStore {
     pub writes: u64,
     /// Writes that failed.
     pub write_errors: u64,
+    /// The last snapshot's memory, back from the writer, for the next snapshot.
+    spare: Vec<SavedMapping>,
 }
 
 /// One write for the helper thread.
@@ -86,6 +88,8 @@ struct Outcome {
     mappings: usize,
     took: Duration,
     result: io::Result<()>,
+    /// The job's snapshot memory, emptied, for reuse.
+    spare: Vec<SavedMapping>,
 }
 
 /// The helper thread, its channels and the waker of the event loop.
@@ -138,11 +142,16 @@ impl Writer {
 fn write_job(path: &Path, job: Job) -> Outcome {
     let started = Instant::now();
     let result = write_atomically(path, &job.file.encode());
+    let took = started.elapsed();
+    let mut spare = job.file.mappings;
+    let mappings = spare.len();
+    spare.clear();
     Outcome {
         generation: job.generation,
-        mappings: job.file.mappings.len(),
-        took: started.elapsed(),
+        mappings,
+        took,
         result,
+        spare,
     }
 }
 
@@ -168,6 +177,7 @@ impl StateStore {
             in_flight: false,
             writes: 0,
             write_errors: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -255,12 +265,14 @@ impl StateStore {
 
     fn job(&mut self, core: &Core) -> Job {
         self.due = None;
+        let mut mappings = std::mem::take(&mut self.spare);
+        core.saved_mappings_into(&mut mappings);
         Job {
             generation: core.table_generation(),
             file: StateFile {
                 host: self.host.clone(),
                 boot_id: self.boot_id.clone(),
-                mappings: core.saved_mappings(),
+                mappings,
             },
         }
     }
@@ -310,6 +322,7 @@ impl StateStore {
     }
 
     fn record(&mut self, outcome: Outcome) {
+        self.spare = outcome.spare;
         match outcome.result {
             Ok(()) => {
                 self.writes += 1;

@@ -155,22 +155,26 @@ impl Core {
 
     /// The mappings as the state file saves them, oldest first.
     pub fn saved_mappings(&self) -> Vec<SavedMapping> {
-        let mut v: Vec<SavedMapping> = self
-            .table
-            .iter()
-            .filter_map(|(_, m)| {
-                Some(SavedMapping {
-                    owner: m.owner,
-                    refcount: m.refcount,
-                    no_port_map: m.no_port_map,
-                    connector: m.role == MappingRole::Connector,
-                    local: m.local().to_socket_addr()?,
-                    mapped: m.mapped().to_socket_addr()?,
-                })
-            })
-            .collect();
-        v.reverse();
+        let mut v = Vec::new();
+        self.saved_mappings_into(&mut v);
         v
+    }
+
+    /// [`Core::saved_mappings`] into `out` (cleared first), reusing its memory: a large
+    /// table's snapshot then costs no fresh allocation (and no page faults) each time.
+    pub fn saved_mappings_into(&self, out: &mut Vec<SavedMapping>) {
+        out.clear();
+        out.extend(self.table.iter().filter_map(|(_, m)| {
+            Some(SavedMapping {
+                owner: m.owner,
+                refcount: m.refcount,
+                no_port_map: m.no_port_map,
+                connector: m.role == MappingRole::Connector,
+                local: m.local_socket_addr()?,
+                mapped: m.mapped_socket_addr()?,
+            })
+        }));
+        out.reverse();
     }
 
     /// True while a restart recovery may still claim ports: the handshake is not done, a
