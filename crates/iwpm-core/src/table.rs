@@ -234,10 +234,7 @@ impl Mapping {
     /// The mapped IP and port.
     pub fn mapped_ep(&self) -> Endpoint {
         match self.other_mapped() {
-            Some(m) => m.endpoint().unwrap_or(Endpoint {
-                ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
-                port: m.port(),
-            }),
+            Some(m) => endpoint_of(&m.0),
             None => Endpoint {
                 port: self.mapped_port,
                 ..self.local_ep()
@@ -246,17 +243,23 @@ impl Mapping {
     }
 }
 
-/// The endpoint of an address head, read in place. Entries are only made from IPv4/IPv6
-/// addresses; any other family reads as `0.0.0.0` with the port (never reached).
-fn endpoint_of(head: &[u8; ADDR_HEAD]) -> Endpoint {
-    match socket_addr_from_head(head) {
+/// The endpoint of an address (its head, or all 128 bytes), read in place. Entries are
+/// only made from IPv4/IPv6 addresses; any other family reads as `0.0.0.0` with the port
+/// (never reached).
+fn endpoint_of(addr: &[u8]) -> Endpoint {
+    match addr
+        .first_chunk::<ADDR_HEAD>()
+        .and_then(socket_addr_from_head)
+    {
         Some(a) => Endpoint {
             ip: a.ip(),
             port: a.port(),
         },
         None => Endpoint {
             ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
-            port: u16::from_be_bytes([head[2], head[3]]),
+            port: addr
+                .get(2..4)
+                .map_or(0, |p| u16::from_be_bytes([p[0], p[1]])),
         },
     }
 }
