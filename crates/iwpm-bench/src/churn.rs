@@ -4,13 +4,13 @@
 //! a reserved TCP port). One churn op is `rdma_listen` + `rdma_destroy_id` on one more
 //! address: an ADD_MAPPING answered by the daemon (which reserves a port) and a
 //! REMOVE_MAPPING (which frees it). The floor op is what the daemon cannot avoid for it:
-//! `socket` + `bind(port 0)` + `getsockname` + `close`, done by the bench in the same
+//! `socket` + `bind(IP, port 0)` + `getsockname` + `close`, done by the bench in the same
 //! kernel state (the daemon's `live` ports held). Batches of both alternate, so load from
 //! other processes hits both alike. Two measures: wall time per op, and CPU time per op
 //! (the daemon's event-loop thread vs the bench thread doing the floor), which a shared
 //! machine disturbs much less.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
@@ -69,6 +69,7 @@ pub fn run(
         mode,
         relay: None,
         taps: false,
+        echo_daemon_logs: crate::verbose(),
         ..LabConfig::default()
     })
     .context("starting the lab")?;
@@ -113,10 +114,8 @@ pub fn run(
 /// Alternating batches of churn and floor ops.
 fn measure(lab: &Lab, pid: u32, family: Family, ip: IpAddr, ops: usize) -> Result<ChurnLevel> {
     let addr = SocketAddr::new(ip, CHURN_PORT);
-    let wildcard = match family {
-        Family::V4 => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
-        Family::V6 => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
-    };
+    // The daemon reserves the churned listener's port on its IP; so does the floor.
+    let floor_addr = SocketAddr::new(ip, 0);
     let (mut churn_wall, mut floor_wall) = (Duration::ZERO, Duration::ZERO);
     let (mut daemon_cpu, mut floor_cpu) = (0u64, 0u64);
     let mut done = 0;
@@ -138,7 +137,7 @@ fn measure(lab: &Lab, pid: u32, family: Family, ip: IpAddr, ops: usize) -> Resul
         let own0 = procfs::own_thread_cpu_ns().unwrap_or(0);
         let t1 = Instant::now();
         for _ in 0..n {
-            floor_op(wildcard)?;
+            floor_op(floor_addr)?;
         }
         floor_wall += t1.elapsed();
         floor_cpu += procfs::own_thread_cpu_ns()
@@ -175,14 +174,11 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// What one reservation costs the kernel at least, as the C daemon does it.
-fn floor_op(wildcard: SocketAddr) -> Result<()> {
-    let s = Socket::new(
-        Domain::for_address(wildcard),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
-    s.bind(&wildcard.into())?;
+/// What one reservation costs the kernel at least, as the C daemon does it: a TCP socket
+/// bound to port 0 of the mapping's IP.
+fn floor_op(at: SocketAddr) -> Result<()> {
+    let s = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))?;
+    s.bind(&at.into())?;
     let _ = s.local_addr()?;
     drop(s);
     Ok(())

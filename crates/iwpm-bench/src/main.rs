@@ -74,7 +74,9 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    let scale = Scale::new(cli.quick, procfs::fd_limit());
+    // The daemons inherit our descriptor limit; raise it first where we may.
+    procfs::raise_fd_limit(procfs::FD_WANTED);
+    let scale = Scale::new(cli.quick, procfs::fd_limit(), cli.siw);
     if cli.internal_churn_v6 {
         // Still single-threaded: the process can move to a private namespace.
         netns::enter_private_namespace().context("private network namespace for IPv6")?;

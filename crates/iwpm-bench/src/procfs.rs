@@ -42,6 +42,37 @@ pub fn fd_limit() -> Option<u64> {
     line.split_whitespace().nth(3)?.parse().ok()
 }
 
+/// Descriptors the full run wants: 50k port-mapped mappings, each holding a socket, and a
+/// margin for the daemon's own.
+pub const FD_WANTED: u64 = 51_024;
+
+/// Raises this process's `RLIMIT_NOFILE` (soft and hard) to `wanted` where permitted (it
+/// needs `CAP_SYS_RESOURCE` above the hard limit); the daemons the bench starts inherit it.
+/// Best effort: without the capability the limit stays, and the scale is capped to it.
+pub fn raise_fd_limit(wanted: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let now = getrlimit(Resource::Nofile);
+    if now.maximum.is_some_and(|h| h < wanted) {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(wanted),
+                maximum: Some(wanted),
+            },
+        );
+    }
+    let now = getrlimit(Resource::Nofile);
+    if now.current != now.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: now.maximum,
+                maximum: now.maximum,
+            },
+        );
+    }
+}
+
 /// 1-minute load average.
 pub fn load_average() -> Option<f64> {
     fs::read_to_string("/proc/loadavg")

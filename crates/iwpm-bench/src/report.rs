@@ -11,6 +11,10 @@ use crate::procfs;
 /// Mappings held at the restart: what one kernel MAPINFO replay can carry.
 pub const RESTART_MAPPINGS: usize = 200;
 
+/// Port-mapped live mappings that fit one IP: each holds a port of the ephemeral range
+/// (`ip_local_port_range`, 28,232 ports by default), less a margin for everything else.
+const PORT_MAPPED_PER_IP: usize = 25_000;
+
 /// Descriptors kept free for the daemon's own sockets below the limit.
 const FD_MARGIN: u64 = 1024;
 
@@ -34,8 +38,9 @@ pub struct Scale {
 }
 
 impl Scale {
-    /// Full or quick sizes, capped so that the daemon's sockets fit in `fd_limit`.
-    pub fn new(quick: bool, fd_limit: Option<u64>) -> Scale {
+    /// Full or quick sizes, capped so that the daemon's sockets fit in `fd_limit`. With
+    /// `no_port_map` (`--siw`) the churn's mappings hold no socket and are not capped.
+    pub fn new(quick: bool, fd_limit: Option<u64>, no_port_map: bool) -> Scale {
         let cap = fd_limit.map_or(usize::MAX, |l| {
             usize::try_from(l.saturating_sub(FD_MARGIN)).unwrap_or(usize::MAX)
         });
@@ -58,14 +63,32 @@ impl Scale {
         // and aborts the replay with -ENOMEM beyond: about 230 mappings on x86-64 (the
         // emulator models that). More cannot be recovered by any daemon.
         let restart = RESTART_MAPPINGS;
-        let mut churn_levels: Vec<usize> = levels.iter().map(|&n| fit("churn level", n)).collect();
+        let mut range_notes = Vec::new();
+        let mut churn_levels: Vec<usize> = if no_port_map {
+            levels
+        } else {
+            let fits = |&n: &usize| {
+                if n > PORT_MAPPED_PER_IP {
+                    range_notes.push(format!(
+                        "port-mapped churn level {n} capped to {PORT_MAPPED_PER_IP} \
+                         (each holds a port of one IP's ephemeral range); --siw runs it"
+                    ));
+                }
+                n.min(PORT_MAPPED_PER_IP)
+            };
+            let levels: Vec<usize> = levels.iter().map(fits).collect();
+            levels.iter().map(|&n| fit("churn level", n)).collect()
+        };
         churn_levels.dedup();
+        let connections = fit("steady connections", conns);
+        let burst = fit("burst", burst);
+        capped.splice(0..0, range_notes);
         Scale {
             churn_levels,
             churn_ops: ops,
-            connections: fit("steady connections", conns),
+            connections,
             concurrency: conc,
-            burst: fit("burst", burst),
+            burst,
             restart_mappings: restart,
             capped,
         }
@@ -272,5 +295,32 @@ fn target(name: String, value: f64, goal: &str, met: bool) -> Target {
         value,
         goal: goal.into(),
         met,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_mapped_levels_fit_one_ip_and_the_descriptor_limit() {
+        let s = Scale::new(false, Some(20_000), false);
+        assert_eq!(s.churn_levels, [100, 1000, 10_000, 18_976]);
+        assert_eq!(s.connections, 18_976);
+        assert_eq!(s.capped.len(), 3, "{:?}", s.capped);
+        assert!(s.capped[0].contains("50000 capped to 25000"));
+
+        let roomy = Scale::new(false, Some(1 << 20), false);
+        assert_eq!(roomy.churn_levels, [100, 1000, 10_000, 25_000]);
+        assert_eq!(roomy.capped.len(), 1);
+    }
+
+    #[test]
+    fn no_port_map_levels_hold_no_socket_and_are_not_capped() {
+        let s = Scale::new(false, Some(20_000), true);
+        assert_eq!(s.churn_levels, [100, 1000, 10_000, 50_000]);
+        // the connects are port-mapped whatever the churn does
+        assert_eq!(s.connections, 18_976);
+        assert_eq!(s.capped.len(), 1);
     }
 }
