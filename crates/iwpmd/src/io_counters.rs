@@ -34,6 +34,13 @@ pub struct IoCounters {
     pub dumps_coalesced: u64,
 }
 
+impl IoCounters {
+    /// Sends to the kernel attempted so far, whatever became of them.
+    pub fn kernel_sends_attempted(&self) -> u64 {
+        self.kernel_tx + self.kernel_tx_errors + self.kernel_tx_queued
+    }
+}
+
 /// `(name, value)` of each listed field. The pattern has no `..`, so a field added to
 /// [`IoCounters`] and not listed here does not compile (and never goes missing from dumps).
 macro_rules! named_fields {

@@ -12,7 +12,7 @@
 //! `nlmsg_pid` is its process id, as with netlink.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
@@ -360,6 +360,12 @@ fn nonblocking_socket(
 ) -> io::Result<OwnedFd> {
     let flags = SocketFlags::CLOEXEC | SocketFlags::NONBLOCK;
     Ok(rustix::net::socket_with(family, kind, flags, protocol)?)
+}
+
+impl AsFd for KernelLink {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 impl AsRawFd for KernelLink {

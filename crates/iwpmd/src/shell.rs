@@ -1,20 +1,29 @@
-//! The event loop: one thread, one `mio::Poll`, the core's deadline as the poll timeout.
-//! Every readable socket is drained until it would block, every datagram goes to the core,
-//! and after each input the core's actions are executed at once. Kernel input gets the
-//! port reservations lent for the call (binding is synchronous, as in C).
+//! The event loop: one thread, the core's deadline as the wait's timeout. It sleeps in
+//! `poll(2)` on two descriptors: the kernel link, level-triggered, and the `mio::Poll`
+//! (epoll) that holds every other source (peer sockets, signals, helper wake-ups, control
+//! clients). Every datagram goes to the core, and after each input the core's actions are
+//! executed at once. Kernel input gets the port reservations lent for the call (binding is
+//! synchronous, as in C).
+//!
+//! Why the kernel link is outside epoll: mio is edge-triggered, so a socket must be read
+//! until it would block before the loop may sleep. A REMOVE_MAPPING needs no answer and
+//! usually arrives alone, so that cost a third system call per message (`epoll_wait`, the
+//! read, the `EAGAIN` read). Level-triggered, the loop reads what it needs and sleeps at
+//! once; `poll` wakes it again if anything is left.
 
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iwpm_core::{
     Action, Core, PeerSocket, PortReservations, RateLimit, ReservationId, ReserveError,
 };
-use mio::unix::SourceFd;
+use iwpm_proto::consts::{NLMSG_DONE, NLMSG_ERROR};
+use iwpm_proto::netlink::NlHeader;
 use mio::{Events, Interest, Poll, Token, Waker};
+use rustix::event::{PollFd, PollFlags, Timespec};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
@@ -31,7 +40,7 @@ use crate::send_failure::SendFailure;
 
 mod control;
 
-const KERNEL: Token = Token(0);
+// Token 0 is unused: the kernel link is waited on outside mio (see the module docs).
 const SIGNALS: Token = Token(1);
 /// Woken by the helper threads: a dump or a state file write is done.
 const HELPER_DONE: Token = Token(2);
@@ -132,10 +141,24 @@ pub struct Shell {
     kernel_out: VecDeque<Held>,
     /// Whether the kernel link is registered for WRITABLE too.
     kernel_wants_write: bool,
+    /// The kernel link reported a hang-up and is no longer waited on.
+    kernel_hung_up: bool,
     /// The control socket, when one is open (`shell/control.rs`).
     control: Option<control::Control>,
     /// Restart survival: service manager, FD store, state file (`restart.rs`).
     restart: Restart,
+}
+
+/// Whether a kernel datagram starts with an acknowledgement (`NLMSG_DONE` or
+/// `NLMSG_ERROR`), the kernel's answer to something we sent.
+fn is_ack(datagram: &[u8]) -> bool {
+    NlHeader::parse(datagram).is_some_and(|h| h.ty == NLMSG_DONE || h.ty == NLMSG_ERROR)
+}
+
+/// The kernel link's readiness after a wait.
+struct KernelReady {
+    readable: bool,
+    writable: bool,
 }
 
 impl Shell {
@@ -149,8 +172,6 @@ impl Shell {
     ) -> Result<Self, SetupError> {
         let poll = Poll::new()?;
         let registry = poll.registry();
-        let raw = kernel.as_raw_fd();
-        registry.register(&mut SourceFd(&raw), KERNEL, Interest::READABLE)?;
         for (i, which) in ALL_PEER.into_iter().enumerate() {
             if let Some(sock) = peers.get_mut(which) {
                 registry.register(sock, Token(PEER_BASE + i), Interest::READABLE)?;
@@ -179,6 +200,7 @@ impl Shell {
             dump_pending: false,
             kernel_out: VecDeque::new(),
             kernel_wants_write: false,
+            kernel_hung_up: false,
             control: None,
             restart,
         })
@@ -217,8 +239,9 @@ impl Shell {
 
     fn run_loop(&mut self) -> io::Result<Exit> {
         let mut events = Events::with_capacity(64);
-        // Index 0: kernel link; 1..=4: peer sockets in `ALL_PEER` order.
-        let mut backlog = [false; 1 + ALL_PEER.len()];
+        // Peer sockets (in `ALL_PEER` order) that may still hold datagrams: mio is
+        // edge-triggered, so they are revisited until they would block.
+        let mut backlog = [false; ALL_PEER.len()];
         tracing::info!("entering the event loop");
         loop {
             let timeout = if backlog.contains(&true) {
@@ -234,10 +257,16 @@ impl Shell {
                 .min()
                 .map(|deadline| deadline.saturating_duration_since(Instant::now()))
             };
-            match self.poll.poll(&mut events, timeout) {
-                Ok(()) => {}
+            let kernel = match self.wait(&mut events, timeout) {
+                Ok(kernel) => kernel,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
+            };
+            if kernel.writable {
+                self.flush_kernel_queue();
+            }
+            if kernel.readable {
+                self.drain_kernel();
             }
             for event in events.iter() {
                 match event.token() {
@@ -251,32 +280,21 @@ impl Shell {
                         // collects a finished state file write and starts a due one
                         self.restart.tick(Instant::now(), &self.core);
                     }
-                    KERNEL => {
-                        if event.is_writable() {
-                            self.flush_kernel_queue();
-                        }
-                        if event.is_readable() {
-                            backlog[0] = true;
-                        }
-                    }
                     t if ControlServer::owns(t) => self.control_event(event),
                     Token(t) => {
                         if let Some(slot) = t
                             .checked_sub(PEER_BASE)
                             .filter(|i| *i < ALL_PEER.len())
-                            .and_then(|i| backlog.get_mut(1 + i))
+                            .and_then(|i| backlog.get_mut(i))
                         {
                             *slot = true;
                         }
                     }
                 }
             }
-            if backlog[0] {
-                backlog[0] = self.drain_kernel();
-            }
             for (i, which) in ALL_PEER.into_iter().enumerate() {
-                if backlog[1 + i] {
-                    backlog[1 + i] = self.drain_peer(which);
+                if backlog[i] {
+                    backlog[i] = self.drain_peer(which);
                 }
             }
             let now = Instant::now();
@@ -289,6 +307,43 @@ impl Shell {
                 self.restart.tick(now, &self.core);
             }
         }
+    }
+
+    /// Sleeps until the kernel link or a mio source is ready, or `timeout` passes. mio's
+    /// events, if any, are left in `events` (harvested without waiting); the kernel link's
+    /// readiness is returned.
+    fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<KernelReady> {
+        let mut kernel_flags = PollFlags::IN;
+        if self.kernel_wants_write {
+            kernel_flags |= PollFlags::OUT;
+        }
+        let timeout = timeout.map(|d| Timespec {
+            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        let mut fds = [
+            PollFd::new(self.poll.registry(), PollFlags::IN),
+            PollFd::new(&self.kernel, kernel_flags),
+        ];
+        // A hung-up link (only a Unix-socket stand-in can hang up) is no longer watched:
+        // `poll` would report it at once for ever.
+        let watched = if self.kernel_hung_up { 1 } else { 2 };
+        rustix::event::poll(&mut fds[..watched], timeout.as_ref())?;
+        let (others, kernel) = (fds[0].revents(), fds[1].revents());
+        if others.is_empty() {
+            events.clear();
+        } else {
+            self.poll.poll(events, Some(Duration::ZERO))?;
+        }
+        if kernel.contains(PollFlags::HUP) && !kernel.contains(PollFlags::IN) {
+            self.kernel_hung_up = true;
+            tracing::error!(link = self.kernel.kind_name(), "the kernel link hung up");
+        }
+        Ok(KernelReady {
+            // An error (an overrun's ENOBUFS) is reported, and cleared, by the next read.
+            readable: kernel.intersects(PollFlags::IN | PollFlags::ERR),
+            writable: kernel.contains(PollFlags::OUT),
+        })
     }
 
     /// SIGUSR1: starts a dump, or, while one is being written, notes that another one is
@@ -365,24 +420,32 @@ impl Shell {
         exit
     }
 
-    /// Reads up to [`DRAIN_BUDGET`] kernel datagrams; true if the link may hold more.
-    fn drain_kernel(&mut self) -> bool {
+    /// Reads up to [`DRAIN_BUDGET`] kernel datagrams. The link is waited on
+    /// level-triggered, so whatever is left is found by the next wait.
+    fn drain_kernel(&mut self) {
         let mut handled = None;
-        let more = self.drain_kernel_batch(&mut handled);
+        self.drain_kernel_batch(&mut handled);
         if let Some(now) = handled {
             self.after_batch(now);
         }
-        more
     }
 
     /// The datagrams of [`Shell::drain_kernel`]; `handled` is set to the time of the last
     /// one handled.
-    fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) -> bool {
+    ///
+    /// Reading stops early after a kernel request that we did not answer (REMOVE_MAPPING):
+    /// it came alone, and one more read would only find the link empty. After an answer
+    /// the kernel's NLMSG_DONE for it, and often its next request, are already queued
+    /// (the kernel handles our send inside `sendmsg`), so reading goes on.
+    fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
+            let sent_before = self.counters.kernel_sends_attempted();
+            let mut unanswered_request = false;
             match self.kernel.recv() {
-                Ok(Received::Empty) => return false,
+                Ok(Received::Empty) => return,
                 Ok(Received::Kernel { data, full_len }) => {
+                    unanswered_request = !is_ack(data);
                     self.counters.kernel_rx += 1;
                     if full_len > data.len() {
                         self.counters.kernel_truncated += 1;
@@ -420,13 +483,15 @@ impl Shell {
                     if let Some(suppressed) = self.warn_kernel.allow(now) {
                         tracing::warn!(error = %e, suppressed, "kernel link receive failed");
                     }
-                    return false;
+                    return;
                 }
             }
             self.send_actions(now);
             *handled = Some(now);
+            if unanswered_request && self.counters.kernel_sends_attempted() == sent_before {
+                return;
+            }
         }
-        true
     }
 
     /// Reads up to [`DRAIN_BUDGET`] datagrams from one peer socket; true if it may hold
@@ -600,24 +665,9 @@ impl Shell {
         self.want_kernel_writable(false);
     }
 
+    /// Whether the next wait also watches the kernel link for room to send.
     fn want_kernel_writable(&mut self, want: bool) {
-        if want == self.kernel_wants_write {
-            return;
-        }
-        let interest = if want {
-            Interest::READABLE | Interest::WRITABLE
-        } else {
-            Interest::READABLE
-        };
-        let raw = self.kernel.as_raw_fd();
-        match self
-            .poll
-            .registry()
-            .reregister(&mut SourceFd(&raw), KERNEL, interest)
-        {
-            Ok(()) => self.kernel_wants_write = want,
-            Err(e) => tracing::error!(error = %e, "cannot change kernel link poll interest"),
-        }
+        self.kernel_wants_write = want;
     }
 
     fn kernel_send_failed(&mut self, len: usize, e: &SendFailure) {
