@@ -103,7 +103,7 @@ if ls "$SHARE"/out/compare/strace-c-*.txt > /dev/null 2>&1; then
   echo "strace -f -c of each daemon over a 1000-listener storm + cmtime -c 50 (one VM, 2100 kernel requests)" >> "$PROF"
   for f in "$SHARE"/out/compare/strace-c-*.txt; do
     l=$(basename "$f" .txt); l=${l#strace-c-}
-    awk -v l="$l" '$NF=="total" {t=$4} $NF ~ /^(recvfrom|recvmsg|sendto|sendmsg|epoll_wait|pselect6|select|poll|getpid|futex)$/ {n[$NF]=$4}
+    awk -v l="$l" '$NF=="total" {t=$4} $NF ~ /^(recvfrom|recvmsg|sendto|sendmsg|epoll_wait|pselect6|select|poll|ppoll|getpid|futex)$/ {n[$NF]=$4}
       END { s=""; for (k in n) s=s sprintf(" %s=%d", k, n[k])
             printf "  %-6s %6d syscalls, %.2f per kernel request;%s\n", l, t, t/2100, s }' "$f" >> "$PROF"
   done

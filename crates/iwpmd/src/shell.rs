@@ -335,7 +335,8 @@ impl Shell {
         } else {
             self.poll.poll(events, Some(Duration::ZERO))?;
         }
-        if kernel.contains(PollFlags::HUP) && !kernel.contains(PollFlags::IN) {
+        // What is still queued is read below; then the link is left alone.
+        if kernel.contains(PollFlags::HUP) {
             self.kernel_hung_up = true;
             tracing::error!(link = self.kernel.kind_name(), "the kernel link hung up");
         }
@@ -825,8 +826,9 @@ mod tests {
     use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
     use iwpm_proto::netlink::{
         decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, Hello,
-        KernelMsg,
+        KernelMsg, ManageMappingRequest,
     };
+    use iwpm_proto::sockaddr::SockAddrStorage;
 
     use crate::peer_sockets::PeerBind;
 
@@ -842,9 +844,10 @@ mod tests {
     /// The Unix kernel link cannot produce `ENOBUFS` (a full Unix datagram queue makes the
     /// sender wait), so the overrun path is driven directly: it is counted, and the core
     /// announces the daemon to the kernel again with HELLO.
-    #[test]
-    fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
-        let path = std::env::temp_dir().join(format!("iwpmd-shell-ovr-{}", std::process::id()));
+    /// A shell on a Unix kernel link whose other end, `emu`, the test plays; started (its
+    /// HELLO is waiting in `emu`).
+    fn shell_on_unix_link(tag: &str) -> (Shell, UnixDatagram, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("iwpmd-shell-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let emu = UnixDatagram::bind(&path).unwrap();
         emu.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -870,13 +873,11 @@ mod tests {
         )
         .unwrap();
         shell.start().unwrap();
-        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
-        let (n, daemon) = emu.recv_from(&mut buf).unwrap();
-        assert!(matches!(
-            decode_daemon_datagram(&buf[..n]).into_iter().next(),
-            Some(Ok(DaemonFrame::Msg(_, DaemonMsg::Hello(_))))
-        ));
-        let mut hello = Vec::new();
+        (shell, emu, path)
+    }
+
+    fn kernel_datagram(msg: &KernelMsg) -> Vec<u8> {
+        let mut out = Vec::new();
         encode_kernel_msg(
             &Envelope {
                 client: RDMA_NL_IWCM,
@@ -884,12 +885,103 @@ mod tests {
                 seq: 1,
                 pid: 0,
             },
-            &KernelMsg::Hello(Hello {
-                abi_version: 4,
-                unknown: vec![],
-            }),
-            &mut hello,
+            msg,
+            &mut out,
         );
+        out
+    }
+
+    /// A REMOVE_MAPPING is never answered, so reading stops after it instead of trying
+    /// the (usually empty) link once more; the level-triggered wait finds what is left.
+    #[test]
+    fn reading_stops_after_an_unanswered_request_and_the_wait_finds_the_rest() {
+        let (mut shell, emu, path) = shell_on_unix_link("lt");
+        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+        let (_, daemon) = emu.recv_from(&mut buf).unwrap();
+        let remove = kernel_datagram(&KernelMsg::RemoveMapping(ManageMappingRequest {
+            echo_seq: 1,
+            addr: SockAddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, 7000))),
+            flags: None,
+            unknown: vec![],
+        }));
+        emu.send_to_addr(&remove, &daemon).unwrap();
+        emu.send_to_addr(&remove, &daemon).unwrap();
+        let mut events = Events::with_capacity(8);
+        let ready = shell
+            .wait(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        assert!(ready.readable);
+        shell.drain_kernel();
+        assert_eq!(
+            shell.counters.kernel_rx, 1,
+            "read past an unanswered REMOVE"
+        );
+        let ready = shell.wait(&mut events, Some(Duration::ZERO)).unwrap();
+        assert!(ready.readable, "the second REMOVE is still waiting");
+        shell.drain_kernel();
+        assert_eq!(shell.counters.kernel_rx, 2);
+        let ready = shell.wait(&mut events, Some(Duration::ZERO)).unwrap();
+        assert!(!ready.readable);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// With the other end of the link gone, waiting still sleeps (no busy loop).
+    #[test]
+    fn a_wait_on_a_link_whose_other_end_is_gone_still_sleeps() {
+        let (mut shell, emu, path) = shell_on_unix_link("gone");
+        drop(emu);
+        let _ = std::fs::remove_file(&path);
+        let mut events = Events::with_capacity(8);
+        let started = Instant::now();
+        let mut wakes = 0;
+        while started.elapsed() < Duration::from_millis(300) && wakes < 1000 {
+            let ready = shell
+                .wait(&mut events, Some(Duration::from_millis(100)))
+                .unwrap();
+            if ready.readable {
+                shell.drain_kernel();
+            }
+            wakes += 1;
+        }
+        assert!(wakes <= 10, "{wakes} wake-ups in 300 ms");
+    }
+
+    /// A link that hangs up (only a Unix socket can; here it is shut down on our side) is
+    /// reported once and no longer waited on, instead of waking every wait at once.
+    #[test]
+    fn a_hung_up_link_is_no_longer_watched() {
+        let (mut shell, _emu, path) = shell_on_unix_link("hup");
+        rustix::net::shutdown(&shell.kernel, rustix::net::Shutdown::Both).unwrap();
+        let mut events = Events::with_capacity(8);
+        let started = Instant::now();
+        let mut wakes = 0;
+        while started.elapsed() < Duration::from_millis(300) && wakes < 1000 {
+            let ready = shell
+                .wait(&mut events, Some(Duration::from_millis(100)))
+                .unwrap();
+            if ready.readable {
+                shell.drain_kernel();
+            }
+            wakes += 1;
+        }
+        assert!(shell.kernel_hung_up);
+        assert!(wakes <= 10, "{wakes} wake-ups in 300 ms");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
+        let (mut shell, emu, path) = shell_on_unix_link("ovr");
+        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+        let (n, daemon) = emu.recv_from(&mut buf).unwrap();
+        assert!(matches!(
+            decode_daemon_datagram(&buf[..n]).into_iter().next(),
+            Some(Ok(DaemonFrame::Msg(_, DaemonMsg::Hello(_))))
+        ));
+        let hello = kernel_datagram(&KernelMsg::Hello(Hello {
+            abi_version: 4,
+            unknown: vec![],
+        }));
         emu.send_to_addr(&hello, &daemon).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while !shell.ready_seen && Instant::now() < deadline {
