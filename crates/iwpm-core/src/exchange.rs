@@ -357,6 +357,10 @@ impl Exchanges {
 
     /// Removes every exchange of a mapping being freed; returns how many.
     pub fn remove_for_mapping(&mut self, mapping: MappingId) -> usize {
+        // Most mappings (every listener of a listen storm) never had an exchange.
+        if self.by_mapping.is_empty() {
+            return 0;
+        }
         let ids: Vec<ExchangeId> = self
             .by_mapping
             .get(&mapping)

@@ -53,6 +53,12 @@ impl Usage {
         self.high.contains(&true)
     }
 
+    /// Whether `used` of `max` is at the warning level (80 %); never for `max` 0 (no
+    /// limit).
+    pub fn is_high(used: u64, max: u64) -> bool {
+        max > 0 && used * 10 >= max * 8
+    }
+
     /// Compares `levels(resource) = (used, max)` with the thresholds; returns changes.
     pub fn update(&mut self, levels: impl Fn(Resource) -> (u64, u64)) -> Vec<UsageChange> {
         let mut changes = Vec::new();
@@ -63,7 +69,7 @@ impl Usage {
             }
             let high = self.high.get_mut(i);
             let Some(high) = high else { continue };
-            if !*high && used * 10 >= max * 8 {
+            if !*high && Usage::is_high(used, max) {
                 *high = true;
                 changes.push(UsageChange::High {
                     key: r.key(),

@@ -324,6 +324,20 @@ impl Core {
         if levels == self.gauge_levels && !self.usage.any_high() {
             return;
         }
+        // The common case of every ADD and REMOVE: only the mapping count moved, and it
+        // stays under the warning level, so no usage warning can change.
+        let only_mappings_moved = GaugeLevels {
+            mappings: self.gauge_levels.mappings,
+            ..levels
+        } == self.gauge_levels;
+        if only_mappings_moved
+            && !self.usage.any_high()
+            && !Usage::is_high(levels.mappings as u64, self.config.max_mappings as u64)
+        {
+            self.gauge_levels = levels;
+            self.stats.mappings = levels.mappings as u64;
+            return;
+        }
         self.gauge_levels = levels;
         self.stats.mappings = self.table.len() as u64;
         self.stats.exchanges_active = self.exchanges.len() as u64;
