@@ -562,3 +562,18 @@ fn every_kernel_bound_action_is_one_datagram() {
     }
     assert_eq!(n, 1);
 }
+
+#[test]
+fn the_mapping_gauge_follows_every_add_and_remove() {
+    let mut h = Host::booted();
+    for port in 5000..5010 {
+        let s = h.add(&format!("10.0.0.1:{port}"), Some(IWPM_FLAGS_NO_PORT_MAP));
+        h.expect_add_reply(s);
+        assert_eq!(h.core.stats().mappings, h.core.mappings().count() as u64);
+    }
+    for port in 5000..5010 {
+        h.remove(&format!("10.0.0.1:{port}"));
+        assert_eq!(h.core.stats().mappings, h.core.mappings().count() as u64);
+    }
+    assert_eq!(h.core.stats().mappings, 0);
+}
