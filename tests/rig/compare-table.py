@@ -156,7 +156,8 @@ def main():
 
     lines = []
     lines.append("iwpmd rig comparison: Linux 6.1 + siw under QEMU TCG, daemons untraced, a fresh boot per run (one VM), interleaved round by round")
-    lines.append(f"ours: {meta.get('ours', '?')}")
+    extra = f" (with {meta['ours-args']})" if meta.get("ours-args") else ""
+    lines.append(f"ours: {meta.get('ours', '?')}{extra}")
     lines.append(f"kernel: {meta.get('kernel', '?')}; host {meta.get('host', '?')}; {meta.get('rounds', '?')} rounds; "
                  f"storm {storm} listeners; boots " + ", ".join(f"{k} {v} s" for k, v in meta["secs"].items()))
     lines.append("host load average (1/5/15 min): " + "; ".join(f"{k} {v}" for k, v in meta["load"].items()))

@@ -5,6 +5,7 @@
 # Usage: tests/rig/compare.sh [--daemon PATH] [--rounds N] [--storm N] [--quick]
 #                             [--no-2vm] [--no-profile] [--check]
 #   --daemon PATH  our iwpmd (default: cargo build --release -p iwpmd, target/release/iwpmd)
+#   --ours-args A  more arguments for ours, comma-separated (e.g. --no-state-file)
 #   --rounds N     interleaved rounds per boot [3] (at least 2: the table takes the lower
 #                  of the rounds for listen/destroy and the median for cmtime)
 #   --storm N      listeners in the listen storm [10000]; the table reports the batch that
@@ -24,17 +25,19 @@
 # (raw storm/cmtime outputs). Exit status: 0, or 1 if a run failed (or --check missed).
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; ROUNDS=3; STORM=10000; TWO=1; PROFILE=1; CHECK=0
+OURS=""; OURS_ARGS=""; ROUNDS=3; STORM=10000; TWO=1; PROFILE=1; CHECK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
+    --ours-args) OURS_ARGS="$2"; shift 2 ;;
+    --ours-args=*) OURS_ARGS="${1#--ours-args=}"; shift ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --storm) STORM="$2"; shift 2 ;;
     --quick) STORM=1000; ROUNDS=2; PROFILE=0; shift ;;
     --no-2vm) TWO=0; shift ;;
     --no-profile) PROFILE=0; shift ;;
     --check) CHECK=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -57,7 +60,8 @@ fi
 cp "$OURS" "$SHARE/bin/iwpmd-rs" || exit 1
 META="$SHARE/out/meta.txt"
 { echo "ours $OURS $(sha256sum "$OURS" | cut -c1-12) $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)"
-  echo "kernel $KERNEL"; echo "rounds $ROUNDS"; echo "storm $STORM"; echo "host $(nproc) cpus"; } > "$META"
+  echo "kernel $KERNEL"; echo "rounds $ROUNDS"; echo "storm $STORM"; echo "host $(nproc) cpus"
+  [ -n "$OURS_ARGS" ] && echo "ours-args $OURS_ARGS"; } > "$META"
 load() { echo "load $1 $(cut -d' ' -f1-3 /proc/loadavg)" >> "$META"; }
 RC=0
 # One-VM runs: a fresh boot for every (round, daemon). The kernel slows down with every
@@ -73,7 +77,7 @@ one_boot() {
   local n=$1; shift
   local knobs=(); for k in "$@"; do knobs+=(-e "$k"); done
   "$RIG_DIR/run-vm.sh" -n "$n" -s "$SHARE" -T $((300 + STORM / 15)) -m 2048 -l "$RES/console-$n.log" \
-    -e storm="$STORM" "${knobs[@]}" "$RIG_DIR/guest/suite-compare.sh" > /dev/null 2>&1 || RC=1
+    -e storm="$STORM" -e ours_args="$OURS_ARGS" "${knobs[@]}" "$RIG_DIR/guest/suite-compare.sh" > /dev/null 2>&1 || RC=1
   cat "$SHARE/out/$n/compare-results.txt" >> "$ONE/compare-results.txt" 2>/dev/null
   sed "s/^/[$n] /" "$SHARE/out/$n/checks.txt" >> "$ONE/checks.txt" 2>/dev/null
   cp "$SHARE/out/$n"/storm-*.txt "$SHARE/out/$n"/cmtime-*.txt "$SHARE/out/$n"/strace-c-*.txt "$ONE/" 2>/dev/null
@@ -86,7 +90,7 @@ echo "secs 1vm $(( $(date +%s) - t ))" >> "$META"
 load after-1vm
 if [ $TWO = 1 ]; then
   t=$(date +%s)
-  "$RIG_DIR/run-2vm.sh" -p 47600 -s "$SHARE" -T $((300 + ROUNDS * 120)) -n compare2-A,compare2-B -e rounds="$ROUNDS" \
+  "$RIG_DIR/run-2vm.sh" -p 47600 -s "$SHARE" -T $((300 + ROUNDS * 120)) -n compare2-A,compare2-B -e rounds="$ROUNDS" -e ours_args="$OURS_ARGS" \
     "$RIG_DIR/guest/suite-compare2.sh" > "$RES/console-compare2.log" 2>&1 || RC=1
   echo "secs 2vm $(( $(date +%s) - t ))" >> "$META"
   load after-2vm

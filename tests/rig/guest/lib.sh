@@ -345,7 +345,7 @@ use_daemon() {
   case "$1" in
     floor) IWPMD=/usr/local/bin/rigtool; IWPMD_ARGS=floor-responder ;;
     c) IWPMD=$CD; IWPMD_ARGS=--systemd ;;
-    ours) IWPMD=$OURS; IWPMD_ARGS=--systemd ;;
+    ours) IWPMD=$OURS; IWPMD_ARGS="--systemd $(echo "${RIG_OURS_ARGS:-}" | tr ',' ' ')" ;;
     *) IWPMD=$1; IWPMD_ARGS=--systemd ;;
   esac
 }

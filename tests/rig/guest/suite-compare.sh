@@ -19,6 +19,7 @@
 # Knobs: daemons=floor,c,ours,none  rounds=R [3] (0: only the profile)  round=FIRST [1]
 #        storm=N [10000]  batch=B [500]
 #        cmtime=N [50]  profile=0|1 [1]  ours=PATH [/mnt/rig/bin/iwpmd-rs]  c=PATH [/usr/sbin/iwpmd]
+#        ours_args=A,B (more arguments for ours)
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROUNDS=${RIG_ROUNDS:-3}; STORM=${RIG_STORM:-10000}; BATCH=${RIG_BATCH:-500}; CM=${RIG_CMTIME:-50}
 DAEMONS=$(echo "${RIG_DAEMONS:-floor,c,ours,none}" | tr ',' ' ')
