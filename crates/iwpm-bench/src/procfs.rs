@@ -35,39 +35,33 @@ fn parse_schedstat(text: &str) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
-/// The process's `RLIMIT_NOFILE` soft limit (from `/proc/self/limits`).
+/// The process's hard `RLIMIT_NOFILE` (from `/proc/self/limits`): the daemons the bench
+/// starts inherit it and raise their soft limit to it.
 pub fn fd_limit() -> Option<u64> {
     let limits = fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
+    line.split_whitespace().nth(4)?.parse().ok()
 }
 
 /// Descriptors the full run wants: 50k port-mapped mappings, each holding a socket, and a
 /// margin for the daemon's own.
 pub const FD_WANTED: u64 = 51_024;
 
-/// Raises this process's `RLIMIT_NOFILE` (soft and hard) to `wanted` where permitted (it
-/// needs `CAP_SYS_RESOURCE` above the hard limit); the daemons the bench starts inherit it.
-/// Best effort: without the capability the limit stays, and the scale is capped to it.
+/// Raises this process's hard (and soft) `RLIMIT_NOFILE` to `wanted` where permitted (it
+/// needs `CAP_SYS_RESOURCE`), so the daemons the bench starts inherit it. Best effort:
+/// without the capability the limit stays, and the scale is capped to it.
 pub fn raise_fd_limit(wanted: u64) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let now = getrlimit(Resource::Nofile);
-    if now.maximum.is_some_and(|h| h < wanted) {
+    if getrlimit(Resource::Nofile)
+        .maximum
+        .is_some_and(|h| h < wanted)
+    {
+        let to = Some(wanted);
         let _ = setrlimit(
             Resource::Nofile,
             Rlimit {
-                current: Some(wanted),
-                maximum: Some(wanted),
-            },
-        );
-    }
-    let now = getrlimit(Resource::Nofile);
-    if now.current != now.maximum {
-        let _ = setrlimit(
-            Resource::Nofile,
-            Rlimit {
-                current: now.maximum,
-                maximum: now.maximum,
+                current: to,
+                maximum: to,
             },
         );
     }

@@ -67,7 +67,7 @@ impl Scale {
         let mut churn_levels: Vec<usize> = if no_port_map {
             levels
         } else {
-            let fits = |&n: &usize| {
+            let mut one_ip = |n: usize| {
                 if n > PORT_MAPPED_PER_IP {
                     range_notes.push(format!(
                         "port-mapped churn level {n} capped to {PORT_MAPPED_PER_IP} \
@@ -76,8 +76,10 @@ impl Scale {
                 }
                 n.min(PORT_MAPPED_PER_IP)
             };
-            let levels: Vec<usize> = levels.iter().map(fits).collect();
-            levels.iter().map(|&n| fit("churn level", n)).collect()
+            levels
+                .into_iter()
+                .map(|n| fit("churn level", one_ip(n)))
+                .collect()
         };
         churn_levels.dedup();
         let connections = fit("steady connections", conns);

@@ -12,7 +12,7 @@
 //! `nlmsg_pid` is its process id, as with netlink.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
@@ -365,12 +365,6 @@ fn nonblocking_socket(
 impl AsFd for KernelLink {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for KernelLink {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 }
 
