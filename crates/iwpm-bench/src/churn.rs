@@ -99,7 +99,7 @@ pub fn run(
         }
         std::thread::sleep(Duration::from_millis(100));
         let rss = procfs::rss_bytes(pid).unwrap_or(0);
-        let mut level_out = measure(&lab, pid, family, ip, ops)?;
+        let mut level_out = measure(&lab, pid, family, ip, ops, callers())?;
         level_out.live = level;
         level_out.rss_bytes = rss;
         level_out.bytes_per_mapping = rss.saturating_sub(rss0) as f64 / level.max(1) as f64;
@@ -112,7 +112,14 @@ pub fn run(
 }
 
 /// Alternating batches of churn and floor ops.
-fn measure(lab: &Lab, pid: u32, family: Family, ip: IpAddr, ops: usize) -> Result<ChurnLevel> {
+fn measure(
+    lab: &Lab,
+    pid: u32,
+    family: Family,
+    ip: IpAddr,
+    ops: usize,
+    callers: usize,
+) -> Result<ChurnLevel> {
     let addr = SocketAddr::new(ip, CHURN_PORT);
     // The daemon reserves the churned listener's port on its IP; so does the floor.
     let floor_addr = SocketAddr::new(ip, 0);
@@ -123,15 +130,7 @@ fn measure(lab: &Lab, pid: u32, family: Family, ip: IpAddr, ops: usize) -> Resul
         let n = BATCH.min(ops - done);
         let cpu0 = procfs::cpu_ns(pid).unwrap_or(0);
         let t0 = Instant::now();
-        for _ in 0..n {
-            let l = lab
-                .a
-                .host
-                .listen(addr, AcceptMode::Manual, None)
-                .map_err(|e| anyhow::anyhow!("churn listen: {e}"))?;
-            l.id.destroy()
-                .map_err(|e| anyhow::anyhow!("churn destroy: {e}"))?;
-        }
+        churn_ops(lab, addr, n, callers)?;
         churn_wall += t0.elapsed();
         daemon_cpu += procfs::cpu_ns(pid).unwrap_or(0).saturating_sub(cpu0);
         let own0 = procfs::own_thread_cpu_ns().unwrap_or(0);
@@ -165,6 +164,39 @@ fn measure(lab: &Lab, pid: u32, family: Family, ip: IpAddr, ops: usize) -> Resul
     })
 }
 
+/// `n` churn ops (`rdma_listen` + `rdma_destroy_id`) by `callers` threads at once, each
+/// on its own port of `addr`'s IP (one caller: all on `addr`, one after the other).
+fn churn_ops(lab: &Lab, addr: SocketAddr, n: usize, callers: usize) -> Result<()> {
+    let one = |at: SocketAddr, count: usize| -> Result<()> {
+        for _ in 0..count {
+            let l = lab
+                .a
+                .host
+                .listen(at, AcceptMode::Manual, None)
+                .map_err(|e| anyhow::anyhow!("churn listen: {e}"))?;
+            l.id.destroy()
+                .map_err(|e| anyhow::anyhow!("churn destroy: {e}"))?;
+        }
+        Ok(())
+    };
+    if callers <= 1 {
+        return one(addr, n);
+    }
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..callers)
+            .map(|k| {
+                let at = SocketAddr::new(addr.ip(), addr.port() - k as u16);
+                let count = n / callers + usize::from(k < n % callers);
+                scope.spawn(move || one(at, count))
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("churn caller panicked"))?
+        })
+    })
+}
+
 /// `a / b`, 0 when `b` is 0 (JSON has no infinity).
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
@@ -182,6 +214,13 @@ fn floor_op(at: SocketAddr) -> Result<()> {
     let _ = s.local_addr()?;
     drop(s);
     Ok(())
+}
+
+fn callers() -> usize {
+    std::env::var("CHURN_CALLERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
 }
 
 /// `ipv4` / `ipv6`.

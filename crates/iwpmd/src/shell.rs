@@ -38,6 +38,9 @@ use crate::reservations::{Reservations, ReserveFailure};
 use crate::restart::Restart;
 use crate::send_failure::SendFailure;
 
+use self::coalesce::Coalesced;
+
+mod coalesce;
 mod control;
 
 // Token 0 is unused: the kernel link is waited on outside mio (see the module docs).
@@ -73,7 +76,8 @@ const KERNEL_QUEUE_MAX: usize = 65_536;
 /// full; without this, an ACCEPT would overtake a REMOTE_INFO queued there.
 #[derive(Debug)]
 enum Held {
-    Kernel(Vec<u8>),
+    /// A datagram to the kernel and the netlink messages in it.
+    Kernel { datagram: Vec<u8>, messages: u64 },
     Peer {
         via: PeerSocket,
         to: SocketAddr,
@@ -139,6 +143,8 @@ pub struct Shell {
     /// Datagrams waiting for the kernel link to become writable, oldest first, with the
     /// peer datagrams the core sent after them (see [`Held`]).
     kernel_out: VecDeque<Held>,
+    /// Answers of a burst of kernel requests, gathered into one datagram (`coalesce.rs`).
+    coalesced: Coalesced,
     /// Whether the kernel link is registered for WRITABLE too.
     kernel_wants_write: bool,
     /// The kernel link reported a hang-up and is no longer waited on.
@@ -199,6 +205,7 @@ impl Shell {
             dump_writer,
             dump_pending: false,
             kernel_out: VecDeque::new(),
+            coalesced: Coalesced::default(),
             kernel_wants_write: false,
             kernel_hung_up: false,
             control: None,
@@ -422,10 +429,13 @@ impl Shell {
     }
 
     /// Reads up to [`DRAIN_BUDGET`] kernel datagrams. The link is waited on
-    /// level-triggered, so whatever is left is found by the next wait.
+    /// level-triggered, so whatever is left is found by the next wait. Answers after the
+    /// first are gathered into one datagram (see `coalesce.rs`), sent before this returns.
     fn drain_kernel(&mut self) {
         let mut handled = None;
         self.drain_kernel_batch(&mut handled);
+        self.coalesced.set_gathering(false);
+        self.flush_coalesced();
         if let Some(now) = handled {
             self.after_batch(now);
         }
@@ -437,14 +447,21 @@ impl Shell {
     /// Reading stops early after a kernel request that we did not answer (REMOVE_MAPPING):
     /// it came alone, and one more read would only find the link empty. After an answer
     /// the kernel's NLMSG_DONE for it, and often its next request, are already queued
-    /// (the kernel handles our send inside `sendmsg`), so reading goes on.
+    /// (the kernel handles our send inside `sendmsg`), so reading goes on. When the link
+    /// is empty with answers gathered, they are sent and reading goes on for the same
+    /// reason.
     fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
-            let sent_before = self.counters.kernel_sends_attempted();
+            let sent_before = self.kernel_sends_attempted();
+            // A request (not the kernel's acknowledgement); unanswered if nothing was sent.
             let mut unanswered_request = false;
             match self.kernel.recv() {
-                Ok(Received::Empty) => return,
+                Ok(Received::Empty) if self.coalesced.is_empty() => return,
+                Ok(Received::Empty) => {
+                    self.flush_coalesced();
+                    continue;
+                }
                 Ok(Received::Kernel { data, full_len }) => {
                     unanswered_request = !is_ack(data);
                     self.counters.kernel_rx += 1;
@@ -489,8 +506,13 @@ impl Shell {
             }
             self.send_actions(now);
             *handled = Some(now);
-            if unanswered_request && self.counters.kernel_sends_attempted() == sent_before {
-                return;
+            if unanswered_request {
+                if self.kernel_sends_attempted() == sent_before {
+                    return;
+                }
+                // Answers to any further request of this wake-up are gathered: requests
+                // are arriving in a burst.
+                self.coalesced.set_gathering(true);
             }
         }
     }
@@ -550,7 +572,11 @@ impl Shell {
                     self.send_kernel(&bytes);
                     self.core.recycle(bytes);
                 }
-                Action::ToPeer { via, to, datagram } => self.send_peer(now, via, to, &datagram),
+                Action::ToPeer { via, to, datagram } => {
+                    // What the kernel must know before the peer acts on this goes first.
+                    self.flush_coalesced();
+                    self.send_peer(now, via, to, &datagram);
+                }
                 Action::Ready => self.on_ready(),
             }
         }
@@ -620,28 +646,59 @@ impl Shell {
         self.flush(now);
     }
 
-    /// Sends one datagram to the kernel, in order: behind any queued ones, and queued itself
-    /// when the link is full (`EAGAIN`), never silently dropped while there is room.
+    /// Sends one message to the kernel, in order: gathered while a burst is read, else
+    /// at once (see [`Shell::send_kernel_datagram`]).
     fn send_kernel(&mut self, bytes: &[u8]) {
+        if !self.coalesced.is_gathering() {
+            self.send_kernel_datagram(bytes, 1);
+            return;
+        }
+        if !self.coalesced.fits(bytes.len()) {
+            self.flush_coalesced();
+        }
+        self.coalesced.push(bytes);
+    }
+
+    /// Sends the gathered answers, if any, as one datagram.
+    fn flush_coalesced(&mut self) {
+        if let Some((datagram, messages)) = self.coalesced.take() {
+            self.send_kernel_datagram(&datagram, messages);
+            self.coalesced.recycle(datagram);
+        }
+    }
+
+    /// Sends to the kernel attempted so far, gathered answers included.
+    fn kernel_sends_attempted(&self) -> u64 {
+        self.counters.kernel_sends_attempted() + self.coalesced.messages()
+    }
+
+    /// Sends one datagram of `messages` netlink messages to the kernel, in order: behind
+    /// any queued ones, and queued itself when the link is full (`EAGAIN`), never silently
+    /// dropped while there is room. The counters count messages.
+    fn send_kernel_datagram(&mut self, bytes: &[u8], messages: u64) {
         if self.kernel_out.is_empty() {
             match self.kernel.send(bytes) {
                 Ok(()) => {
-                    self.counters.kernel_tx += 1;
+                    self.counters.kernel_tx += messages;
                     return;
                 }
                 Err(e) if e.is_would_block() => {}
                 Err(e) => {
-                    self.kernel_send_failed(bytes.len(), &e);
+                    self.kernel_send_failed(bytes.len(), messages, &e);
                     return;
                 }
             }
         }
         if self.kernel_out.len() >= KERNEL_QUEUE_MAX {
-            self.kernel_send_failed(bytes.len(), &SendFailure::QueueFull(KERNEL_QUEUE_MAX));
+            let e = SendFailure::QueueFull(KERNEL_QUEUE_MAX);
+            self.kernel_send_failed(bytes.len(), messages, &e);
             return;
         }
-        self.counters.kernel_tx_queued += 1;
-        self.kernel_out.push_back(Held::Kernel(bytes.to_vec()));
+        self.counters.kernel_tx_queued += messages;
+        self.kernel_out.push_back(Held::Kernel {
+            datagram: bytes.to_vec(),
+            messages,
+        });
         self.want_kernel_writable(true);
     }
 
@@ -650,13 +707,14 @@ impl Shell {
     fn flush_kernel_queue(&mut self) {
         while let Some(held) = self.kernel_out.pop_front() {
             match held {
-                Held::Kernel(bytes) => match self.kernel.send(&bytes) {
-                    Ok(()) => self.counters.kernel_tx += 1,
+                Held::Kernel { datagram, messages } => match self.kernel.send(&datagram) {
+                    Ok(()) => self.counters.kernel_tx += messages,
                     Err(e) if e.is_would_block() => {
-                        self.kernel_out.push_front(Held::Kernel(bytes));
+                        self.kernel_out
+                            .push_front(Held::Kernel { datagram, messages });
                         return;
                     }
-                    Err(e) => self.kernel_send_failed(bytes.len(), &e),
+                    Err(e) => self.kernel_send_failed(datagram.len(), messages, &e),
                 },
                 Held::Peer { via, to, datagram } => {
                     self.send_peer_now(Instant::now(), via, to, &datagram);
@@ -671,12 +729,13 @@ impl Shell {
         self.kernel_wants_write = want;
     }
 
-    fn kernel_send_failed(&mut self, len: usize, e: &SendFailure) {
-        self.counters.kernel_tx_errors += 1;
+    fn kernel_send_failed(&mut self, len: usize, messages: u64, e: &SendFailure) {
+        self.counters.kernel_tx_errors += messages;
         if let Some(suppressed) = self.warn_kernel.allow(Instant::now()) {
             tracing::warn!(
                 link = self.kernel.kind_name(),
                 len,
+                messages,
                 error = %e,
                 suppressed,
                 "cannot send to the kernel"
@@ -826,7 +885,7 @@ mod tests {
     use iwpm_proto::consts::{NLM_F_REQUEST, RDMA_NL_IWCM};
     use iwpm_proto::netlink::{
         decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, Hello,
-        KernelMsg, ManageMappingRequest,
+        KernelMsg, ManageMappingRequest, NlString, RegPidRequest,
     };
     use iwpm_proto::sockaddr::SockAddrStorage;
 
@@ -922,6 +981,98 @@ mod tests {
         assert_eq!(shell.counters.kernel_rx, 2);
         let ready = shell.wait(&mut events, Some(Duration::ZERO)).unwrap();
         assert!(!ready.readable);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The netlink messages in the next datagram the shell sent, as their replies' kinds.
+    fn next_datagram(emu: &UnixDatagram) -> Vec<DaemonMsg> {
+        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+        let n = emu.recv(&mut buf).expect("nothing from the shell");
+        decode_daemon_datagram(&buf[..n])
+            .into_iter()
+            .map(|frame| match frame {
+                Ok(DaemonFrame::Msg(_, m)) => m,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// An ADD_MAPPING with header seq `port`, so that each one is a new request.
+    fn add_mapping(port: u16) -> Vec<u8> {
+        let mut out = kernel_datagram(&KernelMsg::AddMapping(ManageMappingRequest {
+            echo_seq: 0,
+            addr: SockAddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
+            flags: Some(iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP),
+            unknown: vec![],
+        }));
+        out[8..12].copy_from_slice(&u32::from(port).to_ne_bytes());
+        out
+    }
+
+    /// Registers the iWARP CM client (REG_PID), which ADD_MAPPING needs, and reads the
+    /// answer.
+    fn register(shell: &mut Shell, emu: &UnixDatagram, daemon: &std::os::unix::net::SocketAddr) {
+        let reg = kernel_datagram(&KernelMsg::RegPid(RegPidRequest {
+            echo_seq: 0,
+            if_name: NlString::padded("eth0", 16),
+            ibdev_name: NlString::padded("siw0", 32),
+            ulib_name: NlString::padded(iwpm_proto::consts::IWPM_ULIB_NAME, 32),
+            unknown: vec![],
+        }));
+        emu.send_to_addr(&reg, daemon).unwrap();
+        let mut events = Events::with_capacity(8);
+        shell
+            .wait(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        shell.drain_kernel();
+        assert!(matches!(next_msg(emu), DaemonMsg::RegPid(_)));
+    }
+
+    /// A lone request is answered in a datagram of its own at once; the answers to the
+    /// requests read after it in the same wake-up leave together in one datagram.
+    #[test]
+    fn answers_to_a_burst_of_requests_leave_in_one_datagram() {
+        let (mut shell, emu, path) = shell_on_unix_link("burst");
+        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+        let (_, daemon) = emu.recv_from(&mut buf).unwrap();
+        register(&mut shell, &emu, &daemon);
+        let mut events = Events::with_capacity(8);
+        let tx_before = shell.counters.kernel_tx;
+
+        emu.send_to_addr(&add_mapping(7000), &daemon).unwrap();
+        shell
+            .wait(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        shell.drain_kernel();
+        let lone = next_datagram(&emu);
+        assert!(matches!(lone[..], [DaemonMsg::AddMapping(_)]), "{lone:?}");
+
+        for port in 7001..7005 {
+            emu.send_to_addr(&add_mapping(port), &daemon).unwrap();
+        }
+        shell
+            .wait(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        shell.drain_kernel();
+        assert_eq!(shell.counters.kernel_rx, 6);
+        assert_eq!(
+            shell.counters.kernel_tx,
+            tx_before + 5,
+            "counted per message"
+        );
+        let first = next_datagram(&emu);
+        assert!(matches!(first[..], [DaemonMsg::AddMapping(_)]), "{first:?}");
+        let rest = next_datagram(&emu);
+        let ports: Vec<u16> = rest
+            .iter()
+            .map(|m| match m {
+                DaemonMsg::AddMapping(r) => r.addr.port(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(ports, [7002, 7003, 7004], "in order, in one datagram");
+        emu.set_nonblocking(true).unwrap();
+        assert!(emu.recv(&mut buf).is_err(), "nothing else was sent");
         let _ = std::fs::remove_file(&path);
     }
 
