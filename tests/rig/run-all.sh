@@ -141,8 +141,8 @@ collect() {  # collect NAME RC SECONDS: fold the run's checks into the summary
 }
 
 if want single; then
-  run1 single-ours 300 single -m 2048 -e iwpmd=$RS -e local=1
-  run1 single-udp-ours 300 single -m 2048 -e iwpmd=$RS -e iwpmd_args=$RS_UDP
+  run1 single-ours 300 single -m 2048 -e iwpmd=$RS -e local=1 -e batched=1
+  run1 single-udp-ours 300 single -m 2048 -e iwpmd=$RS -e iwpmd_args=$RS_UDP -e batched=1
   run1 single-c 300 single -m 2048 -e iwpmd=$C
 fi
 if want restart; then

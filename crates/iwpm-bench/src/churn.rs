@@ -7,8 +7,13 @@
 //! `socket` + `bind(IP, port 0)` + `getsockname` + `close`, done by the bench in the same
 //! kernel state (the daemon's `live` ports held). Batches of both alternate, so load from
 //! other processes hits both alike. Two measures: wall time per op, and CPU time per op
-//! (the daemon's event-loop thread vs the bench thread doing the floor), which a shared
-//! machine disturbs much less.
+//! (all the daemon's threads vs the bench thread doing the floor), which a shared machine
+//! disturbs much less.
+//!
+//! Each level is churned by one caller (every op waits for the previous one: a ping-pong
+//! of datagrams, two wake-ups of the daemon per op) and by several callers at once, each on
+//! its own address (as many processes listening at the same time), where the daemon finds
+//! several requests per wake-up.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -27,6 +32,8 @@ const LIVE_BASE_PORT: u32 = 1024;
 const CHURN_PORT: u16 = 65500;
 /// Ops per batch; batches of churn and floor alternate.
 const BATCH: usize = 100;
+/// Callers of the concurrent churn (`--callers` changes it).
+pub const CONCURRENT_CALLERS: usize = 8;
 
 /// One churn level.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -35,6 +42,8 @@ pub struct ChurnLevel {
     pub family: String,
     /// Live mappings held while churning.
     pub live: usize,
+    /// Threads churning at once, each on its own address (1: one op after the other).
+    pub callers: usize,
     /// Churn ops (ADD + REMOVE each).
     pub ops: usize,
     /// Churn: wall µs per op.
@@ -57,12 +66,14 @@ pub struct ChurnLevel {
     pub bytes_per_mapping: f64,
 }
 
-/// Runs the levels in increasing order on one pair of daemons.
+/// Runs the levels in increasing order on one pair of daemons; each level once per entry
+/// of `callers`.
 pub fn run(
     family: Family,
     mode: PortMapMode,
     levels: &[usize],
     ops: usize,
+    callers: &[usize],
 ) -> Result<Vec<ChurnLevel>> {
     let lab = Lab::start(LabConfig {
         family,
@@ -99,11 +110,13 @@ pub fn run(
         }
         std::thread::sleep(Duration::from_millis(100));
         let rss = procfs::rss_bytes(pid).unwrap_or(0);
-        let mut level_out = measure(&lab, pid, family, ip, ops, callers())?;
-        level_out.live = level;
-        level_out.rss_bytes = rss;
-        level_out.bytes_per_mapping = rss.saturating_sub(rss0) as f64 / level.max(1) as f64;
-        out.push(level_out);
+        for &n in callers {
+            let mut level_out = measure(&lab, pid, family, ip, ops, n)?;
+            level_out.live = level;
+            level_out.rss_bytes = rss;
+            level_out.bytes_per_mapping = rss.saturating_sub(rss0) as f64 / level.max(1) as f64;
+            out.push(level_out);
+        }
     }
     for l in live {
         let _ = l.id.destroy();
@@ -151,6 +164,7 @@ fn measure(
     Ok(ChurnLevel {
         family: family_name(family).to_owned(),
         live: 0,
+        callers,
         ops,
         op_us,
         ops_per_s: 1e6 / op_us,
@@ -165,7 +179,8 @@ fn measure(
 }
 
 /// `n` churn ops (`rdma_listen` + `rdma_destroy_id`) by `callers` threads at once, each
-/// on its own port of `addr`'s IP (one caller: all on `addr`, one after the other).
+/// on its own port of `addr`'s IP, below `addr`'s (one caller: all on `addr`, one after
+/// the other).
 fn churn_ops(lab: &Lab, addr: SocketAddr, n: usize, callers: usize) -> Result<()> {
     let one = |at: SocketAddr, count: usize| -> Result<()> {
         for _ in 0..count {
@@ -214,13 +229,6 @@ fn floor_op(at: SocketAddr) -> Result<()> {
     let _ = s.local_addr()?;
     drop(s);
     Ok(())
-}
-
-fn callers() -> usize {
-    std::env::var("CHURN_CALLERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
 }
 
 /// `ipv4` / `ipv6`.

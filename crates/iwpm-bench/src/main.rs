@@ -46,6 +46,10 @@ struct Cli {
     /// the QEMU rig measures; the floor is then still one reservation.
     #[arg(long)]
     siw: bool,
+    /// Callers of the concurrent churn, 2 to 256 (each level is also churned by one
+    /// caller).
+    #[arg(long, default_value_t = churn::CONCURRENT_CALLERS, value_parser = callers_in_range)]
+    callers: usize,
     /// Copy the daemons' logs to stderr.
     #[arg(long)]
     verbose: bool,
@@ -82,7 +86,13 @@ fn run(cli: &Cli) -> Result<()> {
         netns::enter_private_namespace().context("private network namespace for IPv6")?;
         iwpm_lab::lab::add_v6_loopback_addresses(&NetPlace::current())
             .context("adding the lab's IPv6 addresses")?;
-        let levels = churn::run(Family::V6, mode(cli), &scale.churn_levels, scale.churn_ops)?;
+        let levels = churn::run(
+            Family::V6,
+            mode(cli),
+            &scale.churn_levels,
+            scale.churn_ops,
+            &[1, cli.callers],
+        )?;
         println!("{}", serde_json::to_string(&levels)?);
         return Ok(());
     }
@@ -93,7 +103,13 @@ fn run(cli: &Cli) -> Result<()> {
     };
     let mut bench = Bench::new(&scale);
     progress("churn, IPv4");
-    bench.churn = churn::run(Family::V4, mode(cli), &scale.churn_levels, scale.churn_ops)?;
+    bench.churn = churn::run(
+        Family::V4,
+        mode(cli),
+        &scale.churn_levels,
+        scale.churn_ops,
+        &[1, cli.callers],
+    )?;
     if cli.siw {
         bench.notes.push(
             "--siw: the churn's ADDs carry NO_PORT_MAP, so the daemon reserves no port; \
@@ -103,7 +119,7 @@ fn run(cli: &Cli) -> Result<()> {
     }
     if !cli.no_ipv6 {
         progress("churn, IPv6 (private namespace)");
-        match churn_v6(cli.quick, cli.siw) {
+        match churn_v6(cli) {
             Ok(levels) => bench.churn.extend(levels),
             Err(e) => bench.notes.push(format!("IPv6 churn skipped: {e:#}")),
         }
@@ -133,6 +149,14 @@ fn run(cli: &Cli) -> Result<()> {
     print_bench(cli, &bench)
 }
 
+/// `--callers`: 2 to 256 (the churned addresses are the ports below the churn port).
+fn callers_in_range(text: &str) -> std::result::Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (2..=256).contains(&n) => Ok(n),
+        _ => Err(format!("expected a number from 2 to 256, got {text:?}")),
+    }
+}
+
 /// The devices' port mapping mode for the churn.
 fn mode(cli: &Cli) -> PortMapMode {
     if cli.siw {
@@ -153,14 +177,15 @@ fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
 
 /// The IPv6 churn in a child process of ours (the namespace switch must happen while the
 /// process is single-threaded).
-fn churn_v6(quick: bool, siw: bool) -> Result<Vec<churn::ChurnLevel>> {
+fn churn_v6(cli: &Cli) -> Result<Vec<churn::ChurnLevel>> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
     cmd.arg("--internal-churn-v6");
-    if quick {
+    cmd.arg(format!("--callers={}", cli.callers));
+    if cli.quick {
         cmd.arg("--quick");
     }
-    if siw {
+    if cli.siw {
         cmd.arg("--siw");
     }
     let out = cmd.output().context("running the IPv6 churn")?;

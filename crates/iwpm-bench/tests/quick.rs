@@ -23,8 +23,15 @@ fn quick_json_report_has_every_scenario() {
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
 
     let churn = report["churn"].as_array().expect("churn array");
-    let lives: Vec<u64> = churn.iter().map(|c| c["live"].as_u64().unwrap()).collect();
-    assert_eq!(lives, vec![100, 1000], "quick levels");
+    let rows: Vec<(u64, u64)> = churn
+        .iter()
+        .map(|c| (c["live"].as_u64().unwrap(), c["callers"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![(100, 1), (100, 8), (1000, 1), (1000, 8)],
+        "quick levels, one caller then eight"
+    );
     for c in churn {
         assert_eq!(c["family"], "ipv4");
         assert_eq!(c["ops"].as_u64(), Some(300));

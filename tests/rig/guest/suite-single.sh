@@ -5,6 +5,8 @@
 # Knobs: iwpmd=PATH iwpmd_args=A,B  cmtime=N [50]  cmtime_runs=R [1]  rping_count=N [10]
 #        ipv6=0|1 [1]  local=0|1 [0]: expect connects answered from the daemon's table
 #        (ours by default) instead of a UDP exchange with itself (C; ours --no-local-answers)
+#        batched=0|1 [0]: the listen burst's answers must share datagrams (ours); else the
+#        number of datagrams with several messages is only reported (C sends one each)
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
 IP6=fd00:88::1
@@ -50,6 +52,21 @@ if [ "$n1" -ge 2 ] && dump_pairs "$OUT/dump-live.txt" | grep -q "$IP:7200(" &&
    [ "$n2" = $((n1-1)) ] && [ "$n3" = $((n1-2)) ]; then
   ok dump "SIGUSR1: $n1 mappings with listener :7200 + client live, $n2 after client exit, $n3 after server exit"
 else bad dump "SIGUSR1 mapping counts $n1/$n2/$n3 (want >=2 incl. $IP:7200, then -1, -2; see dump-*.txt)"; fi
+# ---- a burst of listens: 8 processes x 10 listeners at once ----------------------------
+# Several ADD_MAPPINGs wait at once; the trace checks below require every one answered.
+BP=""; i=0
+while [ $i -lt 8 ]; do
+  rigcm listen "$IP" $((7300 + 10 * i)) 10 30 > "$OUT/burst-$i.log" 2>&1 & BP="$BP $!"; i=$((i+1))
+done
+t0=$(uptime_s); up=0
+while [ "$up" -lt 8 ] && lt "$(elapsed "$t0")" 30; do
+  up=$(cat "$OUT"/burst-*.log 2>/dev/null | grep -c '^listening 10 '); sleep 0.2
+done
+t=$(elapsed "$t0")
+iwpmd_dump "$OUT/dump-burst.txt"; nb=$DUMP_N
+kill $BP 2>/dev/null; wait $BP 2>/dev/null
+check burst "8 processes x 10 listeners at once: all up in ${t}s (< $STALL_S), $nb mappings in the SIGUSR1 dump" \
+  sh -c "test $up = 8 && test $nb -ge 80 && echo '$t $STALL_S' | awk '{exit !(\$1 < \$2)}'"
 check_dmesg dmesg
 check stop "daemon exits on SIGTERM within 5 s" stop_iwpmd
 
@@ -72,6 +89,14 @@ u=$(unanswered "$T"); check trace-answered "every kernel request answered with S
 detail "$u"
 e=$(reply_errors "$T"); check trace-noerr "no error replies / HANDLE_ERR" test -z "$e"
 w=$(hpid_wrong "$T" "$IWPMD_PORTID"); check trace-hpid "every daemon message has nlmsg_pid = its port id $IWPMD_PORTID" test -z "$w"
+# Datagrams to the kernel that carried several messages (one strace line each, so the
+# decoded messages share its timestamp).
+multi=$(grep ' nl send dst=0 ' "$T" | awk '{n[$1]++} END {m = 0; for (t in n) if (n[t] > 1) m++; print m}')
+if [ "${RIG_BATCHED:-0}" = 1 ]; then
+  check trace-batched "the listen burst's answers shared datagrams: $multi sends with several messages" test "$multi" -ge 1
+else
+  note "sends to the kernel with several messages: $multi"
+fi
 trace_summary "$T"
 
 # ---- cmtime through the daemon (untraced) and with no daemon at all ----------------
