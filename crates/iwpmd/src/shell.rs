@@ -9,7 +9,10 @@
 //! until it would block before the loop may sleep. A REMOVE_MAPPING needs no answer and
 //! usually arrives alone, so that cost a third system call per message (`epoll_wait`, the
 //! read, the `EAGAIN` read). Level-triggered, the loop reads what it needs and sleeps at
-//! once; `poll` wakes it again if anything is left.
+//! once; `poll` wakes it again if anything is left. It stops reading after a request it
+//! does not answer and after the acknowledgement of the last message it sent, the two
+//! points where the link is usually empty: a lone listen costs four system calls (wait,
+//! read, answer, read the DONE), one more than a responder that blocks in `recv`.
 
 use std::collections::VecDeque;
 use std::io;
@@ -145,6 +148,9 @@ pub struct Shell {
     kernel_out: VecDeque<Held>,
     /// Answers of a burst of kernel requests, gathered into one datagram (`coalesce.rs`).
     coalesced: Coalesced,
+    /// Messages sent to the kernel whose `NLMSG_DONE` (or `NLMSG_ERROR`) has not been read:
+    /// the kernel answers each message it takes with exactly one of them.
+    acks_due: u64,
     /// Whether the kernel link is registered for WRITABLE too.
     kernel_wants_write: bool,
     /// The kernel link reported a hang-up and is no longer waited on.
@@ -206,6 +212,7 @@ impl Shell {
             dump_pending: false,
             kernel_out: VecDeque::new(),
             coalesced: Coalesced::default(),
+            acks_due: 0,
             kernel_wants_write: false,
             kernel_hung_up: false,
             control: None,
@@ -449,13 +456,18 @@ impl Shell {
     /// the kernel's NLMSG_DONE for it, and often its next request, are already queued
     /// (the kernel handles our send inside `sendmsg`), so reading goes on. When the link
     /// is empty with answers gathered, they are sent and reading goes on for the same
-    /// reason.
+    /// reason. Reading stops too once the DONE of the last message we sent is read: a
+    /// lone request's exchange is over, and the level-triggered wait finds whatever else
+    /// comes, without a read that would find the link empty. (Should the count be wrong,
+    /// e.g. after an overrun, that only costs a read or a wait more, never a message.)
     fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
             let sent_before = self.kernel_sends_attempted();
             // A request (not the kernel's acknowledgement); unanswered if nothing was sent.
             let mut unanswered_request = false;
+            // The acknowledgement of the last message we sent.
+            let mut last_ack = false;
             match self.kernel.recv() {
                 Ok(Received::Empty) if self.coalesced.is_empty() => return,
                 Ok(Received::Empty) => {
@@ -463,7 +475,12 @@ impl Shell {
                     continue;
                 }
                 Ok(Received::Kernel { data, full_len }) => {
-                    unanswered_request = !is_ack(data);
+                    let ack = is_ack(data);
+                    unanswered_request = !ack;
+                    if ack {
+                        self.acks_due = self.acks_due.saturating_sub(1);
+                        last_ack = self.acks_due == 0;
+                    }
                     self.counters.kernel_rx += 1;
                     if full_len > data.len() {
                         self.counters.kernel_truncated += 1;
@@ -506,8 +523,12 @@ impl Shell {
             }
             self.send_actions(now);
             *handled = Some(now);
+            let sent_nothing = self.kernel_sends_attempted() == sent_before;
+            if last_ack && sent_nothing && self.coalesced.is_empty() {
+                return;
+            }
             if unanswered_request {
-                if self.kernel_sends_attempted() == sent_before {
+                if sent_nothing {
                     return;
                 }
                 // Answers to any further request of this wake-up are gathered: requests
@@ -680,6 +701,7 @@ impl Shell {
             match self.kernel.send(bytes) {
                 Ok(()) => {
                     self.counters.kernel_tx += messages;
+                    self.acks_due += messages;
                     return;
                 }
                 Err(e) if e.is_would_block() => {}
@@ -708,7 +730,10 @@ impl Shell {
         while let Some(held) = self.kernel_out.pop_front() {
             match held {
                 Held::Kernel { datagram, messages } => match self.kernel.send(&datagram) {
-                    Ok(()) => self.counters.kernel_tx += messages,
+                    Ok(()) => {
+                        self.counters.kernel_tx += messages;
+                        self.acks_due += messages;
+                    }
                     Err(e) if e.is_would_block() => {
                         self.kernel_out
                             .push_front(Held::Kernel { datagram, messages });
@@ -1073,6 +1098,57 @@ mod tests {
         assert_eq!(ports, [7002, 7003, 7004], "in order, in one datagram");
         emu.set_nonblocking(true).unwrap();
         assert!(emu.recv(&mut buf).is_err(), "nothing else was sent");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Waits up to `timeout` for the kernel link; whether it is readable.
+    fn link_readable(shell: &mut Shell, timeout: Duration) -> bool {
+        let mut events = Events::with_capacity(8);
+        shell.wait(&mut events, Some(timeout)).unwrap().readable
+    }
+
+    /// The kernel's NLMSG_DONE for a message we sent with header seq `seq`.
+    fn done(seq: u32) -> Vec<u8> {
+        let mut d = Vec::with_capacity(20);
+        d.extend_from_slice(&20u32.to_ne_bytes());
+        d.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
+        d.extend_from_slice(&2u16.to_ne_bytes()); // NLM_F_MULTI
+        d.extend_from_slice(&seq.to_ne_bytes());
+        d.extend_from_slice(&0u32.to_ne_bytes());
+        d.extend_from_slice(&0i32.to_ne_bytes());
+        d
+    }
+
+    /// Once the DONE of the last message sent is read, reading stops: the next read would
+    /// usually find the link empty, and the level-triggered wait finds what is left.
+    #[test]
+    fn reading_stops_once_every_message_sent_is_acknowledged() {
+        let (mut shell, emu, path) = shell_on_unix_link("acks");
+        let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+        let (_, daemon) = emu.recv_from(&mut buf).unwrap();
+        assert_eq!(shell.acks_due, 1, "HELLO sent");
+        let remove = kernel_datagram(&KernelMsg::RemoveMapping(ManageMappingRequest {
+            echo_seq: 1,
+            addr: SockAddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, 7000))),
+            flags: None,
+            unknown: vec![],
+        }));
+        emu.send_to_addr(&done(0), &daemon).unwrap();
+        emu.send_to_addr(&remove, &daemon).unwrap();
+        assert!(link_readable(&mut shell, Duration::from_secs(5)));
+        shell.drain_kernel();
+        assert_eq!(shell.counters.kernel_rx, 1, "read past the last DONE due");
+        assert_eq!(shell.acks_due, 0);
+        assert!(link_readable(&mut shell, Duration::ZERO));
+        shell.drain_kernel();
+        assert_eq!(shell.counters.kernel_rx, 2, "REMOVE read next turn");
+        // An acknowledgement nobody waits for (a replay's closing DONE) stops reading too,
+        // and the count stays at zero.
+        emu.send_to_addr(&done(0), &daemon).unwrap();
+        emu.send_to_addr(&remove, &daemon).unwrap();
+        assert!(link_readable(&mut shell, Duration::from_secs(5)));
+        shell.drain_kernel();
+        assert_eq!((shell.counters.kernel_rx, shell.acks_due), (3, 0));
         let _ = std::fs::remove_file(&path);
     }
 
