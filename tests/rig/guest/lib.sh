@@ -110,8 +110,14 @@ iwpmd_dump() {
   : > "$1"; DUMP_N=0
   [ -n "$IWPMD_PID" ] || return 1
   kill -USR1 "$IWPMD_PID"
-  while [ $i -lt 30 ]; do      # until the log stops growing (max 3 s)
-    sleep 0.2; c=$(wc -l < "$SYSLOG"); [ "$c" = "$m" ] && [ "$c" -gt "$n" ] && break; m=$c; i=$((i+1))
+  # Until the dump has begun and the log stops growing (max 6 s). Both daemons log the
+  # signal at once but the C daemon dumps later, from its main loop (over a second later
+  # under strace on TCG), so a pause after the signal's line is not the end of the dump.
+  while [ $i -lt 30 ]; do
+    sleep 0.2; c=$(wc -l < "$SYSLOG")
+    [ "$c" = "$m" ] && [ "$c" -gt "$n" ] &&
+      tail -n +$((n+1)) "$SYSLOG" | grep -q 'print_iwpm_mapped_ports' && break
+    m=$c; i=$((i+1))
   done
   tail -n +$((n+1)) "$SYSLOG" > "$1"
   DUMP_N=$(grep -c 'Mapping #' "$1")
@@ -323,8 +329,8 @@ trace_summary() {
   grep -v '^#' "$1" | awk '{$1=""; print}' | sed 's/hseq=[0-9]* //; s/ h=[0-9a-f]*//' | awk '{print $1,$2,$3,$4,$5}' | sort | uniq -c | sed 's/^/    /' >> "$SUM"
 }
 
-# settled_dump FILE: SIGUSR1 to $IWPMD_PID, wait until syslog has been still for 1 s (at
-# most 20 s), the new lines into FILE; DUMP_N = mappings in it (large tables log slowly).
+# settled_dump FILE: SIGUSR1 to $IWPMD_PID, wait until the dump has begun and syslog has
+# been still for 1 s (at most 20 s), the new lines into FILE; DUMP_N = mappings in it (large tables log slowly).
 settled_dump() {
   local n c m=-1 s=0 i=0
   n=$(wc -l < "$SYSLOG"); : > "$1"; DUMP_N=0
@@ -332,7 +338,8 @@ settled_dump() {
   kill -USR1 "$IWPMD_PID"
   while [ $i -lt 80 ] && [ $s -lt 4 ]; do
     sleep 0.25; c=$(wc -l < "$SYSLOG")
-    if [ "$c" = "$m" ] && [ "$c" -gt "$n" ]; then s=$((s+1)); else s=0; fi
+    if [ "$c" = "$m" ] && [ "$c" -gt "$n" ] &&
+       tail -n +$((n+1)) "$SYSLOG" | grep -q 'print_iwpm_mapped_ports'; then s=$((s+1)); else s=0; fi
     m=$c; i=$((i+1))
   done
   tail -n +$((n+1)) "$SYSLOG" > "$1"
