@@ -196,15 +196,27 @@ mod tests {
             .port()
     }
 
+    /// Opens on a port that was free a moment ago, again on another one if a concurrent
+    /// test's ephemeral socket took it in between.
+    fn open_on_free_port(v6: Option<Ipv6Addr>) -> (PeerBind, Result<PeerSockets, PeerSocketError>) {
+        for _ in 0..20 {
+            let bind = PeerBind {
+                port: free_port(),
+                v4: Ipv4Addr::LOCALHOST,
+                v6,
+            };
+            match PeerSockets::open(bind) {
+                Err(PeerSocketError::PortInUse { .. }) => continue,
+                r => return (bind, r),
+            }
+        }
+        panic!("no free UDP port in 20 tries");
+    }
+
     #[test]
     fn opens_loopback_pair_and_detects_second_instance() {
-        let port = free_port();
-        let bind = PeerBind {
-            port,
-            v4: Ipv4Addr::LOCALHOST,
-            v6: None,
-        };
-        let socks = PeerSockets::open(bind).unwrap();
+        let (bind, socks) = open_on_free_port(None);
+        let (port, socks) = (bind.port, socks.unwrap());
         let listener = socks
             .get(PeerSocket::V4Listener)
             .unwrap()
@@ -227,13 +239,7 @@ mod tests {
 
     #[test]
     fn ipv6_listener_is_v6only_when_available() {
-        let port = free_port();
-        let bind = PeerBind {
-            port,
-            v4: Ipv4Addr::LOCALHOST,
-            v6: Some(Ipv6Addr::LOCALHOST),
-        };
-        match PeerSockets::open(bind) {
+        match open_on_free_port(Some(Ipv6Addr::LOCALHOST)).1 {
             Ok(socks) => {
                 if let Some(s) = socks.get(PeerSocket::V6Listener) {
                     let sock = socket2::SockRef::from(s);
