@@ -25,13 +25,14 @@ pub const DEFAULT_STATE_FILE: &str = "/run/iwpmd/state";
 /// Changes are gathered this long before a write.
 const WRITE_DELAY: Duration = Duration::from_millis(200);
 /// A write may take at most this share of the time: writes are spaced by this many times
-/// the duration of the last one, so the writer uses at most ~2 % of a CPU. Each write is
-/// the whole table (at 10 000 mappings on the rig's emulated CPU, about 35 ms); at 10× a
-/// listen storm spent more user CPU on the state file than on the kernel's requests.
+/// the duration of the last one, so the writer uses at most ~1 % of a CPU. Each write is
+/// the whole table (at 10 000 mappings on the rig's emulated CPU, about 35 ms before its
+/// lines were formatted by hand, ~2.7× less since for IPv4); at 10× a listen storm spent
+/// more user CPU on the state file than on the kernel's requests.
 /// The cost is staleness: after a crash (not a restart, which writes at exit) the file
-/// may miss the last ~50 write durations of changes (~1.5 s at 50 000 mappings), which
-/// the kernel's replay then has to bring.
-const WRITE_SPACING_FACTOR: u32 = 50;
+/// may miss the last ~100 write durations of changes (~1.2 s at 50 000 IPv4 mappings),
+/// which the kernel's replay then has to bring.
+const WRITE_SPACING_FACTOR: u32 = 100;
 /// At exit, the longest wait for a write in flight.
 const EXIT_WAIT: Duration = Duration::from_secs(5);
 
