@@ -1,7 +1,8 @@
 #!/bin/sh
 # Suite "perf": cmtime through several daemons in ONE boot, interleaved round by round
 # (ours, C, none, ours, C, none, ...), so that load drift on the host hits every daemon
-# alike. Daemons run untraced. Checks: every cmtime run connects all N with no stall.
+# alike. Daemons run untraced. Checks: every cmtime run connects all N with no stall (for
+# rdma-core's iwpmd, the reference, a miss is an INFO line, not a failure).
 # Knobs: daemons=PATH,PATH,none [ /mnt/rig/bin/iwpmd-rs,/usr/sbin/iwpmd,none ]
 #        rounds=R [3]  cmtime=N [50]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
@@ -20,7 +21,19 @@ while [ $r -le "$ROUNDS" ]; do
       IWPMD=$d
       start_iwpmd "" || bad "start-$tag" "$d did not start"
     fi
-    check_cmtime "cmtime-$tag" "$IP" "$CM" "$tag"
+    if [ "$(basename "$d")" = iwpmd ]; then
+      # rdma-core's daemon is the reference here, not under test: a failed run of it is
+      # recorded, not judged (seen once on 6.12: 8 of 50 connects refused through C while
+      # ours and no daemon connected all 50 in the same boot).
+      fails_before=$FAILS
+      check_cmtime "cmtime-$tag" "$IP" "$CM" "$tag"
+      if [ "$FAILS" != "$fails_before" ]; then
+        FAILS=$fails_before
+        sed -i "s/^FAIL cmtime-$tag: /INFO cmtime-$tag (reference, C iwpmd): DOES NOT HOLD: /" "$CHECKS"
+      fi
+    else
+      check_cmtime "cmtime-$tag" "$IP" "$CM" "$tag"
+    fi
     echo "$(basename "$d") $r $(cm_col "$OUT/cmtime-$tag.txt" connect 1) $(cm_col "$OUT/cmtime-$tag.txt" connect 2)" >> "$R"
     [ "$d" != none ] && stop_iwpmd
   done
