@@ -8,7 +8,7 @@
 //! No bench framework, as for `table.rs`: a plain `harness = false` main.
 
 use std::hint::black_box;
-use std::net::{Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 
 use iwpm_core::state_file::{SavedMapping, StateFile};
@@ -18,19 +18,13 @@ const ROUNDS: usize = 5;
 fn file(n: usize, v6: bool) -> StateFile {
     let mappings = (0..n)
         .map(|i| {
-            let (local, mapped): (SocketAddr, SocketAddr) = if v6 {
-                let ip = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, (i >> 16) as u16, i as u16);
-                (
-                    SocketAddr::new(ip.into(), 4000 + (i % 20000) as u16),
-                    SocketAddr::new(ip.into(), 32768 + (i % 28000) as u16),
-                )
+            let ip: IpAddr = if v6 {
+                Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, (i >> 16) as u16, i as u16).into()
             } else {
-                let ip = std::net::Ipv4Addr::new(10, (i >> 16) as u8, (i >> 8) as u8, i as u8);
-                (
-                    SocketAddr::new(ip.into(), 4000 + (i % 20000) as u16),
-                    SocketAddr::new(ip.into(), 32768 + (i % 28000) as u16),
-                )
+                Ipv4Addr::new(10, (i >> 16) as u8, (i >> 8) as u8, i as u8).into()
             };
+            let local = SocketAddr::new(ip, 4000 + (i % 20000) as u16);
+            let mapped = SocketAddr::new(ip, 32768 + (i % 28000) as u16);
             // NO_PORT_MAP (siw) maps an endpoint to itself
             let no_port_map = i % 2 == 0;
             SavedMapping {
