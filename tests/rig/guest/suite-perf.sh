@@ -21,19 +21,12 @@ while [ $r -le "$ROUNDS" ]; do
       IWPMD=$d
       start_iwpmd "" || bad "start-$tag" "$d did not start"
     fi
-    if [ "$(basename "$d")" = iwpmd ]; then
-      # rdma-core's daemon is the reference here, not under test: a failed run of it is
-      # recorded, not judged (seen once on 6.12: 8 of 50 connects refused through C while
-      # ours and no daemon connected all 50 in the same boot).
-      fails_before=$FAILS
-      check_cmtime "cmtime-$tag" "$IP" "$CM" "$tag"
-      if [ "$FAILS" != "$fails_before" ]; then
-        FAILS=$fails_before
-        sed -i "s/^FAIL cmtime-$tag: /INFO cmtime-$tag (reference, C iwpmd): DOES NOT HOLD: /" "$CHECKS"
-      fi
-    else
-      check_cmtime "cmtime-$tag" "$IP" "$CM" "$tag"
-    fi
+    # rdma-core's daemon is the reference here, not under test: a failed run of it is
+    # recorded, not judged (seen once on 6.12: 8 of 50 connects refused through C while
+    # ours and no daemon connected all 50 in the same boot).
+    [ "$(basename "$d")" = iwpmd ] && REFERENCE="reference, C iwpmd"
+    check_cmtime "cmtime-$tag" "$IP" "$CM" "$tag"
+    REFERENCE=""
     echo "$(basename "$d") $r $(cm_col "$OUT/cmtime-$tag.txt" connect 1) $(cm_col "$OUT/cmtime-$tag.txt" connect 2)" >> "$R"
     [ "$d" != none ] && stop_iwpmd
   done

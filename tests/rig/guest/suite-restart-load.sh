@@ -41,13 +41,7 @@ R="$OUT/restart-load-results.txt"; : > "$R"
 res() { echo "$1 $2" >> "$R"; log "figure $1 = $2"; }
 # rcheck NAME DETAIL CMD...: a check, or for the reference daemon an INFO line saying
 # whether it holds (reported, not judged)
-rcheck() {
-  local n=$1 d=$2; shift 2
-  if [ "$REFM" = 1 ]; then
-    if "$@"; then echo "INFO $n (reference): holds: $d" >> "$CHECKS"; log "INFO $n holds: $d"
-    else echo "INFO $n (reference): DOES NOT HOLD: $d" >> "$CHECKS"; log "INFO $n DOES NOT HOLD: $d"; fi
-  else check "$n" "$d" "$@"; fi
-}
+rcheck() { [ "$REFM" = 1 ] && REFERENCE=reference; check "$@"; REFERENCE=""; }
 # pairs FILE: "local mapped" per mapping of a SIGUSR1 dump, sorted
 pairs() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g; s/ -> / /' | sort; }
 # low CMD... &: run CMD at nice 19 (the guest's busybox has renice, no nice; threads

@@ -45,12 +45,7 @@ REFM=${RIG_REFERENCE:-0}
 R="$OUT/zerogap-results.txt"; : > "$R"
 res() { echo "$1 $2" >> "$R"; log "figure $1 = $2"; }
 rcheck() {  # rcheck NAME DETAIL CMD...: a check, or for the control run an INFO line
-  local n=$1 d=$2; shift 2
-  if [ "$REFM" = 1 ]; then
-    if "$@"; then echo "INFO $n (control): holds: $d" >> "$CHECKS"; log "INFO $n holds: $d"
-    else echo "INFO $n (control): DOES NOT HOLD: $d" >> "$CHECKS"; log "INFO $n DOES NOT HOLD: $d"; fi
-  else check "$n" "$d" "$@"; fi
-}
+  [ "$REFM" = 1 ] && REFERENCE=control; check "$@"; REFERENCE=""; }
 CTL=/tmp/fdstore; mkdir -p $CTL
 NOTIFY=/tmp/notify.sock
 STATE=/tmp/iwpmd-state
