@@ -1,15 +1,15 @@
-//! The event loop: one thread, the core's deadline as the wait's timeout. It sleeps in
-//! `poll(2)` on two descriptors: the kernel link, level-triggered, and the `mio::Poll`
-//! (epoll) that holds every other source (peer sockets, signals, helper wake-ups, control
-//! clients). Every datagram goes to the core, and after each input the core's actions are
-//! executed at once. Kernel input gets the port reservations lent for the call (binding is
-//! synchronous, as in C).
+//! The event loop: one thread, the core's deadline as the wait's timeout. It sleeps in one
+//! level-triggered epoll set of two descriptors (`shell/waiter.rs`): the kernel link and
+//! the `mio::Poll` (edge-triggered epoll) that holds every other source (peer sockets,
+//! signals, helper wake-ups, control clients). Every datagram goes to the core, and after
+//! each input the core's actions are executed at once. Kernel input gets the port
+//! reservations lent for the call (binding is synchronous, as in C).
 //!
-//! Why the kernel link is outside epoll: mio is edge-triggered, so a socket must be read
+//! Why the kernel link is outside mio: mio is edge-triggered, so a socket must be read
 //! until it would block before the loop may sleep. A REMOVE_MAPPING needs no answer and
-//! usually arrives alone, so that cost a third system call per message (`epoll_wait`, the
+//! usually arrives alone, so that cost a third system call per message (the wait, the
 //! read, the `EAGAIN` read). Level-triggered, the loop reads what it needs and sleeps at
-//! once; `poll` wakes it again if anything is left. It stops reading after a request it
+//! once; the wait wakes it again if anything is left. It stops reading after a request it
 //! does not answer and after the acknowledgement of the last message it sent, the two
 //! points where the link is usually empty: a lone listen costs four system calls (wait,
 //! read, answer, read the DONE), one more than a responder that blocks in `recv`.
@@ -26,7 +26,6 @@ use iwpm_core::{
 use iwpm_proto::consts::{NLMSG_DONE, NLMSG_ERROR};
 use iwpm_proto::netlink::NlHeader;
 use mio::{Events, Interest, Poll, Token, Waker};
-use rustix::event::{PollFd, PollFlags, Timespec};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
@@ -42,9 +41,11 @@ use crate::restart::Restart;
 use crate::send_failure::SendFailure;
 
 use self::coalesce::Coalesced;
+use self::waiter::Waiter;
 
 mod coalesce;
 mod control;
+mod waiter;
 
 // Token 0 is unused: the kernel link is waited on outside mio (see the module docs).
 const SIGNALS: Token = Token(1);
@@ -151,8 +152,8 @@ pub struct Shell {
     /// Messages sent to the kernel whose `NLMSG_DONE` (or `NLMSG_ERROR`) has not been read:
     /// the kernel answers each message it takes with exactly one of them.
     acks_due: u64,
-    /// Whether the kernel link is registered for WRITABLE too.
-    kernel_wants_write: bool,
+    /// The loop's wait: the kernel link and mio's epoll, level-triggered (`shell/waiter.rs`).
+    waiter: Waiter,
     /// The kernel link reported a hang-up and is no longer waited on.
     kernel_hung_up: bool,
     /// The control socket, when one is open (`shell/control.rs`).
@@ -194,6 +195,7 @@ impl Shell {
         let helper_waker = Arc::new(Waker::new(registry, HELPER_DONE)?);
         let dump_writer = DumpWriter::start(helper_waker.clone())?;
         restart.set_waker(helper_waker);
+        let waiter = Waiter::new(poll.registry(), &kernel)?;
         Ok(Shell {
             poll,
             signals,
@@ -213,8 +215,8 @@ impl Shell {
             kernel_out: VecDeque::new(),
             coalesced: Coalesced::default(),
             acks_due: 0,
-            kernel_wants_write: false,
             kernel_hung_up: false,
+            waiter,
             control: None,
             restart,
         })
@@ -327,37 +329,23 @@ impl Shell {
     /// events, if any, are left in `events` (harvested without waiting); the kernel link's
     /// readiness is returned.
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<KernelReady> {
-        let mut kernel_flags = PollFlags::IN;
-        if self.kernel_wants_write {
-            kernel_flags |= PollFlags::OUT;
-        }
-        let timeout = timeout.map(|d| Timespec {
-            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(d.subsec_nanos()),
-        });
-        let mut fds = [
-            PollFd::new(self.poll.registry(), PollFlags::IN),
-            PollFd::new(&self.kernel, kernel_flags),
-        ];
-        // A hung-up link (only a Unix-socket stand-in can hang up) is no longer watched:
-        // `poll` would report it at once for ever.
-        let watched = if self.kernel_hung_up { 1 } else { 2 };
-        rustix::event::poll(&mut fds[..watched], timeout.as_ref())?;
-        let (others, kernel) = (fds[0].revents(), fds[1].revents());
-        if others.is_empty() {
-            events.clear();
-        } else {
+        let ready = self.waiter.wait(timeout)?;
+        if ready.others {
             self.poll.poll(events, Some(Duration::ZERO))?;
+        } else {
+            events.clear();
         }
         // What is still queued is read below; then the link is left alone.
-        if kernel.contains(PollFlags::HUP) {
+        if ready.kernel_hung_up && !self.kernel_hung_up {
             self.kernel_hung_up = true;
             tracing::error!(link = self.kernel.kind_name(), "the kernel link hung up");
+            if let Err(e) = self.waiter.forget_kernel(&self.kernel) {
+                tracing::error!(error = %e, "cannot stop watching the hung-up kernel link");
+            }
         }
         Ok(KernelReady {
-            // An error (an overrun's ENOBUFS) is reported, and cleared, by the next read.
-            readable: kernel.intersects(PollFlags::IN | PollFlags::ERR),
-            writable: kernel.contains(PollFlags::OUT),
+            readable: ready.kernel_readable,
+            writable: ready.kernel_writable,
         })
     }
 
@@ -751,7 +739,13 @@ impl Shell {
 
     /// Whether the next wait also watches the kernel link for room to send.
     fn want_kernel_writable(&mut self, want: bool) {
-        self.kernel_wants_write = want;
+        if let Err(e) = self.waiter.watch_kernel_writable(&self.kernel, want) {
+            // Not expected (the link stays registered); without it, held datagrams would
+            // wait for the next wake-up, so say so.
+            if let Some(suppressed) = self.warn_kernel.allow(Instant::now()) {
+                tracing::warn!(error = %e, suppressed, "cannot watch the kernel link for room to send");
+            }
+        }
     }
 
     fn kernel_send_failed(&mut self, len: usize, messages: u64, e: &SendFailure) {
