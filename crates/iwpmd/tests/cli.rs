@@ -378,11 +378,12 @@ impl Drop for KillCopies {
 /// script, which finds the daemon by its executable, never touches other tests'
 /// daemons), a defaults file pointing it at a test kernel socket and loopback peers.
 struct InitRig {
-    dir: PathBuf,
     exe: PathBuf,
     defaults: PathBuf,
     kernel: FakeKernel,
     _guard: KillCopies,
+    /// Last: fields drop in order, and the copies are killed before their directory goes.
+    dir: ScratchDir,
 }
 
 impl InitRig {

@@ -129,8 +129,7 @@ fn check_bounds(what: &str, n: u64, secs: f64, before: Usage, after: Usage) {
 /// A quiet daemon (info level: per-message debug lines would cost more than the work)
 /// past its handshake, with client 2 registered.
 fn start(tag: &str) -> (FakeKernel, Daemon) {
-    let dir = scratch_dir(tag);
-    let mut kernel = FakeKernel::bind(&dir);
+    let mut kernel = FakeKernel::bind_owning(scratch_dir(tag));
     let port = free_udp_port();
     let mut cmd = daemon_command(&kernel.path, LO, port);
     cmd.env("RUST_LOG", "info");

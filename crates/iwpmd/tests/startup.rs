@@ -169,8 +169,7 @@ fn status_field(pid: u32, field: &str) -> String {
 const NET_ADMIN_ONLY: &str = "0000000000001000";
 
 fn serves_a_mapping_after_the_drop(extra: &[&str]) -> (Daemon, FakeKernel) {
-    let dir = scratch_dir("privdrop");
-    let mut kernel = FakeKernel::bind(&dir);
+    let mut kernel = FakeKernel::bind_owning(scratch_dir("privdrop"));
     let port = free_udp_port();
     let mut cmd = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, port);
     cmd.args(extra);

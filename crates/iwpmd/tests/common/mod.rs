@@ -25,13 +25,37 @@ pub const WAIT: Duration = Duration::from_secs(10);
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A fresh scratch directory for one test.
-pub fn scratch_dir(tag: &str) -> PathBuf {
+/// A fresh scratch directory for one test, removed with everything in it when dropped
+/// (after the daemon and the fake kernel, when declared before them).
+pub fn scratch_dir(tag: &str) -> ScratchDir {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("iwpmd-it-{}-{tag}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    ScratchDir(dir)
+}
+
+/// See [`scratch_dir`].
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A UDP port that was free on 127.0.0.1 a moment ago (and on 127.0.0.2 if asked).
@@ -52,6 +76,8 @@ pub struct FakeKernel {
     pub daemon: Option<UnixAddr>,
     pub seq: u32,
     pending: VecDeque<(Envelope, DaemonMsg)>,
+    /// The scratch directory, when the fake kernel owns it (see [`FakeKernel::bind_owning`]).
+    _dir: Option<ScratchDir>,
 }
 
 impl FakeKernel {
@@ -64,7 +90,16 @@ impl FakeKernel {
             daemon: None,
             seq: 0,
             pending: VecDeque::new(),
+            _dir: None,
         }
+    }
+
+    /// [`FakeKernel::bind`] in `dir`, which is removed when the fake kernel is dropped (for
+    /// helpers that return the fake kernel and not the directory).
+    pub fn bind_owning(dir: ScratchDir) -> FakeKernel {
+        let mut kernel = FakeKernel::bind(&dir);
+        kernel._dir = Some(dir);
+        kernel
     }
 
     /// Next datagram from the daemon, within `timeout`.
