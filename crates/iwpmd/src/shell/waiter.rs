@@ -130,58 +130,73 @@ mod tests {
         (a, b)
     }
 
+    /// A waiter on a kernel link and an "others" socket, with the far end of each.
+    struct Setup {
+        waiter: Waiter,
+        kernel: UnixDatagram,
+        emu: UnixDatagram,
+        other: UnixDatagram,
+        _others: UnixDatagram,
+    }
+
+    fn setup() -> Setup {
+        let (kernel, emu) = pair();
+        let (others, other) = pair();
+        Setup {
+            waiter: Waiter::new(&others, &kernel).unwrap(),
+            kernel,
+            emu,
+            other,
+            _others: others,
+        }
+    }
+
     /// Data left unread is reported again by the next wait (level-triggered).
     #[test]
     fn unread_kernel_data_is_reported_by_every_wait() {
-        let (kernel, emu) = pair();
-        let (others, _o) = pair();
-        let mut waiter = Waiter::new(&others, &kernel).unwrap();
-        emu.send(b"x").unwrap();
+        let mut s = setup();
+        s.emu.send(b"x").unwrap();
         for _ in 0..3 {
-            let ready = waiter.wait(Some(Duration::from_secs(5))).unwrap();
+            let ready = s.waiter.wait(Some(Duration::from_secs(5))).unwrap();
             assert!(ready.kernel_readable && !ready.others && !ready.kernel_writable);
         }
         let mut buf = [0u8; 4];
-        kernel.recv(&mut buf).unwrap();
-        let ready = waiter.wait(Some(Duration::ZERO)).unwrap();
+        s.kernel.recv(&mut buf).unwrap();
+        let ready = s.waiter.wait(Some(Duration::ZERO)).unwrap();
         assert_eq!(ready, Ready::default());
     }
 
     #[test]
     fn the_other_set_and_writability_are_reported() {
-        let (kernel, _emu) = pair();
-        let (others, o) = pair();
-        let mut waiter = Waiter::new(&others, &kernel).unwrap();
-        o.send(b"x").unwrap();
-        let ready = waiter.wait(Some(Duration::ZERO)).unwrap();
+        let mut s = setup();
+        s.other.send(b"x").unwrap();
+        let ready = s.waiter.wait(Some(Duration::ZERO)).unwrap();
         assert!(ready.others && !ready.kernel_readable);
-        waiter.watch_kernel_writable(&kernel, true).unwrap();
-        assert!(waiter.wait(Some(Duration::ZERO)).unwrap().kernel_writable);
-        waiter.watch_kernel_writable(&kernel, false).unwrap();
-        assert!(!waiter.wait(Some(Duration::ZERO)).unwrap().kernel_writable);
+        s.waiter.watch_kernel_writable(&s.kernel, true).unwrap();
+        assert!(s.waiter.wait(Some(Duration::ZERO)).unwrap().kernel_writable);
+        s.waiter.watch_kernel_writable(&s.kernel, false).unwrap();
+        assert!(!s.waiter.wait(Some(Duration::ZERO)).unwrap().kernel_writable);
     }
 
     /// A timeout shorter than a millisecond still sleeps (it is rounded up, not down to a
     /// busy loop), and a hung-up link, once forgotten, no longer wakes the wait.
     #[test]
     fn short_timeouts_sleep_and_a_forgotten_link_is_quiet() {
-        let (kernel, emu) = pair();
-        let (others, _o) = pair();
-        let mut waiter = Waiter::new(&others, &kernel).unwrap();
+        let mut s = setup();
         let started = Instant::now();
         let mut wakes = 0;
         while started.elapsed() < Duration::from_millis(50) {
-            waiter.wait(Some(Duration::from_micros(100))).unwrap();
+            s.waiter.wait(Some(Duration::from_micros(100))).unwrap();
             wakes += 1;
         }
         assert!(wakes < 1000, "{wakes} wake-ups in 50 ms");
-        drop(emu);
-        kernel.shutdown(std::net::Shutdown::Both).unwrap();
-        assert!(waiter.wait(Some(Duration::ZERO)).unwrap().kernel_hung_up);
-        waiter.forget_kernel(&kernel).unwrap();
+        drop(s.emu);
+        s.kernel.shutdown(std::net::Shutdown::Both).unwrap();
+        assert!(s.waiter.wait(Some(Duration::ZERO)).unwrap().kernel_hung_up);
+        s.waiter.forget_kernel(&s.kernel).unwrap();
         let started = Instant::now();
         assert_eq!(
-            waiter.wait(Some(Duration::from_millis(30))).unwrap(),
+            s.waiter.wait(Some(Duration::from_millis(30))).unwrap(),
             Ready::default()
         );
         assert!(started.elapsed() >= Duration::from_millis(25));
