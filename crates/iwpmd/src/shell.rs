@@ -154,8 +154,6 @@ pub struct Shell {
     acks_due: u64,
     /// The loop's wait: the kernel link and mio's epoll, level-triggered (`shell/waiter.rs`).
     waiter: Waiter,
-    /// The kernel link reported a hang-up and is no longer waited on.
-    kernel_hung_up: bool,
     /// The control socket, when one is open (`shell/control.rs`).
     control: Option<control::Control>,
     /// Restart survival: service manager, FD store, state file (`restart.rs`).
@@ -215,7 +213,6 @@ impl Shell {
             kernel_out: VecDeque::new(),
             coalesced: Coalesced::default(),
             acks_due: 0,
-            kernel_hung_up: false,
             waiter,
             control: None,
             restart,
@@ -336,8 +333,7 @@ impl Shell {
             events.clear();
         }
         // What is still queued is read below; then the link is left alone.
-        if ready.kernel_hung_up && !self.kernel_hung_up {
-            self.kernel_hung_up = true;
+        if ready.kernel_hung_up && self.waiter.watches_kernel() {
             tracing::error!(link = self.kernel.kind_name(), "the kernel link hung up");
             if let Err(e) = self.waiter.forget_kernel(&self.kernel) {
                 tracing::error!(error = %e, "cannot stop watching the hung-up kernel link");
@@ -1180,7 +1176,10 @@ mod tests {
         let (mut shell, _emu, path) = shell_on_unix_link("hup");
         rustix::net::shutdown(&shell.kernel, rustix::net::Shutdown::Both).unwrap();
         let wakes = wakes_in_300_ms(&mut shell);
-        assert!(shell.kernel_hung_up);
+        assert!(
+            !shell.waiter.watches_kernel(),
+            "the hung-up link is still watched"
+        );
         assert!(wakes <= 10, "{wakes} wake-ups in 300 ms");
         let _ = std::fs::remove_file(&path);
     }

@@ -82,6 +82,11 @@ impl Waiter {
         Ok(())
     }
 
+    /// Whether the kernel link is still in the set (it leaves it once it hangs up).
+    pub fn watches_kernel(&self) -> bool {
+        self.kernel_watched
+    }
+
     /// Stops watching the kernel link: after a hang-up it would be reported at once, for
     /// ever.
     pub fn forget_kernel(&mut self, kernel: impl AsFd) -> io::Result<()> {
