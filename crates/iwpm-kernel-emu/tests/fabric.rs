@@ -613,3 +613,48 @@ fn ipv6_wildcard_listener() {
     ));
     assert!(a.violations().is_empty(), "{:?}", a.violations());
 }
+
+/// The listener index: a connection reaches the listener on its port (one bound to the
+/// wildcard too), and a destroyed listener is gone from the index.
+#[test]
+fn connections_find_their_listener_by_port() {
+    let fabric = Fabric::new();
+    let a = host(&fabric, "lx", "127.0.0.43", PortMapMode::NoPortMap);
+    let dir = Directory::default();
+    let _d = with_daemon(&a, &dir, Behaviour::default());
+
+    let wild = a
+        .listen(addr("0.0.0.0:4300"), AcceptMode::Auto, None)
+        .unwrap();
+    let exact = a
+        .listen(addr("127.0.0.43:4301"), AcceptMode::Auto, None)
+        .unwrap();
+
+    for (port, listener) in [(4301, &exact), (4300, &wild)] {
+        let _c = a
+            .connect(None, addr(&format!("127.0.0.43:{port}")))
+            .unwrap();
+        let req = listener.id.get_event(T).unwrap();
+        assert!(
+            matches!(req.kind, CmEventKind::ConnectRequest(_)),
+            "{req:?}"
+        );
+        assert_eq!(req.listen_id.as_ref(), Some(&listener.id), "port {port}");
+    }
+
+    wild.id.destroy().unwrap();
+    let refused = a.connect(None, addr("127.0.0.43:4300"));
+    assert!(
+        matches!(
+            refused,
+            Err(CmError::Rejected {
+                reason: RejectReason::NoListener { .. },
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    // The other listener still is one.
+    let _c = a.connect(None, addr("127.0.0.43:4301")).unwrap();
+    assert!(exact.id.get_event(T).is_ok());
+}

@@ -151,16 +151,17 @@ impl Log {
         let deadline = Instant::now() + timeout;
         let (lines, cv) = &*self.0;
         let mut guard = lines.lock().unwrap_or_else(PoisonError::into_inner);
+        // Lines before `next` were searched already (a dump of 50 000 mappings is 200 000
+        // lines, arriving while we wait).
+        let mut next = from;
         loop {
             if let Some(i) = guard
-                .iter()
-                .enumerate()
-                .skip(from)
-                .find(|(_, l)| l.contains(needle))
-                .map(|(i, _)| i)
+                .get(next..)
+                .and_then(|new| new.iter().position(|l| l.contains(needle)))
             {
-                return Some(i);
+                return Some(next + i);
             }
+            next = next.max(guard.len());
             let left = deadline.checked_duration_since(Instant::now())?;
             guard = cv
                 .wait_timeout(guard, left.min(Duration::from_millis(100)))

@@ -237,7 +237,7 @@ fn check_peak(
     let (mut connections, failed) = count_outcomes(records);
     found.extend(failed);
     let view = PeakView {
-        dump_a: &dump_a,
+        mapped_a: newest_mapped(&dump_a),
         listen: listening.addr,
         listen_mapped: listening.mapped,
         port_mapped,
@@ -381,7 +381,9 @@ fn count_outcomes(records: &[ConnRecord]) -> (Connections, Option<Mismatch>) {
 
 /// What the per-connection checks compare against.
 struct PeakView<'a> {
-    dump_a: &'a Dump,
+    /// A's mapped address by local address (the newest mapping of each, as
+    /// [`Dump::find`] gives it).
+    mapped_a: HashMap<SocketAddr, SocketAddr>,
     listen: SocketAddr,
     listen_mapped: SocketAddr,
     port_mapped: bool,
@@ -389,6 +391,16 @@ struct PeakView<'a> {
     /// Passive ends by (their remote, their local) wire address.
     passive_by_tuple: HashMap<(SocketAddr, SocketAddr), usize>,
     tap_a: Option<TapRecords>,
+}
+
+/// Local to mapped address of each mapping in `dump`, the newest (first listed) where one
+/// local address has several: one pass instead of a search per connection.
+fn newest_mapped(dump: &Dump) -> HashMap<SocketAddr, SocketAddr> {
+    let mut out = HashMap::with_capacity(dump.mappings.len());
+    for m in &dump.mappings {
+        out.entry(m.local).or_insert(m.mapped);
+    }
+    out
 }
 
 /// One established connection against the daemons, B's passive end and A's tap (see the
@@ -406,11 +418,11 @@ fn check_connection(
     } else {
         problems.push(ConnProblem::NotMapped(ai.mapping.clone()));
     }
-    match view.dump_a.find(ai.local) {
-        Some(m) if m.mapped == ai.mapped_local => {}
-        Some(m) => problems.push(ConnProblem::MappedLocalDiffers {
+    match view.mapped_a.get(&ai.local) {
+        Some(&m) if m == ai.mapped_local => {}
+        Some(&m) => problems.push(ConnProblem::MappedLocalDiffers {
             kernel: ai.mapped_local,
-            daemon: m.mapped,
+            daemon: m,
         }),
         None => problems.push(ConnProblem::NoDaemonMapping),
     }

@@ -426,6 +426,9 @@ impl CmId {
     pub fn destroy(&self) -> Result<(), CmError> {
         let mut inner = self.host.lock();
         let rec = inner.ids.remove(&self.num).ok_or(CmError::Destroyed)?;
+        if let Some(li) = rec.listen.as_ref() {
+            inner.listening.remove(&(li.wire_local.port(), self.num));
+        }
         self.release(rec.tuple);
         if let Some(peer) = rec.peer.as_ref() {
             let msg = match rec.state {

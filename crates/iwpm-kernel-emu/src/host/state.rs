@@ -1,7 +1,7 @@
 //! The host's id table and what happens when mappings finish or fabric messages arrive
 //! (the driver-side half of the rdma_cm/iw_cm emulation).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -121,6 +121,10 @@ impl IdRecord {
 pub(crate) struct HostInner {
     pub(crate) kernel: KernelIwpm<DaemonAddr>,
     pub(crate) ids: HashMap<u64, IdRecord>,
+    /// The ids in state `Listening` by their wire port, then creation order: a
+    /// connection request looks its listener up here instead of scanning every id (a host
+    /// accepting 50 000 connections holds 50 000 child ids).
+    pub(crate) listening: BTreeSet<(u16, u64)>,
     pub(crate) next_id: u64,
     pub(crate) ports: PortSpace,
     pub(crate) map_waiters: HashMap<MapToken, u64>,
@@ -132,12 +136,34 @@ impl HostInner {
         HostInner {
             kernel,
             ids: HashMap::new(),
+            listening: BTreeSet::new(),
             next_id: 1,
             ports: PortSpace::new(ports),
             map_waiters: HashMap::new(),
             cm_stats: CmStats::default(),
         }
     }
+}
+
+/// The listener a connection to `wire_dst` reaches: on its port and family, bound to its
+/// address or the wildcard (the host's port space lets only one of them hold a port).
+fn find_listener(inner: &HostInner, wire_dst: SocketAddr) -> Option<u64> {
+    let port = wire_dst.port();
+    inner
+        .listening
+        .range((port, 0)..=(port, u64::MAX))
+        .map(|&(_, n)| n)
+        .find(|n| {
+            inner
+                .ids
+                .get(n)
+                .and_then(|r| r.listen.as_ref())
+                .is_some_and(|li| {
+                    let w = li.wire_local;
+                    w.is_ipv4() == wire_dst.is_ipv4()
+                        && (w.ip() == wire_dst.ip() || w.ip().is_unspecified())
+                })
+        })
 }
 
 pub(crate) fn storage(a: SocketAddr) -> SockAddrStorage {
@@ -230,6 +256,7 @@ impl HostShared {
         rec.map = Some(result);
         rec.state = IdState::Listening;
         rec.listen = Some(info.clone());
+        inner.listening.insert((info.wire_local.port(), num));
         inner.cm_stats.listens += 1;
         if let Some(w) = rec.waiter.take() {
             let _ = w.send(Ok(Outcome::Listen(info)));
@@ -352,15 +379,7 @@ impl HostShared {
                 });
             }
         };
-        let listener = inner.ids.iter().find_map(|(n, r)| {
-            let li = r.listen.as_ref()?;
-            let w = li.wire_local;
-            let hit = r.state == IdState::Listening
-                && w.port() == wire_dst.port()
-                && w.is_ipv4() == wire_dst.is_ipv4()
-                && (w.ip() == wire_dst.ip() || w.ip().is_unspecified());
-            hit.then_some(*n)
-        });
+        let listener = find_listener(inner, wire_dst);
         let Some(lnum) = listener else {
             inner.cm_stats.refused_no_listener += 1;
             refuse(RejectReason::NoListener { wire_dst });
