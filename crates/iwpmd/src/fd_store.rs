@@ -75,10 +75,7 @@ impl FdStore {
         for change in held.take_changes() {
             let result = match change {
                 PortChange::Bound(id) => {
-                    let Some(sock) = held.socket(id) else {
-                        continue;
-                    };
-                    let Some(addr) = crate::reservations::bound_addr(sock) else {
+                    let Some((sock, addr)) = held.bound(id) else {
                         continue;
                     };
                     let name = tcp_fd_name(addr);

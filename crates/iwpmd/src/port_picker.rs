@@ -18,6 +18,11 @@
 //! by other users of the host), we fall back to `bind(port 0)`, which finds the last free
 //! ports if there are any.
 //!
+//! Ports our own reservations hold ([`OwnPorts`]) are never tried: that bind would fail
+//! with `EADDRINUSE` for certain (every reservation is on the wildcard address, where an
+//! IPv4 and a dual-stack IPv6 socket conflict too), and with half the range held, half of
+//! the random tries would be such system calls.
+//!
 //! The choice is pure ([`PortPicker::candidates`], tested without sockets); the binding
 //! loop is [`bind_ephemeral`]. The range is re-read from `/proc` at most every
 //! [`RANGE_REFRESH`], so an operator's `sysctl` change is followed.
@@ -36,6 +41,9 @@ const DEFAULT_RANGE: (u16, u16) = (32768, 60999);
 pub const RANGE_REFRESH: Duration = Duration::from_secs(10);
 /// Random ports tried before falling back to port 0.
 pub const MAX_TRIES: usize = 8;
+/// Random draws per reservation at most (draws of our own or reserved ports cost no
+/// system call, so they do not count as tries).
+const MAX_DRAWS: usize = MAX_TRIES * 16;
 /// Above this share of the range held by us, go straight to port 0 (random tries would
 /// mostly fail).
 const NEARLY_FULL: f64 = 0.9;
@@ -102,6 +110,62 @@ impl PortRules {
     }
 }
 
+/// The ports our reservations hold, one bit per port (8 KiB, whatever the count).
+pub struct OwnPorts {
+    bits: Box<[u64; 1024]>,
+    len: usize,
+}
+
+impl Default for OwnPorts {
+    fn default() -> Self {
+        OwnPorts {
+            bits: Box::new([0; 1024]),
+            len: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for OwnPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnPorts").field("len", &self.len).finish()
+    }
+}
+
+impl OwnPorts {
+    fn slot(port: u16) -> (usize, u64) {
+        (usize::from(port / 64), 1u64 << (port % 64))
+    }
+
+    /// Records `port` as held; false if it already was.
+    pub fn insert(&mut self, port: u16) -> bool {
+        let (i, bit) = Self::slot(port);
+        let new = self.bits[i] & bit == 0;
+        self.bits[i] |= bit;
+        self.len += usize::from(new);
+        new
+    }
+
+    /// Records `port` as released; false if it was not held.
+    pub fn remove(&mut self, port: u16) -> bool {
+        let (i, bit) = Self::slot(port);
+        let held = self.bits[i] & bit != 0;
+        self.bits[i] &= !bit;
+        self.len -= usize::from(held);
+        held
+    }
+
+    /// Whether `port` is held.
+    pub fn contains(&self, port: u16) -> bool {
+        let (i, bit) = Self::slot(port);
+        self.bits[i] & bit != 0
+    }
+
+    /// Number of ports held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// Picks random candidate ports; owns only a random generator and the rules.
 #[derive(Debug)]
 pub struct PortPicker {
@@ -153,19 +217,20 @@ impl PortPicker {
         z ^ (z >> 31)
     }
 
-    /// Up to [`MAX_TRIES`] distinct-ish random ports to try, given that we already hold
-    /// `held` ports; empty when the range is nearly full (use port 0 then). Ports at an
-    /// odd offset from the range's start (the half `bind(port 0)` prefers) while that half
-    /// is less than 3/4 held, else any; never a reserved port.
-    pub fn candidates(&mut self, held: usize) -> Vec<u16> {
+    /// Up to [`MAX_TRIES`] distinct-ish random ports to try, none of them in `ours`;
+    /// empty when the range is nearly full (use port 0 then). Ports at an odd offset from
+    /// the range's start (the half `bind(port 0)` prefers) while that half is less than
+    /// 3/4 held, else any; never a reserved port.
+    pub fn candidates(&mut self, ours: &OwnPorts) -> Vec<u16> {
         let size = self.rules.size();
+        let held = ours.len();
         if held as f64 >= f64::from(size) * NEARLY_FULL || size < 4 {
             return Vec::new();
         }
         let odd_only = (held as f64) < f64::from(size / 2) * HALF_PREFERRED;
         let mut out = Vec::with_capacity(MAX_TRIES);
-        // Bounded: a range made mostly of reserved ports ends with few candidates.
-        for _ in 0..MAX_TRIES * 4 {
+        // Bounded: a range made mostly of reserved or own ports ends with few candidates.
+        for _ in 0..MAX_DRAWS {
             if out.len() == MAX_TRIES {
                 break;
             }
@@ -179,7 +244,7 @@ impl PortPicker {
             let Ok(port) = u16::try_from(u32::from(self.rules.low) + offset) else {
                 continue;
             };
-            if port <= self.rules.high && !self.rules.is_reserved(port) {
+            if port <= self.rules.high && !self.rules.is_reserved(port) && !ours.contains(port) {
                 out.push(port);
             }
         }
@@ -187,27 +252,28 @@ impl PortPicker {
     }
 }
 
-/// Binds `socket` to `bind` (whose port is 0) on a port chosen by `picker` (we hold
-/// `held` ports already), falling back to port 0 (see the module docs). Errors other than
+/// Binds `socket` to `bind` (whose port is 0) on a port chosen by `picker`, not one of
+/// `ours`, falling back to port 0 (see the module docs). Returns the port when we chose
+/// it, `None` when the kernel did (port 0: ask the socket). Errors other than
 /// `EADDRINUSE` end the attempt at once, as they would for port 0.
 pub fn bind_ephemeral(
     picker: &mut PortPicker,
     socket: &Socket,
     bind: SocketAddr,
-    held: usize,
-) -> io::Result<()> {
+    ours: &OwnPorts,
+) -> io::Result<Option<u16>> {
     debug_assert_eq!(bind.port(), 0);
     picker.refresh(Instant::now());
-    for port in picker.candidates(held) {
+    for port in picker.candidates(ours) {
         let mut at = bind;
         at.set_port(port);
         match socket.bind(&at.into()) {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(Some(port)),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
             Err(e) => return Err(e),
         }
     }
-    socket.bind(&bind.into())
+    socket.bind(&bind.into()).map(|()| None)
 }
 
 #[cfg(test)]
@@ -219,6 +285,15 @@ mod tests {
 
     fn rules(low: u16, high: u16, reserved: &str) -> PortRules {
         PortRules::parse(&format!("{low}\t{high}\n"), reserved)
+    }
+
+    /// `n` held ports, all below the ranges the tests use (they count, never collide).
+    fn holding(n: u16) -> OwnPorts {
+        let mut ours = OwnPorts::default();
+        for port in 1..=n {
+            ours.insert(port);
+        }
+        ours
     }
 
     #[test]
@@ -240,14 +315,14 @@ mod tests {
     fn candidates_stay_in_range_skip_reserved_and_prefer_odd_offsets() {
         let mut p = PortPicker::new(rules(40000, 40099, "40001-40049"), 7);
         for _ in 0..200 {
-            for port in p.candidates(0) {
+            for port in p.candidates(&holding(0)) {
                 assert!((40050..=40099).contains(&port), "{port}");
                 assert_eq!((port - 40000) % 2, 1, "odd offset while the half has room");
             }
         }
         // With the odd half mostly held, both parities.
         let mut p = PortPicker::new(rules(40000, 40099, ""), 7);
-        let seen: HashSet<u16> = (0..200).flat_map(|_| p.candidates(40)).collect();
+        let seen: HashSet<u16> = (0..200).flat_map(|_| p.candidates(&holding(40))).collect();
         assert!(seen.iter().any(|p| p % 2 == 0) && seen.iter().any(|p| p % 2 == 1));
         assert!(seen.iter().all(|p| (40000..=40099).contains(p)));
     }
@@ -255,19 +330,42 @@ mod tests {
     #[test]
     fn nearly_full_or_tiny_ranges_fall_back_to_port_zero() {
         let mut p = PortPicker::new(rules(40000, 40099, ""), 1);
-        assert_eq!(p.candidates(10).len(), MAX_TRIES);
-        assert!(p.candidates(90).is_empty());
+        assert_eq!(p.candidates(&holding(10)).len(), MAX_TRIES);
+        assert!(p.candidates(&holding(90)).is_empty());
         let mut tiny = PortPicker::new(rules(40000, 40001, ""), 1);
-        assert!(tiny.candidates(0).is_empty());
+        assert!(tiny.candidates(&holding(0)).is_empty());
         // Every port reserved: no candidate, never a loop.
         let mut all = PortPicker::new(rules(40000, 40099, "40000-40099"), 1);
-        assert!(all.candidates(0).is_empty());
+        assert!(all.candidates(&holding(0)).is_empty());
+    }
+
+    /// Our own ports are never candidates (their bind would fail for certain), and
+    /// skipping them does not use up the tries.
+    #[test]
+    fn candidates_skip_our_own_ports() {
+        let mut p = PortPicker::new(rules(40000, 40099, ""), 11);
+        let mut ours = OwnPorts::default();
+        // Most of the odd half is ours.
+        for port in (40001..40099).step_by(2).take(35) {
+            ours.insert(port);
+        }
+        assert_eq!(ours.len(), 35);
+        for _ in 0..200 {
+            let c = p.candidates(&ours);
+            assert_eq!(c.len(), MAX_TRIES);
+            assert!(c.iter().all(|&port| !ours.contains(port)), "{c:?}");
+        }
+        assert!(ours.remove(40001) && !ours.remove(40001) && !ours.contains(40001));
+        assert_eq!(ours.len(), 34);
+        assert!(!ours.insert(40003), "already held");
+        assert!(ours.insert(u16::MAX) && ours.contains(u16::MAX) && !ours.contains(0));
     }
 
     #[test]
     fn candidates_are_spread_over_the_range() {
         let mut p = PortPicker::new(rules(32768, 60999, ""), 42);
-        let ports: Vec<u16> = (0..1000).flat_map(|_| p.candidates(20_000)).collect();
+        let twenty_k = holding(20_000);
+        let ports: Vec<u16> = (0..1000).flat_map(|_| p.candidates(&twenty_k)).collect();
         let below_mid = ports.iter().filter(|&&p| p < 46884).count();
         let share = below_mid as f64 / ports.len() as f64;
         assert!((0.45..0.55).contains(&share), "{share}");
@@ -285,11 +383,17 @@ mod tests {
         let mut p = PortPicker::new(rules.clone(), 99);
         let wild: SocketAddr = (Ipv4Addr::UNSPECIFIED, 0).into();
         let mut held = Vec::new();
+        let mut ours = OwnPorts::default();
         for _ in 0..50 {
             let s = tcp(Domain::IPV4);
-            bind_ephemeral(&mut p, &s, wild, held.len()).unwrap();
+            let chosen = bind_ephemeral(&mut p, &s, wild, &ours).unwrap();
             let port = s.local_addr().unwrap().as_socket().unwrap().port();
+            assert!(
+                chosen.is_none_or(|c| c == port),
+                "{chosen:?} but bound {port}"
+            );
             assert!((rules.low..=rules.high).contains(&port), "{port}");
+            assert!(ours.insert(port), "{port} handed out twice");
             // Held: a plain bind of the same port on loopback fails.
             let other = tcp(Domain::IPV4);
             assert!(other
@@ -329,7 +433,7 @@ mod tests {
         };
         let mut p = PortPicker::new(rules(start, start + 99, ""), 5);
         let s = tcp(Domain::IPV4);
-        bind_ephemeral(&mut p, &s, (Ipv4Addr::UNSPECIFIED, 0).into(), 0).unwrap();
+        bind_ephemeral(&mut p, &s, (Ipv4Addr::UNSPECIFIED, 0).into(), &holding(0)).unwrap();
         let port = s.local_addr().unwrap().as_socket().unwrap().port();
         assert!(
             !(start..start + 100).contains(&port),
@@ -354,8 +458,8 @@ mod tests {
         // Range of four ports whose odd offsets are `taken` and `taken + 2`: about half the
         // candidates are the port the IPv4 socket holds, and each of those must fail.
         let mut p = PortPicker::new(rules(taken - 1, taken + 2, ""), 3);
-        assert!(p.candidates(0).contains(&taken));
-        if bind_ephemeral(&mut p, &v6, (Ipv6Addr::UNSPECIFIED, 0).into(), 0).is_err() {
+        assert!(p.candidates(&holding(0)).contains(&taken));
+        if bind_ephemeral(&mut p, &v6, (Ipv6Addr::UNSPECIFIED, 0).into(), &holding(0)).is_err() {
             return; // IPv6 disabled
         }
         let got = v6.local_addr().unwrap().as_socket().unwrap().port();

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use iwpm_core::int_hash::IntMap;
 use iwpm_core::{ReservationId, ReserveError};
 
-use crate::port_picker::{bind_ephemeral, PortPicker};
+use crate::port_picker::{bind_ephemeral, OwnPorts, PortPicker};
 use rustix::io::Errno;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -49,10 +49,51 @@ pub enum PortChange {
     Closed(SocketAddr),
 }
 
+/// One held socket and what it is bound to, kept so that neither the port pick, the FD
+/// store nor a release has to ask the kernel (`getsockname`) again. 8 bytes besides the
+/// key.
+#[derive(Debug)]
+struct Held {
+    socket: Socket,
+    port: u16,
+    ip: BoundIp,
+}
+
+/// The address part of a [`Held`] socket's binding: the wildcard of its family (every
+/// reservation the core asks for), or anything else, which is then read from the socket.
+#[derive(Clone, Copy, Debug)]
+enum BoundIp {
+    AnyV4,
+    AnyV6,
+    Other,
+}
+
+impl BoundIp {
+    fn of(bind: SocketAddr) -> BoundIp {
+        match bind.ip() {
+            ip if !ip.is_unspecified() => BoundIp::Other,
+            ip if ip.is_ipv4() => BoundIp::AnyV4,
+            _ => BoundIp::AnyV6,
+        }
+    }
+}
+
+impl Held {
+    fn addr(&self) -> Option<SocketAddr> {
+        match self.ip {
+            BoundIp::AnyV4 => Some((std::net::Ipv4Addr::UNSPECIFIED, self.port).into()),
+            BoundIp::AnyV6 => Some((std::net::Ipv6Addr::UNSPECIFIED, self.port).into()),
+            BoundIp::Other => bound_addr(&self.socket),
+        }
+    }
+}
+
 /// Sockets held for live mappings, by reservation id.
 #[derive(Debug, Default)]
 pub struct Reservations {
-    held: IntMap<u64, Socket>,
+    held: IntMap<u64, Held>,
+    /// The ports of `held` and `adopted`, so a random pick never tries one of them.
+    ports: OwnPorts,
     /// Ids are never reused, so a stale release cannot close a newer mapping's port.
     next_id: u64,
     /// Chooses the port of a port-0 reservation (`bind(port 0)` slows down as ports are
@@ -81,27 +122,42 @@ impl Reservations {
         {
             self.next_id += 1;
             let id = ReservationId(self.next_id);
-            self.held.insert(id.0, socket);
+            let held = Held {
+                socket,
+                port: bind.port(),
+                ip: BoundIp::of(bind),
+            };
+            self.held.insert(id.0, held);
             return Ok((id, bind.port()));
         }
         let socket = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))
             .map_err(reserve_error)?;
-        if bind.port() == 0 {
-            let held = self.held.len();
+        let chosen = if bind.port() == 0 {
             let picker = self.picker.get_or_insert_with(PortPicker::from_system);
-            bind_ephemeral(picker, &socket, bind, held).map_err(reserve_error)?;
+            bind_ephemeral(picker, &socket, bind, &self.ports).map_err(reserve_error)?
         } else {
             socket.bind(&bind.into()).map_err(reserve_error)?;
-        }
-        let port = socket
-            .local_addr()
-            .map_err(reserve_error)?
-            .as_socket()
-            .map(|a| a.port())
-            .ok_or_else(|| reserve_error(Errno::AFNOSUPPORT.into()))?;
+            Some(bind.port())
+        };
+        let port = match chosen {
+            Some(port) => port,
+            // Port 0: only the kernel knows which one it took.
+            None => socket
+                .local_addr()
+                .map_err(reserve_error)?
+                .as_socket()
+                .map(|a| a.port())
+                .ok_or_else(|| reserve_error(Errno::AFNOSUPPORT.into()))?,
+        };
         self.next_id += 1;
         let id = ReservationId(self.next_id);
-        self.held.insert(id.0, socket);
+        let held = Held {
+            socket,
+            port,
+            ip: BoundIp::of(bind),
+        };
+        self.held.insert(id.0, held);
+        self.ports.insert(port);
         if let Some(c) = &mut self.changes {
             c.push(PortChange::Bound(id));
         }
@@ -110,11 +166,14 @@ impl Reservations {
 
     /// Closes the socket held under `id`, releasing its port. Unknown ids are ignored.
     pub fn release(&mut self, id: ReservationId) -> bool {
-        let Some(socket) = self.held.remove(&id.0) else {
+        let Some(held) = self.held.remove(&id.0) else {
             return false;
         };
-        if let (Some(c), Some(addr)) = (&mut self.changes, bound_addr(&socket)) {
-            c.push(PortChange::Closed(addr));
+        self.ports.remove(held.port);
+        if let Some(c) = &mut self.changes {
+            if let Some(addr) = held.addr() {
+                c.push(PortChange::Closed(addr));
+            }
         }
         true
     }
@@ -123,6 +182,7 @@ impl Reservations {
     /// its address; returns that address (`None`: not a bound IP socket, dropped).
     pub fn adopt(&mut self, socket: Socket) -> Option<SocketAddr> {
         let addr = bound_addr(&socket).filter(|a| a.port() != 0)?;
+        self.ports.insert(addr.port());
         self.adopted.insert(addr, socket);
         Some(addr)
     }
@@ -130,6 +190,9 @@ impl Reservations {
     /// Closes the inherited sockets no mapping claimed; returns their addresses.
     pub fn release_unclaimed(&mut self) -> Vec<SocketAddr> {
         let addrs: Vec<SocketAddr> = self.adopted.drain().map(|(a, _)| a).collect();
+        for a in &addrs {
+            self.ports.remove(a.port());
+        }
         if let Some(c) = &mut self.changes {
             c.extend(addrs.iter().map(|a| PortChange::Closed(*a)));
         }
@@ -154,9 +217,10 @@ impl Reservations {
             .unwrap_or_default()
     }
 
-    /// The socket held under `id`.
-    pub fn socket(&self, id: ReservationId) -> Option<&Socket> {
-        self.held.get(&id.0)
+    /// The socket held under `id` and the address it is bound to.
+    pub fn bound(&self, id: ReservationId) -> Option<(&Socket, SocketAddr)> {
+        let held = self.held.get(&id.0)?;
+        Some((&held.socket, held.addr()?))
     }
 
     /// Number of ports currently held.
@@ -241,5 +305,42 @@ mod tests {
             }) => {} // no IPv6 on this host
             Err(e) => panic!("{e:?}"),
         }
+    }
+
+    /// The address kept with each reservation is what the kernel says the socket is bound
+    /// to (the FD store names and the close journal use it instead of asking), and a
+    /// reservation taken over from the FD store keeps its port out of the random picks.
+    #[test]
+    fn kept_addresses_match_the_sockets() {
+        let mut r = Reservations::new();
+        r.journal();
+        let mut binds: Vec<SocketAddr> = vec![(Ipv4Addr::UNSPECIFIED, 0).into()];
+        if Socket::new(Domain::IPV6, Type::STREAM, None).is_ok() {
+            binds.push((Ipv6Addr::UNSPECIFIED, 0).into());
+        }
+        for bind in binds {
+            let Ok((id, port)) = r.reserve(bind) else {
+                continue; // IPv6 sockets but no IPv6 address family support
+            };
+            let (sock, addr) = r.bound(id).unwrap();
+            assert_eq!(Some(addr), bound_addr(sock));
+            assert_eq!(addr.port(), port);
+            assert!(r.ports.contains(port));
+            assert!(r.release(id));
+            assert!(!r.ports.contains(port));
+            assert_eq!(
+                r.take_changes(),
+                vec![PortChange::Bound(id), PortChange::Closed(addr)]
+            );
+        }
+
+        let other = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        other
+            .bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)).into())
+            .unwrap();
+        let addr = r.adopt(other).unwrap();
+        assert!(r.ports.contains(addr.port()));
+        assert_eq!(r.release_unclaimed(), vec![addr]);
+        assert!(!r.ports.contains(addr.port()));
     }
 }
