@@ -459,6 +459,17 @@ struct Setup {
     state_file: PathBuf,
 }
 
+/// What the daemons of a test leave behind: the scratch directory, and the control socket
+/// beside the kernel socket (a daemon killed with SIGKILL cannot remove it).
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let mut control = self.host.kernel_socket_path().as_os_str().to_owned();
+        control.push(".control");
+        let _ = std::fs::remove_file(control);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn setup(name: &str) -> Setup {
     raise_nofile();
     let fabric = Fabric::with_config(FabricConfig {
