@@ -35,6 +35,9 @@ bad()  { if [ -n "$REFERENCE" ]; then info_ref "$1" "DOES NOT HOLD" "$2"; return
 info_ref() { echo "INFO $1 ($REFERENCE): $2: $3" >> "$CHECKS"; log "INFO $1 ($REFERENCE): $2: $3"; }
 # check NAME DETAIL CMD...: PASS if CMD succeeds
 check() { local n=$1 d=$2; shift 2; if "$@"; then ok "$n" "$d"; else bad "$n" "$d"; fi; }
+# role_check ROLE NAME DETAIL CMD...: check, or with ROLE set an INFO line naming the role
+# of the daemon checked ("reference", "control": run for comparison, not under test)
+role_check() { local REFERENCE=$1; shift; check "$@"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 elapsed() { echo "$1 $(uptime_s)" | awk '{printf "%.2f", $2-$1}'; }
 lt() { echo "$1 $2" | awk '{exit !(($1 + 0) < ($2 + 0))}'; }   # lt A B: A < B (decimals)

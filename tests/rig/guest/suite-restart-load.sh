@@ -39,9 +39,8 @@ NL=${RIG_LISTENERS:-100}; FIRST=${RIG_FIRST:-7400}; NLIVE=${RIG_LIVE:-3}; NLOOPS
 GAP=${RIG_GAP:-2}; DOWN=${RIG_DOWN:-1}; NNEW=${RIG_NEW:-10}; REFM=${RIG_REFERENCE:-0}
 R="$OUT/restart-load-results.txt"; : > "$R"
 res() { echo "$1 $2" >> "$R"; log "figure $1 = $2"; }
-# rcheck NAME DETAIL CMD...: a check, or for the reference daemon an INFO line saying
-# whether it holds (reported, not judged)
-rcheck() { [ "$REFM" = 1 ] && REFERENCE=reference; check "$@"; REFERENCE=""; }
+# With RIG_REFERENCE=1 the daemon is rdma-core's: its checks are reported, not judged.
+ROLE=""; [ "$REFM" = 1 ] && ROLE=reference
 # pairs FILE: "local mapped" per mapping of a SIGUSR1 dump, sorted
 pairs() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g; s/ -> / /' | sort; }
 # low CMD... &: run CMD at nice 19 (the guest's busybox has renice, no nice; threads
@@ -121,7 +120,7 @@ pairs "$OUT/dump-after.txt" > "$OUT/pairs-after.txt"
 only_in "$OUT/pairs-before.txt" "$OUT/pairs-after.txt" > "$OUT/pairs-lost.txt"
 only_in "$OUT/pairs-after.txt" "$OUT/pairs-before.txt" > "$OUT/pairs-extra.txt"
 lost=$(wc -l < "$OUT/pairs-lost.txt"); extra=$(wc -l < "$OUT/pairs-extra.txt")
-rcheck lost "mappings lost: $lost (before $nb, after $na, extra after $extra); same local -> mapped pairs" test "$lost" = 0 -a "$nb" -gt 0
+role_check "$ROLE" lost "mappings lost: $lost (before $nb, after $na, extra after $extra); same local -> mapped pairs" test "$lost" = 0 -a "$nb" -gt 0
 detail "$(cat "$OUT/pairs-lost.txt")"
 
 # ---- 5. new connections to pre-restart listeners -----------------------------------------------
@@ -136,7 +135,7 @@ done
 t0=$(uptime_s)   # a new client of a pre-restart (persistent) rping server
 timeout 30 rping -c -a "$IP" -p 7300 -C 3 -v > "$OUT/rping-old-client.log" 2>&1; rr=$?; RT=$(elapsed "$t0")
 [ "$(grep -c '^ping data' "$OUT/rping-old-client.log")" = 3 ] || rr="$rr, $(grep -c '^ping data' "$OUT/rping-old-client.log") of 3 pings"
-rcheck new-connects "new connections to pre-restart listeners: $newok of $NNEW connected in < ${STALL_S}s (s:$NEWT); rping -C 3 to the old rping server :7300 rc=$rr in ${RT}s" \
+role_check "$ROLE" new-connects "new connections to pre-restart listeners: $newok of $NNEW connected in < ${STALL_S}s (s:$NEWT); rping -C 3 to the old rping server :7300 rc=$rr in ${RT}s" \
   sh -c "[ $newok = $NNEW ] && [ '$rr' = 0 ] && echo $RT $STALL_S | awk '{exit !(\$1 < \$2)}'"
 l_end=$(livelines)
 liveok=1; for p in $CPS; do kill -0 $p 2>/dev/null || liveok=0; done
@@ -149,10 +148,10 @@ kill $SPS 2>/dev/null; kill -TERM $LP 2>/dev/null; wait $SPS $LP 2>/dev/null
 accepted=$(sed -n 's/^accepted=//p' "$OUT/listen.log")
 sleep 1
 dump "$OUT/dump-end.txt"; nend=$DUMP_N   # refcounts: every close must have removed its mapping
-rcheck end-empty "mappings left once every listener and connection is closed: $nend" test "$nend" = 0
+role_check "$ROLE" end-empty "mappings left once every listener and connection is closed: $nend" test "$nend" = 0
 k=0; while [ $k -lt $NLIVE ]; do tail -3 /tmp/live$k.log > "$OUT/rping-live$k-client-tail.log"; k=$((k+1)); done
 sleep 0.5
-rcheck dmesg "no iwpm kernel messages from the restart to the end ($(dmesg_iwpm_since | head -2 | tr '\n' '|'))" test -z "$(dmesg_iwpm_since)"
+role_check "$ROLE" dmesg "no iwpm kernel messages from the restart to the end ($(dmesg_iwpm_since | head -2 | tr '\n' '|'))" test -z "$(dmesg_iwpm_since)"
 dmesg_iwpm_since | head -5 | sed 's/^/    /' >> "$CHECKS"
 check live-traffic "rping clients alive through the kill and restart, their ping lines grew (at the kill: $l_kill; after the restart: $l_after; at the end: $l_end; stdout reaches the log in 4 KB blocks)" \
   test "$liveok" = 1
@@ -169,7 +168,7 @@ ta=$(grep -m1 ' nl send dst=0 IWCM MAPINFO_NUM ' "$T" | tsec)
 replay_ms=$(echo "$th $ta" | awk 'NF==2 {printf "%.1f", ($2-$1)*1000} NF<2 {print "-"}')
 grep ' nl recv src=[0?] IWCM MAPINFO ' "$T" | sed -n 's/.*LOCAL_ADDR=\([^ ]*\) MAPPED_ADDR=\([^ ]*\).*/\1 \2/p' | sort > "$OUT/pairs-replayed.txt"
 notrep=$(only_in "$OUT/pairs-before.txt" "$OUT/pairs-replayed.txt" | wc -l)
-rcheck replay "restarted daemon: HELLO(4) + MAPINFO request; kernel replayed $nrec MAPINFO records (before the kill: $nb; before pairs not replayed: $notrep); MAPINFO_NUM SEND_NUM=${num:-none} answered ACK_NUM=${ack:-none} in ${replay_ms} ms after HELLO" \
+role_check "$ROLE" replay "restarted daemon: HELLO(4) + MAPINFO request; kernel replayed $nrec MAPINFO records (before the kill: $nb; before pairs not replayed: $notrep); MAPINFO_NUM SEND_NUM=${num:-none} answered ACK_NUM=${ack:-none} in ${replay_ms} ms after HELLO" \
   sh -c "grep -q ' nl send dst=0 IWCM HELLO .*ABI_VERSION=4' $T && grep -q ' nl send dst=0 IWCM MAPINFO .*ULIB_VER=4' $T &&
          [ $nrec -ge $nb ] && [ $notrep = 0 ] && [ -n '$num' ] && [ '$num' = '$nrec' ] && [ '$ack' = '$num' ]"
 miss=""; for p in $NEWP; do
@@ -178,7 +177,7 @@ miss=""; for p in $NEWP; do
 done
 nrej=$(cnt "$T" ' udp (send|recv) .* REJECT ')
 u=$(unanswered "$T"); e=$(reply_errors "$T")
-rcheck trace-new "each new connection's REQUEST for its pre-restart listener got ACCEPT + REMOTE_INFO (missing:${miss:- none}); REJECTs: $nrej; unanswered kernel requests: $(echo "$u" | grep -c .); error replies: $(echo "$e" | grep -c .)" \
+role_check "$ROLE" trace-new "each new connection's REQUEST for its pre-restart listener got ACCEPT + REMOTE_INFO (missing:${miss:- none}); REJECTs: $nrej; unanswered kernel requests: $(echo "$u" | grep -c .); error replies: $(echo "$e" | grep -c .)" \
   sh -c "[ -z '$miss' ] && [ $nrej = 0 ] && [ -z \"\$1\" ] && [ -z \"\$2\" ]" _ "$u" "$e"
 detail "$u"; detail "$e"
 

@@ -157,10 +157,12 @@ fn find_listener(inner: &HostInner, wire_dst: SocketAddr) -> Option<u64> {
             inner
                 .ids
                 .get(n)
+                .filter(|r| r.state == IdState::Listening)
                 .and_then(|r| r.listen.as_ref())
                 .is_some_and(|li| {
                     let w = li.wire_local;
-                    w.is_ipv4() == wire_dst.is_ipv4()
+                    w.port() == port
+                        && w.is_ipv4() == wire_dst.is_ipv4()
                         && (w.ip() == wire_dst.ip() || w.ip().is_unspecified())
                 })
         })
