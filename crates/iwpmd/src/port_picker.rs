@@ -433,7 +433,12 @@ mod tests {
         };
         let mut p = PortPicker::new(rules(start, start + 99, ""), 5);
         let s = tcp(Domain::IPV4);
-        bind_ephemeral(&mut p, &s, (Ipv4Addr::UNSPECIFIED, 0).into(), &holding(0)).unwrap();
+        let chosen =
+            bind_ephemeral(&mut p, &s, (Ipv4Addr::UNSPECIFIED, 0).into(), &holding(0)).unwrap();
+        assert_eq!(
+            chosen, None,
+            "port 0: the kernel chose, the caller must ask the socket"
+        );
         let port = s.local_addr().unwrap().as_socket().unwrap().port();
         assert!(
             !(start..start + 100).contains(&port),

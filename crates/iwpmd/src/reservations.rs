@@ -314,7 +314,11 @@ mod tests {
     fn kept_addresses_match_the_sockets() {
         let mut r = Reservations::new();
         r.journal();
-        let mut binds: Vec<SocketAddr> = vec![(Ipv4Addr::UNSPECIFIED, 0).into()];
+        // The wildcards are kept without asking; a specific address is asked for.
+        let mut binds: Vec<SocketAddr> = vec![
+            (Ipv4Addr::UNSPECIFIED, 0).into(),
+            (Ipv4Addr::LOCALHOST, 0).into(),
+        ];
         if Socket::new(Domain::IPV6, Type::STREAM, None).is_ok() {
             binds.push((Ipv6Addr::UNSPECIFIED, 0).into());
         }
@@ -332,6 +336,17 @@ mod tests {
                 r.take_changes(),
                 vec![PortChange::Bound(id), PortChange::Closed(addr)]
             );
+        }
+
+        // An explicit port is kept as asked for (here one just released).
+        let (id, port) = r.reserve((Ipv4Addr::UNSPECIFIED, 0).into()).unwrap();
+        assert!(r.release(id));
+        r.take_changes();
+        if let Ok((id, got)) = r.reserve((Ipv4Addr::UNSPECIFIED, port).into()) {
+            assert_eq!(got, port);
+            let (sock, addr) = r.bound(id).unwrap();
+            assert_eq!(Some(addr), bound_addr(sock));
+            assert!(r.release(id));
         }
 
         let other = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
