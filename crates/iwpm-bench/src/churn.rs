@@ -8,7 +8,10 @@
 //! kernel state (the daemon's `live` ports held). Batches of both alternate, so load from
 //! other processes hits both alike. Two measures: wall time per op, and CPU time per op
 //! (all the daemon's threads vs the bench thread doing the floor), which a shared machine
-//! disturbs much less.
+//! disturbs much less. Each figure per op is the median over the level's batches, and each
+//! ratio the median of every churn batch's ratio to the floor batch right after it: a burst
+//! of load from elsewhere then moves a batch or two, not the figure. (The means over all
+//! ops are kept in the JSON as well.)
 //!
 //! Each level is churned by one caller (every op waits for the previous one: a ping-pong
 //! of datagrams, two wake-ups of the daemon per op) and by several callers at once, each on
@@ -31,7 +34,7 @@ const LIVE_BASE_PORT: u32 = 1024;
 /// The churned listener's port.
 const CHURN_PORT: u16 = 65500;
 /// Ops per batch; batches of churn and floor alternate.
-const BATCH: usize = 100;
+pub const BATCH: usize = 100;
 /// Callers of the concurrent churn (`--callers` changes it).
 pub const CONCURRENT_CALLERS: usize = 8;
 
@@ -46,7 +49,7 @@ pub struct ChurnLevel {
     pub callers: usize,
     /// Churn ops (ADD + REMOVE each).
     pub ops: usize,
-    /// Churn: wall µs per op.
+    /// Churn: wall µs per op (median over batches, as every per-op figure here).
     pub op_us: f64,
     /// Churn ops per second.
     pub ops_per_s: f64,
@@ -56,10 +59,15 @@ pub struct ChurnLevel {
     pub floor_us: f64,
     /// Floor: CPU µs per op of the bench thread.
     pub floor_cpu_us: f64,
-    /// `op_us / floor_us`.
+    /// Median over batches of the churn batch's wall time over its floor batch's.
     pub wall_ratio: f64,
-    /// `daemon_cpu_us / floor_cpu_us`.
+    /// Median over batches of the churn batch's daemon CPU over its floor batch's CPU.
     pub cpu_ratio: f64,
+    /// Daemon CPU µs per op over all the level's ops (the mean; `daemon_cpu_us` is the
+    /// median over batches).
+    pub daemon_cpu_us_mean: f64,
+    /// Floor CPU µs per op over all the level's ops (the mean).
+    pub floor_cpu_us_mean: f64,
     /// Daemon RSS with `live` mappings, bytes.
     pub rss_bytes: u64,
     /// (RSS now − RSS with no mapping) / live.
@@ -136,46 +144,75 @@ fn measure(
     let addr = SocketAddr::new(ip, CHURN_PORT);
     // The daemon reserves the churned listener's port on its IP; so does the floor.
     let floor_addr = SocketAddr::new(ip, 0);
-    let (mut churn_wall, mut floor_wall) = (Duration::ZERO, Duration::ZERO);
-    let (mut daemon_cpu, mut floor_cpu) = (0u64, 0u64);
+    let mut batches: Vec<Batch> = Vec::new();
     let mut done = 0;
     while done < ops {
         let n = BATCH.min(ops - done);
         let cpu0 = procfs::cpu_ns(pid).unwrap_or(0);
         let t0 = Instant::now();
         churn_ops(lab, addr, n, callers)?;
-        churn_wall += t0.elapsed();
-        daemon_cpu += procfs::cpu_ns(pid).unwrap_or(0).saturating_sub(cpu0);
+        let churn_wall = t0.elapsed();
+        let daemon_cpu = procfs::cpu_ns(pid).unwrap_or(0).saturating_sub(cpu0);
         let own0 = procfs::own_thread_cpu_ns().unwrap_or(0);
         let t1 = Instant::now();
         for _ in 0..n {
             floor_op(floor_addr)?;
         }
-        floor_wall += t1.elapsed();
-        floor_cpu += procfs::own_thread_cpu_ns()
+        let floor_wall = t1.elapsed();
+        let floor_cpu = procfs::own_thread_cpu_ns()
             .unwrap_or(0)
             .saturating_sub(own0);
+        let per_op = |us: f64| us / n as f64;
+        batches.push(Batch {
+            op_us: per_op(churn_wall.as_secs_f64() * 1e6),
+            floor_us: per_op(floor_wall.as_secs_f64() * 1e6),
+            daemon_cpu_us: per_op(daemon_cpu as f64 / 1e3),
+            floor_cpu_us: per_op(floor_cpu as f64 / 1e3),
+            ops: n,
+        });
         done += n;
     }
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / ops as f64;
-    let per_ns = |ns: u64| ns as f64 / 1e3 / ops as f64;
-    let (op_us, floor_us) = (per(churn_wall), per(floor_wall));
-    let (daemon_cpu_us, floor_cpu_us) = (per_ns(daemon_cpu), per_ns(floor_cpu));
+    let median_of = |f: &dyn Fn(&Batch) -> f64| median(batches.iter().map(f).collect());
+    let mean_of = |f: &dyn Fn(&Batch) -> f64| {
+        batches.iter().map(|b| f(b) * b.ops as f64).sum::<f64>() / ops.max(1) as f64
+    };
+    let op_us = median_of(&|b| b.op_us);
     Ok(ChurnLevel {
         family: family_name(family).to_owned(),
         live: 0,
         callers,
         ops,
         op_us,
-        ops_per_s: 1e6 / op_us,
-        daemon_cpu_us,
-        floor_us,
-        floor_cpu_us,
-        wall_ratio: ratio(op_us, floor_us),
-        cpu_ratio: ratio(daemon_cpu_us, floor_cpu_us),
+        ops_per_s: if op_us > 0.0 { 1e6 / op_us } else { 0.0 },
+        daemon_cpu_us: median_of(&|b| b.daemon_cpu_us),
+        floor_us: median_of(&|b| b.floor_us),
+        floor_cpu_us: median_of(&|b| b.floor_cpu_us),
+        wall_ratio: median_of(&|b| ratio(b.op_us, b.floor_us)),
+        cpu_ratio: median_of(&|b| ratio(b.daemon_cpu_us, b.floor_cpu_us)),
+        daemon_cpu_us_mean: mean_of(&|b| b.daemon_cpu_us),
+        floor_cpu_us_mean: mean_of(&|b| b.floor_cpu_us),
         rss_bytes: 0,
         bytes_per_mapping: 0.0,
     })
+}
+
+/// One batch of churn ops and the floor batch after it, per op.
+struct Batch {
+    op_us: f64,
+    floor_us: f64,
+    daemon_cpu_us: f64,
+    floor_cpu_us: f64,
+    ops: usize,
+}
+
+/// The median (the mean of the middle two for an even count; 0 for none).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// `n` churn ops (`rdma_listen` + `rdma_destroy_id`) by `callers` threads at once, each
@@ -236,5 +273,21 @@ pub fn family_name(f: Family) -> &'static str {
     match f {
         Family::V4 => "ipv4",
         Family::V6 => "ipv6",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_empty_counts() {
+        assert_eq!(
+            median(vec![3.0, 1.0, 200.0]),
+            3.0,
+            "one outlier does not move it"
+        );
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(Vec::new()), 0.0);
     }
 }

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::churn::ChurnLevel;
+use crate::churn::{ChurnLevel, BATCH};
 use crate::connect::{ConnectResult, RestartResult};
 use crate::procfs;
 
@@ -237,6 +237,10 @@ impl Bench {
         let _ = writeln!(
             s,
             "churn (ADD+REMOVE per op)   live  callers   op µs  floor µs  wall x  daemon CPU µs  floor CPU µs  CPU x  RSS MiB  B/mapping"
+        );
+        let _ = writeln!(
+            s,
+            "  (per op: medians over batches of {BATCH} ops; x: median of each batch's ratio to the floor batch after it)"
         );
         for c in &self.churn {
             let _ = writeln!(
