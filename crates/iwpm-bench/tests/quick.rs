@@ -35,7 +35,16 @@ fn quick_json_report_has_every_scenario() {
     for c in churn {
         assert_eq!(c["family"], "ipv4");
         assert_eq!(c["ops"].as_u64(), Some(300));
-        for key in ["op_us", "floor_us", "daemon_cpu_us", "floor_cpu_us"] {
+        for key in [
+            "op_us",
+            "floor_us",
+            "daemon_cpu_us",
+            "floor_cpu_us",
+            "daemon_cpu_us_mean",
+            "floor_cpu_us_mean",
+            "cpu_ratio",
+            "wall_ratio",
+        ] {
             assert!(num(c, key) > 0.0, "{key} must be positive: {c}");
         }
         // The daemon does at least the floor's syscalls per op, and a live mapping costs
