@@ -181,11 +181,16 @@ impl Reservations {
 
     /// Closes the socket held under `id`, releasing its port. Unknown ids are ignored.
     pub fn release(&mut self, id: ReservationId) -> bool {
-        let Some(held) = self.slot_mut(id).and_then(|slot| slot.held.take()) else {
+        let Some(held) = self
+            .slots
+            .get_mut(slot_of(id))
+            .filter(|slot| slot.generation == generation_of(id))
+            .and_then(|slot| slot.held.take())
+        else {
             return false;
         };
         self.live -= 1;
-        // (slot_mut found it, so the slot number fits)
+        // (the look-up found it, so the slot number fits)
         self.free.push(slot_of(id) as u32);
         self.ports.remove(held.port);
         if let Some(c) = &mut self.changes {
@@ -237,11 +242,12 @@ impl Reservations {
 
     /// The socket held under `id` and the address it is bound to.
     pub fn bound(&self, id: ReservationId) -> Option<(&Socket, SocketAddr)> {
-        let slot = self.slots.get(slot_of(id))?;
-        let held = slot
+        let held = self
+            .slots
+            .get(slot_of(id))
+            .filter(|slot| slot.generation == generation_of(id))?
             .held
-            .as_ref()
-            .filter(|_| slot.generation == generation_of(id))?;
+            .as_ref()?;
         Some((&held.socket, held.addr()?))
     }
 
@@ -270,13 +276,6 @@ impl Reservations {
         Ok(ReservationId(
             (u64::from(entry.generation) << 32) | u64::from(slot),
         ))
-    }
-
-    /// The slot `id` names, if it still holds that id's socket.
-    fn slot_mut(&mut self, id: ReservationId) -> Option<&mut Slot> {
-        self.slots
-            .get_mut(slot_of(id))
-            .filter(|slot| slot.generation == generation_of(id) && slot.held.is_some())
     }
 }
 
