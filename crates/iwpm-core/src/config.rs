@@ -38,14 +38,17 @@ pub struct CoreConfig {
     /// not yet confirmed by an ACK is evicted (then the oldest confirmed one): a new REQUEST
     /// is never refused for lack of room, like SYN-flood handling.
     pub max_peer_exchanges: usize,
-    /// Most unconfirmed passive exchanges per source (IPv4 address, IPv6 /64). A REQUEST
-    /// beyond it is dropped without an answer (the peer retransmits after 1 s), so one host
-    /// cannot make us reflect more than this many ACCEPTs per `exchange_lifetime`.
+    /// Most unconfirmed passive exchanges per source (IPv4 address, IPv6 /64). Only REQUESTs
+    /// from port-mapped IPv6 peers whose REMOTE_INFO waits for the ACK hold one (everything
+    /// else is answered without state, see `core::peer`); at the quota the source's oldest such
+    /// exchange gives way to the new one.
     pub peer_source_quota: u32,
     /// REMOTE_INFO entries the kernel may be holding for exchanges no ACK has confirmed
     /// (the kernel frees an entry only when its connection arrives; spoofed REQUESTs never
-    /// connect). Sent at once while tokens remain (an ACK returns the token); without a token
-    /// the REMOTE_INFO waits for the ACK. 0 = always wait for the ACK.
+    /// connect). Sent at once while tokens remain (a verified ACK returns the token); without
+    /// a token the REMOTE_INFO waits for the ACK. One source (IPv4 address, IPv6 /64) may
+    /// hold at most half of it (rounded up), so a host that does not spoof cannot take it
+    /// all. 0 = always wait for the ACK.
     pub remote_info_budget: u32,
     /// One REMOTE_INFO token comes back per this interval (1 s): lost ACKs would otherwise
     /// drain the budget for good. A flood therefore pins at most `remote_info_budget`
@@ -56,6 +59,10 @@ pub struct CoreConfig {
     /// addresses are dropped silently (the peer's kernel then times out instead of failing
     /// fast).
     pub max_rejects_per_sec: u32,
+    /// REJECTs sent per second at most to one source (IPv4 address, IPv6 /64), within the
+    /// global `max_rejects_per_sec`: one flooding host cannot take every other host's fast
+    /// REJECT away.
+    pub max_rejects_per_sec_per_source: u32,
     /// Source addresses whose peer datagrams are processed (default: all).
     pub peer_allow: PeerAllow,
     /// Minimum time between two log lines of the same kind (the rest are counted).
@@ -93,6 +100,7 @@ impl Default for CoreConfig {
             remote_info_budget: 128,
             remote_info_refill: Duration::from_secs(1),
             max_rejects_per_sec: 100,
+            max_rejects_per_sec_per_source: 20,
             peer_allow: PeerAllow::default(),
             log_interval: Duration::from_secs(5),
             reply_deadline: Duration::from_millis(9_500),

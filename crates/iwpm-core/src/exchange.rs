@@ -8,9 +8,10 @@
 //!
 //! The two kinds have separate budgets, so remote traffic can never refuse a local connect:
 //! active exchanges are capped (`max_exchanges`; a QUERY beyond it fails), passive ones are
-//! never refused for lack of room but evict the oldest *unconfirmed* passive exchange (no ACK
-//! yet), then the oldest confirmed one. Unconfirmed passive exchanges are also counted per
-//! source (an IPv4 address or an IPv6 /64) for the per-source quota.
+//! never refused for lack of room but evict the oldest *confirmed* passive exchange (its
+//! verified ACK came), then the oldest unconfirmed one. Unconfirmed passive exchanges are also
+//! counted per source (an IPv4 address or an IPv6 /64) for the per-source quota. Most passive
+//! exchanges never get an entry at all: see `core::peer` (echo cookies).
 //!
 //! Every exchange has exactly one entry in a `BTreeSet<(Instant, ExchangeId)>`: its next
 //! retransmission, or its expiry when nothing is left to resend. [`Exchanges`] keeps that
@@ -55,7 +56,7 @@ pub(crate) enum ExchangeKey {
 
 /// Where a source's unconfirmed exchanges are counted: an IPv4 address, or an IPv6 /64 (one
 /// host can hold a whole /64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct SourceKey(IpAddr);
 
 impl SourceKey {
@@ -205,6 +206,8 @@ pub(crate) struct Exchanges {
     confirmed: BTreeSet<ExchangeId>,
     /// Unconfirmed passive exchanges per source.
     per_source: HashMap<SourceKey, u32>,
+    /// The same, oldest first within each source (what the source quota evicts).
+    by_source: BTreeSet<(SourceKey, ExchangeId)>,
     next_id: u64,
 }
 
@@ -231,6 +234,15 @@ impl Exchanges {
     /// Unconfirmed remote exchanges from `source`.
     pub fn unconfirmed_from(&self, source: SourceKey) -> u32 {
         self.per_source.get(&source).copied().unwrap_or(0)
+    }
+
+    /// The oldest unconfirmed passive exchange from `source`.
+    pub fn oldest_unconfirmed_from(&self, source: SourceKey) -> Option<ExchangeId> {
+        self.by_source
+            .range((source, ExchangeId(0))..)
+            .next()
+            .filter(|(s, _)| *s == source)
+            .map(|(_, id)| *id)
     }
 
     /// Every exchange (unordered), for snapshots.
@@ -267,18 +279,21 @@ impl Exchanges {
             ExchangeKind::Passive(p) => {
                 self.unconfirmed.insert(id);
                 *self.per_source.entry(p.source).or_default() += 1;
+                self.by_source.insert((p.source, id));
             }
         }
         self.entries.insert(id, ex);
         id
     }
 
-    /// The passive exchange to evict when the passive budget is full: the oldest one not
-    /// confirmed, else the oldest confirmed one.
+    /// The passive exchange to evict when the passive budget is full: the oldest confirmed
+    /// one (it only absorbs late duplicates), else the oldest one not confirmed. A confirmed
+    /// exchange needs a verified ACK, so an attacker cannot fill the table with them to push
+    /// out the exchanges still waiting for a real peer's ACK.
     pub fn eviction_candidate(&self) -> Option<ExchangeId> {
-        self.unconfirmed
+        self.confirmed
             .first()
-            .or_else(|| self.confirmed.first())
+            .or_else(|| self.unconfirmed.first())
             .copied()
     }
 
@@ -297,7 +312,7 @@ impl Exchanges {
         let source = p.source;
         self.unconfirmed.remove(&id);
         self.confirmed.insert(id);
-        self.forget_source(source);
+        self.forget_source(source, id);
         true
     }
 
@@ -322,7 +337,8 @@ impl Exchanges {
         }
     }
 
-    fn forget_source(&mut self, source: SourceKey) {
+    fn forget_source(&mut self, source: SourceKey, id: ExchangeId) {
+        self.by_source.remove(&(source, id));
         if let Some(n) = self.per_source.get_mut(&source) {
             *n -= 1;
             if *n == 0 {
@@ -347,7 +363,7 @@ impl Exchanges {
                 self.confirmed.remove(&id);
                 if self.unconfirmed.remove(&id) {
                     if let Some(source) = ex.unconfirmed_source() {
-                        self.forget_source(source);
+                        self.forget_source(source, id);
                     }
                 }
             }
@@ -411,6 +427,9 @@ impl Exchanges {
         let per_source: u32 = self.per_source.values().sum();
         if per_source as usize != self.unconfirmed.len() {
             return Err("per-source counts differ from unconfirmed exchanges");
+        }
+        if self.by_source.len() != self.unconfirmed.len() {
+            return Err("per-source order differs from unconfirmed exchanges");
         }
         for (id, ex) in &self.entries {
             if self.keys.get(&ex.key) != Some(id) {
@@ -543,7 +562,8 @@ mod tests {
             x.unconfirmed_from(SourceKey::of("10.0.0.2".parse().unwrap())),
             1
         );
-        assert_eq!(x.eviction_candidate(), Some(b), "unconfirmed first");
+        // A confirmed exchange needs a verified ACK: it goes before one still waiting.
+        assert_eq!(x.eviction_candidate(), Some(a), "confirmed first");
         x.check(|_| true).unwrap();
         assert_eq!(x.remove_for_mapping(MappingId(1)), 2);
         assert!(x.get(a).is_none());

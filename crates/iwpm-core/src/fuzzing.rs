@@ -49,7 +49,7 @@ use iwpm_proto::netlink::{
     DaemonMsg, Envelope, Frame, Hello, KernelMsg, ManageMappingRequest, MapInfoNumRequest,
     MapInfoRecord, NlHeader, NlString, QueryMappingRequest, RegPidRequest,
 };
-use iwpm_proto::peer::{IpVersion, PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
 use crate::{
@@ -186,7 +186,11 @@ pub enum Op {
     Accept { pick: u8, port: u8, from: u8 },
     /// REJECT of one of the REQUESTs the core sent.
     Reject { pick: u8, from: u8 },
-    /// ACK of one of the ACCEPTs the core sent.
+    /// ACK of one of the ACCEPTs the core sent. `from >> 6`: 0-1 the ACCEPT's bytes echoed
+    /// (what a real peer sends: its echo cookie verifies when it comes from the address the
+    /// ACCEPT went to), 2 blind (written from the decoded ACCEPT: unused bytes zero, as an
+    /// attacker who never saw it), 3 echoed with one echo byte flipped (`from >> 2 & 15`
+    /// picks it; tampering).
     Ack { pick: u8, from: u8 },
     /// One of the datagrams the core sent, delivered back (optionally with a byte xor-ed).
     Echo { pick: u8, at: u8, xor: u8 },
@@ -676,12 +680,15 @@ pub struct Driver {
     ready: u32,
     /// Peer datagrams seen, for answers and echoes.
     sent_requests: Recent<(PeerMessage, SocketAddr)>,
-    sent_accepts: Recent<(PeerMessage, SocketAddr)>,
+    /// ACCEPTs as sent (echo cookies included) and where they went.
+    sent_accepts: Recent<(Vec<u8>, SocketAddr)>,
     sent_all: Recent<(PeerSocket, SocketAddr, Vec<u8>)>,
     /// REQUEST/ACCEPT datagrams by (destination, bytes): first sent, retransmissions.
     origins: HashMap<(SocketAddr, Vec<u8>), (Instant, u32)>,
     /// Active exchanges (handle, cp) whose ACCEPT was acknowledged.
     acked: HashSet<(u64, SocketAddr)>,
+    /// REMOTE_INFOs the core sent so far.
+    remote_infos: u64,
     /// Ops played.
     steps: u64,
 }
@@ -708,6 +715,7 @@ impl Driver {
             sent_all: Recent::new(),
             origins: HashMap::new(),
             acked: HashSet::new(),
+            remote_infos: 0,
             steps: 0,
         };
         d.core.start(d.now);
@@ -1034,9 +1042,34 @@ impl Driver {
                 let Some((acc, to)) = self.sent_accepts.pick(*pick) else {
                     return self.after_step();
                 };
+                let Ok(msg) = PeerMessage::decode(&acc) else {
+                    return self.after_step();
+                };
+                let ack = PeerMessage::ack_for(&msg);
+                let form = *from >> 6;
+                let ack = if form == 2 {
+                    ack.encode()
+                } else {
+                    let mut echo = ipv4_echo(&acc);
+                    if form == 3 {
+                        let at = usize::from((*from >> 2) & 15) % echo.len();
+                        if let Some(b) = echo.get_mut(at) {
+                            *b ^= 0x5a;
+                        }
+                    }
+                    ack.encode_with_echo(&echo)
+                };
                 let from = self.answer_source(to, *from);
-                let ack = PeerMessage::ack_for(&acc);
-                self.peer(listener_for(&from), from, &ack.encode());
+                let before = self.remote_infos;
+                self.peer(listener_for(&from), from, &ack);
+                // An IPv4 ACK that does not echo our cookie from the address the ACCEPT went
+                // to (blind, tampered, or replayed by a third host) releases nothing.
+                if msg.ip_version == IpVersion::V4
+                    && (form >= 2 || from != to)
+                    && self.remote_infos != before
+                {
+                    fail("an unverifiable ACK made the core send a REMOTE_INFO");
+                }
             }
             Op::Echo { pick, at, xor } => {
                 let Some((via, to, mut bytes)) = self.sent_all.pick(*pick) else {
@@ -1354,6 +1387,15 @@ impl Driver {
     }
 
     fn on_kernel_answer(&mut self, client: u8, msg: DaemonMsg) {
+        if let DaemonMsg::RemoteInfo(r) = &msg {
+            self.remote_infos += 1;
+            if r.remote_addr.same_endpoint(&r.mapped_remote_addr) {
+                fail(format!(
+                    "REMOTE_INFO for a peer that is not port mapped (the kernel needs none, \
+                     and keeps it for ever): {msg:?}"
+                ));
+            }
+        }
         let (seq, ok_op) = match &msg {
             DaemonMsg::RegPid(r) => (r.seq, RDMA_NL_IWPM_REG_PID),
             DaemonMsg::AddMapping(r) => (r.seq, RDMA_NL_IWPM_ADD_MAPPING),
@@ -1460,7 +1502,7 @@ impl Driver {
         }
         match msg.msg_type {
             PeerMsgType::Request => self.sent_requests.push((msg, to)),
-            PeerMsgType::Accept => self.sent_accepts.push((msg, to)),
+            PeerMsgType::Accept => self.sent_accepts.push((datagram.clone(), to)),
             _ => {}
         }
         self.sent_all.push((via, to, datagram));

@@ -24,6 +24,7 @@ mod action;
 mod answered;
 mod clients;
 mod config;
+mod cookie;
 mod core;
 mod exchange;
 #[cfg(feature = "fuzzing")]
@@ -36,6 +37,7 @@ mod port_index;
 mod ratelimit;
 pub use ratelimit::RateLimit;
 mod request;
+mod source_buckets;
 pub mod state_file;
 mod stats;
 mod table;

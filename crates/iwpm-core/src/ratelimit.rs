@@ -25,6 +25,7 @@ pub(crate) enum LogKind {
     Quota,
     WrongSource,
     RemoteInfoBudget,
+    UnverifiedAck,
     Unsolicited,
     Overrun,
 }

@@ -100,8 +100,16 @@ pub struct Stats {
     pub peer_forged: u64,
     /// ACCEPT/REJECTs from another IP than the one the REQUEST went to (dropped).
     pub peer_wrong_source: u64,
-    /// REQUESTs dropped because their source had `peer_source_quota` unconfirmed exchanges.
+    /// Unconfirmed exchanges a newer REQUEST from the same source pushed out at the
+    /// `peer_source_quota` (only port-mapped IPv6 peers hold exchanges before their ACK).
     pub peer_quota_dropped: u64,
+    /// ACKs whose echo cookie did not verify (blind, tampered or stale; dropped).
+    pub peer_acks_unverified: u64,
+    /// ACCEPTs sent without an exchange entry (the cookie carries what the ACK needs).
+    pub accepts_stateless: u64,
+    /// REQUESTs from a peer that is not port mapped (mapped `cp` = `cp`): no REMOTE_INFO,
+    /// the kernel reports the right peer without one.
+    pub remote_info_not_needed: u64,
     /// REQUESTs taken as a new association although their key matched a confirmed
     /// exchange (the peer reused its handle for the same endpoint after our ACK).
     pub peer_reused_handles: u64,
@@ -455,6 +463,9 @@ counters! {
     PeerForged => peer_forged,
     PeerWrongSource => peer_wrong_source,
     PeerQuotaDropped => peer_quota_dropped,
+    PeerAcksUnverified => peer_acks_unverified,
+    AcceptsStateless => accepts_stateless,
+    RemoteInfoNotNeeded => remote_info_not_needed,
     PeerReusedHandles => peer_reused_handles,
     ExchangesEvicted => exchanges_evicted,
     RejectsSuppressed => rejects_suppressed,

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
@@ -93,12 +94,8 @@ fn spoofed_requests_pin_at_most_the_remote_info_budget() {
     h.advance(SEC * 11);
     let real = request(99, "10.0.0.1:5000", "10.0.0.1:41234", "10.0.0.2:4000");
     h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &real);
-    let accept = h.peer_out.pop_back().unwrap().msg;
-    h.peer(
-        PeerSocket::V4Listener,
-        "10.0.0.1:3935",
-        &PeerMessage::ack_for(&accept),
-    );
+    let accept = h.peer_out.pop_back().unwrap();
+    h.ack(PeerSocket::V4Listener, "10.0.0.1:3935", &accept);
     assert!(remote_infos(&mut h) >= 1);
 }
 
@@ -113,48 +110,204 @@ fn confirmed_exchanges_return_their_remote_info_token() {
     for i in 0..100u64 {
         let req = request(i + 1, "10.0.0.1:5000", "10.0.0.1:41234", "10.0.0.2:4000");
         h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
-        let accept = h.peer_out.pop_back().unwrap().msg;
+        let accept = h.peer_out.pop_back().unwrap();
         assert_eq!(
             remote_infos(&mut h),
             1,
             "REMOTE_INFO before the ACCEPT, #{i}"
         );
-        h.peer(
-            PeerSocket::V4Listener,
-            "10.0.0.1:3935",
-            &PeerMessage::ack_for(&accept),
-        );
+        h.ack(PeerSocket::V4Listener, "10.0.0.1:3935", &accept);
         h.no_kernel();
     }
     assert_eq!(h.core.stats().remote_info_deferred, 0);
 }
 
-/// Threat 3: one source flooding REQUESTs; per-source quota, and other sources unaffected.
+/// Threat 3 (squatting): a source's REQUESTs that are never ACKed must not deny that
+/// source's (or its IPv6 /64 neighbours') real connects. Every REQUEST is answered; no
+/// passive state exists before a verified ACK. (Before echo cookies, 256 unACKed REQUESTs
+/// filled the source's quota and its real REQUESTs were dropped: the kernel then connected
+/// after its 10 s timeout.)
 #[test]
-fn one_source_cannot_use_more_than_its_quota() {
+fn unacked_requests_do_not_deny_their_source() {
+    let mut h = Host::booted();
+    listener(&mut h, "10.0.0.2:4000");
+    listener(&mut h, "[fd00::2]:4000");
+    for (flooder, real, ap) in [
+        ("10.0.0.66", "10.0.0.66", "10.0.0.2:4000"),
+        ("fd00::66", "fd00::1", "[fd00::2]:4000"),
+    ] {
+        let at = |ip: &str, port: u16| SocketAddr::new(ip.parse().unwrap(), port).to_string();
+        for (i, mapped) in (0..2_000u64).zip([5000u16, 41000].into_iter().cycle()) {
+            let port = 5000 + (i % 1000) as u16;
+            let mapped = if mapped == 5000 {
+                port
+            } else {
+                41000 + (i % 1000) as u16
+            };
+            let req = request(i + 1, &at(flooder, port), &at(flooder, mapped), ap);
+            h.peer(PeerSocket::V4Listener, &at(flooder, 3935), &req);
+        }
+        assert_eq!(
+            sent(&mut h, PeerMsgType::Accept),
+            2_000,
+            "{flooder}: all answered"
+        );
+        remote_infos(&mut h);
+        for (handle, mapped) in [(90_001, 6000), (90_002, 46000)] {
+            let req = request(handle, &at(real, 6000), &at(real, mapped), ap);
+            h.peer(PeerSocket::V4Listener, &at(real, 3935), &req);
+            let acc = h.expect_peer();
+            assert_eq!(acc.msg.msg_type, PeerMsgType::Accept, "{real} is served");
+            h.ack(PeerSocket::V4Listener, &at(real, 3935), &acc);
+            // The port-mapped one gets its REMOTE_INFO (on its ACK: the flood spent the
+            // source's share of the budget); the other needs none.
+            let want = usize::from(mapped != 6000);
+            assert_eq!(remote_infos(&mut h), want, "{real}, mapped port {mapped}");
+        }
+    }
+}
+
+/// Threat 3 (blind pairs): REQUEST + ACK pairs whose ACK is written from the attacker's own
+/// REQUEST (it never reads our ACCEPT) neither refund a REMOTE_INFO token nor release a
+/// held REMOTE_INFO, and a peer that is not port mapped gets none at all: the kernel keeps
+/// every REMOTE_INFO until a connection consumes it.
+#[test]
+fn blind_acks_pin_no_kernel_memory() {
     let mut h = Host::booted_with(CoreConfig {
-        peer_source_quota: 16,
+        remote_info_budget: 8,
+        remote_info_refill: SEC * 10,
         ..config()
     });
     listener(&mut h, "10.0.0.2:4000");
-    for i in 0..1000u64 {
-        let req = request(i + 1, "10.0.0.66:5000", "10.0.0.66:41000", "10.0.0.2:4000");
-        h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &req);
+    listener(&mut h, "[fd00::2]:4000");
+    let mut pinned = 0;
+    for (ip, ap) in [
+        ("10.0.0.66", "10.0.0.2:4000"),
+        ("fd00::66", "[fd00::2]:4000"),
+    ] {
+        for i in 0..5_000u64 {
+            let port = 1024 + (i % 30_000) as u16;
+            let cp = SocketAddr::new(ip.parse().unwrap(), port);
+            // Identity shape (mapped cp = cp) on even handles, port-mapped on odd ones.
+            let mapped = if i % 2 == 0 {
+                cp
+            } else {
+                SocketAddr::new(cp.ip(), port + 30_000)
+            };
+            let req = PeerMessage::request(i + 1, cp, mapped, addr(ap));
+            let from = SocketAddr::new(cp.ip(), 3935).to_string();
+            h.peer(PeerSocket::V4Listener, &from, &req);
+            let blind = PeerMessage::accept_for(&req, addr(ap));
+            h.peer(PeerSocket::V4Listener, &from, &PeerMessage::ack_for(&blind));
+            if i % 1000 == 999 {
+                h.advance(SEC);
+            }
+        }
+        pinned += remote_infos(&mut h);
     }
-    assert_eq!(sent(&mut h, PeerMsgType::Accept), 16);
-    assert_eq!(h.core.stats().peer_quota_dropped, 984);
-    let other = request(1, "10.0.0.1:5000", "10.0.0.1:41234", "10.0.0.2:4000");
-    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &other);
-    assert_eq!(
-        sent(&mut h, PeerMsgType::Accept),
-        1,
-        "another host is served"
+    // The budget (at most the per-source share of it) and one refill per 10 s, per family.
+    assert!(
+        pinned <= 2 * (8 + 1),
+        "{pinned} REMOTE_INFOs pinned by blind pairs"
     );
-    // After the lifetime the source's quota is free again.
-    h.advance(SEC * 11);
-    let req = request(5000, "10.0.0.66:5000", "10.0.0.66:41000", "10.0.0.2:4000");
-    h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &req);
-    assert_eq!(sent(&mut h, PeerMsgType::Accept), 1);
+    assert!(h.core.stats().peer_acks_unverified >= 9_900);
+    assert_eq!(h.core.stats().remote_info_not_needed, 5_000);
+    // Only the IPv6 port-mapped REQUESTs hold state (their cookie has no room for the
+    // mapped port), within one source's quota.
+    assert!(h.core.stats().peer_exchanges_unconfirmed <= 256);
+}
+
+/// Threat 3 (legitimate burst): an MPI job's 1000 connects from one host, every REQUEST read
+/// before the first ACK, are all answered at once, and each gets exactly one REMOTE_INFO
+/// (at once on the budget, the rest on its verified ACK). Before: 256 answered, 744 waited
+/// for retransmissions.
+#[test]
+fn a_burst_of_1000_connects_from_one_peer_is_served_in_full() {
+    let mut h = Host::booted();
+    listener(&mut h, "10.0.0.2:4000");
+    let mut accepts = Vec::new();
+    for i in 0..1_000u64 {
+        let port = 20_000 + i as u16;
+        let req = request(
+            i + 1,
+            &format!("10.0.0.1:{port}"),
+            &format!("10.0.0.1:{}", port + 20_000),
+            "10.0.0.2:4000",
+        );
+        h.peer(PeerSocket::V4Listener, "10.0.0.1:47000", &req);
+        accepts.push(h.peer_out.pop_back().expect("an ACCEPT"));
+    }
+    h.no_peer();
+    let mut infos = Vec::new();
+    for acc in &accepts {
+        h.ack(PeerSocket::V4Listener, "10.0.0.1:47000", acc);
+        // A duplicate ACK (the peer got our ACCEPT twice) changes nothing.
+        h.ack(PeerSocket::V4Listener, "10.0.0.1:47000", acc);
+    }
+    while let Some((_, m)) = h.kernel_in.pop_front() {
+        if let DaemonMsg::RemoteInfo(r) = m {
+            infos.push(r.remote_addr);
+        }
+    }
+    infos.sort_by_key(|a| a.port());
+    infos.dedup();
+    assert_eq!(
+        infos.len(),
+        1_000,
+        "one REMOTE_INFO per connect, none twice"
+    );
+    assert_eq!(h.core.stats().peer_acks_unverified, 0);
+}
+
+/// Threat 3 (eviction): a table full of confirmed exchanges evicts them, not the exchange
+/// still waiting for a real peer's ACK, whose held REMOTE_INFO then goes out on that ACK.
+#[test]
+fn eviction_spares_exchanges_waiting_for_their_ack() {
+    let mut h = Host::booted_with(CoreConfig {
+        remote_info_budget: 0,
+        max_peer_exchanges: 4,
+        ..config()
+    });
+    listener(&mut h, "[fd00::2]:4000");
+    let ap = "[fd00::2]:4000";
+    let waiting = request(1, "[fd00::1]:5000", "[fd00::1]:45000", ap);
+    h.peer(PeerSocket::V6Listener, "[fd00::1]:3935", &waiting);
+    let waiting_accept = h.peer_out.pop_back().unwrap();
+    h.no_kernel();
+    for i in 0..10u64 {
+        let peer = format!("[fd00::{:x}]", 0x100 + i);
+        let req = request(
+            100 + i,
+            &format!("{peer}:5000"),
+            &format!("{peer}:45000"),
+            ap,
+        );
+        h.peer(PeerSocket::V6Listener, &format!("{peer}:3935"), &req);
+        let acc = h.peer_out.pop_back().unwrap();
+        h.ack(PeerSocket::V6Listener, &format!("{peer}:3935"), &acc);
+        assert_eq!(remote_infos(&mut h), 1, "peer {i}: REMOTE_INFO on its ACK");
+    }
+    h.ack(PeerSocket::V6Listener, "[fd00::1]:3935", &waiting_accept);
+    assert_eq!(remote_infos(&mut h), 1, "the waiting exchange survived");
+}
+
+/// Threat 5 (REJECTs): one source flooding REQUESTs for a closed port takes only its own
+/// share of the REJECT rate; another host still gets its fast REJECT.
+#[test]
+fn one_source_cannot_take_every_reject() {
+    let mut h = Host::booted();
+    for i in 0..1_000u64 {
+        let r = request(i + 1, "10.0.0.66:5000", "10.0.0.66:5000", "10.0.0.2:9999");
+        h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &r);
+    }
+    assert_eq!(sent(&mut h, PeerMsgType::Reject), 20);
+    let r = request(1, "10.0.0.1:5000", "10.0.0.1:5000", "10.0.0.2:9999");
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &r);
+    assert_eq!(
+        sent(&mut h, PeerMsgType::Reject),
+        1,
+        "another host's REJECT"
+    );
 }
 
 /// Threat 4: ACCEPT/REJECT forged by a third host that learned (or guessed) the handle.

@@ -14,7 +14,7 @@ use common::*;
 use iwpm_core::{CoreConfig, PeerSocket, ReserveError};
 use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{Envelope, Hello, KernelMsg};
-use iwpm_proto::peer::{PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{ipv4_echo, PeerMessage, PeerMsgType};
 use proptest::prelude::*;
 
 const IPS: [&str; 5] = ["0.0.0.0", "10.0.0.1", "10.0.0.2", "::", "2001:db8::1"];
@@ -117,7 +117,8 @@ fn ev() -> impl Strategy<Value = Ev> {
 #[derive(Default)]
 struct Seen {
     requests: Vec<PeerMessage>,
-    accepts: Vec<(PeerMessage, SocketAddr)>,
+    /// Our ACCEPTs as sent (their echo cookies included) and where they went.
+    accepts: Vec<(Vec<u8>, SocketAddr)>,
     all: Vec<(PeerSocket, SocketAddr, Vec<u8>)>,
 }
 
@@ -125,7 +126,7 @@ fn observe(h: &mut Host, seen: &mut Seen) {
     while let Some(s) = h.peer_out.pop_front() {
         match s.msg.msg_type {
             PeerMsgType::Request => seen.requests.push(s.msg),
-            PeerMsgType::Accept => seen.accepts.push((s.msg, s.to)),
+            PeerMsgType::Accept => seen.accepts.push((s.raw.clone(), s.to)),
             _ => {}
         }
         seen.all.push((s.via, s.to, s.raw));
@@ -227,13 +228,17 @@ fn step(h: &mut Host, seen: &mut Seen, e: Ev) {
         }
         Ev::Ack { pick, src } => {
             if !seen.accepts.is_empty() {
-                let (acc, to) = seen.accepts[pick % seen.accepts.len()];
+                let (acc, to) = seen.accepts[pick % seen.accepts.len()].clone();
                 let from = if src == 0 {
                     to.to_string()
                 } else {
                     SOURCES[1].to_owned()
                 };
-                h.peer(PeerSocket::V4Listener, &from, &PeerMessage::ack_for(&acc));
+                // As the active side answers: the ACCEPT's bytes echoed (src 0: a real peer,
+                // whose cookie verifies; src 1: a third host replaying it, whose does not).
+                let msg = PeerMessage::decode(&acc).expect("our ACCEPT decodes");
+                let ack = PeerMessage::ack_for(&msg).encode_with_echo(&ipv4_echo(&acc));
+                h.peer_raw(PeerSocket::V4Listener, &from, &ack);
             }
         }
         Ev::ReplayPeer { pick } => {

@@ -41,6 +41,32 @@ fn query(h: &mut Host) -> (u32, Sent) {
     (seq, h.expect_peer())
 }
 
+/// Our ACK is the ACCEPT it answers with the type changed, as rdma-core's: version bits,
+/// pmtime and all 24 unused bytes of the IPv4 address fields come back (the peer's echo
+/// cookie). Before, the 24 bytes were zeroed, leaving two of our daemons 10 echoed bits.
+#[test]
+fn our_ack_echoes_every_unused_byte_of_the_accept() {
+    let mut h = Host::booted();
+    let (_, req) = query(&mut h);
+    let mut accept = PeerMessage::accept_for(&req.msg, addr("10.0.0.2:40123"));
+    accept.version = 2;
+    accept.pmtime = 0xa5;
+    let mut marked = [0u8; iwpm_proto::peer::IPV4_ECHO_LEN];
+    for (i, b) in marked.iter_mut().enumerate() {
+        *b = 0xc1 + i as u8;
+    }
+    let datagram = accept.encode_with_echo(&marked);
+    h.peer_raw(PeerSocket::V4Client, "10.0.0.2:3935", &datagram);
+    expect_query_reply(&mut h);
+    let ack = h.expect_peer();
+    assert_eq!(ack.msg.msg_type, PeerMsgType::Ack);
+    let mut want = datagram.clone();
+    want[0] = (want[0] & !0x30) | (PeerMsgType::Ack.code() << 4);
+    assert_eq!(ack.raw, want);
+    assert_eq!(ack.raw[0], 0xa4);
+    assert_eq!(iwpm_proto::peer::ipv4_echo(&ack.raw), marked);
+}
+
 #[test]
 fn active_request_accept_ack() {
     let mut h = Host::booted();
@@ -236,8 +262,7 @@ fn passive_request_accept_remote_info_ack() {
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     assert_eq!(h.expect_peer().raw, acc.raw);
     h.no_kernel();
-    let ack = PeerMessage::ack_for(&acc.msg);
-    h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &ack);
+    h.ack(PeerSocket::V4Listener, "10.0.0.1:33333", &acc);
     h.no_peer();
     h.no_kernel();
     h.advance(SEC / 2);
@@ -321,11 +346,7 @@ fn wildcard_listener_answers_with_the_requested_ip() {
     assert_eq!(ri.local_addr, sa("0.0.0.0:4000"));
     assert_eq!(ri.mapped_local_addr, mapped);
     // The ACK echoes the answered ap and stops the retransmission.
-    h.peer(
-        PeerSocket::V4Listener,
-        "10.0.0.1:33333",
-        &PeerMessage::ack_for(&acc.msg),
-    );
+    h.ack(PeerSocket::V4Listener, "10.0.0.1:33333", &acc);
     h.advance(SEC * 3);
     h.no_peer();
 }
@@ -517,17 +538,14 @@ fn reused_handle_with_a_new_connecting_endpoint_is_a_new_association() {
     h.peer(PeerSocket::V4Listener, "10.0.0.1:47222", &first);
     let acc = h.expect_peer();
     expect_remote_info(&mut h);
-    h.peer(
-        PeerSocket::V4Listener,
-        "10.0.0.1:47222",
-        &PeerMessage::ack_for(&acc.msg),
-    );
+    h.ack(PeerSocket::V4Listener, "10.0.0.1:47222", &acc);
     h.advance(SEC / 10);
-    // Same handle, same source socket, another connecting port.
+    // Same handle, same source socket, another connecting port (port mapped, so a
+    // REMOTE_INFO is due).
     let second = PeerMessage::request(
         0x5633_7305_d1a0,
         addr("10.0.0.1:5001"),
-        addr("10.0.0.1:5001"),
+        addr("10.0.0.1:41001"),
         addr("10.0.0.2:4000"),
     );
     h.order.clear();

@@ -702,15 +702,17 @@ fn build_side(
 /// or `None` when the defaults suffice.
 ///
 /// Two defaults of the daemon are defences sized for ordinary traffic, below what one lab
-/// host sends at high concurrency: `peer_source_quota` (256 unconfirmed passive exchanges
-/// per source; more REQUESTs are dropped and the peer retransmits after 1 s) and
-/// `remote_info_budget` (128 REMOTE_INFOs sent before their ACK; beyond, REMOTE_INFO
-/// waits for the ACK, which races the connection). Every connection in progress can hold
-/// one unconfirmed exchange, so both are raised to twice the concurrency.
+/// host sends at high concurrency: `remote_info_budget` (128 REMOTE_INFOs sent before their
+/// ACK, at most half of them for one source; beyond, REMOTE_INFO waits for the verified
+/// ACK, which races the lab's instant emulated connection) and `peer_source_quota` (256
+/// port-mapped IPv6 exchanges waiting for their ACK per source; beyond, the oldest gives
+/// way). Every connection in progress can hold one, so both are raised to twice the
+/// concurrency (one source's half of the budget is then the concurrency).
 pub fn daemon_limits_for(concurrency: usize) -> Option<String> {
     let defaults = iwpm_core::CoreConfig::default();
     let needed = u32::try_from(concurrency.saturating_mul(2)).unwrap_or(u32::MAX);
-    if needed / 2 <= defaults.remote_info_budget.min(defaults.peer_source_quota) {
+    let share = defaults.remote_info_budget.div_ceil(2);
+    if needed / 2 <= share.min(defaults.peer_source_quota) {
         return None;
     }
     Some(format!(

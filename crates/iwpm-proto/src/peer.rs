@@ -82,7 +82,18 @@ pub const PEER_REQUEST_LEN: usize = 64;
 /// Length of ACCEPT, ACK and REJECT on the wire (and of pre-2014 REQUESTs).
 pub const PEER_SHORT_LEN: usize = 48;
 
+/// Bytes an IPv4 message carries in no field: the last 12 of the `cp_ip` field (offsets
+/// 20..32) then the last 12 of the `ap_ip` field (36..48). rdma-core copies both 16-byte
+/// fields whole into an answer, so whatever a REQUEST or an ACCEPT carries there comes back
+/// in the REJECT, ACCEPT or ACK built from it (see [`ipv4_echo`],
+/// [`PeerMessage::encode_with_echo`]).
+pub const IPV4_ECHO_LEN: usize = 24;
+
+/// The [`IPV4_ECHO_LEN`] unused bytes of an IPv4 message, in wire order.
+pub type Ipv4Echo = [u8; IPV4_ECHO_LEN];
+
 const ADDR_FIELD_LEN: usize = 16;
+const IPV4_LEN: usize = 4;
 const CP_IP_OFFSET: usize = 16;
 const AP_IP_OFFSET: usize = 32;
 const MAPPED_CP_IP_OFFSET: usize = 48;
@@ -287,6 +298,20 @@ impl PeerMessage {
         b
     }
 
+    /// [`PeerMessage::encode`], then `echo` written into the unused bytes of an IPv4
+    /// message (an IPv6 message has none: `echo` is ignored). An answer that carries the
+    /// bytes of the message it answers is what rdma-core sends, and what lets a passive
+    /// side recognise its own ACCEPT in the ACK.
+    pub fn encode_with_echo(&self, echo: &Ipv4Echo) -> Vec<u8> {
+        let mut b = self.encode();
+        if self.ip_version == IpVersion::V4 {
+            let (cp_pad, ap_pad) = echo.split_at(ADDR_FIELD_LEN - IPV4_LEN);
+            b[CP_IP_OFFSET + IPV4_LEN..AP_IP_OFFSET].copy_from_slice(cp_pad);
+            b[AP_IP_OFFSET + IPV4_LEN..MAPPED_CP_IP_OFFSET].copy_from_slice(ap_pad);
+        }
+        b
+    }
+
     /// Length [`PeerMessage::encode`] produces.
     pub fn encoded_len(&self) -> usize {
         if self.mapped_cp_ip.is_some() {
@@ -388,6 +413,19 @@ impl PeerMessage {
             ..*self
         }
     }
+}
+
+/// The unused bytes of a datagram's IPv4 address fields (see [`IPV4_ECHO_LEN`]), whatever
+/// its IP nibble says; zeros where the datagram is shorter than 48 bytes. Meaningful only
+/// for an IPv4 message that [`PeerMessage::decode`] accepted.
+pub fn ipv4_echo(datagram: &[u8]) -> Ipv4Echo {
+    let mut echo = [0u8; IPV4_ECHO_LEN];
+    if datagram.len() >= PEER_SHORT_LEN {
+        let (cp_pad, ap_pad) = echo.split_at_mut(ADDR_FIELD_LEN - IPV4_LEN);
+        cp_pad.copy_from_slice(&datagram[CP_IP_OFFSET + IPV4_LEN..AP_IP_OFFSET]);
+        ap_pad.copy_from_slice(&datagram[AP_IP_OFFSET + IPV4_LEN..MAPPED_CP_IP_OFFSET]);
+    }
+    echo
 }
 
 fn read_ip(version: IpVersion, field: &[u8]) -> IpAddr {

@@ -24,11 +24,13 @@ use crate::action::{Action, PeerSocket, PortReservations};
 use crate::answered::AnsweredSeqs;
 use crate::clients::Clients;
 use crate::config::CoreConfig;
+use crate::cookie::CookieJar;
 use crate::exchange::{Exchanges, HandleGen};
 use crate::handshake::Handshake;
 use crate::peer_book::PeerBook;
 use crate::ratelimit::{LogKind, LogLimiter};
 use crate::request::Abi;
+use crate::source_buckets::SourceBuckets;
 use crate::stats::Stats;
 use crate::table::{Mapping, MappingId, MappingTable, MappingView};
 use crate::token_bucket::TokenBucket;
@@ -72,6 +74,10 @@ pub struct Core {
     remote_info_tokens: TokenBucket,
     /// REJECTs we may send.
     reject_tokens: TokenBucket,
+    /// REJECTs each source may have of `reject_tokens`.
+    reject_tokens_per_source: SourceBuckets,
+    /// Keys of the echo cookies in our ACCEPTs.
+    cookies: CookieJar,
     /// Clients whose MAPINFO replay we asked for, until when records are accepted.
     mapinfo_windows: Vec<(u8, Instant)>,
     /// When the last resynchronisation HELLO went out (after lost kernel input).
@@ -118,6 +124,12 @@ impl Core {
         let remote_info_tokens =
             TokenBucket::new(config.remote_info_budget, config.remote_info_refill, now);
         let reject_tokens = TokenBucket::per_second(config.max_rejects_per_sec, now);
+        let cookies = CookieJar::new(&config.handle_key, now);
+        let reject_tokens_per_source = SourceBuckets::per_second(
+            config.max_rejects_per_sec_per_source,
+            cookies.bucket_key(),
+            now,
+        );
         Core {
             abi: Abi(config.max_abi),
             handles: HandleGen::new(config.handle_key),
@@ -133,6 +145,8 @@ impl Core {
             last_now: now,
             remote_info_tokens,
             reject_tokens,
+            reject_tokens_per_source,
+            cookies,
             mapinfo_windows: Vec::new(),
             last_resync: None,
             usage: Usage::default(),

@@ -14,19 +14,33 @@
 //!   address differ in IP is dropped: a port mapper never changes IPs, and the kernel would
 //!   otherwise report `cp` as the peer of the next connection from the mapped address (an
 //!   attacker could name any trusted IP). The 48-byte form has no mapped address.
-//! * **Answers at most 1:1.** We never retransmit an ACCEPT; a duplicate REQUEST gets it
-//!   again, at most `max_retransmits` times and once per half interval. A duplicate ACCEPT
-//!   is re-ACKed at most `max_retransmits` times and never extends the exchange. REJECTs are
-//!   limited to `max_rejects_per_sec`.
-//! * **Per-source quota** of unconfirmed (not yet ACKed) passive exchanges; beyond it a
-//!   REQUEST is dropped unanswered (the real peer retransmits).
-//! * **Kernel memory.** The kernel keeps each REMOTE_INFO until its connection arrives, so
-//!   spoofed REQUESTs would pin kernel memory for ever. REMOTE_INFO goes out at once only on
-//!   a budget token that the ACK returns; without a token it waits for the ACK (a spoofed
-//!   source never ACKs). The active side ACKs *before* answering its kernel, so the ACK
-//!   normally still beats the connection.
-//! * **Separate budgets**: passive exchanges evict the oldest unconfirmed one when full;
-//!   local connects have their own cap and are never refused because of remote traffic.
+//! * **Echo cookies; no passive state before proof.** Our ACCEPT carries a keyed MAC of
+//!   the exchange in the bytes rdma-core (and our active side) echo into the ACK
+//!   ([`crate::cookie`]). An ACK counts only if its cookie verifies: a blind ACK, written
+//!   from the attacker's own REQUEST, confirms nothing, refunds nothing and releases
+//!   nothing. Most REQUESTs keep no state at all: the ACCEPT is derived from the REQUEST and
+//!   the key, so a duplicate REQUEST just gets the same ACCEPT again (one datagram out per
+//!   datagram in, 48 bytes for 64), and no quota or eviction can stand between a real peer
+//!   and its answer (a burst of 1000 connects from one host is answered in full).
+//! * **No REMOTE_INFO without need.** A peer that is not port mapped (mapped `cp` = `cp`:
+//!   siw, every NO_PORT_MAP RNIC) gets none: the kernel reports the right peer without
+//!   one, and every REMOTE_INFO no connection consumes stays in the kernel for ever.
+//! * **Kernel memory.** A port-mapped peer's REMOTE_INFO goes out with the ACCEPT only on a
+//!   budget token (`remote_info_budget`, one back per `remote_info_refill`), at most half
+//!   the budget per source; a verified ACK returns the token. Without
+//!   one, an IPv4 cookie carries the mapped `cp` port and the REMOTE_INFO goes out on the
+//!   verified ACK (no state before it); an IPv6 cookie has no room, so an exchange entry
+//!   holds it, at most `peer_source_quota` per source (the oldest gives way to a newer one
+//!   from the same source). The active side ACKs *before* answering its kernel, so the
+//!   ACK normally still beats the connection.
+//! * **Separate budgets**: the passive entries that exist evict the oldest *confirmed* one
+//!   when full (it only absorbs duplicates), then the oldest unconfirmed one, whose token
+//!   comes back; local connects have their own cap and are never refused because of remote
+//!   traffic.
+//! * **REJECTs** are limited per source (`max_rejects_per_sec_per_source`) under the global
+//!   `max_rejects_per_sec`: one flooding host cannot take every host's fast REJECT.
+//! * **Active side answers at most 1:1**: a duplicate ACCEPT is re-ACKed at most
+//!   `max_retransmits` times and never extends the exchange.
 //! * **Answers only from the asked host**: an ACCEPT or REJECT counts only if it comes from
 //!   the IP the REQUEST went to, and an ACCEPT's mapped IP must be the IP we asked for.
 //! * **Listeners only**: a REQUEST is answered only from a listener mapping (ADD or
@@ -35,8 +49,10 @@
 //!
 //! # Other differences from the C daemon, on purpose
 //!
-//! * **A late duplicate REQUEST stays a duplicate**: the passive exchange is kept until its
-//!   lifetime ends, so a REQUEST retransmission still in flight causes no second REMOTE_INFO.
+//! * **A late duplicate REQUEST causes no second REMOTE_INFO**: an exchange that sent or
+//!   holds one is kept until its lifetime ends, and a REMOTE_INFO sent on a verified ACK
+//!   leaves a confirmed entry that absorbs the ACKs of later duplicates. (A duplicate of a
+//!   REQUEST that needs no REMOTE_INFO just gets its ACCEPT again.)
 //! * **Exchanges end with their mapping**: a REMOVE that frees a mapping stops its
 //!   retransmissions at once (C keeps sending for up to 10 s).
 //! * **No answer after the kernel gave up** (`reply_deadline`).
@@ -48,11 +64,12 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
-use iwpm_proto::peer::{PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
 use super::{code, Core};
 use crate::action::PeerSocket;
+use crate::cookie::{Binding, RemoteInfoPlan};
 use crate::exchange::{
     ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
     RemoteInfo, SourceKey,
@@ -106,8 +123,8 @@ impl Core {
                 self.peer_book.tally(from.ip(), now).requests_in += 1;
                 self.on_request(now, via, from, &msg);
             }
-            PeerMsgType::Accept => self.on_accept(now, via, from, &msg),
-            PeerMsgType::Ack => self.on_ack(now, from, &msg),
+            PeerMsgType::Accept => self.on_accept(now, via, from, &msg, datagram),
+            PeerMsgType::Ack => self.on_ack(now, from, &msg, datagram),
             PeerMsgType::Reject => self.on_reject(now, from, &msg),
         }
     }
@@ -262,62 +279,114 @@ impl Core {
         (answer.is_ipv4() == ap.is_ipv4()).then_some((id, answer))
     }
 
-    /// Room for a new passive exchange from `from`: false (counted, logged) when its source
-    /// is over the unconfirmed quota; otherwise the oldest unconfirmed exchanges are evicted
-    /// while the table is full.
-    fn admit_passive(&mut self, now: Instant, from: SocketAddr, source: SourceKey) -> bool {
-        if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
-            self.stats.peer_quota_dropped += 1;
-            let quota = self.config.peer_source_quota;
-            self.warn(
-                now,
-                LogKind::Quota,
-                format_args!("REQUEST from {from} dropped: {quota} unconfirmed from that source"),
-            );
-            return false;
-        }
+    /// Makes room for one more passive exchange: while the table is full, the oldest
+    /// confirmed exchange goes, else the oldest unconfirmed one, which gives its REMOTE_INFO
+    /// token back (or drops the REMOTE_INFO it held for the ACK, counted).
+    fn make_room_for_passive(&mut self) {
         while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
             let Some(victim) = self.exchanges.eviction_candidate() else {
                 break;
             };
-            self.exchanges.remove(victim);
-            self.stats.exchanges_evicted += 1;
+            self.evict(victim);
         }
-        true
     }
 
-    /// Sends REMOTE_INFO to `owner` now if a budget token is free, else keeps it for the
-    /// peer's ACK (a spoofed source never ACKs, so it cannot pin kernel memory).
-    fn send_or_hold_remote_info(
-        &mut self,
-        now: Instant,
-        owner: u8,
-        remote_info: QueryMappingReply,
-    ) -> RemoteInfo {
-        if self.remote_info_tokens.take(now) {
-            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
-            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
-            // remote-info entry is reported with the peer's mapped address and leaks the
-            // entry. (C gets this order by accident, through its sender thread.)
-            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-            return RemoteInfo::SentOnToken;
+    /// Makes room in `source`'s quota: its oldest unconfirmed exchange goes (its token
+    /// back, or its held REMOTE_INFO dropped). A source flooding REQUESTs it never ACKs thus
+    /// pushes out only its own oldest entries; a real peer's ACK comes within a round trip,
+    /// long before a quota's worth of newer REQUESTs from the same source.
+    fn evict_oldest_of(&mut self, now: Instant, from: SocketAddr, source: SourceKey) {
+        let Some(victim) = self.exchanges.oldest_unconfirmed_from(source) else {
+            return;
+        };
+        self.evict(victim);
+        self.stats.peer_quota_dropped += 1;
+        let quota = self.config.peer_source_quota;
+        self.warn(
+            now,
+            LogKind::Quota,
+            format_args!(
+                "REQUEST from {from}: its source holds {quota} exchanges waiting for an ACK; \
+                 the oldest one gives way"
+            ),
+        );
+    }
+
+    fn evict(&mut self, victim: ExchangeId) {
+        let Some(ex) = self.exchanges.remove(victim) else {
+            return;
+        };
+        self.stats.exchanges_evicted += 1;
+        if let ExchangeKind::Passive(p) = ex.kind {
+            match p.remote_info {
+                RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
+                RemoteInfo::AwaitingAck { .. } => self.stats.remote_info_deferred += 1,
+                RemoteInfo::Settled => {}
+            }
         }
+    }
+
+    /// A source's share of the REMOTE_INFO budget: half of it, rounded up.
+    fn remote_info_share(&self) -> u32 {
+        self.config.remote_info_budget.div_ceil(2)
+    }
+
+    /// A REMOTE_INFO may go to the kernel with the ACCEPT, before the source is proven
+    /// real: a budget token is free, and the source holds fewer than its share.
+    fn remote_info_at_once(&mut self, now: Instant, source: SourceKey) -> bool {
+        self.exchanges.unconfirmed_from(source) < self.remote_info_share()
+            && self.remote_info_tokens.take(now)
+    }
+
+    fn remote_info_waits(&mut self, now: Instant, from: SocketAddr) {
+        let (budget, per_source) = (self.remote_info_tokens.capacity(), self.remote_info_share());
         self.count_warn(
             now,
             |s| &mut s.remote_info_deferred,
             LogKind::RemoteInfoBudget,
             format_args!(
-                "REMOTE_INFO budget spent ({} unconfirmed): REMOTE_INFO now waits for the \
-                 peer's ACK",
-                self.remote_info_tokens.capacity()
+                "REMOTE_INFO budget spent ({budget} unconfirmed, {per_source} per source; last \
+                 {from}): REMOTE_INFO now waits for the peer's verified ACK"
             ),
         );
-        RemoteInfo::AwaitingAck {
-            owner,
-            msg: Box::new(remote_info),
-        }
     }
 
+    /// The REMOTE_INFO telling the kernel that the peer at `mapped_cp` is really `cp`, for
+    /// a connection to the listener mapping `id`.
+    fn remote_info_for(
+        &self,
+        id: MappingId,
+        cp: SocketAddr,
+        mapped_cp: SocketAddr,
+    ) -> Option<(u8, QueryMappingReply)> {
+        let m = self.table.get(id)?;
+        Some((
+            m.owner,
+            QueryMappingReply {
+                seq: 0,
+                local_addr: m.local(),
+                remote_addr: SockAddrStorage::from(cp),
+                mapped_local_addr: m.mapped(),
+                mapped_remote_addr: SockAddrStorage::from(mapped_cp),
+                err: 0,
+                unknown: Vec::new(),
+            },
+        ))
+    }
+
+    /// A REQUEST: the ACCEPT carries an echo cookie (`crate::cookie`), so in the common
+    /// cases no state is kept before the peer's ACK proves it received our ACCEPT:
+    ///
+    /// * a peer that is not port mapped (mapped `cp` = `cp`: siw, every NO_PORT_MAP RNIC)
+    ///   needs no REMOTE_INFO at all: the kernel, finding none, reports the connection's
+    ///   own remote address, which is that same address. Stateless ACCEPT.
+    /// * a port-mapped peer needs one, and it should reach the kernel before the
+    ///   connection does (the C active side answers its kernel before it ACKs). It goes at
+    ///   once while the REMOTE_INFO budget and the source's share of it last (an exchange
+    ///   entry dedups retransmitted REQUESTs and a verified ACK returns the token);
+    ///   otherwise, for IPv4, the cookie carries the mapped `cp` port and the REMOTE_INFO
+    ///   goes out on the verified ACK (stateless); for IPv6, whose cookie has no room, an
+    ///   exchange entry holds it, within the per-source quota.
     fn on_request(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
         let mapped_cp = msg.mapped_cp().unwrap_or_else(|| {
             let port = if msg.reserved_port != 0 {
@@ -360,26 +429,52 @@ impl Core {
             self.exchanges.remove(xid);
             self.stats.peer_reused_handles += 1;
         }
-        let source = SourceKey::of(from.ip());
-        if !self.admit_passive(now, from, source) {
+        let binding = Binding::of_request(from, msg, answer_ap);
+        let mut accept = PeerMessage::accept_for(msg, answer_ap);
+        if mapped_cp == msg.cp() {
+            self.stats.remote_info_not_needed += 1;
+            self.stateless_accept(
+                now,
+                via,
+                &mut accept,
+                &binding,
+                RemoteInfoPlan::NotNeeded,
+                0,
+            );
             return;
         }
-        let Some((owner, m_local, m_mapped)) =
-            self.table.get(id).map(|m| (m.owner, m.local(), m.mapped()))
-        else {
+        let source = SourceKey::of(from.ip());
+        let Some((owner, remote_info)) = self.remote_info_for(id, msg.cp(), mapped_cp) else {
             return;
         };
-        let remote_info = QueryMappingReply {
-            seq: 0,
-            local_addr: m_local,
-            remote_addr: SockAddrStorage::from(msg.cp()),
-            mapped_local_addr: m_mapped,
-            mapped_remote_addr: SockAddrStorage::from(mapped_cp),
-            err: 0,
-            unknown: Vec::new(),
+        let (plan, remote_info) = if self.remote_info_at_once(now, source) {
+            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
+            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
+            // remote-info entry is reported with the peer's mapped address and leaks the
+            // entry. (C gets this order by accident, through its sender thread.)
+            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+            (RemoteInfoPlan::SentAtOnce, RemoteInfo::SentOnToken)
+        } else {
+            self.remote_info_waits(now, from);
+            if msg.ip_version == IpVersion::V4 {
+                let port = mapped_cp.port();
+                self.stateless_accept(now, via, &mut accept, &binding, RemoteInfoPlan::OnAck, port);
+                return;
+            }
+            if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
+                self.evict_oldest_of(now, from, source);
+            }
+            let held = RemoteInfo::AwaitingAck {
+                owner,
+                msg: Box::new(remote_info),
+            };
+            (RemoteInfoPlan::OnAck, held)
         };
-        let remote_info = self.send_or_hold_remote_info(now, owner, remote_info);
-        let accept = PeerMessage::accept_for(msg, answer_ap).encode();
+        self.make_room_for_passive();
+        let echo = self
+            .cookies
+            .mark(now, &mut accept, &binding, plan, mapped_cp.port());
+        let accept = accept.encode_with_echo(&echo);
         let ex = Exchange::new(
             key,
             id,
@@ -401,9 +496,30 @@ impl Core {
         self.send_peer(via, from, PeerMsgType::Accept, accept);
     }
 
-    /// A REQUEST for no listener: REJECT, within the REJECT rate.
+    /// Sends `accept` with its cookie and keeps nothing: a retransmitted REQUEST gets the
+    /// same ACCEPT again (one datagram out per datagram in, 48 bytes for 64).
+    fn stateless_accept(
+        &mut self,
+        now: Instant,
+        via: PeerSocket,
+        accept: &mut PeerMessage,
+        binding: &Binding,
+        plan: RemoteInfoPlan,
+        mapped_cp_port: u16,
+    ) {
+        let echo = self
+            .cookies
+            .mark(now, accept, binding, plan, mapped_cp_port);
+        self.stats.accepts_stateless += 1;
+        let accept = accept.encode_with_echo(&echo);
+        self.send_peer(via, binding.from, PeerMsgType::Accept, accept);
+    }
+
+    /// A REQUEST for no listener: REJECT, within the source's REJECT rate and the global
+    /// one.
     fn reject(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
-        if !self.reject_tokens.take(now) {
+        let source = SourceKey::of(from.ip());
+        if !self.reject_tokens_per_source.take(now, source) || !self.reject_tokens.take(now) {
             self.stats.rejects_suppressed += 1;
             return;
         }
@@ -485,7 +601,14 @@ impl Core {
         Some(xid)
     }
 
-    fn on_accept(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
+    fn on_accept(
+        &mut self,
+        now: Instant,
+        via: PeerSocket,
+        from: SocketAddr,
+        msg: &PeerMessage,
+        datagram: &[u8],
+    ) {
         let Some(xid) = self.answered_exchange(now, from, msg) else {
             return;
         };
@@ -542,8 +665,9 @@ impl Core {
         };
         // The ACK leaves before the kernel hears the answer: the kernel connects as soon as
         // it has it, and a passive peer short of REMOTE_INFO budget sends REMOTE_INFO on
-        // this ACK, which must beat our connection there.
-        let ack = PeerMessage::ack_for(msg).encode();
+        // this ACK, which must beat our connection there. It echoes every byte of the
+        // ACCEPT that carries no field, as rdma-core's does: the passive side's cookie.
+        let ack = PeerMessage::ack_for(msg).encode_with_echo(&ipv4_echo(datagram));
         self.send_peer(via, from, PeerMsgType::Ack, ack.clone());
         self.send_kernel(
             client,
@@ -604,9 +728,28 @@ impl Core {
         );
     }
 
-    /// The ACK confirms the peer is real (it received our ACCEPT at its source address):
-    /// the REMOTE_INFO token comes back, or the waiting REMOTE_INFO goes out now.
-    fn on_ack(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage) {
+    /// An ACK counts only if it echoes the cookie of an ACCEPT we sent to its source: then
+    /// the peer is real (it received our ACCEPT there). Its exchange's REMOTE_INFO token
+    /// comes back, or the REMOTE_INFO held for it goes out; with no exchange, an IPv4
+    /// cookie that planned the REMOTE_INFO for this ACK carries the mapped `cp` port, and
+    /// a confirmed entry is kept so that a duplicate ACK sends no second one.
+    fn on_ack(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage, datagram: &[u8]) {
+        let binding = Binding::of_ack(from, msg);
+        let Some(verified) = self
+            .cookies
+            .verify(now, msg, &ipv4_echo(datagram), &binding)
+        else {
+            self.count_warn(
+                now,
+                |s| &mut s.peer_acks_unverified,
+                LogKind::UnverifiedAck,
+                format_args!(
+                    "ACK from {from} dropped: it does not echo the cookie of an ACCEPT we sent \
+                     there (blind, tampered, stale, or from a peer that zeroes the bytes)"
+                ),
+            );
+            return;
+        };
         let key = ExchangeKey::Passive {
             handle: msg.assoc_handle,
             from,
@@ -614,7 +757,9 @@ impl Core {
             cp: msg.cp().into(),
         };
         let Some(xid) = self.exchanges.find(&key) else {
-            self.stats.peer_unmatched += 1;
+            if verified.plan == Some(RemoteInfoPlan::OnAck) {
+                self.remote_info_on_verified_ack(now, from, msg, key, verified.mapped_cp_port);
+            }
             return;
         };
         if !self.exchanges.confirm(xid) {
@@ -636,6 +781,63 @@ impl Core {
             }
             RemoteInfo::Settled => {}
         }
+    }
+
+    /// The REMOTE_INFO a stateless IPv4 ACCEPT deferred to its (verified) ACK, and the
+    /// confirmed entry that absorbs the ACK's duplicates.
+    fn remote_info_on_verified_ack(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        ack: &PeerMessage,
+        key: ExchangeKey,
+        mapped_cp_port: u16,
+    ) {
+        // The ACK's ap is the mapped address we answered with.
+        let Some(id) = self.table.loose_mapped(&Endpoint::from(ack.ap())) else {
+            self.stats.peer_unmatched += 1;
+            return;
+        };
+        if self
+            .table
+            .get(id)
+            .is_none_or(|m| m.role == MappingRole::Connector)
+        {
+            self.stats.peer_unmatched += 1;
+            return;
+        }
+        let mapped_cp = SocketAddr::new(ack.cp_ip, mapped_cp_port);
+        let Some((owner, remote_info)) = self.remote_info_for(id, ack.cp(), mapped_cp) else {
+            return;
+        };
+        self.stats.remote_info_on_ack += 1;
+        self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+        self.make_room_for_passive();
+        let ex = Exchange::new(
+            key,
+            id,
+            // Never sent on: a confirmed exchange only absorbs duplicates.
+            (
+                if from.is_ipv4() {
+                    PeerSocket::V4Listener
+                } else {
+                    PeerSocket::V6Listener
+                },
+                from,
+            ),
+            now + self.config.exchange_lifetime,
+            ExchangeKind::Passive(Box::new(PassiveAnswer {
+                accept: Vec::new(),
+                resends_left: 0,
+                next_resend: now,
+                source: SourceKey::of(from.ip()),
+                confirmed: true,
+                confirmed_at: Some(now),
+                remote_info: RemoteInfo::Settled,
+            })),
+        );
+        self.exchanges
+            .insert(ex, now + self.config.exchange_lifetime);
     }
 
     /// Records how a local exchange ended, for the control socket's `peers` (passive

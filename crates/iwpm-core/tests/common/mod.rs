@@ -470,6 +470,20 @@ impl Host {
         self.pump();
     }
 
+    /// A datagram as it came off the wire (its unused bytes included).
+    pub fn peer_raw(&mut self, via: PeerSocket, from: &str, datagram: &[u8]) {
+        self.core
+            .handle_peer_datagram(self.now, via, addr(from), datagram);
+        self.pump();
+    }
+
+    /// Answers the ACCEPT `accept` as rdma-core (and our active side) does: the ACK is the
+    /// ACCEPT's bytes with the type changed, so its echo cookie comes back.
+    pub fn ack(&mut self, via: PeerSocket, from: &str, accept: &Sent) {
+        let ack = ack_of(accept);
+        self.peer_raw(via, from, &ack);
+    }
+
     pub fn refcount(&self, local: &str) -> Option<u32> {
         let ep = addr(local).into();
         self.core
@@ -477,4 +491,10 @@ impl Host {
             .find(|m| m.local_endpoint == ep)
             .map(|m| m.refcount)
     }
+}
+
+/// The ACK an active side builds from `accept`: every byte echoed, the type changed.
+pub fn ack_of(accept: &Sent) -> Vec<u8> {
+    let msg = PeerMessage::decode(&accept.raw).expect("an ACCEPT we sent decodes");
+    PeerMessage::ack_for(&msg).encode_with_echo(&iwpm_proto::peer::ipv4_echo(&accept.raw))
 }

@@ -1,0 +1,400 @@
+//! Echo cookies: a keyed MAC in the bytes of our ACCEPT that the active side sends back in
+//! its ACK, so an ACK counts only if it answers an ACCEPT we really sent to that address.
+//!
+//! # Why
+//!
+//! Nothing else in an ACK comes from us: the handle is the requester's, `ap` is the
+//! listener's stable mapped address and `cp` is the requester's. An ACK written blind from
+//! the attacker's own REQUEST would otherwise confirm an exchange, refund a REMOTE_INFO token
+//! or release a held REMOTE_INFO, and the kernel never frees a REMOTE_INFO entry that no
+//! connection consumes.
+//!
+//! # Where the cookie travels
+//!
+//! rdma-core builds every answer from the datagram it received: it copies both 16-byte
+//! address fields, `pmtime` and the version bits of our ACCEPT into its ACK (seen on the
+//! real kernel: an ACCEPT marked in those bytes came back with all of them). So does our
+//! own active side.
+//!
+//! * **IPv4**: the 24 unused address bytes ([`Ipv4Echo`]) carry a 128-bit MAC, the mapped
+//!   `cp` port the REQUEST named, the key epoch, flags and a format byte. Everything the
+//!   passive side needs on the ACK is in the cookie, so it keeps no state before the ACK.
+//! * **IPv6** has no unused address bytes: only `pmtime` (8 bits) and the version bits (2)
+//!   are echoed. Ten bits make a blind ACK succeed once in 512 tries (two epochs are
+//!   accepted); the state an IPv6 exchange needs stays in the exchange table, bounded by
+//!   the per-source quota and the REMOTE_INFO budget (`docs/HARDENING.md`).
+//!
+//! # Keys
+//!
+//! SipHash-2-4 with a 128-bit output (`siphasher`), keyed per epoch: the epoch key is the
+//! MAC of the epoch number under a base key derived from the shell's random `handle_key`.
+//! An epoch lasts [`EPOCH`]; an ACK verifies under the current or the previous epoch's key,
+//! so a cookie is good for 16 to 32 s, longer than an exchange (10 s) and far shorter than
+//! any replay an attacker could stockpile. The clock is the core's `now`, never read here.
+
+use std::hash::Hasher;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use iwpm_proto::peer::{IpVersion, Ipv4Echo, PeerMessage, IPV4_ECHO_LEN};
+use siphasher::sip128::{Hasher128, SipHasher24};
+
+/// How long one cookie key is the current one.
+pub(crate) const EPOCH: Duration = Duration::from_secs(16);
+
+/// Format byte of an IPv4 cookie (the last byte of the echo): tells a cookie from the zeros
+/// an old peer writes.
+const FORMAT_V1: u8 = 0xc1;
+
+const MAC_LEN: usize = 16;
+const PORT_AT: usize = MAC_LEN;
+const EPOCH_AT: usize = PORT_AT + 2;
+const FLAGS_AT: usize = EPOCH_AT + 1;
+const FORMAT_AT: usize = IPV4_ECHO_LEN - 1;
+
+/// What the passive side did with the REMOTE_INFO when it answered (carried, authenticated,
+/// in an IPv4 cookie).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RemoteInfoPlan {
+    /// None is needed: the connecting side is not port mapped (mapped `cp` = `cp`), so the
+    /// kernel reports the right peer without one.
+    NotNeeded,
+    /// Sent with the ACCEPT (on a budget token; the exchange table holds the rest).
+    SentAtOnce,
+    /// To be sent when this ACK arrives: the cookie carries the mapped `cp` port.
+    OnAck,
+}
+
+impl RemoteInfoPlan {
+    fn code(self) -> u8 {
+        match self {
+            RemoteInfoPlan::NotNeeded => 0,
+            RemoteInfoPlan::SentAtOnce => 1,
+            RemoteInfoPlan::OnAck => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(RemoteInfoPlan::NotNeeded),
+            1 => Some(RemoteInfoPlan::SentAtOnce),
+            2 => Some(RemoteInfoPlan::OnAck),
+            _ => None,
+        }
+    }
+}
+
+/// What a verified ACK tells: the plan its ACCEPT was sent with and, for IPv4, the mapped
+/// `cp` port of the REQUEST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Verified {
+    /// `None` for IPv6 (the cookie has no room for it; the exchange table knows).
+    pub plan: Option<RemoteInfoPlan>,
+    pub mapped_cp_port: u16,
+}
+
+/// The exchange a cookie is bound to: everything an ACK echoes that identifies it, plus the
+/// datagram's source address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Binding {
+    pub from: SocketAddr,
+    pub handle: u64,
+    pub cp: SocketAddr,
+    /// The `ap` of our ACCEPT (the listener's mapped address as we answered it).
+    pub ap: SocketAddr,
+}
+
+impl Binding {
+    /// The binding of an ACCEPT we answer `req` (from `from`) with, answering `ap`.
+    pub fn of_request(from: SocketAddr, req: &PeerMessage, ap: SocketAddr) -> Self {
+        Binding {
+            from,
+            handle: req.assoc_handle,
+            cp: req.cp(),
+            ap,
+        }
+    }
+
+    /// The binding an ACK (from `from`) claims.
+    pub fn of_ack(from: SocketAddr, ack: &PeerMessage) -> Self {
+        Binding {
+            from,
+            handle: ack.assoc_handle,
+            cp: ack.cp(),
+            ap: ack.ap(),
+        }
+    }
+}
+
+/// The cookie keys: the base key and the current and previous epochs' keys.
+#[derive(Clone, Debug)]
+pub(crate) struct CookieJar {
+    base: [u8; 16],
+    origin: Instant,
+    epoch: u64,
+    current: [u8; 16],
+    previous: [u8; 16],
+}
+
+impl CookieJar {
+    /// Keys derived from the shell's secret (`handle_key`, 32 random bytes); epochs count
+    /// from `now`.
+    pub fn new(secret: &[u8; 32], now: Instant) -> Self {
+        let (k, rest) = secret.split_at(16);
+        let mut h = keyed(k);
+        h.write(b"iwpmd echo cookie base key");
+        h.write(rest);
+        let base = h.finish128().as_bytes();
+        let mut jar = CookieJar {
+            base,
+            origin: now,
+            epoch: 0,
+            current: [0; 16],
+            previous: [0; 16],
+        };
+        jar.current = jar.epoch_key(0);
+        jar.previous = jar.current;
+        jar
+    }
+
+    /// A key for other keyed hashes of the core (per-source buckets), apart from the cookies'.
+    pub fn bucket_key(&self) -> [u8; 16] {
+        let mut h = keyed(&self.base);
+        h.write(b"per-source buckets");
+        h.finish128().as_bytes()
+    }
+
+    fn epoch_key(&self, epoch: u64) -> [u8; 16] {
+        let mut h = keyed(&self.base);
+        h.write(b"epoch");
+        h.write_u64(epoch);
+        h.finish128().as_bytes()
+    }
+
+    /// Moves the keys on to `now`'s epoch.
+    fn rotate(&mut self, now: Instant) {
+        let epoch = now.saturating_duration_since(self.origin).as_secs() / EPOCH.as_secs();
+        if epoch == self.epoch {
+            return;
+        }
+        self.previous = if epoch == self.epoch + 1 {
+            self.current
+        } else {
+            self.epoch_key(epoch.saturating_sub(1))
+        };
+        self.current = self.epoch_key(epoch);
+        self.epoch = epoch;
+    }
+
+    /// Marks `accept` (about to be sent for `binding`) with the cookie: for IPv4 the
+    /// returned echo bytes (write them with [`PeerMessage::encode_with_echo`]); for IPv6
+    /// `pmtime` and `version` are set and the echo is zeros.
+    pub fn mark(
+        &mut self,
+        now: Instant,
+        accept: &mut PeerMessage,
+        binding: &Binding,
+        plan: RemoteInfoPlan,
+        mapped_cp_port: u16,
+    ) -> Ipv4Echo {
+        self.rotate(now);
+        let mut echo = [0u8; IPV4_ECHO_LEN];
+        match accept.ip_version {
+            IpVersion::V4 => {
+                echo[PORT_AT..EPOCH_AT].copy_from_slice(&mapped_cp_port.to_be_bytes());
+                echo[EPOCH_AT] = self.epoch as u8;
+                echo[FLAGS_AT] = plan.code();
+                echo[FORMAT_AT] = FORMAT_V1;
+                let mac = mac(&self.current, binding, &echo[MAC_LEN..]);
+                echo[..MAC_LEN].copy_from_slice(&mac);
+            }
+            IpVersion::V6 => {
+                let mac = mac(&self.current, binding, &[]);
+                accept.pmtime = mac[0];
+                accept.version = mac[1] & 0b11;
+            }
+        }
+        echo
+    }
+
+    /// Checks the cookie an ACK echoes (`ack` decoded from `datagram`, from `binding.from`).
+    pub fn verify(
+        &mut self,
+        now: Instant,
+        ack: &PeerMessage,
+        echo: &Ipv4Echo,
+        binding: &Binding,
+    ) -> Option<Verified> {
+        self.rotate(now);
+        match ack.ip_version {
+            IpVersion::V4 => {
+                if echo[FORMAT_AT] != FORMAT_V1 {
+                    return None;
+                }
+                let key = if echo[EPOCH_AT] == self.epoch as u8 {
+                    &self.current
+                } else if echo[EPOCH_AT] == self.epoch.wrapping_sub(1) as u8 && self.epoch > 0 {
+                    &self.previous
+                } else {
+                    return None;
+                };
+                let want = mac(key, binding, &echo[MAC_LEN..]);
+                if !constant_time_eq(&want, &echo[..MAC_LEN]) {
+                    return None;
+                }
+                Some(Verified {
+                    plan: Some(RemoteInfoPlan::from_code(echo[FLAGS_AT])?),
+                    mapped_cp_port: u16::from_be_bytes([echo[PORT_AT], echo[PORT_AT + 1]]),
+                })
+            }
+            IpVersion::V6 => {
+                let matches = |key: &[u8; 16]| {
+                    let mac = mac(key, binding, &[]);
+                    ack.pmtime == mac[0] && ack.version == mac[1] & 0b11
+                };
+                (matches(&self.current) || (self.epoch > 0 && matches(&self.previous))).then_some(
+                    Verified {
+                        plan: None,
+                        mapped_cp_port: 0,
+                    },
+                )
+            }
+        }
+    }
+}
+
+fn keyed(key: &[u8]) -> SipHasher24 {
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&key[..16]);
+    SipHasher24::new_with_key(&k)
+}
+
+/// The MAC of an exchange's binding and the cookie's authenticated trailer.
+fn mac(key: &[u8; 16], b: &Binding, trailer: &[u8]) -> [u8; MAC_LEN] {
+    let mut h = keyed(key);
+    write_addr(&mut h, b.from);
+    h.write_u64(b.handle);
+    write_addr(&mut h, b.cp);
+    write_addr(&mut h, b.ap);
+    h.write(trailer);
+    h.finish128().as_bytes()
+}
+
+fn write_addr(h: &mut SipHasher24, a: SocketAddr) {
+    match a.ip() {
+        IpAddr::V4(v4) => {
+            h.write_u8(4);
+            h.write(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            h.write_u8(6);
+            h.write(&v6.octets());
+        }
+    }
+    h.write_u16(a.port());
+}
+
+/// Equality without an early exit, so the time taken says nothing of how many bytes of a
+/// guess were right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use iwpm_proto::peer::ipv4_echo;
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn exchange(cp: &str, ap: &str) -> (PeerMessage, Binding) {
+        let cp = sa(cp);
+        let req = PeerMessage::request(7, cp, cp, sa(ap));
+        let from = SocketAddr::new(cp.ip(), 3935);
+        (req, Binding::of_request(from, &req, sa(ap)))
+    }
+
+    /// The ACK the active side sends: our ACCEPT's bytes with the type changed.
+    fn echoed_ack(accept: &PeerMessage, echo: &Ipv4Echo) -> (PeerMessage, Ipv4Echo) {
+        let bytes = PeerMessage::ack_for(accept).encode_with_echo(echo);
+        (PeerMessage::decode(&bytes).unwrap(), ipv4_echo(&bytes))
+    }
+
+    #[test]
+    fn an_echoed_ipv4_cookie_verifies_with_its_plan_and_port() {
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new(&[9; 32], t0);
+        let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
+        let mut acc = PeerMessage::accept_for(&req, b.ap);
+        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::OnAck, 41234);
+        let (ack, echo) = echoed_ack(&acc, &echo);
+        let got = jar.verify(t0 + EPOCH, &ack, &echo, &Binding::of_ack(b.from, &ack));
+        assert_eq!(
+            got,
+            Some(Verified {
+                plan: Some(RemoteInfoPlan::OnAck),
+                mapped_cp_port: 41234
+            })
+        );
+    }
+
+    #[test]
+    fn a_blind_or_tampered_or_stale_ipv4_ack_fails() {
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new(&[9; 32], t0);
+        let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
+        let mut acc = PeerMessage::accept_for(&req, b.ap);
+        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::NotNeeded, 5000);
+        let (ack, good) = echoed_ack(&acc, &echo);
+        let bind = Binding::of_ack(b.from, &ack);
+        // Blind: written from the REQUEST alone, zero padding.
+        assert_eq!(jar.verify(t0, &ack, &[0; IPV4_ECHO_LEN], &bind), None);
+        // Any flipped bit of the echo, the plan and port included.
+        for i in 0..IPV4_ECHO_LEN {
+            let mut bad = good;
+            bad[i] ^= 0x40;
+            assert_eq!(jar.verify(t0, &ack, &bad, &bind), None, "byte {i}");
+        }
+        // Another source port, handle or cp.
+        let other = Binding {
+            from: sa("10.0.0.1:3936"),
+            ..bind
+        };
+        assert_eq!(jar.verify(t0, &ack, &good, &other), None);
+        let other = Binding { handle: 8, ..bind };
+        assert_eq!(jar.verify(t0, &ack, &good, &other), None);
+        // Two epochs later the key is gone.
+        assert_eq!(jar.verify(t0 + EPOCH * 2, &ack, &good, &bind), None);
+    }
+
+    #[test]
+    fn an_ipv6_cookie_rides_in_pmtime_and_version() {
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new(&[3; 32], t0);
+        let (req, b) = exchange("[fd00::1]:5000", "[fd00::2]:4000");
+        let mut acc = PeerMessage::accept_for(&req, b.ap);
+        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::SentAtOnce, 0);
+        assert_eq!(echo, [0; IPV4_ECHO_LEN]);
+        let (ack, echo) = echoed_ack(&acc, &echo);
+        let bind = Binding::of_ack(b.from, &ack);
+        assert!(jar.verify(t0 + EPOCH, &ack, &echo, &bind).is_some());
+        // The blind guess (the REQUEST's pmtime and version, 0) passes only by chance: out
+        // of 1024 handles, about 2 in 1024 (two epochs) may pass.
+        let passed = (0..1024u64)
+            .filter(|h| {
+                let bind = Binding { handle: *h, ..bind };
+                let blind = PeerMessage {
+                    assoc_handle: *h,
+                    pmtime: 0,
+                    version: 0,
+                    ..ack
+                };
+                jar.verify(t0 + EPOCH, &blind, &echo, &bind).is_some()
+            })
+            .count();
+        assert!(passed < 12, "{passed} of 1024 blind IPv6 ACKs passed");
+    }
+}
