@@ -307,6 +307,27 @@ local_answer_check() {
 local_answers_ok() {  # FILE AP N
   [ "$3" -ge 1 ] && ! grep -q ' udp send ' "$1" && ! grep -q ' IWCM REMOTE_INFO ' "$1"
 }
+# identity_ri: true when the daemon under test sends a REMOTE_INFO even for a peer that is
+# not port mapped (mapped cp = cp), as the C iwpmd does for every new REQUEST; ours
+# (iwpmd-rs in the share) sends none then: the kernel, finding no entry, reports the
+# connection's own remote address, which is that same address, and every entry no
+# connection consumes stays in the kernel for ever.
+identity_ri() { [ "$(basename "$IWPMD")" != iwpmd-rs ]; }
+# remote_info_ok FILE AP: the REMOTE_INFOs sent for listener AP (LOCAL_ADDR, as printed by
+# the decoder) are the ones the daemon owes. C: at least one. Ours: exactly one per
+# association whose REQUEST was port mapped (mcp port != cp port), none for the others
+# (with siw, which is NO_PORT_MAP, that is none at all). Sets RI_SENT and RI_OWED.
+remote_info_ok() {
+  RI_SENT=$(awk -v ap="$2" '/ nl send dst=0 IWCM REMOTE_INFO / && index($0, "LOCAL_ADDR=" ap " ") { n++ } END { print n + 0 }' "$1")
+  RI_OWED=$(awk -v ap="$2" '/ udp recv .* REQUEST / && index($0, " ap=" ap " ") {
+      cp = $0; sub(/.* cp=/, "", cp); sub(/ .*/, "", cp)
+      h = $0; sub(/.* h=/, "", h); sub(/ .*/, "", h)
+      m = $0; if (!sub(/.* mcp=/, "", m)) next; sub(/ .*/, "", m)
+      cpp = cp; sub(/.*:/, "", cpp); mp = m; sub(/.*:/, "", mp)
+      if (mp != cpp) owed[h "/" cp] = 1 }
+    END { n = 0; for (k in owed) n++; print n }' "$1")
+  if identity_ri; then [ "$RI_SENT" -ge 1 ]; else [ "$RI_SENT" = "$RI_OWED" ]; fi
+}
 # detail LINES: append evidence lines (indented) under the last check
 detail() { [ -n "$1" ] && echo "$1" | head -${2:-5} | sed 's/^/    /' >> "$CHECKS"; return 0; }
 
@@ -326,9 +347,10 @@ trace_checks_v4() {
     return
   fi
   peer_check "$T" both 4; r=$?
-  check trace-peer "v4: $PEER_HANDLES associations, each with UDP REQUEST->:3935 / ACCEPT / ACK both ways; REMOTE_INFO + QUERY reply to the kernel" \
+  local ri=0; remote_info_ok "$T" "$IP:7174" || ri=1
+  check trace-peer "v4: $PEER_HANDLES associations, each with UDP REQUEST->:3935 / ACCEPT / ACK both ways; QUERY reply to the kernel; REMOTE_INFO as owed ($RI_SENT sent, $RI_OWED port-mapped associations)" \
     sh -c "test $r = 0 && test $PEER_HANDLES -ge 2 && grep -q ' udp send $IP:3935 REQUEST v4 len=64 .*ap=$IP:7174' $T &&
-           grep -q ' nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=$IP:7174 ' $T &&
+           test $ri = 0 &&
            grep -q ' nl send dst=0 IWCM QUERY_MAPPING .*REMOTE_ADDR=$IP:7174 .*MAPPING_ERR=0' $T"
   detail "$PEER_BAD"
 }

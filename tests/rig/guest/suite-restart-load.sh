@@ -173,11 +173,11 @@ role_check "$ROLE" replay "restarted daemon: HELLO(4) + MAPINFO request; kernel 
          [ $nrec -ge $nb ] && [ $notrep = 0 ] && [ -n '$num' ] && [ '$num' = '$nrec' ] && [ '$ack' = '$num' ]"
 miss=""; for p in $NEWP; do
   grep -q " udp recv .* REQUEST v4 .*ap=$IP:$p " "$T" && grep -q " udp send .* ACCEPT v4 .*ap=$IP:$p " "$T" &&
-    grep -q " nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=$IP:$p " "$T" || miss="$miss $p"
+    remote_info_ok "$T" "$IP:$p" || miss="$miss $p"
 done
 nrej=$(cnt "$T" ' udp (send|recv) .* REJECT ')
 u=$(unanswered "$T"); e=$(reply_errors "$T")
-role_check "$ROLE" trace-new "each new connection's REQUEST for its pre-restart listener got ACCEPT + REMOTE_INFO (missing:${miss:- none}); REJECTs: $nrej; unanswered kernel requests: $(echo "$u" | grep -c .); error replies: $(echo "$e" | grep -c .)" \
+role_check "$ROLE" trace-new "each new connection's REQUEST for its pre-restart listener got ACCEPT + REMOTE_INFO as owed (missing:${miss:- none}); REJECTs: $nrej; unanswered kernel requests: $(echo "$u" | grep -c .); error replies: $(echo "$e" | grep -c .)" \
   sh -c "[ -z '$miss' ] && [ $nrej = 0 ] && [ -z \"\$1\" ] && [ -z \"\$2\" ]" _ "$u" "$e"
 detail "$u"; detail "$e"
 

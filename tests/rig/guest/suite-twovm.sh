@@ -9,11 +9,15 @@
 # Knobs: role=server|client hostid=1|2 peer=ADDR sync=DIR (set by run-2vm.sh),
 #        iwpmd=PATH|none iwpmd_args=A,B  rping_count=N [10]  cmtime=N [50]
 #        trace=0|1 [1]: 0 = timing run: daemons not traced, only rping/dump/cmtime checks
+#        (trace=1 adds the peer-address phase: the peer the passive kernel reports for
+#        connections to a specific, a wildcard and an IPv6 listener)
 #        (iwpmd=none: no daemon at all, the kernel connects unmapped)
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
 N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
 if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
+# IPv6 for the peer-address phase: fd00:77::HOSTID on each side's NIC
+IP6="fd00:77::${RIG_HOSTID:-1}/64"; PEER6="fd00:77::$(echo "$PEER" | sed 's/.*\.//')"
 
 setup_net
 note "kernel $(uname -r); role $ROLE; siw0 on $DEV ($IP); peer $PEER; daemon $IWPMD $IWPMD_ARGS"
@@ -50,6 +54,25 @@ if [ "$ROLE" = server ]; then
   flag live.dumped; wait_flag live.done 120; kill $sp; wait $sp 2>/dev/null
   cmtime -b "$IP" -c "$CM" > "$OUT/cmtime-server.log" 2>&1 & sp=$!
   flag cmtime.listening; wait_flag cmtime.done 300; sleep 1; kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  if [ "$TRACE" = 1 ]; then
+    # The peer the kernel reports for an incoming connection (rdma_get_peer_addr, what
+    # `rdma res show cm_id` lists as dst-addr): a specific, a wildcard and an IPv6
+    # listener, each connected from a known source port. With siw (NO_PORT_MAP) ours sends
+    # no REMOTE_INFO, C sends one each: the reported peer must be the client's own address.
+    ip -6 addr add "$IP6" dev "$DEV" nodad
+    rigcm serve "$IP" 7610 1 60 > "$OUT/serve-specific.log" 2>&1 & s1=$!
+    rigcm serve 0.0.0.0 7611 1 60 > "$OUT/serve-wildcard.log" 2>&1 & s2=$!
+    rigcm serve "${IP6%/*}" 7612 1 60 > "$OUT/serve-v6.log" 2>&1 & s3=$!
+    wait_listen 7610; wait_listen 7611; wait_listen 7612; sleep 0.3
+    flag peers.listening; wait_flag peers.connected 120
+    rdma res show cm_id > "$OUT/cm-id.txt" 2>&1
+    wait_or_kill $s1 10; wait_or_kill $s2 10; wait_or_kill $s3 10; flag peers.done
+    for x in "specific $PEER:7650" "wildcard $PEER:7651" "v6 [$PEER6]:7652"; do
+      set -- $x
+      got=$(sed -n 's/^conn n=1 peer=\([^ ]*\) .*/\1/p' "$OUT/serve-$1.log")
+      check "peer-$1" "$1 listener: the kernel reports the peer ${got:-nothing}, the client's own $2" test "$got" = "$2"
+    done
+  fi
 else
   wait_flag rping.listening; sleep 1
   # Under a loaded TCG host rping sometimes loses its first connection: the server logs a
@@ -106,6 +129,16 @@ else
   wait_flag cmtime.listening; sleep 1
   check_cmtime cmtime "$PEER" "$CM" across
   flag cmtime.done
+  if [ "$TRACE" = 1 ]; then
+    ip -6 addr add "$IP6" dev "$DEV" nodad
+    wait_flag peers.listening 120
+    for x in "specific $IP:7650 $PEER:7610" "wildcard $IP:7651 $PEER:7611" "v6 [${IP6%/*}]:7652 [$PEER6]:7612"; do
+      set -- $x
+      rigcm connect "$2" "$3" 30 > "$OUT/connect-$1.log" 2>&1
+      check "connect-$1" "$1: connected from $2 to $3 ($(head -1 "$OUT/connect-$1.log"))" grep -q '^connected ' "$OUT/connect-$1.log"
+    done
+    flag peers.connected; wait_flag peers.done 120
+  fi
 fi
 sed 's/^.*iwpmd[-a-z]*\[[0-9]*\]: /    /' "$OUT/dump-live.txt" | grep -E 'Mapping|address' >> "$SUM"
 [ $NODAEMON = 1 ] || check_dmesg dmesg
@@ -127,7 +160,17 @@ if [ "$ROLE" = server ]; then
     sh -c "[ $r = 0 ] && [ $nh -ge $((CM+2)) ] && grep -q ' udp recv $PEER:[0-9]* REQUEST v4 ' $T"
   detail "$PEER_BAD"
   nri=$(cnt "$T" " nl send dst=0 IWCM REMOTE_INFO .*LOCAL_ADDR=$IP:[0-9]* REMOTE_ADDR=$PEER:[0-9]* .*MAPPING_ERR=0")
-  check trace-remote-info "one REMOTE_INFO (local $IP, remote $PEER) per association: $nri for $nh" test "$nri" = "$nh"
+  nall=$(cnt "$T" " nl send dst=0 IWCM REMOTE_INFO ")
+  if identity_ri; then
+    check trace-remote-info "one REMOTE_INFO (local $IP, remote $PEER) per association: $nri for $nh" test "$nri" = "$nh"
+  else
+    # siw is NO_PORT_MAP: every REQUEST has mapped cp = cp, and ours owes no REMOTE_INFO.
+    npm=$(awk '/ udp recv .* REQUEST / { cp = $0; sub(/.* cp=/, "", cp); sub(/ .*/, "", cp); m = $0
+                 if (!sub(/.* mcp=/, "", m)) next; sub(/ .*/, "", m); sub(/.*:/, "", cp); sub(/.*:/, "", m)
+                 if (m != cp) n++ } END { print n + 0 }' "$T")
+    check trace-remote-info "no REMOTE_INFO for a peer that is not port mapped: $nall sent for $nh associations ($npm port-mapped REQUESTs)" \
+      sh -c "[ $npm = 0 ] && [ $nall = 0 ]"
+  fi
   check trace-add "listeners :7600 and :7601 got ADD_MAPPING replies" \
     sh -c "grep -q ' nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7600 .*MAPPING_ERR=0' $T && grep -q ' nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:7601 .*MAPPING_ERR=0' $T"
 else

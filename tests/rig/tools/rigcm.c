@@ -4,7 +4,7 @@
  * mkinitramfs.sh downloads) and linked dynamically to the initramfs' librdmacm.so.1.
  *
  *   rigcm serve IP PORT COUNT [TIMEOUT_S]
- *       listen on IP:PORT (RDMA_PS_TCP); for each of COUNT incoming connections print
+ *       listen on IP:PORT (RDMA_PS_TCP; IP is IPv4 or IPv6, wildcards included); for each of COUNT incoming connections print
  *         conn n=K peer=IP:PORT local=IP:PORT      (rdma_get_peer_addr / _local_addr of the
  *                                                   new cm_id, as the kernel reports them)
  *       accept it, wait for ESTABLISHED, disconnect. Prints "listening IP:PORT" once the
@@ -18,7 +18,7 @@
  *       Prints "accepted=N" on exit. Exit 1 if a listen failed.
  *
  *   rigcm connect SRC_IP:SRC_PORT DST_IP:DST_PORT [TIMEOUT_S]
- *       bind the cm_id to SRC (port included; 0 = any), connect to DST, print
+ *       (IPv6 as [IP6]:PORT) bind the cm_id to SRC (port included; 0 = any), connect to DST, print
  *         connected local=IP:PORT peer=IP:PORT ms=T   or   failed EVENT status=N
  *       (T: rdma_connect -> ESTABLISHED, milliseconds), then disconnect. Exit 0 when
  *       connected.
@@ -72,18 +72,34 @@ static const char *fmt(const struct sockaddr *sa, char *buf, size_t len)
 	return buf;
 }
 
-static int parse_ep(const char *s, struct sockaddr_in *sin)
+/* "IP:PORT" or "[IP6]:PORT" into SS (IPv4 or IPv6); -1 if it is neither */
+static int parse_ep(const char *s, struct sockaddr_storage *ss)
 {
 	char ip[64];
 	const char *colon = strrchr(s, ':');
 	if (!colon || (size_t)(colon - s) >= sizeof(ip))
 		return -1;
-	memcpy(ip, s, colon - s);
-	ip[colon - s] = 0;
-	memset(sin, 0, sizeof(*sin));
-	sin->sin_family = AF_INET;
-	sin->sin_port = htons(atoi(colon + 1));
-	return inet_pton(AF_INET, ip, &sin->sin_addr) == 1 ? 0 : -1;
+	const char *a = s, *e = colon;
+	if (*a == '[' && e > a && e[-1] == ']') {
+		a++;
+		e--;
+	}
+	memcpy(ip, a, e - a);
+	ip[e - a] = 0;
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, ip, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(atoi(colon + 1));
+		return 0;
+	}
+	if (inet_pton(AF_INET6, ip, &sin6->sin6_addr) == 1) {
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(atoi(colon + 1));
+		return 0;
+	}
+	return -1;
 }
 
 /* wait for the next CM event on CH until DEADLINE (monotonic s); NULL on timeout */
@@ -131,9 +147,11 @@ static int serve(int argc, char **argv)
 {
 	if (argc < 5)
 		return 2;
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(atoi(argv[3])) };
-	char b1[80], b2[80];
-	if (inet_pton(AF_INET, argv[2], &sin.sin_addr) != 1)
+	/* IP is IPv4 or IPv6 (no brackets): "serve fd00::1 7000 1" */
+	struct sockaddr_storage sin;
+	char b1[80], b2[80], ep[80];
+	snprintf(ep, sizeof(ep), strchr(argv[2], ':') ? "[%s]:%s" : "%s:%s", argv[2], argv[3]);
+	if (parse_ep(ep, &sin))
 		return 2;
 	int count = atoi(argv[4]);
 	double tmo = argc > 5 ? atof(argv[5]) : 60;
@@ -316,7 +334,7 @@ static int connect_to(int argc, char **argv)
 {
 	if (argc < 4)
 		return 2;
-	struct sockaddr_in src, dst;
+	struct sockaddr_storage src, dst;
 	char b1[80], b2[80];
 	if (parse_ep(argv[2], &src) || parse_ep(argv[3], &dst))
 		return 2;
