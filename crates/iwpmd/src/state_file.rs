@@ -374,10 +374,19 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
+    // A fresh file, never an existing one: whatever is at the temporary path (a leftover
+    // of a crash, or a symbolic link planted to aim a root write elsewhere) is unlinked,
+    // which removes a link itself and not its target, and the create is exclusive and
+    // follows no link, so a link planted again in between fails the write instead.
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let mut f = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .mode(0o600)
         .open(&tmp)?;
     f.write_all(bytes)?;
@@ -399,6 +408,33 @@ mod tests {
         write_atomically(&path, b"two").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert!(!dir.join("sub").join("state.tmp").exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Step 9 item 6 (state.tmp): a symbolic link planted at the temporary path is
+    /// replaced, not followed; the old code (`O_CREAT|O_TRUNC` without `O_NOFOLLOW`) wrote
+    /// the state through it into the victim.
+    #[test]
+    fn a_symlink_at_the_temporary_path_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("iwpmd-state-link-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let path = dir.join("state");
+        std::os::unix::fs::symlink(&victim, dir.join("state.tmp")).unwrap();
+        write_atomically(&path, b"state").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(fs::read(&path).unwrap(), b"state");
+        assert!(!fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(fs::symlink_metadata(dir.join("state.tmp")).is_err());
+        // A stale regular temporary (a crash mid-write) is replaced too.
+        fs::write(dir.join("state.tmp"), b"half").unwrap();
+        write_atomically(&path, b"again").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"again");
         let _ = fs::remove_dir_all(&dir);
     }
 
