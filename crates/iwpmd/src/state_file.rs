@@ -167,6 +167,7 @@ impl StateStore {
                 None
             }
         };
+        check_writable(&path);
         StateStore {
             path,
             host,
@@ -337,7 +338,7 @@ impl StateStore {
                 self.write_errors += 1;
                 // Once, then every 1000th: a read-only /run must not flood the log.
                 if self.write_errors % 1000 == 1 {
-                    tracing::warn!(
+                    tracing::error!(
                         path = %self.path.display(),
                         error = %e,
                         failures = self.write_errors,
@@ -360,6 +361,30 @@ impl Drop for StateStore {
                 let _ = t.join();
             }
         }
+    }
+}
+
+/// Says at start-up, as an error naming the path, when the state file cannot be written
+/// by this process (after `--user`, say): otherwise that shows only at the first change.
+/// The directory (or the nearest existing one above it, which `create_dir_all` would write
+/// in) must be writable and searchable for us.
+fn check_writable(path: &Path) {
+    use rustix::fs::Access;
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return;
+    };
+    let Some(existing) = dir.ancestors().find(|d| d.exists()) else {
+        return;
+    };
+    if let Err(e) = rustix::fs::access(existing, Access::WRITE_OK | Access::EXEC_OK) {
+        tracing::error!(
+            path = %path.display(),
+            "the state file cannot be written: {} is not writable for uid {} ({}); a \
+             restart will recover only what the kernel replays",
+            existing.display(),
+            rustix::process::geteuid().as_raw(),
+            io::Error::from(e)
+        );
     }
 }
 
