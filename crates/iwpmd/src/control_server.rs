@@ -45,15 +45,32 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConnId(usize);
 
-/// Why the control socket could not be opened.
+/// Why the control socket could not be opened. Each names the path: the daemon runs
+/// without a control socket then, and the operator must be able to tell why.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlSocketError {
-    /// Another process answers on the path.
-    #[error("{0} is in use by another running iwpmd")]
+    /// A socket of ours at the path answers: another daemon uses it.
+    #[error("{0} is in use: another running iwpmd listens there (left alone)")]
     InUse(PathBuf),
-    /// The path exists and is not a socket.
-    #[error("{0} exists and is not a socket")]
-    NotASocket(PathBuf),
+    /// The path exists and is not a socket (a file, a directory, a symbolic link).
+    #[error("{path} exists and is {kind}, not a socket (left alone; remove it or choose another --control-socket)")]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        kind: &'static str,
+    },
+    /// A socket at the path belongs to someone else: it was not made by a daemon of ours,
+    /// so it is neither replaced (it may be another user's) nor trusted.
+    #[error("{path} is a socket owned by uid {owner}, not by this daemon's uid {ours} (left alone; remove it or choose another --control-socket)")]
+    NotOurs {
+        /// The path.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Our effective uid.
+        ours: u32,
+    },
     /// Creating the directory, binding or setting permissions failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -64,6 +81,53 @@ pub enum ControlSocketError {
         /// The error.
         source: io::Error,
     },
+}
+
+/// What a path holds, for [`ControlSocketError::NotASocket`].
+fn kind_of(ft: std::fs::FileType) -> &'static str {
+    if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_file() {
+        "a regular file"
+    } else {
+        "a special file"
+    }
+}
+
+/// Clears the way for binding at `path`: nothing there, or a stale socket of ours (owned by
+/// `ours`, nobody accepting: `ECONNREFUSED`), which is removed. Anything else is refused
+/// with the reason; nothing that is not ours is ever removed or connected to.
+fn clear_path(path: &Path, ours: u32) -> Result<(), ControlSocketError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("cannot inspect", path)(e)),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ControlSocketError::NotASocket {
+            path: path.to_owned(),
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    if meta.uid() != ours {
+        return Err(ControlSocketError::NotOurs {
+            path: path.to_owned(),
+            owner: meta.uid(),
+            ours,
+        });
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(ControlSocketError::InUse(path.to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            tracing::info!(path = %path.display(), "replacing a stale control socket (nobody listens on it)");
+            std::fs::remove_file(path).map_err(io_err("cannot remove stale", path))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("cannot probe the existing socket", path)(e)),
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -113,7 +177,8 @@ fn io_err<'a>(
 
 impl ControlServer {
     /// Binds the socket at `path` (mode 0600; its directory is created 0755 if missing). A
-    /// stale socket file (nobody answers on it) is replaced; a live one is left alone.
+    /// stale socket of ours (nobody answers on it) is replaced; a live one, a socket of
+    /// another user or anything that is not a socket is left alone and refused.
     pub fn bind(path: &Path, registry: &Registry) -> Result<Self, ControlSocketError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
@@ -124,16 +189,8 @@ impl ControlServer {
                     .map_err(io_err("cannot create", dir))?;
             }
         }
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.file_type().is_socket() => {
-                if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                    return Err(ControlSocketError::InUse(path.to_owned()));
-                }
-                std::fs::remove_file(path).map_err(io_err("cannot remove stale", path))?;
-            }
-            Ok(_) => return Err(ControlSocketError::NotASocket(path.to_owned())),
-            Err(_) => {}
-        }
+        let own_uid = rustix::process::geteuid().as_raw();
+        clear_path(path, own_uid)?;
         let mut listener = UnixListener::bind(path).map_err(io_err("cannot bind", path))?;
         std::fs::set_permissions(path, Permissions::from_mode(0o600))
             .map_err(io_err("cannot chmod", path))?;
@@ -145,7 +202,7 @@ impl ControlServer {
             path: path.to_owned(),
             conns: HashMap::new(),
             next_id: 0,
-            own_uid: rustix::process::geteuid().as_raw(),
+            own_uid,
             warn: RateLimit::new(Duration::from_secs(10), 5),
             started: Instant::now(),
         })
@@ -474,11 +531,106 @@ mod tests {
         assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
         drop(server);
         std::fs::write(&path, b"not a socket").unwrap();
-        assert!(matches!(
-            ControlServer::bind(&path, poll.registry()),
-            Err(ControlSocketError::NotASocket(_))
-        ));
+        let err = ControlServer::bind(&path, poll.registry()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ControlSocketError::NotASocket {
+                    kind: "a regular file",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Step 9 item 6 (planted `PATH.control`): a socket of another user is refused, named,
+    /// and left in place, whether or not something listens on it; the old code removed a
+    /// silent one and bound over it, and took a listening one for "another iwpmd".
+    #[test]
+    fn a_socket_of_another_user_is_refused_and_left_alone() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root to plant a socket owned by another uid");
+            return;
+        }
+        const NOBODY: u32 = 65534;
+        let dir = scratch("planted");
+        std::fs::create_dir_all(&dir).unwrap();
+        let poll = mio::Poll::new().unwrap();
+        for live in [false, true] {
+            let path = dir.join(format!("control-{live}.sock"));
+            let planted = std::os::unix::net::UnixListener::bind(&path).unwrap();
+            std::os::unix::fs::chown(&path, Some(NOBODY), None).unwrap();
+            let planted = live.then_some(planted);
+            let err = ControlServer::bind(&path, poll.registry()).unwrap_err();
+            assert!(
+                matches!(err, ControlSocketError::NotOurs { owner: NOBODY, .. }),
+                "live={live}: {err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(&path.display().to_string()), "{text}");
+            assert!(text.contains("uid 65534"), "{text}");
+            assert_eq!(std::fs::metadata(&path).unwrap().uid(), NOBODY, "removed");
+            if let Some(l) = planted {
+                l.set_nonblocking(true).unwrap();
+                assert!(l.accept().is_err(), "we connected to a socket not ours");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Step 9 item 6 (planted `PATH.control`): a symbolic link (even to a stale socket of
+    /// ours) and a directory are refused, named, and left alone; a live socket of ours is
+    /// reported as a running daemon.
+    #[test]
+    fn links_directories_and_live_sockets_are_refused_with_the_reason() {
+        let dir = scratch("kinds");
+        std::fs::create_dir_all(&dir).unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let target = dir.join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&target).unwrap());
+        let link = dir.join("link.sock");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = ControlServer::bind(&link, poll.registry()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ControlSocketError::NotASocket {
+                    kind: "a symbolic link",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(target.exists(), "the link's target was removed");
+        let sub = dir.join("sub.sock");
+        std::fs::create_dir(&sub).unwrap();
+        let err = ControlServer::bind(&sub, poll.registry()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ControlSocketError::NotASocket {
+                    kind: "a directory",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let live = dir.join("live.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let err = ControlServer::bind(&live, poll.registry()).unwrap_err();
+        assert!(matches!(err, ControlSocketError::InUse(_)), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("another running iwpmd listens there"),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

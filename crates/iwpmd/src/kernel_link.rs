@@ -99,7 +99,8 @@ pub enum KernelLinkError {
     #[error(
         "refusing the kernel emulator socket {path}: {reason} (as root, the socket and every \
          directory above it must belong to root and not be writable by group or others; \
-         sticky directories such as /tmp are fine)"
+         sticky directories such as /tmp are fine; a socket not there yet is judged by the \
+         directory it would appear in, which nobody else may write to, sticky or not)"
     )]
     UnsafeEmulatorPath {
         /// The `--kernel unix:` path as given.
@@ -372,16 +373,75 @@ impl AsFd for KernelLink {
 /// replace: the socket (symbolic links resolved) must belong to `owner` and not be
 /// writable by group or others, and so must every directory above it, except that a
 /// group- or world-writable directory with the sticky bit (`/tmp`) is accepted, since
-/// nobody else can remove or rename what `owner` created in it. A path that does not
-/// exist passes; connecting to it then fails with its own error.
+/// nobody else can remove or rename what `owner` created in it.
+///
+/// A path that does not exist yet is no pass: whoever may create it plays the kernel
+/// once it appears, so then the nearest existing directory above it, and every one above
+/// that, is checked the same way (a dangling symbolic link is refused outright).
+///
+/// In a user namespace other than the initial one (the lab's unprivileged runs), files
+/// of users outside it show as the overflow uid (65534), `/` and `/tmp` among them;
+/// there a directory with that owner is accepted (the mode rules still apply): "root"
+/// is then not the host's root, and the namespace's own files are still checked.
 pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkError> {
+    check_emulator_path_in(path, owner, foreign_owner())
+}
+
+/// The uid that stands for "a user outside this user namespace", when this process is
+/// in a namespace other than the initial one (`/proc/self/uid_map` is not the identity
+/// map); `None` in the initial namespace or when that cannot be told (strict).
+fn foreign_owner() -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let fields: Vec<&str> = map.split_whitespace().collect();
+    if fields == ["0", "0", "4294967295"] {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .or(Some(65534))
+}
+
+/// [`check_emulator_path`] with the namespace's outside-owner uid given (tests).
+fn check_emulator_path_in(
+    path: &Path,
+    owner: u32,
+    foreign: Option<u32>,
+) -> Result<(), KernelLinkError> {
     use rustix::fs::{FileType, Mode};
-    let Ok(real) = std::fs::canonicalize(path) else {
-        return Ok(());
-    };
-    let refuse = |reason: String| KernelLinkError::UnsafeEmulatorPath {
+    let plain = |reason: String| KernelLinkError::UnsafeEmulatorPath {
         path: path.to_owned(),
-        reason: if real == path {
+        reason,
+    };
+    // (real, whether it is the socket itself or the nearest directory above a missing one)
+    let (real, is_target) = match std::fs::canonicalize(path) {
+        Ok(real) => (real, true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Err(plain(
+                    "it is a symbolic link to a missing target, which another user might \
+                     create"
+                        .into(),
+                ));
+            }
+            let absolute =
+                std::path::absolute(path).map_err(|e| plain(format!("cannot resolve it: {e}")))?;
+            let existing = absolute
+                .ancestors()
+                .skip(1)
+                .find_map(|dir| std::fs::canonicalize(dir).ok())
+                .ok_or_else(|| plain("no directory above it exists".into()))?;
+            (existing, false)
+        }
+        Err(e) => return Err(plain(format!("cannot resolve it: {e}"))),
+    };
+    let refuse = |reason: String| {
+        plain(if !is_target {
+            format!(
+                "{reason} (it does not exist yet; {} is the nearest directory above it)",
+                real.display()
+            )
+        } else if real == path {
             reason
         } else {
             format!(
@@ -389,13 +449,14 @@ pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkErro
                 real.display(),
                 path.display()
             )
-        },
+        })
     };
     for (i, object) in real.ancestors().enumerate() {
         let st = rustix::fs::stat(object)
             .map_err(|e| refuse(format!("cannot stat {}: {e}", object.display())))?;
         let mode = Mode::from_raw_mode(st.st_mode);
-        let kind = if i == 0 {
+        let is_socket_itself = i == 0 && is_target;
+        let kind = if is_socket_itself {
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Socket => "socket",
                 _ => "file",
@@ -403,13 +464,17 @@ pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkErro
         } else {
             "directory"
         };
-        if st.st_uid != owner {
+        let outside_user = !is_socket_itself && foreign == Some(st.st_uid);
+        if st.st_uid != owner && !outside_user {
             return Err(refuse(format!(
                 "{kind} {} is owned by uid {}, not {owner}",
                 object.display(),
                 st.st_uid
             )));
         }
+        // The directory the missing socket would appear in: the sticky bit does not stop
+        // another user from creating a name there first.
+        let creates_here = i == 0 && !is_target;
         let writable = mode.intersects(Mode::WGRP | Mode::WOTH);
         let sticky = i > 0 && mode.contains(Mode::SVTX);
         if writable && !sticky {
@@ -422,7 +487,13 @@ pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkErro
                     "its group"
                 },
                 st.st_mode & 0o7777,
-                if i > 0 { " without the sticky bit" } else { "" }
+                if is_socket_itself {
+                    ""
+                } else if creates_here {
+                    ", so another user could create the missing socket in it"
+                } else {
+                    " without the sticky bit"
+                }
             )));
         }
     }
@@ -462,6 +533,86 @@ mod tests {
 
     fn temp_path(tag: &str) -> PathBuf {
         std::env::temp_dir().join(format!("iwpmd-kl-{tag}-{}", std::process::id()))
+    }
+
+    /// A fresh 0755 directory for the emulator path checks.
+    fn check_dir(tag: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_path(tag);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        dir
+    }
+
+    fn refusal(r: Result<(), KernelLinkError>) -> String {
+        match r {
+            Err(e @ KernelLinkError::UnsafeEmulatorPath { .. }) => e.to_string(),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    /// Step 9 item 6 (`--kernel unix:PATH` not there yet): the directory it would appear in
+    /// is checked, and the sticky bit does not excuse it (anyone may create a new name in
+    /// /tmp); the old code passed every missing path unchecked.
+    #[test]
+    fn a_missing_emulator_socket_is_judged_by_its_directory() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: the directories above the temporary dir must be root's");
+            return;
+        }
+        let safe = check_dir("missing-safe", 0o755);
+        check_emulator_path_in(&safe.join("k.sock"), 0, None).unwrap();
+        check_emulator_path_in(&safe.join("a/b/k.sock"), 0, None).unwrap();
+
+        for mode in [0o777, 0o1777, 0o775] {
+            let open = check_dir(&format!("missing-open-{mode:o}"), mode);
+            let missing = open.join("k.sock");
+            let m = refusal(check_emulator_path_in(&missing, 0, None));
+            assert!(m.contains(&missing.display().to_string()), "{m}");
+            assert!(m.contains("could create the missing socket"), "{m}");
+            assert!(m.contains("does not exist yet"), "{m}");
+            // Under a missing subdirectory: the nearest existing directory counts.
+            let m = refusal(check_emulator_path_in(&open.join("sub/k.sock"), 0, None));
+            assert!(m.contains(&open.display().to_string()), "{m}");
+            let _ = std::fs::remove_dir_all(&open);
+        }
+
+        let theirs = check_dir("missing-theirs", 0o755);
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        let m = refusal(check_emulator_path_in(&theirs.join("k.sock"), 0, None));
+        assert!(m.contains("owned by uid 65534"), "{m}");
+
+        // A dangling link: its target's directory is unknown ground.
+        let link = safe.join("dangling.sock");
+        std::os::unix::fs::symlink("/nonexistent/k.sock", &link).unwrap();
+        let m = refusal(check_emulator_path_in(&link, 0, None));
+        assert!(m.contains("symbolic link to a missing target"), "{m}");
+
+        let _ = std::fs::remove_dir_all(&safe);
+        let _ = std::fs::remove_dir_all(&theirs);
+    }
+
+    /// Step 9 item 6 (lab runs in a user namespace): there, directories of users outside
+    /// the namespace (the overflow uid) are accepted, as `/` and `/tmp` show up so; the
+    /// socket itself and the mode rules are not relaxed.
+    #[test]
+    fn in_a_user_namespace_outside_owners_of_directories_are_accepted() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs chown");
+            return;
+        }
+        let dir = check_dir("userns", 0o755);
+        std::os::unix::fs::chown(&dir, Some(65534), None).unwrap();
+        let sock = dir.join("k.sock");
+        let _emu = UnixDatagram::bind(&sock).unwrap();
+        check_emulator_path_in(&sock, 0, Some(65534)).unwrap();
+        check_emulator_path_in(&dir.join("missing.sock"), 0, Some(65534)).unwrap();
+        assert!(refusal(check_emulator_path_in(&sock, 0, None)).contains("owned by uid 65534"));
+        std::os::unix::fs::chown(&sock, Some(65534), None).unwrap();
+        let m = refusal(check_emulator_path_in(&sock, 0, Some(65534)));
+        assert!(m.contains("socket"), "{m}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -559,9 +710,12 @@ mod tests {
 
     #[test]
     fn unix_link_without_emulator_fails_clearly() {
-        let path = temp_path("missing");
-        let _ = std::fs::remove_file(&path);
+        // In a directory of its own: as root, a missing socket straight in /tmp is refused
+        // before any connect (anyone could create it there).
+        let dir = check_dir("missing", 0o755);
+        let path = dir.join("k.sock");
         let err = KernelLink::open_unix(&path).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
         assert!(matches!(err, KernelLinkError::UnixConnect { .. }), "{err}");
         assert!(err.to_string().contains("kernel emulator"));
     }

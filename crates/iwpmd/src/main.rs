@@ -6,7 +6,8 @@
 //! second instance fails on the terminal, not only in syslog): CLI, logging, network
 //! namespace check (real kernel only), config, single-instance lock, UDP peer sockets,
 //! daemonize, descriptor limit, kernel link (its port id is the pid after the fork),
-//! privilege drop (`privileges`), signals, HELLO, loop.
+//! runtime directory handed to `--user`, privilege drop (`privileges`), state file and
+//! control socket (as that user), signals, HELLO, loop.
 
 mod cli;
 mod control_server;
@@ -121,7 +122,22 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         );
     }
 
-    // Every privileged step is done; the dump writer thread has not started yet.
+    // Every privileged step is done; the dump writer thread has not started yet. The state
+    // file and the control socket are made after the switch: their directory goes to the
+    // user first.
+    let control_path = cli.control_socket_path();
+    if let Some(user) = cli.user.as_deref() {
+        let files: Vec<&std::path::Path> = settings
+            .state_file
+            .iter()
+            .chain(control_path.iter())
+            .map(|p| p.as_path())
+            .collect();
+        let runtime_dir = std::path::Path::new(state_file::DEFAULT_STATE_FILE)
+            .parent()
+            .unwrap_or(std::path::Path::new("/run/iwpmd"));
+        privileges::prepare_runtime_files(user, &files, runtime_dir);
+    }
     log_privileges(privileges::drop_privileges(cli.user.as_deref())?);
 
     let now = Instant::now();
@@ -151,11 +167,12 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     }
     let mut shell =
         Shell::new(core, kernel, peers, mode, restart).context("cannot set up the event loop")?;
-    if let Some(path) = cli.control_socket_path() {
+    if let Some(path) = control_path {
         // Not fatal: rdma-core's daemon has no control socket, and mappings matter more.
+        // But an error: iwpmctl will not work, and the reason names the path.
         match control_server::ControlServer::bind(&path, shell.registry()) {
             Ok(server) => shell.attach_control(server, cli.kernel.to_string()),
-            Err(e) => tracing::warn!("control socket disabled: {e}"),
+            Err(e) => tracing::error!(path = %path.display(), "control socket disabled: {e}"),
         }
     }
     shell.start()?;

@@ -31,6 +31,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use rustix::io::Errno;
+use rustix::rand::GetRandomFlags;
 use socket2::Socket;
 
 const PORT_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
@@ -185,14 +187,11 @@ impl PortPicker {
         }
     }
 
-    /// The host's rules, read lazily, and a random seed.
+    /// The host's rules, read lazily, and a random seed that never waits for the kernel's
+    /// random pool (see [`seed`]).
     pub fn from_system() -> PortPicker {
-        let mut seed = [0u8; 8];
-        if rustix::rand::getrandom(&mut seed, rustix::rand::GetRandomFlags::empty()).is_err() {
-            // Not security relevant (the kernel's own choice is no secret either).
-            seed = u64::from(std::process::id()).to_le_bytes();
-        }
-        let mut picker = PortPicker::new(PortRules::parse("", ""), u64::from_le_bytes(seed));
+        let seed = seed(|buf, flags| rustix::rand::getrandom(buf, flags), clock_seed);
+        let mut picker = PortPicker::new(PortRules::parse("", ""), seed);
         picker.read_at = Some(Instant::now() - RANGE_REFRESH * 2);
         picker
     }
@@ -252,6 +251,66 @@ impl PortPicker {
     }
 }
 
+/// The `getrandom` call to make after `failed` (the last call's flags and error; `None`
+/// first), or `None` for the clock seed. Never a blocking call: in a fresh VM the pool
+/// may take a second to initialise, and the picker's seed is made on the event loop's
+/// path. So the ready pool (`GRND_NONBLOCK`), else the early-boot output
+/// (`GRND_INSECURE`, Linux 5.6), else the clock. The seed only spreads the picks (the
+/// kernel's own port choice is no secret either); the handle key is seeded alike.
+pub fn seed_flags(failed: Option<(GetRandomFlags, Errno)>) -> Option<GetRandomFlags> {
+    match failed {
+        None => Some(GetRandomFlags::NONBLOCK),
+        Some((f, Errno::AGAIN)) if f == GetRandomFlags::NONBLOCK => Some(GetRandomFlags::INSECURE),
+        // EINVAL from GRND_INSECURE: a kernel before 5.6; anything else: no getrandom.
+        Some(_) => None,
+    }
+}
+
+/// A seed from `getrandom` with the flags [`seed_flags`] chooses, else from `clock`
+/// (with a warning).
+pub fn seed(
+    mut getrandom: impl FnMut(&mut [u8], GetRandomFlags) -> Result<usize, Errno>,
+    clock: impl FnOnce() -> u64,
+) -> u64 {
+    let mut failed = None;
+    while let Some(flags) = seed_flags(failed) {
+        let mut buf = [0u8; 8];
+        let mut filled = 0;
+        let outcome = loop {
+            if filled == buf.len() {
+                break Ok(());
+            }
+            match getrandom(buf.get_mut(filled..).unwrap_or_default(), flags) {
+                Ok(0) => break Err(Errno::AGAIN),
+                Ok(n) => filled += n,
+                Err(Errno::INTR) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        match outcome {
+            Ok(()) => return u64::from_le_bytes(buf),
+            Err(e) => failed = Some((flags, e)),
+        }
+    }
+    let why = failed.map(|(_, e)| io::Error::from(e));
+    tracing::warn!(
+        error = ?why,
+        "no non-blocking random bytes for the port picker's seed; seeded from the clock and pid"
+    );
+    clock()
+}
+
+/// The clock and the pid, mixed (splitmix64's finaliser): distinct per start.
+fn clock_seed() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut z = now ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Binds `socket` to `bind` (whose port is 0) on a port chosen by `picker`, not one of
 /// `ours`, falling back to port 0 (see the module docs). Returns the port when we chose
 /// it, `None` when the kernel did (port 0: ask the socket). Errors other than
@@ -279,6 +338,59 @@ pub fn bind_ephemeral(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Step 10 (first fix): the seed never asks `getrandom` to block. NONBLOCK first, then
+    /// INSECURE on EAGAIN, then the clock on EINVAL; the old code made one call with no
+    /// flags, which waits for the pool.
+    #[test]
+    fn the_seed_never_blocks() {
+        assert_eq!(seed_flags(None), Some(GetRandomFlags::NONBLOCK));
+        assert_eq!(
+            seed_flags(Some((GetRandomFlags::NONBLOCK, Errno::AGAIN))),
+            Some(GetRandomFlags::INSECURE)
+        );
+        assert_eq!(
+            seed_flags(Some((GetRandomFlags::INSECURE, Errno::INVAL))),
+            None
+        );
+        assert_eq!(
+            seed_flags(Some((GetRandomFlags::NONBLOCK, Errno::NOSYS))),
+            None
+        );
+
+        // A pool not ready yet, on a kernel before 5.6: every call is non-blocking, and
+        // the clock seeds.
+        let mut calls = Vec::new();
+        let s = seed(
+            |_, f| {
+                calls.push(f);
+                Err(if f == GetRandomFlags::NONBLOCK {
+                    Errno::AGAIN
+                } else {
+                    Errno::INVAL
+                })
+            },
+            || 7,
+        );
+        assert_eq!(s, 7);
+        assert_eq!(calls, [GetRandomFlags::NONBLOCK, GetRandomFlags::INSECURE]);
+        assert!(calls
+            .iter()
+            .all(|f| f.intersects(GetRandomFlags::NONBLOCK | GetRandomFlags::INSECURE)));
+
+        // Early boot on 5.6+: the early-boot output seeds, filled across short reads.
+        let s = seed(
+            |buf, f| {
+                if f == GetRandomFlags::NONBLOCK {
+                    return Err(Errno::AGAIN);
+                }
+                buf[0] = 1;
+                Ok(1)
+            },
+            || panic!("the clock is not needed"),
+        );
+        assert_eq!(s, u64::from_le_bytes([1; 8]));
+    }
     use socket2::{Domain, Protocol, Type};
     use std::collections::HashSet;
     use std::net::{Ipv4Addr, Ipv6Addr};

@@ -7,7 +7,9 @@
 //! [`KEPT`] — in the effective, permitted and bounding sets, with the ambient and
 //! inheritable sets empty and `no_new_privs` set — and, with `--user`, switches to that
 //! user first (keeping the capability across `setuid` with `PR_SET_KEEPCAPS`). The
-//! per-operation table, as measured on the rig, is in `docs/privileges.md`.
+//! per-operation table, as measured on the rig, is in `docs/privileges.md`. Before a
+//! `--user` switch the runtime directory is handed to that user
+//! ([`prepare_runtime_files`]), since the state file and control socket are made after it.
 //!
 //! Capabilities are per thread: the drop must run while the process has one thread, before
 //! the dump writer starts. [`drop_privileges`] checks that and refuses otherwise.
@@ -131,14 +133,115 @@ pub fn drop_privileges(user: Option<&str>) -> Result<Option<Dropped>, PrivilegeE
     }))
 }
 
-/// Becomes `name` (its primary group only), keeping the permitted capabilities.
-fn switch_user(name: &str) -> Result<(String, u32, u32), PrivilegeError> {
-    let user = User::from_name(name)
+/// The `--user` account.
+fn lookup_user(name: &str) -> Result<User, PrivilegeError> {
+    User::from_name(name)
         .map_err(|e| PrivilegeError::Lookup {
             name: name.to_owned(),
             os: io::Error::from_raw_os_error(e as i32),
         })?
-        .ok_or_else(|| PrivilegeError::UnknownUser(name.to_owned()))?;
+        .ok_or_else(|| PrivilegeError::UnknownUser(name.to_owned()))
+}
+
+/// Hands the daemon's runtime files to `--user` before the switch, so that the state file
+/// and the control socket still work afterwards (with systemd's `User=` the manager does
+/// this through `RuntimeDirectory=`; without it, `/run/iwpmd` would stay root's and every
+/// write there would fail as the user).
+///
+/// `files` are the state file and the control socket. Their directory is created (0755)
+/// when missing, and given to the user when it was missing or is `runtime_dir` (the
+/// daemon's own `/run/iwpmd`); what the daemon left there before (a state file, a stale
+/// socket, ours as root) is given along. Any other existing directory is an operator's
+/// choice and is not touched; a warning says when the user will not be able to write
+/// there. Symbolic links are never followed. Nothing here is fatal: the daemon runs
+/// without those files rather than not at all, and says so.
+pub fn prepare_runtime_files(
+    user: &str,
+    files: &[&std::path::Path],
+    runtime_dir: &std::path::Path,
+) {
+    let euid = rustix::process::geteuid();
+    let Ok(account) = lookup_user(user) else {
+        return; // drop_privileges reports it
+    };
+    if !euid.is_root() || account.uid.as_raw() == euid.as_raw() {
+        return;
+    }
+    let (uid, gid) = (account.uid.as_raw(), account.gid.as_raw());
+    let mut done: Vec<std::path::PathBuf> = Vec::new();
+    for file in files {
+        let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) else {
+            continue;
+        };
+        if let Err(e) = give_runtime_file(file, dir, runtime_dir, (uid, gid), &mut done) {
+            tracing::error!(
+                path = %file.display(),
+                user,
+                "cannot prepare {} for user {user}: {e}; it may not work after the switch",
+                dir.display()
+            );
+        }
+    }
+}
+
+/// One file of [`prepare_runtime_files`]; `done` lists the directories already given.
+fn give_runtime_file(
+    file: &std::path::Path,
+    dir: &std::path::Path,
+    runtime_dir: &std::path::Path,
+    (uid, gid): (u32, u32),
+    done: &mut Vec<std::path::PathBuf>,
+) -> io::Result<()> {
+    use std::os::unix::fs::{lchown, DirBuilderExt, MetadataExt};
+    let ours = rustix::process::geteuid().as_raw();
+    let give = match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)?;
+            true
+        }
+        Err(e) => return Err(e),
+        Ok(m) if m.file_type().is_symlink() || !m.is_dir() => {
+            return Err(io::Error::other(
+                "not a directory (symbolic links are not followed)",
+            ))
+        }
+        Ok(m) => {
+            let mine = m.uid() == ours && dir == runtime_dir;
+            if !mine && m.uid() != uid && m.mode() & 0o002 == 0 {
+                tracing::warn!(
+                    path = %file.display(),
+                    "{} belongs to uid {}: as uid {uid} the daemon may not be able to create {} there",
+                    dir.display(),
+                    m.uid(),
+                    file.display()
+                );
+            }
+            mine || done.iter().any(|d| d == dir)
+        }
+    };
+    if !give {
+        return Ok(());
+    }
+    if !done.iter().any(|d| d == dir) {
+        lchown(dir, Some(uid), Some(gid))?;
+        done.push(dir.to_owned());
+        tracing::info!(path = %dir.display(), uid, "runtime directory handed to the --user account");
+    }
+    // Left by an earlier run as root: the state to restore, a stale control socket.
+    if let Ok(m) = std::fs::symlink_metadata(file) {
+        if m.uid() == ours && !m.file_type().is_symlink() && !m.is_dir() {
+            lchown(file, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
+}
+
+/// Becomes `name` (its primary group only), keeping the permitted capabilities.
+fn switch_user(name: &str) -> Result<(String, u32, u32), PrivilegeError> {
+    let user = lookup_user(name)?;
     set_keep_capabilities(true).map_err(sys("PR_SET_KEEPCAPS"))?;
     setgroups(&[user.gid]).map_err(nix_sys("setgroups"))?;
     setgid(user.gid).map_err(nix_sys("setgid"))?;
@@ -159,6 +262,58 @@ pub fn describe(set: CapabilitySet) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Step 9 item 6 (`--user` without `User=`): a missing runtime directory is created
+    /// and given to the user, the daemon's own one is given with what an earlier root run
+    /// left in it, and an operator's directory (and a link) are left alone. The old code
+    /// did none of it, so the state file and the control socket failed as the user.
+    #[test]
+    fn runtime_files_are_handed_to_the_user() {
+        use std::os::unix::fs::MetadataExt;
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root (chown)");
+            return;
+        }
+        let nobody = lookup_user("nobody").unwrap();
+        let (uid, gid) = (nobody.uid.as_raw(), nobody.gid.as_raw());
+        let base = std::env::temp_dir().join(format!("iwpmd-priv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let owner = |p: &std::path::Path| std::fs::symlink_metadata(p).unwrap().uid();
+
+        // Missing: created, given.
+        let fresh = base.join("fresh/run");
+        let state = fresh.join("state");
+        let control = fresh.join("control.sock");
+        prepare_runtime_files("nobody", &[&state, &control], &base.join("elsewhere"));
+        assert_eq!(owner(&fresh), uid);
+        assert_eq!(std::fs::metadata(&fresh).unwrap().gid(), gid);
+
+        // The daemon's own, existing, with a root-owned state file and stale socket.
+        let own = base.join("own");
+        std::fs::create_dir(&own).unwrap();
+        std::fs::write(own.join("state"), b"x").unwrap();
+        drop(std::os::unix::net::UnixListener::bind(own.join("control.sock")).unwrap());
+        prepare_runtime_files(
+            "nobody",
+            &[&own.join("state"), &own.join("control.sock")],
+            &own,
+        );
+        assert_eq!(owner(&own), uid);
+        assert_eq!(owner(&own.join("state")), uid);
+        assert_eq!(owner(&own.join("control.sock")), uid);
+
+        // An operator's existing directory, and a link where the runtime dir should be.
+        let theirs = base.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        prepare_runtime_files("nobody", &[&theirs.join("state")], &own);
+        assert_eq!(owner(&theirs), 0);
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&theirs, &link).unwrap();
+        prepare_runtime_files("nobody", &[&link.join("state")], &link);
+        assert_eq!(owner(&theirs), 0, "followed the link");
+        let _ = std::fs::remove_dir_all(&base);
+    }
 
     #[test]
     fn describes_capability_sets() {

@@ -122,9 +122,13 @@ pub struct Reservations {
 }
 
 impl Reservations {
-    /// An empty table.
+    /// An empty table, with its port picker made now (at start-up) rather than at the
+    /// first port-0 reservation, on the path of a kernel request.
     pub fn new() -> Self {
-        Self::default()
+        Reservations {
+            picker: Some(PortPicker::from_system()),
+            ..Self::default()
+        }
     }
 
     /// Binds a TCP socket to `bind` (port 0 = kernel-chosen) and keeps it under a new id.
@@ -305,6 +309,13 @@ fn reserve_error(e: io::Error) -> ReserveFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Step 10 (first fix): the port picker exists from the start, so its seeding never
+    /// runs on the path of the first port-0 reservation (the old code made it lazily).
+    #[test]
+    fn the_picker_is_made_at_start_up() {
+        assert!(Reservations::new().picker.is_some());
+    }
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn tcp_bind_fails(addr: SocketAddr) -> bool {

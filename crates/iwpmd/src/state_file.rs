@@ -167,6 +167,7 @@ impl StateStore {
                 None
             }
         };
+        check_writable(&path);
         StateStore {
             path,
             host,
@@ -337,7 +338,7 @@ impl StateStore {
                 self.write_errors += 1;
                 // Once, then every 1000th: a read-only /run must not flood the log.
                 if self.write_errors % 1000 == 1 {
-                    tracing::warn!(
+                    tracing::error!(
                         path = %self.path.display(),
                         error = %e,
                         failures = self.write_errors,
@@ -363,6 +364,30 @@ impl Drop for StateStore {
     }
 }
 
+/// Says at start-up, as an error naming the path, when the state file cannot be written
+/// by this process (after `--user`, say): otherwise that shows only at the first change.
+/// The directory (or the nearest existing one above it, which `create_dir_all` would write
+/// in) must be writable and searchable for us.
+fn check_writable(path: &Path) {
+    use rustix::fs::Access;
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return;
+    };
+    let Some(existing) = dir.ancestors().find(|d| d.exists()) else {
+        return;
+    };
+    if let Err(e) = rustix::fs::access(existing, Access::WRITE_OK | Access::EXEC_OK) {
+        tracing::error!(
+            path = %path.display(),
+            "the state file cannot be written: {} is not writable for uid {} ({}); a \
+             restart will recover only what the kernel replays",
+            existing.display(),
+            rustix::process::geteuid().as_raw(),
+            io::Error::from(e)
+        );
+    }
+}
+
 /// Temporary file beside `path`, `fsync`, `rename` over `path`, `fsync` of the directory:
 /// a reader sees the old or the new file, whole, even after a crash.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -374,10 +399,19 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
+    // A fresh file, never an existing one: whatever is at the temporary path (a leftover
+    // of a crash, or a symbolic link planted to aim a root write elsewhere) is unlinked,
+    // which removes a link itself and not its target, and the create is exclusive and
+    // follows no link, so a link planted again in between fails the write instead.
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let mut f = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .mode(0o600)
         .open(&tmp)?;
     f.write_all(bytes)?;
@@ -399,6 +433,33 @@ mod tests {
         write_atomically(&path, b"two").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert!(!dir.join("sub").join("state.tmp").exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Step 9 item 6 (state.tmp): a symbolic link planted at the temporary path is
+    /// replaced, not followed; the old code (`O_CREAT|O_TRUNC` without `O_NOFOLLOW`) wrote
+    /// the state through it into the victim.
+    #[test]
+    fn a_symlink_at_the_temporary_path_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("iwpmd-state-link-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let path = dir.join("state");
+        std::os::unix::fs::symlink(&victim, dir.join("state.tmp")).unwrap();
+        write_atomically(&path, b"state").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(fs::read(&path).unwrap(), b"state");
+        assert!(!fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(fs::symlink_metadata(dir.join("state.tmp")).is_err());
+        // A stale regular temporary (a crash mid-write) is replaced too.
+        fs::write(dir.join("state.tmp"), b"half").unwrap();
+        write_atomically(&path, b"again").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"again");
         let _ = fs::remove_dir_all(&dir);
     }
 

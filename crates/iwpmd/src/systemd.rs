@@ -122,37 +122,112 @@ pub struct Inherited {
     pub unusable: Vec<String>,
 }
 
+/// Why descriptors announced in `LISTEN_FDS` were not adopted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ListenFdsIgnored {
+    /// No `LISTEN_PID`: the variables may have leaked from a parent, not been meant for us.
+    #[error("LISTEN_PID is not set")]
+    NoPid,
+    /// `LISTEN_PID` names another process (inherited through a fork or `exec`).
+    #[error("LISTEN_PID={0:?} is not our pid {1}")]
+    OtherPid(String, u32),
+    /// `LISTEN_FDS` is not a number.
+    #[error("LISTEN_FDS={0:?} is not a count")]
+    BadCount(String),
+}
+
+/// How many descriptors (from fd 3, as `sd_listen_fds` counts) `LISTEN_FDS` hands to the
+/// process `our_pid`: only when `LISTEN_PID` is present and equal to it, so that variables
+/// left over from a parent never make us take over descriptors that are not ours.
+pub fn listen_fds_for(
+    listen_pid: Option<&str>,
+    listen_fds: Option<&str>,
+    our_pid: u32,
+) -> Result<usize, ListenFdsIgnored> {
+    let Some(count) = listen_fds else {
+        return Ok(0);
+    };
+    let count: usize = count
+        .trim()
+        .parse()
+        .map_err(|_| ListenFdsIgnored::BadCount(count.to_owned()))?;
+    match listen_pid {
+        None => Err(ListenFdsIgnored::NoPid),
+        Some(p) if p.trim().parse::<u32>().ok() == Some(our_pid) => Ok(count),
+        Some(p) => Err(ListenFdsIgnored::OtherPid(p.to_owned(), our_pid)),
+    }
+}
+
+/// Variables of the socket-passing protocol; all are removed once read, so that nothing we
+/// start later could take them for its own.
+const LISTEN_VARS: [&str; 4] = [
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "LISTEN_FDS_FIRST_FD",
+];
+
 impl Inherited {
-    /// Takes every descriptor in `LISTEN_FDS` meant for this process (`LISTEN_PID`): names
-    /// from `LISTEN_FDNAMES`; `tcp*` names must be TCP sockets, `udp*` UDP sockets. Must
-    /// run before any thread starts (it removes the variables from the environment).
+    /// Takes every descriptor in `LISTEN_FDS` meant for this process (`LISTEN_PID` present
+    /// and ours; see [`listen_fds_for`]), from fd 3 on as `sd_listen_fds` does: a
+    /// `LISTEN_FDS_FIRST_FD` (a `listenfd` extension, not systemd's) is ignored, so that no
+    /// variable can point us at descriptors the manager did not pass. Names come from
+    /// `LISTEN_FDNAMES`; `tcp*` names must be TCP sockets, `udp*` UDP sockets. Must run
+    /// before any thread starts (it removes the variables from the environment).
     pub fn take_from_env() -> Inherited {
-        let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
-            .map(|v| v.split(':').map(str::to_owned).collect())
-            .unwrap_or_default();
-        let mut fds = listenfd::ListenFd::from_env();
+        let var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+        let decision = listen_fds_for(
+            var("LISTEN_PID").as_deref(),
+            var("LISTEN_FDS").as_deref(),
+            std::process::id(),
+        );
+        if let Some(first) = var("LISTEN_FDS_FIRST_FD") {
+            tracing::warn!(
+                LISTEN_FDS_FIRST_FD = %first,
+                "LISTEN_FDS_FIRST_FD ignored: passed descriptors start at fd 3 (sd_listen_fds)"
+            );
+            std::env::remove_var("LISTEN_FDS_FIRST_FD");
+        }
+        let count = match decision {
+            Ok(n) => n,
+            Err(why) => {
+                tracing::warn!(
+                    "passed descriptors (LISTEN_FDS) ignored and left open: {why}; they are                      adopted only when LISTEN_PID is this process's pid"
+                );
+                0
+            }
+        };
         let mut out = Inherited::default();
-        for idx in 0..fds.len() {
-            let name = names
-                .get(idx)
-                .cloned()
-                .unwrap_or_else(|| format!("unknown-{idx}"));
-            let taken = if name.starts_with("udp") {
-                fds.take_udp_socket(idx)
-                    .map(|s| s.map(|s| out.udp.push((name.clone(), s))))
-            } else {
-                fds.take_tcp_listener(idx).map(|s| {
-                    s.map(|s| {
-                        let owned: OwnedFd = s.into();
-                        out.tcp.push((name.clone(), socket2::Socket::from(owned)));
+        if count > 0 {
+            let names: Vec<String> = var("LISTEN_FDNAMES")
+                .map(|v| v.split(':').map(str::to_owned).collect())
+                .unwrap_or_default();
+            // LISTEN_PID is ours and LISTEN_FDS_FIRST_FD is gone: listenfd takes 3.. here.
+            let mut fds = listenfd::ListenFd::from_env();
+            for idx in 0..fds.len() {
+                let name = names
+                    .get(idx)
+                    .cloned()
+                    .unwrap_or_else(|| format!("unknown-{idx}"));
+                let taken = if name.starts_with("udp") {
+                    fds.take_udp_socket(idx)
+                        .map(|s| s.map(|s| out.udp.push((name.clone(), s))))
+                } else {
+                    fds.take_tcp_listener(idx).map(|s| {
+                        s.map(|s| {
+                            let owned: OwnedFd = s.into();
+                            out.tcp.push((name.clone(), socket2::Socket::from(owned)));
+                        })
                     })
-                })
-            };
-            if !matches!(taken, Ok(Some(()))) {
-                out.unusable.push(name);
+                };
+                if !matches!(taken, Ok(Some(()))) {
+                    out.unusable.push(name);
+                }
             }
         }
-        std::env::remove_var("LISTEN_FDNAMES");
+        for k in LISTEN_VARS {
+            std::env::remove_var(k);
+        }
         out
     }
 }
@@ -166,6 +241,30 @@ pub fn borrow<T: AsFd>(t: &T) -> BorrowedFd<'_> {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixDatagram;
+
+    /// Step 9 item 6 (socket activation): `LISTEN_FDS` counts only with `LISTEN_PID` present
+    /// and ours (the old code also took them with no `LISTEN_PID` at all).
+    #[test]
+    fn listen_fds_need_our_listen_pid() {
+        assert_eq!(listen_fds_for(None, None, 42), Ok(0));
+        assert_eq!(listen_fds_for(Some("42"), Some("2"), 42), Ok(2));
+        assert_eq!(
+            listen_fds_for(None, Some("2"), 42),
+            Err(ListenFdsIgnored::NoPid)
+        );
+        assert_eq!(
+            listen_fds_for(Some("43"), Some("2"), 42),
+            Err(ListenFdsIgnored::OtherPid("43".into(), 42))
+        );
+        assert_eq!(
+            listen_fds_for(Some(""), Some("1"), 42),
+            Err(ListenFdsIgnored::OtherPid(String::new(), 42))
+        );
+        assert!(matches!(
+            listen_fds_for(Some("42"), Some("x"), 42),
+            Err(ListenFdsIgnored::BadCount(_))
+        ));
+    }
 
     #[test]
     fn fd_names() {

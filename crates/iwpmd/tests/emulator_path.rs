@@ -127,3 +127,42 @@ fn root_refuses_emulator_sockets_others_control() {
     symlink(&k.path, &link).unwrap();
     refused(&link, "resolved from");
 }
+
+/// Step 9 item 6 (`--kernel unix:PATH` not there yet): the daemon judges a missing socket
+/// by the directory it would appear in. In a world-writable directory (sticky or not)
+/// anyone could create it first: refused before any connect. In a root-owned 0755 one it
+/// passes the check and fails to connect, as before. The old code skipped every check
+/// for a missing path.
+#[test]
+fn root_refuses_a_missing_emulator_socket_others_could_create() {
+    if skip_unless_root(
+        "root_refuses_a_missing_emulator_socket_others_could_create",
+        "the check applies to root only",
+    ) {
+        return;
+    }
+    let base = scratch_dir("emupath-missing");
+    for (name, mode) in [("world", 0o777), ("sticky", 0o1777)] {
+        let dir = base.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, Permissions::from_mode(mode)).unwrap();
+        refused(
+            &dir.join("kernel.sock"),
+            "another user could create the missing socket",
+        );
+    }
+    let dir = base.join("safe");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, Permissions::from_mode(0o755)).unwrap();
+    match start(&dir.join("kernel.sock")) {
+        Ok(()) => panic!("started without an emulator"),
+        Err((code, err)) => {
+            assert_eq!(code, Some(1), "{err}");
+            assert!(!err.contains("refusing"), "{err}");
+            assert!(
+                err.contains("cannot connect to the kernel emulator"),
+                "{err}"
+            );
+        }
+    }
+}
