@@ -95,6 +95,9 @@ pub struct Connections {
     pub mapped: usize,
     /// Passive ends that found the peer's real address in the remote-info table.
     pub remote_info_found: usize,
+    /// Passive ends that needed no REMOTE_INFO and got none: A is not port mapped (its
+    /// mapped address is its own), so B's kernel sees A's real address without one.
+    pub remote_info_not_needed: usize,
     /// Passive ends whose REMOTE_INFO reached B's kernel only after the connection (the
     /// kernel then reports the peer's mapped address and keeps the entry forever). A race
     /// the protocol allows: B's daemon sends its UDP ACCEPT before its REMOTE_INFO, and the
@@ -283,8 +286,8 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "              {} mapped by the daemons, {} consistent on both sides, remote-info found {}",
-            c.mapped, c.consistent, c.remote_info_found
+            "              {} mapped by the daemons, {} consistent on both sides, remote-info found {}, not needed {}",
+            c.mapped, c.consistent, c.remote_info_found, c.remote_info_not_needed
         );
         if c.remote_info_late > 0 {
             let _ = writeln!(

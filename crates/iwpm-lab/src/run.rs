@@ -476,6 +476,10 @@ fn check_passive_end(
                 actual: ai.local,
             });
         }
+    } else if ai.wire_local == ai.local && pi.remote == ai.local {
+        // A is not port mapped: no REMOTE_INFO is owed (the daemon sends none), and B's
+        // kernel reports A's real address all the same.
+        conns.remote_info_not_needed += 1;
     } else if let Some(k) = late_infos
         .iter()
         .position(|(mapped, real)| *mapped == ai.wire_local && *real == ai.local)

@@ -33,9 +33,9 @@
 //! | `peer_allow` | extension | networks whose peer datagrams are processed, CIDR list separated by commas or spaces (default: all); repeated lines add to the list |
 //! | `max_mappings` | extension | most mappings held at once (default 100000) |
 //! | `max_exchanges` | extension | most local (connecting) peer exchanges in flight (default 131072) |
-//! | `max_peer_exchanges` | extension | most remote (accepting) peer exchanges held (default 65536; the oldest unconfirmed is evicted) |
-//! | `peer_source_quota` | extension | most unconfirmed remote exchanges per source address (default 256) |
-//! | `remote_info_budget` | extension | most REMOTE_INFO entries sent to the kernel before a peer confirmed them (default 128) |
+//! | `max_peer_exchanges` | extension | most remote (accepting) peer exchanges held (default 65536; the oldest confirmed is evicted first) |
+//! | `peer_source_quota` | extension | most remote exchanges waiting for their ACK per source address (default 256; only port-mapped IPv6 peers hold one; the oldest gives way) |
+//! | `remote_info_budget` | extension | most REMOTE_INFO entries sent to the kernel before a peer's ACK verified (default 128; half at most per source) |
 //! | `state_file` | extension | absolute path of the restart state file, or `none` (default `/run/iwpmd/state`) |
 //!
 //! Extension values are strict: the whole value (surrounding whitespace aside) must parse,

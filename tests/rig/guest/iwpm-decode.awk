@@ -7,6 +7,7 @@
 #   TIME nl recv src=PORTID DONE hseq=N err=E        (NLMSG_DONE, the kernel's dump end)
 #   TIME nl recv src=PORTID ERROR hseq=N err=E       (NLMSG_ERROR)
 #   TIME udp send|recv IP:PORT TYPE vN len=L cp=IP:PORT ap=IP:PORT h=HANDLE [mcp=IP:PORT]
+#        echo=VER/PMTIME[/HEX of the 24 unused IPv4 address bytes]
 #
 # Works with busybox awk (the guest has no python). Accepts -x logs too.
 # Usage: awk -f iwpm-decode.awk iwpmd.strace
@@ -125,6 +126,11 @@ function attrs(n, dir, op,   o, len, ty, name, out, pl) { out = ""; o = 1
     h = ""; for (i = 9; i <= 16; i++) h = h sprintf("%02x", B[i])
     line = line sprintf(" cp=%s:%d ap=%s:%d h=%s", cp, be16(7), ap, be16(5), h)
     if (n >= 64) line = line sprintf(" mcp=%s:%d", (ipv == 6) ? "[" ip6(49) "]" : ip4(49), be16(3))
+    # what an answer echoes: version bits, pmtime and (IPv4) the 24 unused address bytes
+    e = sprintf(" echo=%d/%02x", int(b / 64), B[2])
+    if (ipv == 4) { e = e "/"; for (i = 21; i <= 32; i++) e = e sprintf("%02x", B[i])
+                    for (i = 37; i <= 48; i++) e = e sprintf("%02x", B[i]) }
+    line = line e
   } else line = line " short"
   print line; udp++
 }

@@ -39,6 +39,8 @@ check() { local n=$1 d=$2; shift 2; if "$@"; then ok "$n" "$d"; else bad "$n" "$
 # of the daemon checked ("reference", "control": run for comparison, not under test)
 role_check() { local REFERENCE=$1; shift; check "$@"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
+# only_in A B: lines of file A that are not in file B (the guest's busybox has no comm)
+only_in() { awk 'NR==FNR { b[$0]=1; next } !($0 in b)' "$2" "$1"; }
 elapsed() { echo "$1 $(uptime_s)" | awk '{printf "%.2f", $2-$1}'; }
 lt() { echo "$1 $2" | awk '{exit !(($1 + 0) < ($2 + 0))}'; }   # lt A B: A < B (decimals)
 finish() {

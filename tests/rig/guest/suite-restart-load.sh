@@ -46,8 +46,6 @@ pairs() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g; s/ -> / /' | sort;
 # low CMD... &: run CMD at nice 19 (the guest's busybox has renice, no nice; threads
 # inherit it). Background use only: it execs, so $! is CMD's pid
 low() { exec sh -c 'renice -n 19 -p $$ > /dev/null; exec "$@"' low "$@"; }
-# only_in A B: lines of A that are not in B (the guest's busybox has no comm)
-only_in() { awk 'NR==FNR { b[$0]=1; next } !($0 in b)' "$2" "$1"; }
 # dump FILE: iwpmd_dump, but waiting until the log has been still for 1 s (max 20 s):
 # a dump of 100+ mappings trickles into syslog slowly on a loaded single vCPU
 dump() { settled_dump "$1"; }
