@@ -10,8 +10,13 @@
 #   RATE/s   for each rate (600, then 60): a trickle of REQUESTs to A:3935 from one plain
 #            UDP socket (rigflood flood request -B 1: one datagram per send, paced), random
 #            source ports in cp (identity: mapped_cp = cp), random handles, ap = A's rping
-#            listener; never ACKed. After WARM s the same CONNECTS timed connects; then the
-#            trickle stops (it runs through every connect) and GAP s pass.
+#            listener; never ACKed. After its WARM s (1 s at 600/s, 6 s at 60/s: some 360
+#            un-ACKed exchanges by the first connect, more than a per-source quota of 256
+#            holds, so the low rate is measured at its steady state, not at its start) the
+#            same CONNECTS timed connects; then the trickle stops (it runs through every
+#            connect). GAP s (4) pass before the next rate, so that with the warm-up the
+#            previous trickle's exchanges (10 s of retransmissions) have expired when the
+#            next rate's connects begin.
 #   IPv4: the trickle comes from B's own address 10.77.0.2, the address B connects from.
 #   IPv6: from a neighbour address in B's /64 (fd00:77::12, deprecated so that nothing
 #   picks it as a source by itself); the connects run from B's main fd00:77::2 (rping -I).
@@ -25,7 +30,7 @@
 # Output (B): trickle-table.txt, trickle-results.txt, rping-*.log, trickle-*.txt (rigflood).
 # Knobs: role, hostid, peer, sync (run-2vm.sh); daemons=PATH,PATH
 #        [/mnt/rig/bin/iwpmd-rs,/usr/sbin/iwpmd]  reference=PATH [/usr/sbin/iwpmd]
-#        connects=N [8]  rates=R,R [600,60]  families=v4,v6  warm=S [1]  gap=S [2]
+#        connects=N [8]  rates=R,R [600,60]  warm=S,S per rate [1,6]  families=v4,v6  gap=S [4]
 #        rping_floor=S [1.0]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
@@ -33,7 +38,7 @@ DAEMONS=$(echo "${RIG_DAEMONS:-/mnt/rig/bin/iwpmd-rs,/usr/sbin/iwpmd}" | tr ',' 
 REF=${RIG_REFERENCE:-/usr/sbin/iwpmd}
 N=${RIG_CONNECTS:-8}; RATES=$(echo "${RIG_RATES:-600,60}" | tr ',' ' ')
 FAMS=$(echo "${RIG_FAMILIES:-v4,v6}" | tr ',' ' ')
-WARM=${RIG_WARM:-1}; GAP=${RIG_GAP:-2}; FLOOR=${RIG_RPING_FLOOR:-1.0}
+WARMS=$(echo "${RIG_WARM:-1,6}" | tr ',' ' '); GAP=${RIG_GAP:-4}; FLOOR=${RIG_RPING_FLOOR:-1.0}
 A4=10.77.0.1; B4=10.77.0.2; A6=fd00:77::1; B6=fd00:77::2; NB6=fd00:77::12
 if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
 
@@ -112,17 +117,19 @@ for d in $DAEMONS; do
       connects "$tag-$fam-quiet" "$dst" "$src" "$dport"
       qmed=$CMED
       echo "$tag $fam quiet $qmed $CMAX $CFAIL$CT" >> "$R"
+      j=0
       for rate in $RATES; do
+        [ $j -gt 0 ] && sleep "$GAP"
+        j=$((j+1)); warm=$(echo $WARMS | cut -d' ' -f$j); [ -n "$warm" ] || warm=1
         tf="$OUT/trickle-$tag-$fam-$rate.txt"
         rigflood flood request "$tdst" $((rate * 600)) -b "$tsrc" -c "$tsrc" -a "$ap" -r "$rate" -B 1 > "$tf" 2>&1 & fp=$!
-        sleep "$WARM"
+        sleep "$warm"
         connects "$tag-$fam-$rate" "$dst" "$src" "$dport"
         kill $fp 2>/dev/null; wait $fp
         line=$(grep '^sent=' "$tf")
         log "trickle $tag $fam ${rate}/s: $line"
         echo "$tag $fam $rate $CMED $CMAX $CFAIL$CT" >> "$R"
-        echo "$tag $fam ${rate}_trickle sent=$(kv "$line" sent) back=$(kv "$line" received) accept=$(kv "$line" accept) reject=$(kv "$line" reject) rate=$(kv "$line" rate)" >> "$R"
-        sleep "$GAP"
+        echo "$tag $fam ${rate}_trickle sent=$(kv "$line" sent) back=$(kv "$line" received) accept=$(kv "$line" accept) reject=$(kv "$line" reject) rate=$(kv "$line" rate) warm=${warm}s" >> "$R"
       done
     done
     flag "done-$tag"
@@ -136,11 +143,11 @@ if [ "$ROLE" = client ]; then
   {
     echo "Connects (rping -C 1, $N in a row, each timed) from $IP / $B6 to $PEER / $A6, quiet and while $IP (IPv4) or"
     echo "$NB6 (IPv6, same /64) trickles never-ACKed REQUESTs to $PEER:3935 (random cp ports and handles, identity"
-    echo "shape, ap = the rping listener; rates $RATES /s, one datagram per send). Times in s. The connecting host runs the C iwpmd."
+    echo "shape, ap = the rping listener; rates $RATES /s, one datagram per send, warm-up $WARMS s). Times in s. The connecting host runs the C iwpmd."
     printf '%-10s %-3s %-7s %-7s %-6s %-5s %s\n' daemon fam phase median worst fails "each connect"
     awk '$3 !~ /_trickle$/ { printf "%-10s %-3s %-7s %-7s %-6s %-5s", $1, $2, $3, $4, $5, $6; for (i=7;i<=NF;i++) printf " %s", $i; print "" }' "$R"
-    echo "trickles (REQUESTs sent, datagrams back, of which ACCEPT/REJECT, achieved rate):"
-    awk '$3 ~ /_trickle$/ { r=$3; sub(/_trickle$/, "", r); printf "  %-10s %-3s %5s/s  %s %s %s %s %s\n", $1, $2, r, $4, $5, $6, $7, $8 }' "$R"
+    echo "trickles (REQUESTs sent, datagrams back, of which ACCEPT/REJECT, achieved rate, warm-up before the first connect):"
+    awk '$3 ~ /_trickle$/ { r=$3; sub(/_trickle$/, "", r); printf "  %-10s %-3s %5s/s  %s %s %s %s %s %s\n", $1, $2, r, $4, $5, $6, $7, $8, $9 }' "$R"
     echo "victim (A) over each daemon's whole phase:"
     for d in $DAEMONS; do t=$(basename "$d"); echo "  $t: kernel SUnreclaim growth $(awk '{print $2}' "$SYNC/a-$t" 2>/dev/null) kB, daemon RSS growth $(awk '{print $4}' "$SYNC/a-$t" 2>/dev/null) kB, alive $(awk '{print $6}' "$SYNC/a-$t" 2>/dev/null)"; done
   } > "$OUT/trickle-table.txt"
