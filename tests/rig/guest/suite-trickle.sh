@@ -25,6 +25,9 @@
 #   trickle-FAM-RATE-D  every connect during the trickle connects in <= max(2 x the quiet
 #                       median of that family, FLOOR s) and < STALL_S (5 s: a connect that
 #                       waits for the kernel's 10 s port-mapper timeout shows up there)
+# A connect with no ping data by its 13 s timeout is rping's own race (suite-twovm), not a
+# port-mapper stall (after 10 s the kernel connects unmapped, so ping data comes, late): it
+# is retried once and the retry timed; quiet phases allow any number, trickle phases one.
 # A checks that each daemon under test came up and is alive after its phase; it reports
 # its kernel SUnreclaim and the daemon's RSS growth over the phase (in the table).
 # Output (B): trickle-table.txt, trickle-results.txt, rping-*.log, trickle-*.txt (rigflood).
@@ -66,25 +69,36 @@ snapa() {  # snapa PREFIX: A's SUnreclaim (kB) and the daemon's VmRSS (kB)
 }
 # conn1 DST SRC PORT LOG: one rping -C 1 from SRC; T1 seconds, R1 0 when the ping data came
 # back (rping's teardown race after the ping, exit 255, is not a failed connection; see
-# suite-flood); capped at 15 s (beyond the kernel's 10 s port-mapper timeout)
+# suite-flood); capped at TMO s (13: beyond the kernel's 10 s port-mapper timeout, after which
+# the kernel connects unmapped, so a silent daemon still gives ping data, late)
+TMO=13
 conn1() {
   local t0; t0=$(uptime_s)
-  timeout 15 rping -c -a "$1" -I "$2" -p "$3" -C 1 -v > "$4" 2>&1; R1=$?
+  timeout $TMO rping -c -a "$1" -I "$2" -p "$3" -C 1 -v > "$4" 2>&1; R1=$?
   T1=$(elapsed "$t0")
   if grep -q '^ping data' "$4"; then R1=0; else [ $R1 != 0 ] || R1=99; fi
 }
-# connects TAG DST SRC PORT: N sequential conn1; CT (times, space separated), CFAIL, CMAX, CMED
+# connects TAG DST SRC PORT: N sequential conn1; CT (times, space separated), CFAIL, CMAX, CMED,
+# CRACE. A client that exchanged nothing until its timeout is rping's own race (seen in
+# suite-twovm: the connection is set up, the server drops it before its first RDMA READ and
+# the client waits for ever; once in about 100 connects here, with either daemon): that one
+# is retried once and the retry is timed; the lost attempt is counted in CRACE and listed.
 connects() {
-  local i=0
-  CT=""; CFAIL=0; CMAX=0
+  local i=0 lost
+  CT=""; CFAIL=0; CMAX=0; CRACE=0; CLOST=""
   while [ $i -lt "$N" ]; do
     conn1 "$2" "$3" "$4" "$OUT/rping-$1-$i.log"
+    if [ "$R1" = 124 ]; then
+      lost=$T1; CRACE=$((CRACE+1)); CLOST="$CLOST $i:$lost"
+      log "connect $1 #$i: no ping data in ${lost}s (rping's race): once more"
+      conn1 "$2" "$3" "$4" "$OUT/rping-$1-$i-again.log"
+    fi
     CT="$CT $T1"; [ "$R1" = 0 ] || CFAIL=$((CFAIL+1))
     lt "$CMAX" "$T1" && CMAX=$T1
     i=$((i+1))
   done
   CMED=$(echo $CT | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {printf "%.2f", (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}')
-  log "connects[$1]:$CT (median $CMED, max $CMAX, $CFAIL failed)"
+  log "connects[$1]:$CT (median $CMED, max $CMAX, $CFAIL failed, $CRACE lost to rping's race and retried:${CLOST:- none})"
 }
 kv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
@@ -116,7 +130,7 @@ for d in $DAEMONS; do
       else dst=$PEER src=$IP tsrc=$IP ap="$PEER:$port" dport=$port tdst=$PEER; fi
       connects "$tag-$fam-quiet" "$dst" "$src" "$dport"
       qmed=$CMED
-      echo "$tag $fam quiet $qmed $CMAX $CFAIL$CT" >> "$R"
+      echo "$tag $fam quiet $qmed $CMAX $CFAIL $CRACE$CT" >> "$R"
       j=0
       for rate in $RATES; do
         [ $j -gt 0 ] && sleep "$GAP"
@@ -128,7 +142,7 @@ for d in $DAEMONS; do
         kill $fp 2>/dev/null; wait $fp
         line=$(grep '^sent=' "$tf")
         log "trickle $tag $fam ${rate}/s: $line"
-        echo "$tag $fam $rate $CMED $CMAX $CFAIL$CT" >> "$R"
+        echo "$tag $fam $rate $CMED $CMAX $CFAIL $CRACE$CT" >> "$R"
         echo "$tag $fam ${rate}_trickle sent=$(kv "$line" sent) back=$(kv "$line" received) accept=$(kv "$line" accept) reject=$(kv "$line" reject) rate=$(kv "$line" rate) warm=${warm}s" >> "$R"
       done
     done
@@ -144,8 +158,9 @@ if [ "$ROLE" = client ]; then
     echo "Connects (rping -C 1, $N in a row, each timed) from $IP / $B6 to $PEER / $A6, quiet and while $IP (IPv4) or"
     echo "$NB6 (IPv6, same /64) trickles never-ACKed REQUESTs to $PEER:3935 (random cp ports and handles, identity"
     echo "shape, ap = the rping listener; rates $RATES /s, one datagram per send, warm-up $WARMS s). Times in s. The connecting host runs the C iwpmd."
-    printf '%-10s %-3s %-7s %-7s %-6s %-5s %s\n' daemon fam phase median worst fails "each connect"
-    awk '$3 !~ /_trickle$/ { printf "%-10s %-3s %-7s %-7s %-6s %-5s", $1, $2, $3, $4, $5, $6; for (i=7;i<=NF;i++) printf " %s", $i; print "" }' "$R"
+    printf '%-10s %-3s %-7s %-7s %-6s %-5s %-5s %s\n' daemon fam phase median worst fails lost "each connect"
+    awk '$3 !~ /_trickle$/ { printf "%-10s %-3s %-7s %-7s %-6s %-5s %-5s", $1, $2, $3, $4, $5, $6, $7; for (i=8;i<=NF;i++) printf " %s", $i; print "" }' "$R"
+    echo "(lost: connects that exchanged nothing until the ${TMO} s timeout, rping's own race, each retried once; the retry is listed)"
     echo "trickles (REQUESTs sent, datagrams back, of which ACCEPT/REJECT, achieved rate, warm-up before the first connect):"
     awk '$3 ~ /_trickle$/ { r=$3; sub(/_trickle$/, "", r); printf "  %-10s %-3s %5s/s  %s %s %s %s %s %s\n", $1, $2, r, $4, $5, $6, $7, $8, $9 }' "$R"
     echo "victim (A) over each daemon's whole phase:"
@@ -158,17 +173,17 @@ if [ "$ROLE" = client ]; then
     for fam in $FAMS; do
       q=$(awk -v t="$t" -v f="$fam" '$1==t && $2==f && $3=="quiet"' "$R")
       [ -n "$q" ] || { bad "quiet-$fam-$t" "no baseline connects"; continue; }
-      set -- $q; qmed=$4; qmax=$5; qf=$6
+      set -- $q; qmed=$4; qmax=$5; qf=$6; qr=$7
       r=1; [ "$qf" = 0 ] && lt "$qmax" "$STALL_S" && r=0
-      check "quiet-$fam-$t" "baseline: $N connects, median ${qmed}s, worst ${qmax}s, $qf failed (limit ${STALL_S}s)" test $r = 0
+      check "quiet-$fam-$t" "baseline: $N connects, median ${qmed}s, worst ${qmax}s, $qf failed, $qr lost to rping's race and retried (limit ${STALL_S}s)" test $r = 0
       lim=$(echo "$qmed $FLOOR" | awk '{v=2*$1; if (v<$2) v=$2; printf "%.2f", v}')
       for rate in $RATES; do
         l=$(awk -v t="$t" -v f="$fam" -v r="$rate" '$1==t && $2==f && $3==r' "$R")
         [ -n "$l" ] || { bad "trickle-$fam-$rate-$t" "no connects"; continue; }
-        set -- $l; med=$4; mx=$5; nf=$6; shift 6; slow=0
+        set -- $l; med=$4; mx=$5; nf=$6; nr=$7; shift 7; slow=0
         for x in "$@"; do lt "$lim" "$x" && slow=$((slow+1)); done
-        r=1; [ "$nf" = 0 ] && [ $slow = 0 ] && lt "$mx" "$STALL_S" && r=0
-        check "trickle-$fam-$rate-$t" "${rate}/s trickle: connects $(echo "$@" | tr ' ' '/') s; $slow slower than max(2 x quiet median ${qmed}s, ${FLOOR}s) = ${lim}s, worst ${mx}s (limit ${STALL_S}s), $nf failed" test $r = 0
+        r=1; [ "$nf" = 0 ] && [ $slow = 0 ] && [ "$nr" -le 1 ] && lt "$mx" "$STALL_S" && r=0
+        check "trickle-$fam-$rate-$t" "${rate}/s trickle: connects $(echo "$@" | tr ' ' '/') s; $slow slower than max(2 x quiet median ${qmed}s, ${FLOOR}s) = ${lim}s, worst ${mx}s (limit ${STALL_S}s), $nf failed, $nr lost (no data in ${TMO}s) and retried (at most 1)" test $r = 0
       done
     done
   done
