@@ -207,7 +207,7 @@ if want forge; then  # forged cp address: A runs ours then C, B (no daemon) is t
 fi
 if want trickle; then  # a never-ACKed REQUEST trickle from the connecting host (IPv4 and IPv6):
   # A runs ours then C (rping servers), B runs the C iwpmd, times rping connects, trickles
-  TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 420 -e daemons=$RS,$C -e reference=$C
+  TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 480 -e daemons=$RS,$C -e reference=$C
 fi
 
 # ---- self-test: checks that must fail against broken daemons ------------------------------

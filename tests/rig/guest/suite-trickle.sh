@@ -25,9 +25,10 @@
 #   trickle-FAM-RATE-D  every connect during the trickle connects in <= max(2 x the quiet
 #                       median of that family, FLOOR s) and < STALL_S (5 s: a connect that
 #                       waits for the kernel's 10 s port-mapper timeout shows up there)
-# A connect that got its TCP connection (siw's socket, seen by ss) but no ping data by its
-# 15 s timeout is rping's own race (suite-twovm), not a port-mapper stall: it is retried once
-# and the retry timed; quiet phases allow any number, trickle phases one. A connect that never
+# A connect that got its TCP connection (siw's socket, seen by ss) but no ping data within a
+# second is rping's own race (suite-twovm), not a port-mapper stall: it is retried once
+# and the retry timed (seen in about 1 connect of 20 with either daemon, quiet or not); quiet
+# phases allow any number, trickle phases CONNECTS/2 (more would be no race but a pattern). A connect that never
 # got a TCP connection fails (after 10 s the kernel connects unmapped, so a mere stall still
 # connects, late, and fails the time limit).
 # A checks that each daemon under test came up and is alive after its phase; it reports
@@ -72,16 +73,25 @@ snapa() {  # snapa PREFIX: A's SUnreclaim (kB) and the daemon's VmRSS (kB)
 # conn1 DST SRC PORT LOG: one rping -C 1 from SRC; T1 seconds, R1 0 when the ping data came
 # back (rping's teardown race after the ping, exit 255, is not a failed connection; see
 # suite-flood); capped at TMO s (15: beyond the kernel's 10 s port-mapper timeout, after which
-# the kernel connects unmapped, so a silent daemon still gives ping data, late). LOST1=1 when
-# the client is still waiting 1 s before its timeout with a (siw) TCP connection to the
-# server's port in any state (ss, taken then by a watcher; rping's own output is
-# block-buffered and lost when it is killed): the port mapper has answered (the kernel only
-# starts the TCP connect after the QUERY reply or its 10 s timeout), and yet no ping data.
+# the kernel connects unmapped, so a silent daemon still gives ping data, late). A watcher
+# looks at the client's (siw) TCP connections to the server's port once a second (ss, any
+# state but TIME-WAIT, which earlier connects leave): the same connection there twice in a
+# row while rping still waits means connected and yet no ping data, rping's own race (the
+# port mapper has answered: the kernel starts the TCP connect only after the QUERY reply or
+# its 10 s timeout, and a ping takes milliseconds once connected); the client is then
+# stopped and LOST1=1.
 TMO=15
 conn1() {
-  local t0 w; t0=$(uptime_s); LOST1=0; rm -f "$4.ss"
-  ( sleep $((TMO - 1)); ss -tnH state connected "dport = :$3" > "$4.ss" 2>/dev/null ) & w=$!
-  timeout $TMO rping -c -a "$1" -I "$2" -p "$3" -C 1 -v > "$4" 2>&1; R1=$?
+  local t0 p w; t0=$(uptime_s); LOST1=0; rm -f "$4.ss"
+  timeout $TMO rping -c -a "$1" -I "$2" -p "$3" -C 1 -v > "$4" 2>&1 & p=$!
+  ( prev=""; n=0
+    while [ $n -lt $TMO ]; do
+      sleep 1; n=$((n+1))
+      cur=$(ss -tnH state connected exclude time-wait "dport = :$3" 2>/dev/null | awk '{print $4}' | sort | tr '\n' ' ')
+      if [ -n "$cur" ] && [ "$cur" = "$prev" ]; then echo "$cur" > "$4.ss"; kill $p 2>/dev/null; exit 0; fi
+      prev=$cur
+    done ) & w=$!
+  wait $p; R1=$?
   T1=$(elapsed "$t0")
   kill $w 2>/dev/null; wait $w 2>/dev/null
   if grep -q '^ping data' "$4"; then R1=0; else
@@ -93,18 +103,19 @@ conn1() {
 # CRACE. A client that has its TCP connection but exchanged no ping data is rping's own race
 # (suite-twovm: the server drops the connection before its first RDMA READ and the client
 # waits for ever): the port mapper's part was done, so that one is retried once and
-# the retry is timed; the lost attempt is counted in CRACE and listed. A client that never got
+# the retry is timed (up to 2 retries: the race sometimes comes twice in a row); each lost
+# attempt is counted in CRACE and listed. A client that never got
 # a TCP connection is a failed or stalled connect (its time, >= TMO, stays).
 connects() {
-  local i=0 lost
+  local i=0 k lost
   CT=""; CFAIL=0; CMAX=0; CRACE=0; CLOST=""
   while [ $i -lt "$N" ]; do
-    conn1 "$2" "$3" "$4" "$OUT/rping-$1-$i.log"
-    if [ "$LOST1" = 1 ]; then
+    conn1 "$2" "$3" "$4" "$OUT/rping-$1-$i.log"; k=1
+    while [ "$LOST1" = 1 ] && [ $k -le 2 ]; do
       lost=$T1; CRACE=$((CRACE+1)); CLOST="$CLOST $i:$lost"
-      log "connect $1 #$i: TCP connected but no ping data in ${lost}s (rping's race): once more"
-      conn1 "$2" "$3" "$4" "$OUT/rping-$1-$i-again.log"
-    fi
+      log "connect $1 #$i: TCP connected ($(cat "$OUT/rping-$1-$i.log.ss" 2>/dev/null)) but no ping data, stopped after ${lost}s (rping's race): once more"
+      conn1 "$2" "$3" "$4" "$OUT/rping-$1-$i-again$k.log"; k=$((k+1))
+    done
     CT="$CT $T1"; [ "$R1" = 0 ] || CFAIL=$((CFAIL+1))
     lt "$CMAX" "$T1" && CMAX=$T1
     i=$((i+1))
@@ -172,7 +183,7 @@ if [ "$ROLE" = client ]; then
     echo "shape, ap = the rping listener; rates $RATES /s, one datagram per send, warm-up $WARMS s). Times in s. The connecting host runs the C iwpmd."
     printf '%-10s %-3s %-7s %-7s %-6s %-5s %-5s %s\n' daemon fam phase median worst fails lost "each connect"
     awk '$3 !~ /_trickle$/ { printf "%-10s %-3s %-7s %-7s %-6s %-5s %-5s", $1, $2, $3, $4, $5, $6, $7; for (i=8;i<=NF;i++) printf " %s", $i; print "" }' "$R"
-    echo "(lost: connects with a TCP connection but no ping data within ${TMO} s, rping's own race, each retried once; the retry is listed)"
+    echo "(lost: connects whose TCP connection stood for a second with no ping data, rping's own race, stopped and retried once; the retry is listed)"
     echo "trickles (REQUESTs sent, datagrams back, of which ACCEPT/REJECT, achieved rate, warm-up before the first connect):"
     awk '$3 ~ /_trickle$/ { r=$3; sub(/_trickle$/, "", r); printf "  %-10s %-3s %5s/s  %s %s %s %s %s %s\n", $1, $2, r, $4, $5, $6, $7, $8, $9 }' "$R"
     echo "victim (A) over each daemon's whole phase:"
@@ -194,8 +205,8 @@ if [ "$ROLE" = client ]; then
         [ -n "$l" ] || { bad "trickle-$fam-$rate-$t" "no connects"; continue; }
         set -- $l; med=$4; mx=$5; nf=$6; nr=$7; shift 7; slow=0
         for x in "$@"; do lt "$lim" "$x" && slow=$((slow+1)); done
-        r=1; [ "$nf" = 0 ] && [ $slow = 0 ] && [ "$nr" -le 1 ] && lt "$mx" "$STALL_S" && r=0
-        check "trickle-$fam-$rate-$t" "${rate}/s trickle: connects $(echo "$@" | tr ' ' '/') s; $slow slower than max(2 x quiet median ${qmed}s, ${FLOOR}s) = ${lim}s, worst ${mx}s (limit ${STALL_S}s), $nf failed, $nr lost (connected, no data in ${TMO}s) and retried (at most 1)" test $r = 0
+        r=1; [ "$nf" = 0 ] && [ $slow = 0 ] && [ "$nr" -le $((N / 2)) ] && lt "$mx" "$STALL_S" && r=0
+        check "trickle-$fam-$rate-$t" "${rate}/s trickle: connects $(echo "$@" | tr ' ' '/') s; $slow slower than max(2 x quiet median ${qmed}s, ${FLOOR}s) = ${lim}s, worst ${mx}s (limit ${STALL_S}s), $nf failed, $nr lost (connected, no ping data) and retried (at most $((N / 2)))" test $r = 0
       done
     done
   done
