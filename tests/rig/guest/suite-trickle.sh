@@ -7,16 +7,17 @@
 # one per family). B (client, 10.77.0.2 and fd00:77::2; the C iwpmd) per daemon of A and
 # per family:
 #   quiet    CONNECTS sequential rping -C 1 to A's server, each timed (the baseline)
-#   RATE/s   for each rate (600, then 60): a trickle of REQUESTs to A:3935 from one plain
+#   RATE/s   for each rate (60, then 600): a trickle of REQUESTs to A:3935 from one plain
 #            UDP socket (rigflood flood request -B 1: one datagram per send, paced), random
 #            source ports in cp (identity: mapped_cp = cp), random handles, ap = A's rping
-#            listener; never ACKed. After its WARM s (1 s at 600/s, 6 s at 60/s: some 360
-#            un-ACKed exchanges by the first connect, more than a per-source quota of 256
-#            holds, so the low rate is measured at its steady state, not at its start) the
-#            same CONNECTS timed connects; then the trickle stops (it runs through every
-#            connect). GAP s (4) pass before the next rate, so that with the warm-up the
-#            previous trickle's exchanges (10 s of retransmissions) have expired when the
-#            next rate's connects begin.
+#            listener; never ACKed. After its WARM s (5 s at 60/s: some 300 un-ACKed
+#            exchanges by the first connect, more than a per-source quota of 256 holds, so
+#            the low rate is measured at its steady state, not at its start; 1 s at 600/s)
+#            the same CONNECTS timed connects; then the trickle stops (it runs through every
+#            connect). The low rate goes first so that no gap is needed: what a 60/s trickle
+#            leaves (10 s of retransmissions) is little beside what 600/s brings at once,
+#            whereas 600/s first would need ~10 s before the 60/s connects (rates=600,60
+#            warm=1,6 gap=4 runs that order; GAP s pass between two rates).
 #   IPv4: the trickle comes from B's own address 10.77.0.2, the address B connects from.
 #   IPv6: from a neighbour address in B's /64 (fd00:77::12, deprecated so that nothing
 #   picks it as a source by itself); the connects run from B's main fd00:77::2 (rping -I).
@@ -36,15 +37,15 @@
 # Output (B): trickle-table.txt, trickle-results.txt, rping-*.log, trickle-*.txt (rigflood).
 # Knobs: role, hostid, peer, sync (run-2vm.sh); daemons=PATH,PATH
 #        [/mnt/rig/bin/iwpmd-rs,/usr/sbin/iwpmd]  reference=PATH [/usr/sbin/iwpmd]
-#        connects=N [8]  rates=R,R [600,60]  warm=S,S per rate [1,6]  families=v4,v6  gap=S [4]
+#        connects=N [8]  rates=R,R [60,600]  warm=S,S per rate [5,1]  families=v4,v6  gap=S [0]
 #        rping_floor=S [1.0]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
 DAEMONS=$(echo "${RIG_DAEMONS:-/mnt/rig/bin/iwpmd-rs,/usr/sbin/iwpmd}" | tr ',' ' ')
 REF=${RIG_REFERENCE:-/usr/sbin/iwpmd}
-N=${RIG_CONNECTS:-8}; RATES=$(echo "${RIG_RATES:-600,60}" | tr ',' ' ')
+N=${RIG_CONNECTS:-8}; RATES=$(echo "${RIG_RATES:-60,600}" | tr ',' ' ')
 FAMS=$(echo "${RIG_FAMILIES:-v4,v6}" | tr ',' ' ')
-WARMS=$(echo "${RIG_WARM:-1,6}" | tr ',' ' '); GAP=${RIG_GAP:-4}; FLOOR=${RIG_RPING_FLOOR:-1.0}
+WARMS=$(echo "${RIG_WARM:-5,1}" | tr ',' ' '); GAP=${RIG_GAP:-0}; FLOOR=${RIG_RPING_FLOOR:-1.0}
 A4=10.77.0.1; B4=10.77.0.2; A6=fd00:77::1; B6=fd00:77::2; NB6=fd00:77::12
 if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
 
@@ -159,7 +160,7 @@ for d in $DAEMONS; do
       echo "$tag $fam quiet $qmed $CMAX $CFAIL $CRACE$CT" >> "$R"
       j=0
       for rate in $RATES; do
-        [ $j -gt 0 ] && sleep "$GAP"
+        [ $j -gt 0 ] && [ "$GAP" != 0 ] && sleep "$GAP"
         j=$((j+1)); warm=$(echo $WARMS | cut -d' ' -f$j); [ -n "$warm" ] || warm=1
         tf="$OUT/trickle-$tag-$fam-$rate.txt"
         rigflood flood request "$tdst" $((rate * 600)) -b "$tsrc" -c "$tsrc" -a "$ap" -r "$rate" -B 1 > "$tf" 2>&1 & fp=$!
