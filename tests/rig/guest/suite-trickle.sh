@@ -26,12 +26,12 @@
 #   trickle-FAM-RATE-D  every connect during the trickle connects in <= max(2 x the quiet
 #                       median of that family, FLOOR s) and < STALL_S (5 s: a connect that
 #                       waits for the kernel's 10 s port-mapper timeout shows up there)
-# A connect that got its TCP connection (siw's socket, seen by ss) but no ping data within a
-# second is rping's own race (suite-twovm), not a port-mapper stall: it is retried once
-# and the retry timed (seen in about 1 connect of 20 with either daemon, quiet or not); quiet
-# phases allow any number, trickle phases CONNECTS/2 (more would be no race but a pattern). A connect that never
-# got a TCP connection fails (after 10 s the kernel connects unmapped, so a mere stall still
-# connects, late, and fails the time limit).
+# A connect that got its TCP connection quickly (siw's socket, seen by ss) but no ping data
+# within a second is rping's own race (suite-twovm), not a port-mapper stall: it is stopped
+# and retried (at most twice) and the retry timed (seen in about 1 connect of 20 with either
+# daemon, quiet or not); quiet phases allow any number, trickle phases CONNECTS/2 (more would
+# be no race but a pattern). A connect that never got a TCP connection fails (after 10 s the
+# kernel connects unmapped, so a mere stall still connects, late, and fails the time limit).
 # A checks that each daemon under test came up and is alive after its phase; it reports
 # its kernel SUnreclaim and the daemon's RSS growth over the phase (in the table).
 # Output (B): trickle-table.txt, trickle-results.txt, rping-*.log, trickle-*.txt (rigflood).
@@ -187,7 +187,7 @@ if [ "$ROLE" = client ]; then
     echo "shape, ap = the rping listener; rates $RATES /s, one datagram per send, warm-up $WARMS s). Times in s. The connecting host runs the C iwpmd."
     printf '%-10s %-3s %-7s %-7s %-6s %-5s %-5s %s\n' daemon fam phase median worst fails lost "each connect"
     awk '$3 !~ /_trickle$/ { printf "%-10s %-3s %-7s %-7s %-6s %-5s %-5s", $1, $2, $3, $4, $5, $6, $7; for (i=8;i<=NF;i++) printf " %s", $i; print "" }' "$R"
-    echo "(lost: connects whose TCP connection stood for a second with no ping data, rping's own race, stopped and retried once; the retry is listed)"
+    echo "(lost: connects whose TCP connection stood for a second with no ping data, rping's own race, stopped and retried, at most twice; the retry is listed)"
     echo "trickles (REQUESTs sent, datagrams back, of which ACCEPT/REJECT, achieved rate, warm-up before the first connect):"
     awk '$3 ~ /_trickle$/ { r=$3; sub(/_trickle$/, "", r); printf "  %-10s %-3s %5s/s  %s %s %s %s %s %s\n", $1, $2, r, $4, $5, $6, $7, $8, $9 }' "$R"
     echo "victim (A) over each daemon's whole phase:"
