@@ -9,10 +9,10 @@
 #                  target/release/iwpmd)
 #   --no-c         skip the C reference runs that are not comparisons (restart, negative,
 #                  abi, noipv6, nlperm, twovm C<->C); single (cmtime), the mixed twovm pairs, perf,
-#                  flood and forge (C and ours side by side in one boot) and restart-load
-#                  (ours, then C, compared in one table) always run
+#                  flood, forge, pairs and trickle (C and ours side by side in one boot) and
+#                  restart-load (ours, then C, compared in one table) always run
 #   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,nlperm,
-#                  twovm,perf,flood,forge,privdrop,zerogap
+#                  twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -21,13 +21,13 @@
 #                  below must FAIL there, and each such failure counts as a PASS
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
-# Results: target/rig/<kernel>/ (summary.txt, cmtime.txt, flood.txt, forge.txt,
-# restart-load.txt, share/out/<run>/ with every trace, console-<run>.log) and
+# Results: target/rig/<kernel>/ (summary.txt, cmtime.txt, flood.txt, forge.txt, pairs.txt,
+# trickle.txt, restart-load.txt, share/out/<run>/ with every trace, console-<run>.log) and
 # target/rig/summary.txt (every kernel's summary in turn, then the total and the wall time
 # per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,privdrop,zerogap"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) KERNELS="$2"; shift 2 ;;
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --no-c) WITH_C=0; ARGS+=("$1"); shift ;;
     --only) ONLY="$2"; ARGS+=("$1" "$2"); shift 2 ;;
     --selftest) SELFTEST=1; ARGS+=("$1"); shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -53,7 +53,7 @@ if [ "${RIG_ALL_ONE:-0}" != 1 ]; then
   flock -n 8 || { echo "[run-all] waiting for another run-all on $RIG_TOP" >&2; flock -w 3600 8 || { echo "[run-all] gave up waiting" >&2; exit 1; }; }
   T0=$(date +%s); TOP_SUMMARY="$RIG_TOP/summary.txt"
   # results of the layout before per-kernel folders would only mislead
-  rm -rf "$RIG_TOP/share" "$RIG_TOP"/console-*.log "$RIG_TOP"/{cmtime,flood,forge,restart-load}.txt
+  rm -rf "$RIG_TOP/share" "$RIG_TOP"/console-*.log "$RIG_TOP"/{cmtime,flood,forge,pairs,trickle,restart-load}.txt
   : > "$TOP_SUMMARY"
   if [ -z "$OURS" ]; then
     (cd "$REPO" && cargo build --release -p iwpmd >&2) || { echo "FAIL setup: cargo build --release -p iwpmd" | tee -a "$TOP_SUMMARY"; exit 1; }
@@ -196,11 +196,18 @@ fi
 if want flood; then  # spoofed-REQUEST flood: ours, then C, in one boot (C reported, not checked)
   run1 flood 400 flood -m 2048 -e daemons=$RS,$C -e reference=$C
 fi
+if want pairs; then  # blind REQUEST + ACK pairs, identity and port-mapped: ours, then C, in one boot
+  run1 pairs 300 pairs -m 2048 -e daemons=$RS,$C -e reference=$C
+fi
 if want privdrop; then  # ours only: CAP_NET_ADMIN kept, still serving (as root and as nobody)
   run1 privdrop-ours 300 privdrop -m 2048 -e iwpmd=$RS -e iwpmd_args=$RS_UDP
 fi
 if want forge; then  # forged cp address: A runs ours then C, B (no daemon) is the attacker
   TEST2="$RIG_DIR/guest/suite-forge.sh" run2 forge "$RS" none -e daemons=$RS,$C -e reference=$C
+fi
+if want trickle; then  # a never-ACKed REQUEST trickle from the connecting host (IPv4 and IPv6):
+  # A runs ours then C (rping servers), B runs the C iwpmd, times rping connects, trickles
+  TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 480 -e daemons=$RS,$C -e reference=$C
 fi
 
 # ---- self-test: checks that must fail against broken daemons ------------------------------
@@ -251,8 +258,8 @@ done
       printf "   %-36s %10.2f %10.2f %12.2f\n", n, substr(s, 1, 11), substr(s, 12, 11), substr(s, 34, 11) }' "$f"
   done; } | tee -a "$SUMMARY" >> "$CMT"
 
-# ---- flood / forge comparison tables ------------------------------------------------------
-for t in flood:flood/flood-table.txt forge:forge-A/forge-table.txt; do
+# ---- flood / forge / pairs / trickle comparison tables ------------------------------------------------------
+for t in flood:flood/flood-table.txt forge:forge-A/forge-table.txt pairs:pairs/pairs-table.txt trickle:trickle-B/trickle-table.txt; do
   f="$SHARE/out/${t#*:}"; rm -f "$RES/${t%%:*}.txt"
   [ -s "$f" ] || continue
   cp "$f" "$RES/${t%%:*}.txt"
@@ -312,6 +319,6 @@ done
 say ""
 say "== rig total: $NP passed, $NF failed in ${#RUNS[@]} runs; wall $(stamp)"
 [ $NF -gt 0 ] && say "== runs with failures: ${BAD[*]}"
-say "== results: $RES (summary.txt, cmtime.txt, flood.txt, forge.txt, restart-load.txt, share/out/<run>/)"
+say "== results: $RES (summary.txt, cmtime.txt, flood.txt, forge.txt, pairs.txt, trickle.txt, restart-load.txt, share/out/<run>/)"
 echo "$NP passed, $NF failed"
 [ $NF = 0 ]
