@@ -144,9 +144,15 @@ kill $CPS 2>/dev/null; wait $CPS 2>/dev/null
 sleep 0.5
 kill $SPS 2>/dev/null; kill -TERM $LP 2>/dev/null; wait $SPS $LP 2>/dev/null
 accepted=$(sed -n 's/^accepted=//p' "$OUT/listen.log")
-sleep 1
-dump "$OUT/dump-end.txt"; nend=$DUMP_N   # refcounts: every close must have removed its mapping
-role_check "$ROLE" end-empty "mappings left once every listener and connection is closed: $nend" test "$nend" = 0
+# refcounts: every close must remove its mapping. The kernel tears 100 listeners down one
+# by one (a REMOVE each); on a loaded TCG host that takes longer than a second, so the dump
+# is repeated (at most 8 s) until it is empty.
+w=0; while :; do
+  sleep 1; w=$((w+1))
+  dump "$OUT/dump-end.txt"; nend=$DUMP_N
+  [ "$nend" = 0 ] || [ $w -ge 8 ] && break
+done
+role_check "$ROLE" end-empty "mappings left once every listener and connection is closed: $nend (after ${w} s)" test "$nend" = 0
 k=0; while [ $k -lt $NLIVE ]; do tail -3 /tmp/live$k.log > "$OUT/rping-live$k-client-tail.log"; k=$((k+1)); done
 sleep 0.5
 role_check "$ROLE" dmesg "no iwpm kernel messages from the restart to the end ($(dmesg_iwpm_since | head -2 | tr '\n' '|'))" test -z "$(dmesg_iwpm_since)"
