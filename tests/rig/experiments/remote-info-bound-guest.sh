@@ -13,12 +13,15 @@
 #      the kernel per new REQUEST; one rping -C 1 to the listener while the flood runs
 #   5. once the daemon has read its socket dry: snapshot, then one sample every STEP s for
 #      WAIT s (stock kernel: stays; bounded kernel: at most the cap, back after the expiry)
-#   6. rping -C 3 again; kernel log lines about iwpm
+#   6. DUPS REQUESTs with one and the same key (duplicates), then CONNS sequential rping
+#      -C 1 (each consumes its own REMOTE_INFO): kmalloc-512 growth of each
+#   7. rping -C 3 again; kernel log lines about iwpm
 # Output ($OUT): rib-results.txt ("key value" lines), rib-samples.txt ("seconds after the
 # flood, SUnreclaim kB, kmalloc-512 objects"), flood.txt, kernel-iwpm.txt, rping-*.log.
-# Knobs (run-vm.sh -e): count=N [40000] rate=R [5000] wait=S [30] step=S [5]
+# Knobs (run-vm.sh -e): count=N [40000] rate=R [1000] wait=S [30] step=S [5] dups=N [200]
+#        conns=N [20]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
-COUNT=${RIG_COUNT:-40000}; RATE=${RIG_RATE:-5000}; WAIT=${RIG_WAIT:-30}; STEP=${RIG_STEP:-5}
+COUNT=${RIG_COUNT:-40000}; RATE=${RIG_RATE:-1000}; WAIT=${RIG_WAIT:-30}; STEP=${RIG_STEP:-5}
 ATK=10.88.0.3; PORT=7600
 R="$OUT/rib-results.txt"; : > "$R"
 S="$OUT/rib-samples.txt"; : > "$S"
@@ -86,6 +89,28 @@ e_sunr=$(sunr); e_k512=$(k512)
 put sunr_end_kb "$e_sunr"; put k512_end "$e_k512"
 put sunr_left_kb $(( e_sunr - b_sunr ))
 put k512_left $(( e_k512 - b_k512 ))
+# 6. duplicates: DUPS REQUESTs with the same addresses (cp = mapped_cp = 10.88.0.3:40000,
+#    new handle each); the C daemon pushes a REMOTE_INFO for each, all with one key
+DUPS=${RIG_DUPS:-200}
+d0=$(k512); i=0
+while [ $i -lt "$DUPS" ]; do
+  rigflood request "$IP" "$ATK:40000" "$ATK:40000" "$IP:$PORT" -b "$ATK" -w 20 > /dev/null 2>&1
+  i=$((i+1))
+done
+settle
+put dup_requests "$DUPS"; put dup_k512_growth $(( $(k512) - d0 ))
+# 6b. consumption: CONNS rping -C 1 to the listener, one after another; each connection
+#    should consume the REMOTE_INFO its own REQUEST made, leaving no object behind
+CONNS=${RIG_CONNS:-20}
+c0=$(k512); i=0; cf=0; t0=$(uptime_s)
+while [ $i -lt "$CONNS" ]; do
+  timeout 30 rping -c -v -a "$IP" -p $PORT -C 1 > "$OUT/rping-conn.log" 2>&1
+  grep -q '^ping data' "$OUT/rping-conn.log" || cf=$((cf+1))
+  i=$((i+1))
+done
+tc=$(elapsed "$t0")
+sleep 1
+put conns "$CONNS"; put conn_failed "$cf"; put conn_total_s "$tc"; put conn_k512_growth $(( $(k512) - c0 ))
 check_rping rping-after "$IP" 3 after 7174
 dmesg_iwpm_since > "$OUT/kernel-iwpm.txt"
 put kernel_iwpm_lines "$(wc -l < "$OUT/kernel-iwpm.txt")"

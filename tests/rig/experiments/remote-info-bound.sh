@@ -6,7 +6,7 @@
 #
 # Usage: tests/rig/experiments/remote-info-bound.sh [-n COUNT] [-r RATE] [-w WAIT] [-b]
 #                                                  [stock|patched|both]
-#   -n COUNT  forged REQUESTs per boot [40000]     -r RATE  per second [5000]
+#   -n COUNT  forged REQUESTs per boot [40000]     -r RATE  per second [1000]
 #   -w WAIT   seconds sampled after the flood [30] -b       only build the patched kernel
 # The patched kernel: the Debian linux-source-$RIG_KVER tarball extracted to
 # $RIG_CACHE/linux-source-$RIG_KVER-iwpmbound, the patch applied (a changed patch is
@@ -23,7 +23,7 @@ export RIG_CACHE="${RIG_CACHE:-/var/cache/iwpm-rig-kernelpatch}"
 EXP="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$EXP/../common.sh"
 JOBS="${JOBS:-2}"
-COUNT=40000; RATE=5000; WAIT=30; BUILD_ONLY=0
+COUNT=40000; RATE=1000; WAIT=30; BUILD_ONLY=0
 while getopts "n:r:w:bh" o; do
   case $o in
     n) COUNT=$OPTARG ;; r) RATE=$OPTARG ;; w) WAIT=$OPTARG ;; b) BUILD_ONLY=1 ;;
@@ -121,6 +121,7 @@ val() { awk -v k="$2" '$1==k {sub(/^[^ ]* /, ""); print; exit}' "$TOP/$1/rib-res
   echo "REMOTE_INFO table: $COUNT forged REQUESTs at ${RATE}/s through the C iwpmd (kernel $RIG_KVER)"
   printf '%-44s' ""; for l in $labels; do printf ' %22s' "$l"; done; echo
   for k in flood udp_read_by_daemon udp_rcvbuf_drops sunr_before_kb sunr_growth_kb k512_growth sunr_left_kb k512_left \
+           dup_requests dup_k512_growth conns conn_failed conn_total_s conn_k512_growth \
            rping_during kernel_iwpm_lines daemon_alive; do
     printf '%-44s' "$k"; for l in $labels; do printf ' %22s' "$(val "$l" "$k")"; done; echo
   done
