@@ -13,13 +13,14 @@
 #      the kernel per new REQUEST; one rping -C 1 to the listener while the flood runs
 #   5. once the daemon has read its socket dry: snapshot, then one sample every STEP s for
 #      WAIT s (stock kernel: stays; bounded kernel: at most the cap, back after the expiry)
-#   6. DUPS REQUESTs with one and the same key (duplicates), then CONNS sequential rping
-#      -C 1 (each consumes its own REMOTE_INFO): kmalloc-512 growth of each
+#   6. the daemon restarted under strace (REMOTE_INFOs counted from its trace); DUPS
+#      REQUESTs with one and the same key (duplicates), then CONNS sequential rping -C 1
+#      (each should consume its own REMOTE_INFO): REMOTE_INFOs sent, kmalloc-512 growth
 #   7. rping -C 3 again; kernel log lines about iwpm
 # Output ($OUT): rib-results.txt ("key value" lines), rib-samples.txt ("seconds after the
 # flood, SUnreclaim kB, kmalloc-512 objects"), flood.txt, kernel-iwpm.txt, rping-*.log.
 # Knobs (run-vm.sh -e): count=N [40000] rate=R [1000] wait=S [30] step=S [5] dups=N [200]
-#        conns=N [20]
+#        conns=N [50]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 COUNT=${RIG_COUNT:-40000}; RATE=${RIG_RATE:-1000}; WAIT=${RIG_WAIT:-30}; STEP=${RIG_STEP:-5}
 ATK=10.88.0.3; PORT=7600
@@ -89,6 +90,14 @@ e_sunr=$(sunr); e_k512=$(k512)
 put sunr_end_kb "$e_sunr"; put k512_end "$e_k512"
 put sunr_left_kb $(( e_sunr - b_sunr ))
 put k512_left $(( e_k512 - b_k512 ))
+# From here the daemon runs under strace (restarted; the kernel hands it the listener's
+# mapping again), so the REMOTE_INFOs it pushes in the next two phases are counted.
+kill -0 "$IWPMD_PID" 2>/dev/null && alive=1 || alive=0
+put daemon_alive_after_flood $alive
+stop_iwpmd
+start_iwpmd "$OUT/iwpmd.strace" || bad restart "$IWPMD did not restart under strace"
+ri_sent() { decode "$OUT/iwpmd.strace" "$OUT/iwpmd.decoded"; grep -c ' nl send dst=0 IWCM REMOTE_INFO ' "$OUT/iwpmd.decoded"; }
+r0=$(ri_sent)
 # 6. duplicates: DUPS REQUESTs with the same addresses (cp = mapped_cp = 10.88.0.3:40000,
 #    new handle each); the C daemon pushes a REMOTE_INFO for each, all with one key
 DUPS=${RIG_DUPS:-200}
@@ -98,10 +107,11 @@ while [ $i -lt "$DUPS" ]; do
   i=$((i+1))
 done
 settle
-put dup_requests "$DUPS"; put dup_k512_growth $(( $(k512) - d0 ))
+r1=$(ri_sent)
+put dup_requests "$DUPS"; put dup_remote_infos $((r1 - r0)); put dup_k512_growth $(( $(k512) - d0 ))
 # 6b. consumption: CONNS rping -C 1 to the listener, one after another; each connection
 #    should consume the REMOTE_INFO its own REQUEST made, leaving no object behind
-CONNS=${RIG_CONNS:-20}
+CONNS=${RIG_CONNS:-50}
 c0=$(k512); i=0; cf=0; t0=$(uptime_s)
 while [ $i -lt "$CONNS" ]; do
   timeout 30 rping -c -v -a "$IP" -p $PORT -C 1 > "$OUT/rping-conn.log" 2>&1
@@ -110,13 +120,13 @@ while [ $i -lt "$CONNS" ]; do
 done
 tc=$(elapsed "$t0")
 sleep 1
-put conns "$CONNS"; put conn_failed "$cf"; put conn_total_s "$tc"; put conn_k512_growth $(( $(k512) - c0 ))
+c1=$(k512); r2=$(ri_sent)
+put conns "$CONNS"; put conn_failed "$cf"; put conn_total_s "$tc"; put conn_remote_infos $((r2 - r1))
+put conn_k512_growth $(( c1 - c0 ))
 check_rping rping-after "$IP" 3 after 7174
 dmesg_iwpm_since > "$OUT/kernel-iwpm.txt"
 put kernel_iwpm_lines "$(wc -l < "$OUT/kernel-iwpm.txt")"
 head -5 "$OUT/kernel-iwpm.txt" | sed 's/^/    /' | tee -a "$SUM"
-kill -0 "$IWPMD_PID" 2>/dev/null && alive=1 || alive=0
-put daemon_alive $alive
 kill $LP 2>/dev/null; wait $LP 2>/dev/null
 stop_iwpmd
 finish

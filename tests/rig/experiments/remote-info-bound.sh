@@ -121,13 +121,13 @@ val() { awk -v k="$2" '$1==k {sub(/^[^ ]* /, ""); print; exit}' "$TOP/$1/rib-res
   echo "REMOTE_INFO table: $COUNT forged REQUESTs at ${RATE}/s through the C iwpmd (kernel $RIG_KVER)"
   printf '%-44s' ""; for l in $labels; do printf ' %22s' "$l"; done; echo
   for k in flood udp_read_by_daemon udp_rcvbuf_drops sunr_before_kb sunr_growth_kb k512_growth sunr_left_kb k512_left \
-           dup_requests dup_k512_growth conns conn_failed conn_total_s conn_k512_growth \
-           rping_during kernel_iwpm_lines daemon_alive; do
+           dup_requests dup_remote_infos dup_k512_growth conns conn_failed conn_total_s conn_remote_infos conn_k512_growth \
+           rping_during kernel_iwpm_lines daemon_alive_after_flood; do
     printf '%-44s' "$k"; for l in $labels; do printf ' %22s' "$(val "$l" "$k")"; done; echo
   done
   for l in $labels; do
     echo "$l: samples (s after the flood, SUnreclaim kB, kmalloc-512 objects): $(tr '\n' ';' < "$TOP/$l/rib-samples.txt" 2>/dev/null)"
-    echo "$l checks: $(grep -c '^PASS' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null) PASS, $(grep -c '^FAIL' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null) FAIL"
-    grep -h . "$TOP/$l/share/out/rib-$l/kernel-iwpm.txt" 2>/dev/null | head -3 | sed "s/^/$l kernel: /"
+    echo "$l checks: $(grep -c '^PASS' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null || true) PASS, $(grep -c '^FAIL' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null || true) FAIL"
+    { grep -h . "$TOP/$l/share/out/rib-$l/kernel-iwpm.txt" 2>/dev/null || true; } | head -3 | sed "s/^/$l kernel: /"
   done
 } | tee "$TOP/table.txt"
