@@ -15,7 +15,8 @@
 # kernel/siw-rig.config [+ kernel/siw-rig-$RIG_KVER.config]), image
 # $RIG_CACHE/bzImage[-$RIG_KVER]-iwpmbound (reused while source, fragment and patch are
 # unchanged). The stock kernel: whatever build-kernel.sh picks (the shared prebuilt one).
-# Results: target/rig-experiments/remote-info-bound/<label>/ (console log, share/out).
+# Results: target/rig-experiments/remote-info-bound/$RIG_KVER/<label>/ (console log,
+# share/out) and table.txt there.
 # Env: RIG_CACHE [/var/cache/iwpm-rig-kernelpatch, not the rig's own cache], RIG_KVER
 # [6.1], JOBS [2], RIG_KERNEL_PATCHED (an image to use instead of building one).
 set -euo pipefail
@@ -27,7 +28,7 @@ COUNT=40000; RATE=1000; WAIT=30; BUILD_ONLY=0
 while getopts "n:r:w:bh" o; do
   case $o in
     n) COUNT=$OPTARG ;; r) RATE=$OPTARG ;; w) WAIT=$OPTARG ;; b) BUILD_ONLY=1 ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND-1))
@@ -96,7 +97,7 @@ elif [ "$WHICH" != stock ]; then build_patched; fi
 [ $BUILD_ONLY = 1 ] && { echo "$IMG"; exit 0; }
 STOCK="$("$RIG_DIR/build-kernel.sh" | tail -1)"
 
-TOP="$REPO/target/rig-experiments/remote-info-bound"
+TOP="$REPO/target/rig-experiments/remote-info-bound/$RIG_KVER"
 run_one() {  # run_one LABEL KERNEL
   local out="$TOP/$1" rc=0
   rm -rf "$out"; mkdir -p "$out/share/bin"
@@ -112,13 +113,13 @@ case "$WHICH" in
   stock) run_one stock "$STOCK"; labels=stock ;;
   patched) run_one patched "$IMG"; labels=patched ;;
   both) run_one stock "$STOCK"; run_one patched "$IMG"; labels="stock patched" ;;
-  *) sed -n '2,21p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
 
 # ---- side by side --------------------------------------------------------------------
 val() { awk -v k="$2" '$1==k {sub(/^[^ ]* /, ""); print; exit}' "$TOP/$1/rib-results.txt" 2>/dev/null; }
 {
-  echo "REMOTE_INFO table: $COUNT forged REQUESTs at ${RATE}/s through the C iwpmd (kernel $RIG_KVER)"
+  echo "REMOTE_INFO table: $COUNT forged REQUESTs at ${RATE}/s through the C iwpmd (kernel series $RIG_KVER)"
   printf '%-44s' ""; for l in $labels; do printf ' %22s' "$l"; done; echo
   for k in flood udp_read_by_daemon udp_rcvbuf_drops sunr_before_kb sunr_growth_kb k512_growth sunr_left_kb k512_left \
            dup_requests dup_remote_infos dup_k512_growth conns conn_failed conn_total_s conn_remote_infos conn_k512_growth \
