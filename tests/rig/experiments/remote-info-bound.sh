@@ -131,4 +131,15 @@ val() { awk -v k="$2" '$1==k {sub(/^[^ ]* /, ""); print; exit}' "$TOP/$1/rib-res
     echo "$l checks: $(grep -c '^PASS' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null || true) PASS, $(grep -c '^FAIL' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null || true) FAIL"
     { grep -h . "$TOP/$l/share/out/rib-$l/kernel-iwpm.txt" 2>/dev/null || true; } | head -3 | sed "s/^/$l kernel: /"
   done
+  # What the patch promises (kmalloc-512 counts move in whole slabs: 16 objects of slack
+  # per figure, 64 for the table at its cap of 1024)
+  if [ -f "$TOP/patched/rib-results.txt" ]; then
+    g=$(val patched k512_growth); left=$(val patched k512_left); dg=$(val patched dup_k512_growth)
+    cg=$(val patched conn_k512_growth); cf=$(val patched conn_failed)
+    v() { if [ "$2" = 1 ]; then echo "patched: PASS $1"; else echo "patched: FAIL $1"; fi; }
+    v "table bounded: kmalloc-512 +${g:-?} <= 1088" "$([ "${g:-99999}" -le 1088 ] && echo 1)"
+    v "entries expired: +${left:-?} objects left after ${WAIT}s <= 128" "$([ "${left:-99999}" -le 128 ] && echo 1)"
+    v "duplicates replaced: +${dg:-?} objects for 200 same-key REMOTE_INFOs <= 16" "$([ "${dg:-99999}" -le 16 ] && echo 1)"
+    v "entries consumed: +${cg:-?} objects after the rpings <= 16, ${cf:-?} failed" "$([ "${cg:-99999}" -le 16 ] && [ "${cf:-1}" = 0 ] && echo 1)"
+  fi
 } | tee "$TOP/table.txt"
