@@ -32,6 +32,9 @@ sunr() { awk '/^SUnreclaim:/ {print $2}' /proc/meminfo; }
 slab() { awk '/^Slab:/ {print $2}' /proc/meminfo; }
 # active kmalloc-512 objects (struct iwpm_remote_info lives there); -1 without slabinfo
 k512() { awk '$1=="kmalloc-512" {print $2; f=1} END {if (!f) print -1}' /proc/slabinfo 2>/dev/null || echo -1; }
+# kd A B: B - A, or n/a when either count is missing (a kernel without /proc/slabinfo:
+# the 6.12 rig configuration has no CONFIG_SLUB_DEBUG)
+kd() { if [ "$1" = -1 ] || [ "$2" = -1 ]; then echo n/a; else echo $(( $2 - $1 )); fi; }
 udp_in() { awk '$1=="Udp:" && $2 ~ /^[0-9]+$/ {print $2}' /proc/net/snmp; }
 udp_drops() { awk '$1=="Udp:" && $2 ~ /^[0-9]+$/ {print $6}' /proc/net/snmp; }
 # settle: wait (max 60 s) until the UDP input counter has not moved for 2 s, i.e. the
@@ -77,7 +80,7 @@ put udp_read_by_daemon $(( $(udp_in) - b_in - ${back:-0} ))   # Udp InDatagrams 
 put udp_rcvbuf_drops $(( $(udp_drops) - b_drop ))
 put sunr_after_kb "$a_sunr"; put slab_after_kb "$a_slab"; put k512_after "$a_k512"
 put sunr_growth_kb $(( a_sunr - b_sunr ))
-put k512_growth $(( a_k512 - b_k512 ))
+put k512_growth "$(kd "$b_k512" "$a_k512")"
 echo "0 $a_sunr $a_k512" >> "$S"
 el=0
 while [ $el -lt "$WAIT" ]; do
@@ -89,7 +92,7 @@ done
 e_sunr=$(sunr); e_k512=$(k512)
 put sunr_end_kb "$e_sunr"; put k512_end "$e_k512"
 put sunr_left_kb $(( e_sunr - b_sunr ))
-put k512_left $(( e_k512 - b_k512 ))
+put k512_left "$(kd "$b_k512" "$e_k512")"
 # From here the daemon runs under strace (restarted; the kernel hands it the listener's
 # mapping again), so the REMOTE_INFOs it pushes in the next two phases are counted.
 kill -0 "$IWPMD_PID" 2>/dev/null && alive=1 || alive=0
@@ -101,18 +104,18 @@ r0=$(ri_sent)
 # 6. duplicates: DUPS REQUESTs with the same addresses (cp = mapped_cp = 10.88.0.3:40000,
 #    new handle each); the C daemon pushes a REMOTE_INFO for each, all with one key
 DUPS=${RIG_DUPS:-200}
-d0=$(k512); i=0
+d0=$(k512); ds0=$(sunr); i=0
 while [ $i -lt "$DUPS" ]; do
   rigflood request "$IP" "$ATK:40000" "$ATK:40000" "$IP:$PORT" -b "$ATK" -w 20 > /dev/null 2>&1
   i=$((i+1))
 done
 settle
 r1=$(ri_sent)
-put dup_requests "$DUPS"; put dup_remote_infos $((r1 - r0)); put dup_k512_growth $(( $(k512) - d0 ))
+put dup_requests "$DUPS"; put dup_remote_infos $((r1 - r0)); put dup_k512_growth "$(kd "$d0" "$(k512)")"; put dup_sunr_growth_kb $(( $(sunr) - ds0 ))
 # 6b. consumption: CONNS rping -C 1 to the listener, one after another; each connection
 #    should consume the REMOTE_INFO its own REQUEST made, leaving no object behind
 CONNS=${RIG_CONNS:-50}
-c0=$(k512); i=0; cf=0; t0=$(uptime_s)
+c0=$(k512); cs0=$(sunr); i=0; cf=0; t0=$(uptime_s)
 while [ $i -lt "$CONNS" ]; do
   timeout 30 rping -c -v -a "$IP" -p $PORT -C 1 > "$OUT/rping-conn.log" 2>&1
   grep -q '^ping data' "$OUT/rping-conn.log" || cf=$((cf+1))
@@ -120,9 +123,9 @@ while [ $i -lt "$CONNS" ]; do
 done
 tc=$(elapsed "$t0")
 sleep 1
-c1=$(k512); r2=$(ri_sent)
+c1=$(k512); cs1=$(sunr); r2=$(ri_sent)
 put conns "$CONNS"; put conn_failed "$cf"; put conn_total_s "$tc"; put conn_remote_infos $((r2 - r1))
-put conn_k512_growth $(( c1 - c0 ))
+put conn_k512_growth "$(kd "$c0" "$c1")"; put conn_sunr_growth_kb $(( cs1 - cs0 ))
 check_rping rping-after "$IP" 3 after 7174
 dmesg_iwpm_since > "$OUT/kernel-iwpm.txt"
 put kernel_iwpm_lines "$(wc -l < "$OUT/kernel-iwpm.txt")"

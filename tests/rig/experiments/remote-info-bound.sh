@@ -122,7 +122,8 @@ val() { awk -v k="$2" '$1==k {sub(/^[^ ]* /, ""); print; exit}' "$TOP/$1/rib-res
   echo "REMOTE_INFO table: $COUNT forged REQUESTs at ${RATE}/s through the C iwpmd (kernel series $RIG_KVER)"
   printf '%-44s' ""; for l in $labels; do printf ' %22s' "$l"; done; echo
   for k in flood udp_read_by_daemon udp_rcvbuf_drops sunr_before_kb sunr_growth_kb k512_growth sunr_left_kb k512_left \
-           dup_requests dup_remote_infos dup_k512_growth conns conn_failed conn_total_s conn_remote_infos conn_k512_growth \
+           dup_requests dup_remote_infos dup_k512_growth dup_sunr_growth_kb conns conn_failed conn_total_s \
+           conn_remote_infos conn_k512_growth conn_sunr_growth_kb \
            rping_during kernel_iwpm_lines daemon_alive_after_flood; do
     printf '%-44s' "$k"; for l in $labels; do printf ' %22s' "$(val "$l" "$k")"; done; echo
   done
@@ -131,15 +132,26 @@ val() { awk -v k="$2" '$1==k {sub(/^[^ ]* /, ""); print; exit}' "$TOP/$1/rib-res
     echo "$l checks: $(grep -c '^PASS' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null || true) PASS, $(grep -c '^FAIL' "$TOP/$l/share/out/rib-$l/checks.txt" 2>/dev/null || true) FAIL"
     { grep -h . "$TOP/$l/share/out/rib-$l/kernel-iwpm.txt" 2>/dev/null || true; } | head -3 | sed "s/^/$l kernel: /"
   done
-  # What the patch promises (kmalloc-512 counts move in whole slabs: 16 objects of slack
-  # per figure, 64 for the table at its cap of 1024)
+  # What the patch promises. kmalloc-512 counts move in whole slabs: 16 objects of slack
+  # per figure, 64 for the table at its cap of 1024. Without /proc/slabinfo (6.12 rig
+  # configuration) the table checks use SUnreclaim: the cap's 512 KiB plus the flood's
+  # other allocations (socket buffers, ~256 kB on both kernels), and the small phases
+  # are not judged (50 entries are within SUnreclaim's noise).
   if [ -f "$TOP/patched/rib-results.txt" ]; then
+    v() { if [ "$2" = 1 ]; then echo "patched: PASS $1"; else echo "patched: FAIL $1"; fi; }
+    num() { case "$1" in ''|n/a|*[!0-9-]*) return 1 ;; esac; }
     g=$(val patched k512_growth); left=$(val patched k512_left); dg=$(val patched dup_k512_growth)
     cg=$(val patched conn_k512_growth); cf=$(val patched conn_failed)
-    v() { if [ "$2" = 1 ]; then echo "patched: PASS $1"; else echo "patched: FAIL $1"; fi; }
-    v "table bounded: kmalloc-512 +${g:-?} <= 1088" "$([ "${g:-99999}" -le 1088 ] && echo 1)"
-    v "entries expired: +${left:-?} objects left after ${WAIT}s <= 128" "$([ "${left:-99999}" -le 128 ] && echo 1)"
-    v "duplicates replaced: +${dg:-?} objects for 200 same-key REMOTE_INFOs <= 16" "$([ "${dg:-99999}" -le 16 ] && echo 1)"
-    v "entries consumed: +${cg:-?} objects after the rpings <= 16, ${cf:-?} failed" "$([ "${cg:-99999}" -le 16 ] && [ "${cf:-1}" = 0 ] && echo 1)"
+    sg=$(val patched sunr_growth_kb); sl=$(val patched sunr_left_kb)
+    if num "$g"; then
+      v "table bounded: kmalloc-512 +$g <= 1088" "$([ "$g" -le 1088 ] && echo 1)"
+      v "entries expired: +$left objects left after ${WAIT}s <= 128" "$([ "$left" -le 128 ] && echo 1)"
+      v "duplicates replaced: +$dg objects for 200 same-key REMOTE_INFOs <= 16" "$([ "$dg" -le 16 ] && echo 1)"
+      v "entries consumed: +$cg objects after the rpings <= 16, ${cf:-?} failed" "$([ "$cg" -le 16 ] && [ "${cf:-1}" = 0 ] && echo 1)"
+    else
+      v "table bounded: SUnreclaim +${sg:-?} kB <= 1024 kB" "$([ "${sg:-99999}" -le 1024 ] && echo 1)"
+      v "entries expired: SUnreclaim +${sl:-?} kB left after ${WAIT}s <= 256 kB" "$([ "${sl:-99999}" -le 256 ] && echo 1)"
+      v "rpings connected: ${cf:-?} of 50 failed (no /proc/slabinfo: duplicates and consumption not measured)" "$([ "${cf:-1}" = 0 ] && echo 1)"
+    fi
   fi
 } | tee "$TOP/table.txt"
