@@ -178,12 +178,16 @@ fn blind_acks_pin_no_kernel_memory() {
         remote_info_refill: SEC * 10,
         ..config()
     });
-    listener(&mut h, "10.0.0.2:4000");
-    listener(&mut h, "[fd00::2]:4000");
+    // The attacker knows each listener's mapped address: it is stable, any ACCEPT shows
+    // it, and with siw it is the listener's own.
+    let mapped_v4 = h.add("10.0.0.2:4000", Some(0));
+    let mapped_v4 = h.expect_add_reply(mapped_v4).to_socket_addr().unwrap();
+    let mapped_v6 = h.add("[fd00::2]:4000", Some(0));
+    let mapped_v6 = h.expect_add_reply(mapped_v6).to_socket_addr().unwrap();
     let mut pinned = 0;
-    for (ip, ap) in [
-        ("10.0.0.66", "10.0.0.2:4000"),
-        ("fd00::66", "[fd00::2]:4000"),
+    for (ip, ap, mapped_ap) in [
+        ("10.0.0.66", "10.0.0.2:4000", mapped_v4),
+        ("fd00::66", "[fd00::2]:4000", mapped_v6),
     ] {
         for i in 0..5_000u64 {
             let port = 1024 + (i % 30_000) as u16;
@@ -197,7 +201,7 @@ fn blind_acks_pin_no_kernel_memory() {
             let req = PeerMessage::request(i + 1, cp, mapped, addr(ap));
             let from = SocketAddr::new(cp.ip(), 3935).to_string();
             h.peer(PeerSocket::V4Listener, &from, &req);
-            let blind = PeerMessage::accept_for(&req, addr(ap));
+            let blind = PeerMessage::accept_for(&req, mapped_ap);
             h.peer(PeerSocket::V4Listener, &from, &PeerMessage::ack_for(&blind));
             if i % 1000 == 999 {
                 h.advance(SEC);
