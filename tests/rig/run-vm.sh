@@ -38,8 +38,12 @@ command -v qemu-system-x86_64 >/dev/null || { echo "apt-get install qemu-system-
 
 # The test and its helpers travel through the share, so editing them needs no new initramfs.
 mkdir -p "$SHARE/tests" "$SHARE/bin" "$SHARE/out"
-cp "$HERE"/guest/*.sh "$HERE"/guest/*.awk "$SHARE/tests/"
-cp "$TEST" "$SHARE/tests/$NAME.sh"
+# Each file is written beside its final name and renamed into place: the other VM of a
+# two-VM run copies the same files into the same share while its guest may already be
+# reading them (a guest once sourced a half-written lib.sh: "setup_net: not found").
+put() { cp "$1" "$SHARE/tests/.$2.$$" && mv -f "$SHARE/tests/.$2.$$" "$SHARE/tests/$2"; }
+for f in "$HERE"/guest/*.sh "$HERE"/guest/*.awk; do put "$f" "$(basename "$f")"; done
+put "$TEST" "$NAME.sh"
 rm -rf "${SHARE:?}/out/$NAME"
 
 netargs=()
