@@ -121,10 +121,11 @@ iwpmd_dump() {
   : > "$1"; DUMP_N=0
   [ -n "$IWPMD_PID" ] || return 1
   kill -USR1 "$IWPMD_PID"
-  # Until the dump has begun and the log stops growing (max 6 s). Both daemons log the
+  # Until the dump has begun and the log stops growing (max 12 s). Both daemons log the
   # signal at once but the C daemon dumps later, from its main loop (over a second later
-  # under strace on TCG), so a pause after the signal's line is not the end of the dump.
-  while [ $i -lt 30 ]; do
+  # under strace on TCG, once 8 s on a loaded host), so a pause after the signal's line is
+  # not the end of the dump.
+  while [ $i -lt 60 ]; do
     sleep 0.2; c=$(wc -l < "$SYSLOG")
     [ "$c" = "$m" ] && [ "$c" -gt "$n" ] &&
       tail -n +$((n+1)) "$SYSLOG" | grep -q 'print_iwpm_mapped_ports' && break
