@@ -248,6 +248,12 @@ if [ $SELFTEST = 1 ]; then
   "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n selftest-forge-A,selftest-forge-B -e daemons=$C -e reference=none \
     "$RIG_DIR/guest/suite-forge.sh" > "$RES/console-selftest-forge.log" 2>&1
   expect_fail selftest-forge-A forge-iwpmd no-forged-remote-info-iwpmd
+  if want pm; then  # suite pm with siw left in NO_PORT_MAP mode: the port-mapping checks must fail
+    "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n selftest-pm-plain-A,selftest-pm-plain-B -e portmap=0 \
+      -A iwpmd=$RS -B iwpmd=$RS "$RIG_DIR/guest/suite-pm.sh" > "$RES/console-selftest-pm-plain.log" 2>&1
+    expect_fail selftest-pm-plain-A portmap listen-mapped dump trace-flags0 trace-mapped trace-requests
+    expect_fail selftest-pm-plain-B portmap dump ss-estab trace-flags0 trace-mapped
+  fi
 fi
 
 # ---- cmtime tables: ours vs C vs no daemon -----------------------------------------------
