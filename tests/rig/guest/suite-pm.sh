@@ -20,12 +20,12 @@
 #          port mapped, REMOTE_INFO (ours: exactly one per port-mapped association),
 #          cookies echoed (ours), every kernel request answered, no error replies
 # Knobs: role, hostid, peer, sync (run-2vm.sh); iwpmd=PATH, iwpmd_args=A,B;
-#        rping_count=N [10]; cmtime=N [20]; connect_max_ms=MS [1000] (cmtime and rigcm);
+#        rping_count=N [10]; cmtime=N [50, as twovm]; connect_max_ms=MS [1000] (cmtime and rigcm);
 #        portmap=0|1 [1]: 0 leaves siw in its NO_PORT_MAP mode, the self-test's control
 #        (run-all.sh --selftest): the port-mapping checks must fail there
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
-N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-20}; CMAX=${RIG_CONNECT_MAX_MS:-1000}
+N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}; CMAX=${RIG_CONNECT_MAX_MS:-1000}
 if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
 IP6="fd00:77::${RIG_HOSTID:-1}/64"; PEER6="fd00:77::$(echo "$PEER" | sed 's/.*\.//')"
 PM=/sys/module/siw/parameters/port_map
