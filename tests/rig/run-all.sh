@@ -203,18 +203,25 @@ if want forge; then  # forged cp address: A runs ours then C, B (no daemon) is t
   TEST2="$RIG_DIR/guest/suite-forge.sh" run2 forge "$RS" none -e daemons=$RS,$C -e reference=$C
 fi
 if want pm; then  # port-mapped mode: siw.port_map=1 on both VMs (patched kernel), every pairing
-  # (server-client); figures per pairing in pm.txt
+  # (server-client), then ours as the server with remote_info_budget=0 (pm-hold-*); figures
+  # per pairing in pm.txt
   t_pm=$(date +%s)
   for p in ours-ours c-c ours-c c-ours; do
     [ $p = c-c ] && [ $WITH_C = 0 ] && continue
     a=$RS; [ "${p%-*}" = c ] && a=$C; b=$RS; [ "${p#*-}" = c ] && b=$C
     TEST2="$RIG_DIR/guest/suite-pm.sh" run2 "pm-$p" "$a" "$b"
   done
+  # ours as the server with no REMOTE_INFO budget: every REMOTE_INFO waits for the peer's
+  # verified ACK (a spent budget's path); ours and C as the client
+  for p in ours-ours ours-c; do
+    b=$RS; [ $p = ours-c ] && b=$C
+    TEST2="$RIG_DIR/guest/suite-pm.sh" run2 "pm-hold-$p" "$RS" "$b" -A ri_budget=0
+  done
   PMT="$RES/pm.txt"
   pmv() { awk -v k="$2" '$1==k {print $2; exit}' "$SHARE/out/$1/pm-figures.txt" 2>/dev/null; }
   { echo "port-mapped mode (suite pm, siw.port_map=1, both daemons traced), Linux $RIG_KVER; block wall $(( $(date +%s) - t_pm ))s"
     printf '%-18s %-8s %-10s %-22s %-26s %-9s %s\n' "server-client" "checks" "rping s" "cmtime -c total/max ms" "rigcm connect ms spec/wild/v6" "suite s" "pair wall s"
-    for p in ours-ours c-c ours-c c-ours; do
+    for p in ours-ours c-c ours-c c-ours hold-ours-ours hold-ours-c; do
       f="$SHARE/out/pm-$p-A/checks.txt"; [ -f "$f" ] || continue
       np=$(cat "$f" "$SHARE/out/pm-$p-B/checks.txt" | grep -c '^PASS'); nf=$(cat "$f" "$SHARE/out/pm-$p-B/checks.txt" | grep -c '^FAIL')
       w=$(sed -n "s/.*pm-$p-A status .* wall \([0-9.]*\)s.*/\1/p" "$RES/console-pm-$p.log")

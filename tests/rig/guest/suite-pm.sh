@@ -22,7 +22,10 @@
 # Knobs: role, hostid, peer, sync (run-2vm.sh); iwpmd=PATH, iwpmd_args=A,B;
 #        rping_count=N [10]; cmtime=N [50, as twovm]; connect_max_ms=MS [1000] (cmtime and rigcm);
 #        portmap=0|1 [1]: 0 leaves siw in its NO_PORT_MAP mode, the self-test's control
-#        (run-all.sh --selftest): the port-mapping checks must fail there
+#        (run-all.sh --selftest): the port-mapping checks must fail there;
+#        ri_budget=N: ours gets remote_info_budget=N (iwpmd.conf(5)); with 0 it holds every
+#        REMOTE_INFO until the peer's verified ACK (the path a spent budget takes), and the
+#        order check expects REMOTE_INFO after that ACK instead of before the ACCEPT
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
 N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}; CMAX=${RIG_CONNECT_MAX_MS:-1000}
@@ -41,6 +44,12 @@ note "kernel $(uname -r); role $ROLE; siw0 on $DEV ($IP, ${IP6%/*}); peer $PEER;
 start_syslog
 dmesg_mark
 ST="$OUT/iwpmd.strace"
+RIB=${RIG_RI_BUDGET:-}
+if [ -n "$RIB" ] && [ "$(basename "$IWPMD")" = iwpmd-rs ]; then
+  { cat /etc/iwpmd.conf 2>/dev/null; echo "remote_info_budget=$RIB"; } > /tmp/iwpmd-pm.conf
+  IWPMD_ARGS="$IWPMD_ARGS --config /tmp/iwpmd-pm.conf"
+  note "ours with remote_info_budget=$RIB (/tmp/iwpmd-pm.conf)"
+else RIB=""; fi
 check start "daemon up" start_iwpmd "$ST"
 FD0=$(ls /proc/"$IWPMD_PID"/fd 2>/dev/null | wc -l)
 mkdir -p "$SYNC"; echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon"
@@ -215,7 +224,11 @@ if [ "$ROLE" = server ]; then
     la=$(awk -v k="$1" '$1==k {print $2}' "$OUT/peer-listeners.txt")
     # C sends its REMOTE_INFO after the ACCEPT (trace-ri-order): a connection that
     # overtakes it is reported with the peer's mapped port, so for C this is reported only
+    # Ours holding its REMOTE_INFO for the ACK (ri_budget=0) against a C client, which
+    # answers its kernel before it ACKs: the connection races the ACK (docs/protocol.md
+    # §6.9), so that pairing is reported only as well.
     role=""; identity_ri && role=reference
+    [ "$RIB" = 0 ] && ! grep -q 'iwpmd-rs' "$SYNC/$OTHER.daemon" 2>/dev/null && role=reference
     role_check "$role" "peer-$1" "$1 listener $3 (TCP LISTEN on $la): the kernel reports the peer ${got:-nothing}, the client's unmapped $2" \
       sh -c "[ '$got' = '$2' ] && [ -n '$la' ] && [ '$(port_of "$la")' != '$(port_of "$3")' ]"
   done
@@ -289,17 +302,26 @@ if [ "$ROLE" = server ]; then
       sh -c "[ $nri = $npm ] && [ -z '$rid' ]"
   fi
   detail "$rid"
-  # REMOTE_INFO before the ACCEPT: the kernel has it before the peer can connect. Per
-  # association, which of the two the daemon sent first after the REQUEST.
+  # When the kernel got each association's REMOTE_INFO: before the ACCEPT (the kernel has it
+  # before the peer can connect), after the ACCEPT but before the peer's ACK, or after the
+  # ACK (ri_budget=0: held until the verified ACK).
   awk '/ udp recv .* REQUEST / { cp=$0; sub(/.* cp=/, "", cp); sub(/ .*/, "", cp); h=$0; sub(/.* h=/, "", h); sub(/ .*/, "", h)
-         m=$0; if (!sub(/.* mcp=/, "", m)) next; sub(/ .*/, "", m); open[h]=cp " " m; next }
-       / udp send .* ACCEPT / { h=$0; sub(/.* h=/, "", h); sub(/ .*/, "", h); if (h in open) { print h, "accept-first"; delete open[h] } next }
+         m=$0; if (!sub(/.* mcp=/, "", m)) next; sub(/ .*/, "", m); open[h]=cp " " m; st[h]="remote-info-first"; next }
+       / udp send .* ACCEPT / { h=$0; sub(/.* h=/, "", h); sub(/ .*/, "", h); if ((h in open) && st[h]=="remote-info-first") st[h]="after-accept"; next }
+       / udp recv .* ACK / { h=$0; sub(/.* h=/, "", h); sub(/ .*/, "", h); if (h in open) st[h]="after-ack"; next }
        / nl send dst=0 IWCM REMOTE_INFO / { for (h in open) { split(open[h], a, " ")
-           if (index($0, " REMOTE_ADDR=" a[1] " ") && index($0, " MAPPED_REM_ADDR=" a[2] " ")) { print h, "remote-info-first"; delete open[h]; break } } }' "$T" > "$OUT/ri-order.txt"
-  nrf=$(grep -c 'remote-info-first' "$OUT/ri-order.txt"); naf=$(grep -c 'accept-first' "$OUT/ri-order.txt")
+           if (index($0, " REMOTE_ADDR=" a[1] " ") && index($0, " MAPPED_REM_ADDR=" a[2] " ")) { print h, st[h]; delete open[h]; break } } }
+       END { for (h in open) print h, "none" }' "$T" > "$OUT/ri-order.txt"
+  nrf=$(grep -c ' remote-info-first$' "$OUT/ri-order.txt"); naf=$(grep -c ' after-accept$' "$OUT/ri-order.txt")
+  nak=$(grep -c ' after-ack$' "$OUT/ri-order.txt"); nno=$(grep -c ' none$' "$OUT/ri-order.txt")
   role=""; identity_ri && role=reference
-  role_check "$role" trace-ri-order "REMOTE_INFO sent before the ACCEPT for $nrf of $((nrf+naf)) associations (after it: $naf)" \
-    sh -c "[ $naf = 0 ] && [ $nrf -ge 1 ]"
+  if [ "$RIB" = 0 ]; then
+    check trace-ri-order "remote_info_budget=0: REMOTE_INFO held until the peer's ACK for $nak of $((nrf+naf+nak+nno)) associations (before the ACCEPT: $nrf, between ACCEPT and ACK: $naf, never: $nno)" \
+      sh -c "[ $nrf = 0 ] && [ $naf = 0 ] && [ $nno = 0 ] && [ $nak -ge 1 ]"
+  else
+    role_check "$role" trace-ri-order "REMOTE_INFO sent before the ACCEPT for $nrf of $((nrf+naf+nak+nno)) associations (after the ACCEPT: $naf, after the ACK: $nak, never: $nno)" \
+      sh -c "[ $naf = 0 ] && [ $nak = 0 ] && [ $nno = 0 ] && [ $nrf -ge 1 ]"
+  fi
 else
   peer_check "$T" active; r=$?; nh=$PEER_HANDLES
   check trace-active "$nh associations (v4 and v6): REQUEST sent to the peer's :3935, ACCEPT received, ACK sent" \
