@@ -200,7 +200,11 @@ else
   wait_flag cmtime.listening
   check_cmtime cmtime "$PEER" "$CM" across
   r=1; [ -n "$CM_CONNECT_MAX_MS" ] && lt "$CM_CONNECT_MAX_MS" "$CMAX" && r=0
-  check cmtime-fast "cmtime -c $CM over mapped ports: slowest connect ${CM_CONNECT_MAX_MS:-?} ms (limit $CMAX ms)" test $r = 0
+  # The 1 s limit judges a passive side that is ours; with C as the server it is reported
+  # only: C sometimes leaves a REQUEST unanswered until the client's retransmission, 1-2 s
+  # later (pm-c-c on 6.12: REQUEST at +0, ACCEPT only for the copy at +1.98 s)
+  role=""; grep -q 'iwpmd-rs' "$SYNC/server.daemon" 2>/dev/null || role=reference
+  role_check "$role" cmtime-fast "cmtime -c $CM over mapped ports: slowest connect ${CM_CONNECT_MAX_MS:-?} ms (limit $CMAX ms)" test $r = 0
   echo "cmtime_total_ms $(cm_col "$OUT/cmtime-across.txt" connect 1)" >> "$OUT/pm-figures.txt"
   echo "cmtime_max_ms $(cm_col "$OUT/cmtime-across.txt" connect 2)" >> "$OUT/pm-figures.txt"
   flag cmtime.done
@@ -240,7 +244,9 @@ else
     ms=$(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-$1.log" | head -1)
     echo "connect_${1}_ms ${ms:-none}" >> "$OUT/pm-figures.txt"
     r=1; [ -n "$ms" ] && lt "$ms" "$CMAX" && r=0
-    check "connect-$1" "$1: from $2 to $3 ($(head -1 "$OUT/connect-$1.log")), under ${CMAX} ms" test $r = 0
+    role=""; grep -q 'iwpmd-rs' "$SYNC/server.daemon" 2>/dev/null || role=reference
+    [ -n "$ms" ] || role=""   # not connected at all: always a failure
+    role_check "$role" "connect-$1" "$1: from $2 to $3 ($(head -1 "$OUT/connect-$1.log")), under ${CMAX} ms" test $r = 0
   done
   flag peers.connected; wait_flag peers.done 120
 fi
