@@ -3,15 +3,16 @@
 # virtio-net and 9p built in (fragment: kernel/siw-rig.config on top of tinyconfig, plus
 # kernel/siw-rig-$RIG_KVER.config for series other than 6.1), with the port-mapped-mode
 # patches kernel/siw-port-map-$RIG_KVER.patch + kernel/net-force-reuse.patch applied
-# (siw.port_map=0, the default, is plain siw; RIG_PATCHES=0 builds without them).
+# when RIG_PATCHES=1 (siw.port_map=0, the default, is plain siw; without RIG_PATCHES=1 the
+# kernels are built and taken without them).
 #
 # Usage: [RIG_KVER=6.1|6.12] tests/rig/build-kernel.sh [-f]   (-f: build from source even
 #        if a kernel exists)
 # Order: the explicit image ($RIG_KERNEL for 6.1, $RIG_KERNEL_6_12 for 6.12) if set; else
-# the prebuilt ../shared/rig/bzImage-pm (bzImage-6.12-pm) when built from the same configuration
+# (RIG_PATCHES=1) the prebuilt ../shared/rig/bzImage-pm (bzImage-6.12-pm) when built from the same configuration
 # and pinned for the current patches in kernel/prebuilt.txt (RIG_NO_SHARED=1 skips it); else
 # $RIG_CACHE/bzImage (bzImage-6.12), built from Debian's linux-source-$RIG_KVER, patched, if
-# missing or stale. (RIG_PATCHES=0: ../shared/rig/bzImage, $RIG_CACHE/bzImage.plain.) Prints the path of the kernel as its last line.
+# missing or stale. (Without RIG_PATCHES=1: ../shared/rig/bzImage, $RIG_CACHE/bzImage.plain.) Prints the path of the kernel as its last line.
 # Env: RIG_KVER (default 6.1), RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
