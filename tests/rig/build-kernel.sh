@@ -1,14 +1,18 @@
 #!/bin/bash
 # Provide the rig kernel: a small x86_64 bzImage with Soft-iWARP (siw), rdma_cm, uverbs,
 # virtio-net and 9p built in (fragment: kernel/siw-rig.config on top of tinyconfig, plus
-# kernel/siw-rig-$RIG_KVER.config for series other than 6.1).
+# kernel/siw-rig-$RIG_KVER.config for series other than 6.1), with the port-mapped-mode
+# patches kernel/siw-port-map-$RIG_KVER.patch + kernel/net-force-reuse.patch applied
+# when RIG_PATCHES=1 (siw.port_map=0, the default, is plain siw; without RIG_PATCHES=1 the
+# kernels are built and taken without them).
 #
 # Usage: [RIG_KVER=6.1|6.12] tests/rig/build-kernel.sh [-f]   (-f: build from source even
 #        if a kernel exists)
 # Order: the explicit image ($RIG_KERNEL for 6.1, $RIG_KERNEL_6_12 for 6.12) if set; else
-# the prebuilt ../shared/rig/bzImage (bzImage-6.12) when built from the same configuration
-# (RIG_NO_SHARED=1 skips it); else $RIG_CACHE/bzImage (bzImage-6.12), built from Debian's
-# linux-source-$RIG_KVER if missing or stale. Prints the path of the kernel as its last line.
+# (RIG_PATCHES=1) the prebuilt ../shared/rig/bzImage-pm (bzImage-6.12-pm) when built from the same configuration
+# and pinned for the current patches in kernel/prebuilt.txt (RIG_NO_SHARED=1 skips it); else
+# $RIG_CACHE/bzImage (bzImage-6.12), built from Debian's linux-source-$RIG_KVER, patched, if
+# missing or stale. (Without RIG_PATCHES=1: ../shared/rig/bzImage, $RIG_CACHE/bzImage.plain.) Prints the path of the kernel as its last line.
 # Env: RIG_KVER (default 6.1), RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -17,6 +21,7 @@ JOBS="${JOBS:-3}"
 FRAG="$RIG_DIR/kernel/siw-rig.config"
 OVERLAY="$(rig_overlay)"
 IMG="$(rig_cache_image)"
+PATCHES="$(rig_patches)"; PKEY="$(rig_patch_key)"
 FORCE=0; [ "${1:-}" = "-f" ] && FORCE=1
 
 if [ $FORCE = 0 ]; then
@@ -43,8 +48,10 @@ SRC="$CACHE/linux-source-$RIG_KVER"
 if [ "$RIG_KVER" = 6.1 ]; then OBJ="$CACHE/kbuild"; FULLCFG="$CACHE/kernel.config.full"
 else OBJ="$CACHE/kbuild-$RIG_KVER"; FULLCFG="$CACHE/kernel.config.full-$RIG_KVER"; fi
 mkdir -p "$CACHE"
-# 6.1 keeps the stamp it always had (fragment only), so existing caches stay valid.
-if [ -n "$OVERLAY" ]; then
+# 6.1 unpatched keeps the stamp it always had (fragment only); the patches add their key.
+if [ -n "$PKEY" ]; then
+  want_stamp="$SRCVER $({ rig_frag_key "$FRAG"; [ -z "$OVERLAY" ] || { echo "--"; rig_frag_key "$OVERLAY"; }; } | sha256sum | cut -d' ' -f1) patches $PKEY"
+elif [ -n "$OVERLAY" ]; then
   want_stamp="$SRCVER $({ rig_frag_key "$FRAG"; echo "--"; rig_frag_key "$OVERLAY"; } | sha256sum | cut -d' ' -f1)"
 else
   want_stamp="$SRCVER $(rig_frag_key "$FRAG" | sha256sum | cut -d' ' -f1)"
@@ -54,11 +61,17 @@ if [ $FORCE = 0 ] && [ -f "$IMG" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want_s
   echo "[build-kernel] $IMG up to date" >&2; echo "$IMG"; exit 0
 fi
 
-if [ ! -f "$SRC/.rig-srcver" ] || [ "$(cat "$SRC/.rig-srcver")" != "$SRCVER" ]; then
+# the source tree as extracted (+ the patches: its stamp names them), else extracted again
+want_src="$SRCVER${PKEY:+ patches $PKEY}"
+if [ ! -f "$SRC/.rig-srcver" ] || [ "$(cat "$SRC/.rig-srcver")" != "$want_src" ]; then
   echo "[build-kernel] extracting $TARBALL ($SRCVER)" >&2
   rm -rf "$SRC" "$OBJ"
   tar -C "$CACHE" -xf "$TARBALL"
-  echo "$SRCVER" > "$SRC/.rig-srcver"
+  for p in $PATCHES; do
+    echo "[build-kernel] applying $(basename "$p")" >&2
+    patch -d "$SRC" -p1 -s --forward < "$p" || { echo "[build-kernel] $p does not apply to $SRCVER" >&2; rm -rf "$SRC"; exit 1; }
+  done
+  echo "$want_src" > "$SRC/.rig-srcver"
 fi
 
 mkdir -p "$OBJ"

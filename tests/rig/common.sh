@@ -24,16 +24,56 @@ rig_kver_ok() { case " $RIG_KVERS " in *" $RIG_KVER "*) return 0 ;; esac; return
 # prebuilt image and the variable that names an explicit image (RIG_KERNEL for 6.1,
 # RIG_KERNEL_6_12 for 6.12).
 rig_overlay() { [ "$RIG_KVER" = 6.1 ] || echo "$RIG_DIR/kernel/siw-rig-$RIG_KVER.config"; }
-rig_cache_image() { if [ "$RIG_KVER" = 6.1 ]; then echo "$CACHE/bzImage"; else echo "$CACHE/bzImage-$RIG_KVER"; fi; }
+rig_cache_image() {  # (unpatched, RIG_PATCHES=0: bzImage.plain, bzImage-6.12.plain)
+  local n=bzImage; [ "$RIG_KVER" = 6.1 ] || n="bzImage-$RIG_KVER"
+  [ -n "$(rig_patches)" ] || n="$n.plain"
+  echo "$CACHE/$n"
+}
 rig_kernel_var() { if [ "$RIG_KVER" = 6.1 ]; then echo RIG_KERNEL; else echo "RIG_KERNEL_${RIG_KVER//./_}"; fi; }
 
+# ---- kernel patches (port-mapped mode, kernel/*.patch) ----------------------------------
+# The rig's kernels carry kernel/siw-port-map-$RIG_KVER.patch and kernel/net-force-reuse.patch:
+# siw gains a port_map parameter (default 0: plain siw, IW_F_NO_PORT_MAP); with 1 written to
+# /sys/module/siw/parameters/port_map before `rdma link add` the device runs iw_cm's
+# port-mapped path like a hardware RNIC (suite pm). Opt-in for now: RIG_PATCHES=1 boots and
+# builds the patched kernels (for every suite: with port_map 0 they are plain siw); the
+# default (0) keeps the unpatched images (cache names bzImage.plain*) until the patched
+# ones have passed a whole CI run on both kernels.
+rig_patches() {
+  [ "${RIG_PATCHES:-0}" = 1 ] || return 0
+  echo "$RIG_DIR/kernel/siw-port-map-$RIG_KVER.patch $RIG_DIR/kernel/net-force-reuse.patch"
+}
+# rig_patch_key: one hash over the patches' contents, in order ("" without patches)
+rig_patch_key() {
+  local p; p="$(rig_patches)"; [ -n "$p" ] || return 0
+  # shellcheck disable=SC2086
+  cat $p | sha256sum | cut -c1-16
+}
+# Prebuilt patched images of the team folder that were checked to be the rig's configuration
+# with patches of the same effect as ours (kernel/prebuilt.txt: series, image sha256, the
+# rig_patch_key they stand for). A changed patch changes the key: the image is then no
+# longer taken and build-kernel.sh builds from source.
+rig_shared_name() {
+  local n=bzImage; [ "$RIG_KVER" = 6.1 ] || n="bzImage-$RIG_KVER"
+  if [ -n "$(rig_patches)" ]; then echo "$n-pm"; else echo "$n"; fi
+}
+rig_shared_pinned() {  # the shared image of $RIG_KVER is listed with the current patch key
+  local img="$SHARED_RIG/$(rig_shared_name)" h
+  [ -z "$(rig_patches)" ] && return 0
+  h=$(sha256sum "$img" | cut -d' ' -f1)
+  grep -qx "$RIG_KVER $h $(rig_patch_key)" <(grep -v '^#' "$RIG_DIR/kernel/prebuilt.txt" 2>/dev/null)
+}
+
 # rig_shared_ok: the shared prebuilt image for $RIG_KVER was built from our base fragment,
-# and (6.12) its full .config satisfies every line of our overlay.
+# and (6.12) its full .config satisfies every line of our overlay, and (patched, the default)
+# it is pinned in kernel/prebuilt.txt for the current patches.
 rig_shared_ok() {
-  local img=bzImage full=kernel.config.full ov line sym
-  [ "$RIG_KVER" = 6.1 ] || { img="bzImage-$RIG_KVER"; full="kernel.config.full-$RIG_KVER"; }
+  local img full=kernel.config.full ov line sym
+  img="$(rig_shared_name)"
+  [ "$RIG_KVER" = 6.1 ] || full="kernel.config.full-$RIG_KVER"
   [ "${RIG_NO_SHARED:-0}" != 1 ] && [ -f "$SHARED_RIG/$img" ] && [ -f "$SHARED_RIG/siw-rig.config" ] &&
     [ "$(rig_frag_key "$SHARED_RIG/siw-rig.config")" = "$(rig_frag_key "$RIG_DIR/kernel/siw-rig.config")" ] || return 1
+  rig_shared_pinned || return 1
   ov="$(rig_overlay)"; [ -n "$ov" ] || return 0
   [ -f "$SHARED_RIG/$full" ] || return 1
   while IFS= read -r line; do
@@ -51,9 +91,6 @@ rig_shared_ok() {
 rig_kernel() {
   local var; var="$(rig_kernel_var)"
   if [ -n "${!var:-}" ]; then echo "${!var}"; return; fi
-  if rig_shared_ok; then
-    if [ "$RIG_KVER" = 6.1 ]; then echo "$SHARED_RIG/bzImage"; else echo "$SHARED_RIG/bzImage-$RIG_KVER"; fi
-    return
-  fi
+  if rig_shared_ok; then echo "$SHARED_RIG/$(rig_shared_name)"; return; fi
   [ -f "$(rig_cache_image)" ] && rig_cache_image
 }
