@@ -166,30 +166,16 @@ impl Core {
         else {
             return false;
         };
-        let Some((owner, listener_local, listener_mapped)) = self
-            .table
-            .get(listener)
-            .map(|m| (m.owner, m.local(), m.mapped()))
-        else {
-            return false;
-        };
         self.stats.local_answers += 1;
+        // (`listener` was just found in the table, so the REMOTE_INFO can be made.)
         if mapped_cp != cp {
-            self.send_kernel(
-                owner,
-                DaemonMsg::RemoteInfo(QueryMappingReply {
-                    seq: 0,
-                    local_addr: listener_local,
-                    remote_addr: SockAddrStorage::from(SocketAddr::new(cp.ip, cp.port)),
-                    mapped_local_addr: listener_mapped,
-                    mapped_remote_addr: SockAddrStorage::from(SocketAddr::new(
-                        mapped_cp.ip,
-                        mapped_cp.port,
-                    )),
-                    err: 0,
-                    unknown: Vec::new(),
-                }),
-            );
+            if let Some((owner, remote_info)) = self.remote_info_for(
+                listener,
+                SocketAddr::new(cp.ip, cp.port),
+                SocketAddr::new(mapped_cp.ip, mapped_cp.port),
+            ) {
+                self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+            }
         }
         let mut mapped_remote = remote_sa;
         mapped_remote.set_port(answer_ap.port());
