@@ -331,6 +331,25 @@ remote_info_ok() {
     END { n = 0; for (k in owed) n++; print n }' "$1")
   if identity_ri; then [ "$RI_SENT" -ge 1 ]; else [ "$RI_SENT" = "$RI_OWED" ]; fi
 }
+# echo_checks TRACE: every IPv4 ACK echoes its ACCEPT's version bits, pmtime and 24 unused
+# address bytes (pairs of handle and echo from the decoded trace; the server compares what
+# it sent with what came back, the client what it got with what it sent), and (ours as the
+# server) every ACCEPT carries an echo cookie and no ACK failed it. Uses ROLE.
+echo_checks() {
+  local ne me nz nu
+  he() { grep -E " udp $2 [^ ]* $3 v4 " "$1" | sed -n 's/.* h=\([0-9a-f]*\).* echo=\([^ ]*\).*/\1 \2/p' | sort -u; }
+  if [ "$ROLE" = server ]; then he "$1" send ACCEPT > /tmp/ea; he "$1" recv ACK > /tmp/eb
+  else he "$1" recv ACCEPT > /tmp/ea; he "$1" send ACK > /tmp/eb; fi
+  ne=$(wc -l < /tmp/ea); me=$(only_in /tmp/ea /tmp/eb | head -3)
+  check echo "each of $ne IPv4 ACKs echoes its ACCEPT's version, pmtime and 24 unused bytes" sh -c "[ $ne -ge 1 ] && [ -z '$me' ]"
+  detail "$me"
+  if [ "$ROLE" = server ] && ! identity_ri; then
+    nz=$(awk '{ split($2, f, "/"); if (f[3] ~ /[1-9a-f]/) n++ } END { print n + 0 }' /tmp/ea)
+    nu=$(grep -c 'does not echo the cookie' "$SYSLOG" 2>/dev/null)
+    check cookie "ours as the passive side: $nz of $ne IPv4 ACCEPTs carry an echo cookie; unverified-ACK log lines: ${nu:-0}" \
+      sh -c "[ $nz = $ne ] && [ ${nu:-0} = 0 ]"
+  fi
+}
 # detail LINES: append evidence lines (indented) under the last check
 detail() { [ -n "$1" ] && echo "$1" | head -${2:-5} | sed 's/^/    /' >> "$CHECKS"; return 0; }
 

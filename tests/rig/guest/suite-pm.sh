@@ -351,19 +351,7 @@ mm="$m1$m2$m3"
 check cross "the $OTHER's trace has the same association handles for REQUEST, ACCEPT and ACK ($nh here)" \
   sh -c "[ -s '$PT' ] && [ -z '$mm' ]"
 detail "$mm"
-# echo of the ACCEPT in each ACK (IPv4: the 24 unused bytes carry ours' cookie)
-he() { grep -E " udp $2 [^ ]* $3 v4 " "$1" | sed -n 's/.* h=\([0-9a-f]*\).* echo=\([^ ]*\).*/\1 \2/p' | sort -u; }
-if [ "$ROLE" = server ]; then he "$T" send ACCEPT > /tmp/ea; he "$T" recv ACK > /tmp/eb
-else he "$T" recv ACCEPT > /tmp/ea; he "$T" send ACK > /tmp/eb; fi
-ne=$(wc -l < /tmp/ea); me=$(only_in /tmp/ea /tmp/eb | head -3)
-check echo "each of $ne IPv4 ACKs echoes its ACCEPT's version, pmtime and 24 unused bytes" sh -c "[ $ne -ge 1 ] && [ -z '$me' ]"
-detail "$me"
-if [ "$ROLE" = server ] && ! identity_ri; then
-  nz=$(awk '{ split($2, f, "/"); if (f[3] ~ /[1-9a-f]/) n++ } END { print n + 0 }' /tmp/ea)
-  nu=$(grep -c 'does not echo the cookie' "$SYSLOG" 2>/dev/null)
-  check cookie "ours as the passive side: $nz of $ne IPv4 ACCEPTs carry an echo cookie; unverified-ACK log lines: ${nu:-0}" \
-    sh -c "[ $nz = $ne ] && [ ${nu:-0} = 0 ]"
-fi
+echo_checks "$T"
 note "suite time: $(elapsed "$T_SUITE") s"
 echo "suite_s $(elapsed "$T_SUITE")" >> "$OUT/pm-figures.txt"
 sed 's/^.*iwpmd[-a-z]*\[[0-9]*\]: /    /' "$OUT/dump-live.txt" | grep -E 'Mapping|address' >> "$SUM"

@@ -198,20 +198,6 @@ fi
 check cross "the $OTHER's trace has the same association handles for REQUEST, ACCEPT and ACK ($nh here)" \
   sh -c "[ -s '$PT' ] && [ -z '$m1' ] && [ -z '$m2' ] && [ -z '$m3' ]"
 detail "$m1$m2$m3"
-# Every ACK echoes its ACCEPT: version bits, pmtime and the 24 unused IPv4 bytes (ours as
-# the passive side puts its echo cookie there and counts only ACKs that bring it back; C
-# and ours as the active side both echo). Pairs (handle, echo) of the ACCEPTs and ACKs here.
-he() { grep -E " udp $2 [^ ]* $3 v4 " "$1" | sed -n 's/.* h=\([0-9a-f]*\).* echo=\([^ ]*\).*/\1 \2/p' | sort -u; }
-if [ "$ROLE" = server ]; then he "$T" send ACCEPT > /tmp/ea; he "$T" recv ACK > /tmp/eb
-else he "$T" recv ACCEPT > /tmp/ea; he "$T" send ACK > /tmp/eb; fi
-ne=$(wc -l < /tmp/ea); me=$(only_in /tmp/ea /tmp/eb | head -3)
-check echo "each of $ne ACKs echoes its ACCEPT's version, pmtime and 24 unused bytes" sh -c "[ $ne -ge 1 ] && [ -z '$me' ]"
-detail "$me"
-if [ "$ROLE" = server ] && ! identity_ri; then
-  nz=$(awk '{ split($2, f, "/"); if (f[3] ~ /[1-9a-f]/) n++ } END { print n + 0 }' /tmp/ea)
-  nu=$(grep -c 'does not echo the cookie' "$SYSLOG" 2>/dev/null)
-  check cookie "ours as the passive side: $nz of $ne ACCEPTs carry an echo cookie; unverified-ACK log lines: ${nu:-0}" \
-    sh -c "[ $nz = $ne ] && [ ${nu:-0} = 0 ]"
-fi
+echo_checks "$T"
 cat "$SUM"
 finish
