@@ -161,6 +161,9 @@ if want zerogap; then  # restart through a stand-in FD store (tools/rigfdstore.c
   # ours checked; the control run (no FD store, no state file) reported as INFO lines
   run1 zerogap-ours 240 zerogap -m 2048 -e iwpmd=$RS
   run1 zerogap-control 240 zerogap -m 2048 -e iwpmd=$RS -e reference=1
+  # the same in port-mapped mode: real reserved ports, so the probe tests the claim itself
+  run1 zerogap-pm-ours 240 zerogap -m 2048 -e iwpmd=$RS -e portmap=1
+  run1 zerogap-pm-control 240 zerogap -m 2048 -e iwpmd=$RS -e portmap=1 -e reference=1
 fi
 if want negative; then
   run1 negative-ours 180 negative -e iwpmd=$RS -e iwpmd_args=$RS_UDP -e forged=ignored
@@ -242,6 +245,28 @@ if want pm; then  # port-mapped mode: siw.port_map=1 on both VMs (patched kernel
         "$(pmv pm-$p-A suite_s)/$(pmv pm-$p-B suite_s)" "${w:--}"
     done; } > "$PMT"
   { echo; echo "== pm (target/rig/$RIG_KVER/pm.txt)"; sed 's/^/  /' "$PMT"; } | tee -a "$SUMMARY"
+fi
+if want pmops; then  # port-mapped operations: kill -9 restarts with a live connection (zero gap
+  # with the FD store stand-in), a 4-port ip_local_port_range, a NO_PORT_MAP client
+  t_po=$(date +%s)
+  TEST2="$RIG_DIR/guest/suite-pmops.sh" run2 pmops-ours-ours "$RS" "$RS" -e store=1
+  TEST2="$RIG_DIR/guest/suite-pmops.sh" run2 pmops-ours-c "$RS" "$C"
+  TEST2="$RIG_DIR/guest/suite-pmops.sh" run2 pmops-c-ours "$C" "$RS" -B store=1
+  POT="$RES/pmops.txt"
+  pov() { awk -v k="$2" '$1==k {$1=""; sub(/^ /, ""); print; exit}' "$SHARE/out/$1/pmops-figures.txt" 2>/dev/null; }
+  { echo "port-mapped operations (suite pmops), Linux $RIG_KVER; block wall $(( $(date +%s) - t_po ))s"
+    printf '%-12s %-8s %-22s %-22s %-12s %s
+' "server-client" "checks" "restart s srv/cli" "gap binds srv/cli" "exhaust" "mixed ms plain->pm/pm->plain"
+    for p in ours-ours ours-c c-ours; do
+      f="$SHARE/out/pmops-$p-A/checks.txt"; [ -f "$f" ] || continue
+      np=$(cat "$f" "$SHARE/out/pmops-$p-B/checks.txt" | grep -c '^PASS'); nf=$(cat "$f" "$SHARE/out/pmops-$p-B/checks.txt" | grep -c '^FAIL')
+      printf '%-12s %-8s %-22s %-22s %-12s %s\n' "$p" "$np/$((np+nf))" \
+        "$(pov pmops-$p-A restart_server_s)/$(pov pmops-$p-B restart_client_s)" \
+        "$(pov pmops-$p-A probe_server_free_binds)/$(pov pmops-$p-B probe_client_free_binds)" \
+        "$(pov pmops-$p-A exhaust_mapped_listeners)+$(pov pmops-$p-A exhaust_unmapped_listeners)" \
+        "$(pov pmops-$p-B mixed_plain_to_pm_ms)/$(pov pmops-$p-A mixed_pm_to_plain_ms)"
+    done; } > "$POT"
+  { echo; echo "== pmops (target/rig/$RIG_KVER/pmops.txt)"; sed 's/^/  /' "$POT"; } | tee -a "$SUMMARY"
 fi
 
 # ---- self-test: checks that must fail against broken daemons ------------------------------

@@ -145,7 +145,16 @@ check_dmesg() {
   local l; l=$(dmesg_iwpm_since)
   if [ -z "$l" ]; then ok "$1" "no iwpm kernel messages"; else bad "$1" "kernel: $(echo "$l" | head -3 | tr '\n' '|')"; fi
 }
-siw_add() { rdma link add "$2" type siw netdev "$1" && log "siw: $2 on $1"; }
+# siw_add NETDEV NAME: an siw device. With RIG_PORTMAP=1 (knob portmap=1; the rig's patched
+# kernels only, kernel/siw-port-map-*.patch) siw runs iw_cm's port-mapped path, as a hardware
+# RNIC does: the parameter is read when the device is added, so it is written first.
+siw_add() {
+  if [ -n "${RIG_PORTMAP:-}" ]; then
+    echo "$RIG_PORTMAP" > /sys/module/siw/parameters/port_map 2>/dev/null ||
+      bad setup "siw.port_map=$RIG_PORTMAP: no such parameter (unpatched kernel?)"
+  fi
+  rdma link add "$2" type siw netdev "$1" && log "siw: $2 on $1${RIG_PORTMAP:+ (port_map $RIG_PORTMAP)}"
+}
 
 # setup_net: siw device siw0 on eth0 (two-VM mode, 10.77.0.<hostid>) or on a veth pair
 # veth0 10.88.0.1/24 <-> veth1 inside this VM (one-VM mode; rping to the own address
@@ -416,3 +425,66 @@ cpu_ms() {
   else echo "0 0"; fi
 }
 put() { echo "$1 $2 $3 $4" >> "$RES"; }   # put ROUND LABEL KEY VALUE
+
+# ---- port-mapped mode (suites pm and pmops) ----
+listen_snap() { { echo "#"; ss -ltnH | awk '{print $4}'; } > "$1"; }   # (never empty: only_in)
+port_of() { echo "$1" | sed 's/.*://'; }
+# new_listen BEFORE: wait (10 s) for a TCP LISTEN socket whose address is not in file BEFORE
+# (listen_snap); prints its local address as ss shows it. On a port-mapped device
+# siw's listener appears on the mapped port once the daemon answered the ADD_MAPPING.
+new_listen() {
+  local i=0 l
+  while [ $i -lt 100 ]; do
+    ss -ltnH | awk '{print $4}' > /tmp/ls-now   # (the guest has no /dev/stdin)
+    l=$(only_in /tmp/ls-now "$1" | head -1)
+    [ -n "$l" ] && { echo "$l"; return 0; }
+    sleep 0.1; i=$((i+1))
+  done
+  return 1
+}
+# host_bind PORT: can an ordinary socket of this host take TCP PORT? (busybox nc -l binds
+# 0.0.0.0:PORT and listens.) 0 = it could (nc seen listening, then stopped); 1 = refused,
+# HB_ERR = nc's message
+host_bind() {
+  local p i=0
+  nc -l -p "$1" > /dev/null 2> "$OUT/nc-$1.err" & p=$!
+  while [ $i -lt 30 ]; do
+    if ! kill -0 $p 2>/dev/null; then wait $p; HB_ERR=$(head -1 "$OUT/nc-$1.err"); return 1; fi
+    if ss -ltnpH "sport = :$1" 2>/dev/null | grep -q '"nc"'; then kill $p; wait $p 2>/dev/null; HB_ERR=""; return 0; fi
+    sleep 0.1; i=$((i+1))
+  done
+  kill $p 2>/dev/null; wait $p 2>/dev/null; HB_ERR="nc neither bound nor failed in 3 s"; return 1
+}
+# host_bind_freed PORT: host_bind succeeds within 5 s (the daemon has let the port go)
+host_bind_freed() {
+  local i=0
+  while [ $i -lt 10 ]; do host_bind "$1" && return 0; sleep 0.5; i=$((i+1)); done
+  return 1
+}
+# dump_map FILE LOCAL: the mapped address (IP:PORT) the dump lists for LOCAL (IP:PORT)
+dump_map() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk -v l="$2" '$1==l {print $3; exit}'; }
+# mapped_differs FILE: every mapping of the dump has mapped port != local port (and >= 1);
+# prints "yes" or "no" (for the checks' sh -c, which knows no functions)
+mapped_differs() {
+  dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' |
+    awk '{ n++; a=$1; b=$3; sub(/.*:/, "", a); sub(/.*:/, "", b); if (a == b) bad++ } END { print (n >= 1 && bad == 0) ? "yes" : "no" }'
+}
+# fds_back: the daemon's fd count returns to FD0 within 5 s; FDN = the count seen
+fds_back() {
+  local i=0
+  while [ $i -lt 25 ]; do
+    FDN=$(ls /proc/"$IWPMD_PID"/fd 2>/dev/null | wc -l); [ "$FDN" = "$FD0" ] && return 0
+    sleep 0.2; i=$((i+1))
+  done
+  return 1
+}
+
+# waitfor SECONDS CMD...: poll CMD every 0.2 s until it succeeds (1 if it never did)
+waitfor() {
+  local i=0 n=$(( $1 * 5 )); shift
+  while [ $i -lt $n ]; do "$@" && return 0; sleep 0.2; i=$((i+1)); done; return 1
+}
+# The rig's stand-in for systemd's FD store (tools/rigfdstore.c): its control folder, its
+# notify socket, and st KEY: a value of its state file (pid, stored, ready, restarts, ...)
+CTL=/tmp/fdstore; NOTIFY=/tmp/notify.sock
+st() { sed -n "s/^$1 //p" $CTL/state 2>/dev/null; }

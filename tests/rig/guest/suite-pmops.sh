@@ -1,0 +1,261 @@
+#!/bin/sh
+# Suite "pmops" (run by ../run-2vm.sh, like pm): what an operator of port-mapped hardware
+# meets besides plain connects, on the real kernel with siw.port_map=1 (the rig's patched
+# kernel; see suite-pm.sh). Server (10.77.0.1) and client (10.77.0.2), any daemon on each.
+# Phases (both sides in step through flags in the share):
+#   restart  a persistent rping connection (server :7702); then each side in turn (server
+#            first) SIGKILLs its daemon and starts a new one while a probe binds every
+#            mapped port of that side over and over (0.0.0.0, no SO_REUSEADDR; with the
+#            rig's net patch siw's own sockets hold no port, so only the daemon's
+#            reservation keeps the host off it). store=1: the daemon runs behind the rig's
+#            FD store stand-in (tools/rigfdstore.c), which starts the new one with the
+#            stored sockets, and the probe must never get a port (zero gap); without the
+#            store the gap is reported. Checks: the dump after = the dump before (local ->
+#            mapped), the live connection still exchanges data, a new connection to the
+#            restored listener connects (< connect_max_ms), and at the end every mapping
+#            goes with its REMOVE and its port is free again.
+#   exhaust  the server restarts its daemon under a tiny ip_local_port_range (4 ports) and
+#            opens 6 listeners: 4 get mapped ports, the daemon logs the exhaustion (ours: a
+#            clear "out of ports" line) and keeps serving; what the kernel does with the
+#            listens it could not map (it falls back to the unmapped address) is recorded;
+#            the client connects to all 6; once closed the 4 ports are free again
+#   mixed    the client re-adds siw0 with port_map=0 (NO_PORT_MAP, like plain siw next to
+#            hardware in one cluster): connects both ways, and each passive kernel reports
+#            the peer's real (unmapped) address
+# Knobs: role, hostid, peer, sync (run-2vm.sh); iwpmd=PATH, iwpmd_args=A,B; store=0|1 [0]
+#        (ours only: behind the FD store stand-in, zero gap judged); connect_max_ms [1000]
+RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
+ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
+CMAX=${RIG_CONNECT_MAX_MS:-1000}; STORE=${RIG_STORE:-0}
+if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
+OURS=0; [ "$(basename "$IWPMD")" = iwpmd-rs ] && OURS=1
+[ $OURS = 1 ] || STORE=0
+RIG_PORTMAP=${RIG_PORTMAP:-1}
+F="$OUT/pmops-figures.txt"; : > "$F"
+fig() { echo "$1 $2" >> "$F"; }
+STATE=/tmp/iwpmd-state; mkdir -p $CTL
+
+setup_net
+note "kernel $(uname -r); role $ROLE; siw0 on $DEV ($IP, port_map $RIG_PORTMAP); peer $PEER; daemon $IWPMD $IWPMD_ARGS; FD store $STORE"
+start_syslog
+dmesg_mark
+
+# daemon_up: the first daemon (behind the FD store stand-in with store=1)
+daemon_up() {
+  if [ $STORE = 1 ]; then
+    rigfdstore serve $NOTIFY $CTL 100000 -- $IWPMD --systemd --fd-store --state-file $STATE \
+      > "$OUT/rigfdstore.log" 2>&1 & SP=$!
+    waitfor 15 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state 2>/dev/null)\" = 1 ]" || return 1
+    IWPMD_PID=$(st pid); sleep 0.5
+  else
+    start_iwpmd
+  fi
+}
+# daemon_again HOW: a new daemon after the old one is gone (HOW: kill9 or term); with the
+# store, the stand-in starts it with the stored sockets (as systemd's Restart= does)
+daemon_again() {
+  if [ $STORE = 1 ]; then
+    local r0 p; r0=$(st ready); p=$(st pid)
+    if [ "$1" = kill9 ]; then kill -9 "$p"; waitfor 5 sh -c "! kill -0 $p 2>/dev/null"; fi
+    kill -USR2 $SP
+    waitfor 30 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state)\" -gt $r0 ]" || return 1
+    IWPMD_PID=$(st pid); sleep 0.5
+  else
+    if [ "$1" = kill9 ]; then kill9_iwpmd; else stop_iwpmd; fi
+    start_iwpmd
+  fi
+}
+check start "daemon up" daemon_up
+mkdir -p "$SYNC"; echo "$IWPMD $IWPMD_ARGS store=$STORE" > "$SYNC/$ROLE.daemon"
+flag "$ROLE.up"; wait_flag "$OTHER.up" 120
+check ping "ICMP ping $PEER" sh -c "ping -c 2 -W 5 $PEER > $OUT/ping.txt 2>&1"
+siw_add_plain() { RIG_PORTMAP=0 siw_add "$DEV" siw0 && [ "$(cat /sys/module/siw/parameters/port_map)" = N ]; }
+# mapped_ports DUMP: the mapped ports of a dump, one per line
+mapped_ports() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{p=$3; sub(/.*:/, "", p); print p}' | sort -u; }
+local_mapped() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{print $1, $3}' | sort; }
+
+# ---- restart: each side's daemon SIGKILLed with a live port-mapped connection ----
+T_PH=$(uptime_s)
+if [ "$ROLE" = server ]; then
+  listen_snap /tmp/ls0
+  rping -s -P -a "$IP" -p 7702 > "$OUT/rping-live-server.log" 2>&1 & LSP=$!
+  la=$(new_listen /tmp/ls0); SMP=$(port_of "$la"); echo "$SMP" > "$SYNC/smp"
+  check listen-mapped "listener $IP:7702 on the mapped $la" sh -c "[ -n '$SMP' ] && [ '$SMP' != 7702 ]"
+  flag r.listening
+else
+  wait_flag r.listening 60; SMP=$(cat "$SYNC/smp")
+  rping -c -v -a "$PEER" -p 7702 > "$OUT/rping-live-client.log" 2>&1 & LCP=$!
+  waitfor 15 grep -q 'ping data' "$OUT/rping-live-client.log"
+  check live "live rping client to $PEER:7702 (mapped :$SMP) exchanging data" grep -q 'ping data' "$OUT/rping-live-client.log"
+fi
+flag "r.$ROLE.live"; wait_flag "r.$OTHER.live" 60
+for side in server client; do
+  if [ "$ROLE" = "$side" ]; then
+    iwpmd_dump "$OUT/dump-before-$side.txt"; local_mapped "$OUT/dump-before-$side.txt" > /tmp/lm-before
+    mapped_ports "$OUT/dump-before-$side.txt" > /tmp/ports.txt
+    check "mapped-$side" "$DUMP_N mappings before the SIGKILL, every one mapped != local: $(mapped_differs "$OUT/dump-before-$side.txt")" \
+      sh -c "[ $DUMP_N -ge 1 ] && [ $(mapped_differs "$OUT/dump-before-$side.txt") = yes ]"
+    t0=$(uptime_s)
+    if [ $STORE = 1 ]; then
+      STOPF=/tmp/stop-$side; rm -f $STOPF
+      rigfdstore probe /tmp/ports.txt $STOPF > "$OUT/probe-$side.txt" 2> "$OUT/probe-free-$side.txt" & PP=$!
+      sleep 0.5; t0=$(uptime_s)
+      daemon_again kill9; r=$?; tup=$(elapsed "$t0")
+      # (ours settles its restored mappings when the kernel's replay window ends)
+      sleep 2; touch $STOPF; wait $PP
+      free=$(sed -n 's/.*free=\([0-9]*\).*/\1/p' "$OUT/probe-$side.txt"); rounds=$(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$OUT/probe-$side.txt")
+      check "no-gap-$side" "probe over the $(wc -l < /tmp/ports.txt) mapped ports of this side during the restart: ${rounds:-?} rounds, ${free:-?} binds succeeded" \
+        sh -c "[ '${free:-x}' = 0 ] && [ '${rounds:-0}' -gt 0 ]"
+      detail "$(head -3 "$OUT/probe-free-$side.txt")"
+    else
+      # Without a store the reservation dies with the daemon. (A probe binding in a loop
+      # here would hold the port at the moment the new daemon re-binds it for the
+      # kernel's MAPINFO record, which then fails with err 11 and the mapping is lost: the
+      # gap is real.) One host bind between the kill and the start shows it.
+      kill9_iwpmd; free=0
+      for p in $(cat /tmp/ports.txt); do host_bind "$p" && free=$((free+1)); done
+      start_iwpmd; r=$?; tup=$(elapsed "$t0"); rounds=1; sleep 2
+      role_check "no FD store" "no-gap-$side" "between the SIGKILL and the new daemon a host socket could bind $free of the $(wc -l < /tmp/ports.txt) mapped ports of this side" test "$free" = 0
+    fi
+    check "restart-$side" "SIGKILL + new daemon up in ${tup}s (pid $IWPMD_PID)" test $r = 0
+    fig "restart_${side}_s" "$tup"; fig "probe_${side}_free_binds" "${free:--}"; fig "probe_${side}_rounds" "${rounds:--}"
+    iwpmd_dump "$OUT/dump-after-$side.txt"; local_mapped "$OUT/dump-after-$side.txt" > /tmp/lm-after
+    d=$(diff /tmp/lm-before /tmp/lm-after)
+    check "kept-$side" "the restarted daemon's dump lists the same $(wc -l < /tmp/lm-before) local -> mapped pairs" test -z "$d"
+    detail "$d"
+    flag "r.$side.restarted"
+  else
+    wait_flag "r.$side.restarted" 90
+  fi
+  # the live connection still runs, and a new one reaches the restored listener
+  if [ "$ROLE" = client ]; then
+    # (rping's output to a file is block-buffered: a new block every few seconds)
+    n0=$(grep -c 'ping data' "$OUT/rping-live-client.log")
+    waitfor 12 sh -c "[ \$(grep -c 'ping data' $OUT/rping-live-client.log) -gt $n0 ]"
+    n1=$(grep -c 'ping data' "$OUT/rping-live-client.log")
+    check "live-after-$side" "live connection after the $side's restart: $n0 -> $n1 ping lines" \
+      sh -c "kill -0 $LCP 2>/dev/null && [ $n1 -gt $n0 ]"
+    t0=$(uptime_s); timeout 30 rping -c -a "$PEER" -p 7702 -C 3 -v > "$OUT/rping-new-$side.log" 2>&1; rc=$?; t=$(elapsed "$t0")
+    l=$(grep -c 'ping data' "$OUT/rping-new-$side.log"); fig "new_after_${side}_s" "$t"
+    r=1; { [ $rc = 0 ] || [ $rc = 255 ]; } && [ "$l" = 3 ] && lt "$t" "$(echo "$CMAX" | awk '{print $1/1000 + 1}')" && r=0
+    check "new-after-$side" "new rping -C 3 to the restored listener $PEER:7702 after the $side's restart: rc=$rc, $l lines in ${t}s" test $r = 0
+    flag "r.$side.checked"
+  else
+    wait_flag "r.$side.checked" 90
+  fi
+done
+# both closed: every mapping goes (REMOVE for restored mappings too), its port with it
+if [ "$ROLE" = client ]; then kill $LCP; wait $LCP 2>/dev/null; flag r.client.closed
+else wait_flag r.client.closed 60; kill $LSP; wait $LSP 2>/dev/null; fi
+sleep 1; waitfor 5 sh -c '! ss -tanH | grep -q ":7702 "'
+iwpmd_dump "$OUT/dump-closed.txt"; nfree=0; nport=0
+for p in $(cat /tmp/ports.txt); do nport=$((nport+1)); host_bind_freed "$p" && nfree=$((nfree+1)); done
+check closed "after both restarts and the close: dump lists $DUMP_N mappings; $nfree of $nport mapped ports bindable again" \
+  sh -c "[ $DUMP_N = 0 ] && [ $nfree = $nport ]"
+flag "r.$ROLE.done"; wait_flag "r.$OTHER.done" 60
+note "phase restart: $(elapsed "$T_PH") s"
+
+check_dmesg dmesg-restart
+
+# ---- exhaust: 6 listeners, 4 ports ----
+# (the kernel logs each refused mapping: iwpm_mapping_error_cb err code 11 on the server,
+# a Reject for the QUERYs of the unmapped listeners on the client; kept, not judged)
+T_PH=$(uptime_s); dmesg_mark
+RANGE0=$(cat /proc/sys/net/ipv4/ip_local_port_range)
+if [ "$ROLE" = server ]; then
+  echo "40000 40003" > /proc/sys/net/ipv4/ip_local_port_range
+  check exhaust-restart "daemon restarted under ip_local_port_range 40000-40003 (was $RANGE0)" daemon_again term
+  n0=$(wc -l < "$SYSLOG")
+  listen_snap /tmp/ls0
+  rigcm listen "$IP" 7730 6 120 > "$OUT/listen-exhaust.log" 2>&1 & XLP=$!
+  waitfor 40 grep -q '^listening' "$OUT/listen-exhaust.log"; sleep 1
+  ss -ltnH | awk '{print $4}' > /tmp/ls-now; only_in /tmp/ls-now /tmp/ls0 > "$OUT/exhaust-listeners.txt"
+  nin=$(awk '{p=$1; sub(/.*:/, "", p); if (p >= 40000 && p <= 40003) n++} END {print n+0}' "$OUT/exhaust-listeners.txt")
+  nun=$(awk '{p=$1; sub(/.*:/, "", p); if (p >= 7730 && p <= 7735) n++} END {print n+0}' "$OUT/exhaust-listeners.txt")
+  iwpmd_dump "$OUT/dump-exhaust.txt"; nmap=$DUMP_N
+  tail -n +$((n0+1)) "$SYSLOG" | grep -v 'print_iwpm\|Mapping #\|address' > "$OUT/syslog-exhaust.txt"
+  fig exhaust_listen "$(head -1 "$OUT/listen-exhaust.log")"; fig exhaust_mapped_listeners "$nin"; fig exhaust_unmapped_listeners "$nun"; fig exhaust_dump "$nmap"
+  check exhaust-mapped "6 listens, 4 ports: $nin TCP listeners on the 4 ports of the range, $nun on their unmapped ports (the kernel's fallback), the dump lists $nmap mappings; rigcm: $(head -1 "$OUT/listen-exhaust.log")" \
+    sh -c "[ $nin = 4 ] && [ $nmap = 4 ]"
+  nlog=$(grep -c -i 'out of ports\|no free port\|Address already in use\|Unable to bind\|error' "$OUT/syslog-exhaust.txt")
+  if [ $OURS = 1 ]; then
+    check exhaust-log "the daemon says why: $(grep -i -m1 'out of ports' "$OUT/syslog-exhaust.txt" | sed 's/.*iwpmd[^:]*: //' | cut -c1-160)" \
+      grep -qi 'out of ports' "$OUT/syslog-exhaust.txt"
+  else
+    REFERENCE="reference" info_ref exhaust-log "reported" "$nlog lines: $(grep -i -m1 'out of ports\|bind\|error' "$OUT/syslog-exhaust.txt" | sed 's/.*iwpmd[^:]*: //' | cut -c1-160)"
+  fi
+  check exhaust-alive "the daemon still runs (pid $IWPMD_PID)" kill -0 "$IWPMD_PID"
+  flag x.listening; wait_flag x.connected 120
+  kill $XLP; wait $XLP 2>/dev/null; sleep 1
+  echo "$RANGE0" > /proc/sys/net/ipv4/ip_local_port_range
+  iwpmd_dump "$OUT/dump-exhaust-end.txt"; nfree=0
+  for p in 40000 40001 40002 40003; do host_bind_freed "$p" && nfree=$((nfree+1)); done
+  check exhaust-released "listeners closed: dump lists $DUMP_N mappings, $nfree of the 4 ports bindable again" \
+    sh -c "[ $DUMP_N = 0 ] && [ $nfree = 4 ]"
+  flag x.done
+else
+  wait_flag x.listening 120; nok=0; XT=""
+  for p in 7730 7731 7732 7733 7734 7735; do
+    timeout 30 rigcm connect "$IP:0" "$PEER:$p" 20 > "$OUT/connect-exhaust-$p.log" 2>&1 && nok=$((nok+1))
+    XT="$XT $(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-exhaust-$p.log" | head -1)"
+  done
+  fig exhaust_connect_ms "$XT"
+  slow=$(echo "$XT" | awk -v m="$CMAX" '{for (i=1; i<=NF; i++) if ($i+0 >= m) n++} END {print n+0}')
+  check exhaust-connect "connects to the 6 listeners (4 mapped, 2 not): $nok connected (ms:$XT), $slow over ${CMAX} ms" \
+    sh -c "[ $nok = 6 ] && [ $slow = 0 ]"
+  flag x.connected; wait_flag x.done 120
+fi
+note "phase exhaust: $(elapsed "$T_PH") s"
+
+dmesg | tail -n +$((DMESG_MARK+1)) > "$OUT/dmesg-exhaust.txt"
+fig exhaust_dmesg_lines "$(grep -c iwpm "$OUT/dmesg-exhaust.txt")"
+
+# ---- mixed: the client's siw0 in NO_PORT_MAP mode, the server's port mapped ----
+T_PH=$(uptime_s); dmesg_mark
+if [ "$ROLE" = client ]; then
+  rdma link delete siw0; echo 0 > /sys/module/siw/parameters/port_map
+  check mixed-plain "siw0 re-added with port_map=$(cat /sys/module/siw/parameters/port_map) (NO_PORT_MAP)" siw_add_plain
+  flag m.plain
+else
+  wait_flag m.plain 60
+fi
+# A: server (port mapped) listens, client (plain) connects; B: the other way round
+if [ "$ROLE" = server ]; then
+  listen_snap /tmp/ls0
+  rigcm serve "$IP" 7740 1 60 > "$OUT/serve-mixed.log" 2>&1 & s=$!
+  la=$(new_listen /tmp/ls0); flag m.a.listening; wait_flag m.a.connected 60; wait_or_kill $s 10
+  got=$(sed -n 's/^conn n=1 peer=\([^ ]*\) .*/\1/p' "$OUT/serve-mixed.log")
+  check mixed-passive-pm "port-mapped listener $IP:7740 (on $la) reports the plain client as ${got:-nothing} (its real $PEER:7760)" \
+    sh -c "[ '$got' = '$PEER:7760' ] && [ '$(port_of "$la")' != 7740 ]"
+  wait_flag m.b.listening 60
+  rigcm connect "$IP:7761" "$PEER:7741" 30 > "$OUT/connect-mixed.log" 2>&1; rc=$?
+  ms=$(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-mixed.log" | head -1); fig mixed_pm_to_plain_ms "${ms:-none}"
+  r=1; [ $rc = 0 ] && [ -n "$ms" ] && lt "$ms" "$CMAX" && r=0
+  check mixed-connect-pm "port-mapped client $IP:7761 -> plain $PEER:7741: $(head -1 "$OUT/connect-mixed.log")" test $r = 0
+  flag m.b.connected
+else
+  wait_flag m.a.listening 60
+  rigcm connect "$IP:7760" "$PEER:7740" 30 > "$OUT/connect-mixed.log" 2>&1; rc=$?
+  ms=$(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-mixed.log" | head -1); fig mixed_plain_to_pm_ms "${ms:-none}"
+  r=1; [ $rc = 0 ] && [ -n "$ms" ] && lt "$ms" "$CMAX" && r=0
+  check mixed-connect-plain "plain client $IP:7760 -> port-mapped $PEER:7740: $(head -1 "$OUT/connect-mixed.log")" test $r = 0
+  flag m.a.connected
+  listen_snap /tmp/ls0
+  rigcm serve "$IP" 7741 1 60 > "$OUT/serve-mixed.log" 2>&1 & s=$!
+  la=$(new_listen /tmp/ls0); flag m.b.listening; wait_flag m.b.connected 60; wait_or_kill $s 10
+  got=$(sed -n 's/^conn n=1 peer=\([^ ]*\) .*/\1/p' "$OUT/serve-mixed.log")
+  check mixed-passive-plain "plain listener $IP:7741 (on $la) reports the port-mapped client as ${got:-nothing} (its real $PEER:7761)" \
+    sh -c "[ '$got' = '$PEER:7761' ] && [ '$(port_of "$la")' = 7741 ]"
+fi
+note "phase mixed: $(elapsed "$T_PH") s"
+
+# ---- end ----
+flag "$ROLE.closed"; wait_flag "$OTHER.closed" 60; sleep 1
+iwpmd_dump "$OUT/dump-end.txt"
+check released "all closed: SIGUSR1 dump lists $DUMP_N mappings" test "$DUMP_N" = 0
+check_dmesg dmesg
+flag "$ROLE.finished"; wait_flag "$OTHER.finished" 120
+if [ $STORE = 1 ]; then kill -TERM $SP; wait $SP 2>/dev/null; else check stop "daemon exits on SIGTERM" stop_iwpmd; fi
+cat "$F" >> "$SUM"
+cat "$SUM"
+finish
