@@ -35,12 +35,12 @@ rig_kernel_var() { if [ "$RIG_KVER" = 6.1 ]; then echo RIG_KERNEL; else echo "RI
 # The rig's kernels carry kernel/siw-port-map-$RIG_KVER.patch and kernel/net-force-reuse.patch:
 # siw gains a port_map parameter (default 0: plain siw, IW_F_NO_PORT_MAP); with 1 written to
 # /sys/module/siw/parameters/port_map before `rdma link add` the device runs iw_cm's
-# port-mapped path like a hardware RNIC (suite pm). Opt-in for now: RIG_PATCHES=1 boots and
-# builds the patched kernels (for every suite: with port_map 0 they are plain siw); the
-# default (0) keeps the unpatched images (cache names bzImage.plain*) until the patched
-# ones have passed a whole CI run on both kernels.
+# port-mapped path like a hardware RNIC (suites pm, pmops, zerogap-pm). One image serves
+# both modes: with port_map 0 the patched siw is plain siw, so every suite boots the patched
+# kernels (RIG_PATCHES=1, the default); RIG_PATCHES=0 boots and builds the unpatched ones
+# (cache names bzImage.plain*), where the port-mapped suites cannot run.
 rig_patches() {
-  [ "${RIG_PATCHES:-0}" = 1 ] || return 0
+  [ "${RIG_PATCHES:-1}" = 1 ] || return 0
   echo "$RIG_DIR/kernel/siw-port-map-$RIG_KVER.patch $RIG_DIR/kernel/net-force-reuse.patch"
 }
 # rig_patch_key: one hash over the patches' contents, in order ("" without patches)

@@ -12,10 +12,11 @@
 #                  flood, forge, pairs and trickle (C and ours side by side in one boot) and
 #                  restart-load (ours, then C, compared in one table) always run
 #   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,nlperm,
-#                  twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap; and, not in the
-#                  default list, pm (port-mapped mode: needs RIG_PATCHES=1, the patched
-#                  kernels) and pm-hold (with pm: ours as a port-mapped passive side with no
-#                  REMOTE_INFO budget, the known race of a REMOTE_INFO held for the ACK)
+#                  twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap (with zerogap-pm),
+#                  pm, pmops (port-mapped mode: the rig's patched kernels, RIG_PATCHES=1, the
+#                  default); and, not in the default list, pm-hold (with pm: ours as a
+#                  port-mapped passive side with no REMOTE_INFO budget, the known race of a
+#                  REMOTE_INFO held for the ACK)
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -30,7 +31,7 @@
 # per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap,pm,pmops"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) KERNELS="$2"; shift 2 ;;
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
     --no-c) WITH_C=0; ARGS+=("$1"); shift ;;
     --only) ONLY="$2"; ARGS+=("$1" "$2"); shift 2 ;;
     --selftest) SELFTEST=1; ARGS+=("$1"); shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -162,8 +163,10 @@ if want zerogap; then  # restart through a stand-in FD store (tools/rigfdstore.c
   run1 zerogap-ours 240 zerogap -m 2048 -e iwpmd=$RS
   run1 zerogap-control 240 zerogap -m 2048 -e iwpmd=$RS -e reference=1
   # the same in port-mapped mode: real reserved ports, so the probe tests the claim itself
-  run1 zerogap-pm-ours 240 zerogap -m 2048 -e iwpmd=$RS -e portmap=1
-  run1 zerogap-pm-control 240 zerogap -m 2048 -e iwpmd=$RS -e portmap=1 -e reference=1
+  if [ -n "$(rig_patches)" ]; then
+    run1 zerogap-pm-ours 240 zerogap -m 2048 -e iwpmd=$RS -e portmap=1
+    run1 zerogap-pm-control 240 zerogap -m 2048 -e iwpmd=$RS -e portmap=1 -e reference=1
+  fi
 fi
 if want negative; then
   run1 negative-ours 180 negative -e iwpmd=$RS -e iwpmd_args=$RS_UDP -e forged=ignored
@@ -215,7 +218,10 @@ if want trickle; then  # a never-ACKed REQUEST trickle from the connecting host 
   # A runs ours then C (rping servers), B runs the C iwpmd, times rping connects, trickles
   TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 480 -e daemons=$RS,$C -e reference=$C
 fi
-if want pm; then  # port-mapped mode: siw.port_map=1 on both VMs (patched kernel), every pairing
+if [ -z "$(rig_patches)" ] && { want pm || want pmops; }; then
+  say "RIG_PATCHES=0: unpatched kernels, the port-mapped suites (pm, pmops, zerogap-pm) do not run"
+fi
+if want pm && [ -n "$(rig_patches)" ]; then  # port-mapped mode: siw.port_map=1 on both VMs (patched kernel), every pairing
   # (server-client); figures per pairing in pm.txt
   t_pm=$(date +%s)
   for p in ours-ours c-c ours-c c-ours; do
@@ -246,7 +252,7 @@ if want pm; then  # port-mapped mode: siw.port_map=1 on both VMs (patched kernel
     done; } > "$PMT"
   { echo; echo "== pm (target/rig/$RIG_KVER/pm.txt)"; sed 's/^/  /' "$PMT"; } | tee -a "$SUMMARY"
 fi
-if want pmops; then  # port-mapped operations: kill -9 restarts with a live connection (zero gap
+if want pmops && [ -n "$(rig_patches)" ]; then  # port-mapped operations: kill -9 restarts with a live connection (zero gap
   # with the FD store stand-in), a 4-port ip_local_port_range, a NO_PORT_MAP client
   t_po=$(date +%s)
   TEST2="$RIG_DIR/guest/suite-pmops.sh" run2 pmops-ours-ours "$RS" "$RS" -e store=1
