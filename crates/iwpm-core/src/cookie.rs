@@ -31,6 +31,17 @@
 //! An epoch lasts [`EPOCH`]; an ACK verifies under the current or the previous epoch's key,
 //! so a cookie is good for 16 to 32 s, longer than an exchange (10 s) and far shorter than
 //! any replay an attacker could stockpile. The clock is the core's `now`, never read here.
+//!
+//! # Delivery notices (IPv4)
+//!
+//! When the REMOTE_INFO waits for the ACK ([`RemoteInfoPlan::OnAck`]: the budget was
+//! spent), the connection races it: the active side connects as soon as its kernel has the
+//! answer. So after the kernel has taken the REMOTE_INFO (a netlink send is processed
+//! inside `sendmsg`) the passive side sends the ACCEPT once more with [`NOTICE_AT`] set, and
+//! our active side, seeing the plan in the ACCEPT's cookie (the flags are plain text),
+//! holds its kernel's answer until that notice comes or a short wait runs out. The notice
+//! byte is outside the MAC, so rdma-core's ACK to a notice (it re-ACKs every duplicate
+//! ACCEPT) still verifies and is absorbed as a duplicate.
 
 use std::hash::Hasher;
 use std::net::{IpAddr, SocketAddr};
@@ -50,7 +61,10 @@ const MAC_LEN: usize = 16;
 const PORT_AT: usize = MAC_LEN;
 const EPOCH_AT: usize = PORT_AT + 2;
 const FLAGS_AT: usize = EPOCH_AT + 1;
+/// Set only in a *delivery notice* (below); outside the MAC, which is computed with it 0.
+const NOTICE_AT: usize = FLAGS_AT + 1;
 const FORMAT_AT: usize = IPV4_ECHO_LEN - 1;
+const NOTICE: u8 = 1;
 
 /// What the passive side did with the REMOTE_INFO when it answered (carried, authenticated,
 /// in an IPv4 cookie).
@@ -269,15 +283,48 @@ fn keyed(key: &[u8]) -> SipHasher24 {
     SipHasher24::new_with_key(&k)
 }
 
-/// The MAC of an exchange's binding and the cookie's authenticated trailer.
+/// The MAC of an exchange's binding and the cookie's authenticated trailer (the notice
+/// byte, when the trailer reaches it, counted as 0 when it holds the notice mark; any other
+/// value there is authenticated like every other byte).
 fn mac(key: &[u8; 16], b: &Binding, trailer: &[u8]) -> [u8; MAC_LEN] {
     let mut h = keyed(key);
     write_addr(&mut h, b.from);
     h.write_u64(b.handle);
     write_addr(&mut h, b.cp);
     write_addr(&mut h, b.ap);
-    h.write(trailer);
+    let notice = NOTICE_AT - MAC_LEN;
+    if trailer.len() > notice {
+        h.write(&trailer[..notice]);
+        h.write_u8(if trailer[notice] == NOTICE {
+            0
+        } else {
+            trailer[notice]
+        });
+        h.write(&trailer[notice + 1..]);
+    } else {
+        h.write(trailer);
+    }
     h.finish128().as_bytes()
+}
+
+/// Does an ACCEPT's IPv4 echo say its REMOTE_INFO waits for our ACK (so a delivery notice
+/// will follow)? Read without a key: the cookie is the peer's, only its MAC is secret.
+pub(crate) fn plans_remote_info_on_ack(echo: &Ipv4Echo) -> bool {
+    echo[FORMAT_AT] == FORMAT_V1
+        && echo[FLAGS_AT] == RemoteInfoPlan::OnAck.code()
+        && echo[NOTICE_AT] != NOTICE
+}
+
+/// Is this ACCEPT's echo a delivery notice (the REMOTE_INFO is in the peer's kernel)?
+pub(crate) fn is_delivery_notice(echo: &Ipv4Echo) -> bool {
+    echo[FORMAT_AT] == FORMAT_V1 && echo[NOTICE_AT] == NOTICE
+}
+
+/// The echo of the delivery notice for the ACK that echoed `echo`.
+pub(crate) fn delivery_notice(echo: &Ipv4Echo) -> Ipv4Echo {
+    let mut n = *echo;
+    n[NOTICE_AT] = NOTICE;
+    n
 }
 
 fn write_addr(h: &mut SipHasher24, a: SocketAddr) {
@@ -339,6 +386,26 @@ mod tests {
                 mapped_cp_port: 41234
             })
         );
+    }
+
+    #[test]
+    fn a_delivery_notice_is_recognised_and_its_ack_still_verifies() {
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new(&[9; 32], t0);
+        let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
+        let mut acc = PeerMessage::accept_for(&req, b.ap);
+        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::OnAck, 41234);
+        assert!(plans_remote_info_on_ack(&echo) && !is_delivery_notice(&echo));
+        let notice = delivery_notice(&echo);
+        assert!(is_delivery_notice(&notice) && !plans_remote_info_on_ack(&notice));
+        // rdma-core answers the notice (a duplicate ACCEPT to it) with an ACK echoing it.
+        let (ack, echoed) = echoed_ack(&acc, &notice);
+        let got = jar.verify(t0, &ack, &echoed, &Binding::of_ack(b.from, &ack));
+        assert_eq!(got.map(|v| v.plan), Some(Some(RemoteInfoPlan::OnAck)));
+        // Other plans announce no notice.
+        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::SentAtOnce, 41234);
+        assert!(!plans_remote_info_on_ack(&echo));
+        assert!(!plans_remote_info_on_ack(&[0; IPV4_ECHO_LEN]));
     }
 
     #[test]

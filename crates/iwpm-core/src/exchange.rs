@@ -82,6 +82,16 @@ pub(crate) enum ActiveState {
     /// ACCEPT answered (ACK and kernel reply sent); kept to re-ACK a few duplicate ACCEPTs
     /// (the peer lost our ACK). The count bounds what a replayed ACCEPT can make us send.
     Acked { ack: Vec<u8>, re_acks_left: u32 },
+    /// ACCEPT answered with an ACK, but the ACCEPT said the peer's REMOTE_INFO waits for
+    /// that ACK: the kernel's answer is held until the peer's delivery notice
+    /// ([`crate::cookie`]) or until `waits_left` short waits have passed (each re-sends the
+    /// ACK), so that our connection does not overtake the REMOTE_INFO.
+    AwaitingNotice {
+        ack: Vec<u8>,
+        reply: Box<QueryMappingReply>,
+        client: u8,
+        waits_left: u32,
+    },
 }
 
 /// The active side's bookkeeping.
@@ -327,6 +337,12 @@ impl Exchanges {
         }
         let expires = ex.expires;
         self.move_timer(id, expires);
+    }
+
+    /// As [`Exchanges::answered`], with the exchange's timer at `at` instead of its end.
+    pub fn answered_until(&mut self, id: ExchangeId, state: ActiveState, at: Instant) {
+        self.answered(id, state);
+        self.move_timer(id, at);
     }
 
     fn move_timer(&mut self, id: ExchangeId, at: Instant) {

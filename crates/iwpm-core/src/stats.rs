@@ -110,6 +110,15 @@ pub struct Stats {
     /// REQUESTs from a peer that is not port mapped (mapped `cp` = `cp`): no REMOTE_INFO,
     /// the kernel reports the right peer without one.
     pub remote_info_not_needed: u64,
+    /// Passive: delivery notices sent (the ACCEPT again, marked, once a REMOTE_INFO that
+    /// waited for the verified ACK is in the kernel; `crate::cookie`).
+    pub remote_info_notices_sent: u64,
+    /// Active: QUERY answers held after our ACK because the ACCEPT said the peer's
+    /// REMOTE_INFO waits for it (released by the peer's delivery notice, or by the wait).
+    pub query_replies_held: u64,
+    /// Active: held QUERY answers released because no delivery notice came in time (the
+    /// connection may then overtake the peer's REMOTE_INFO).
+    pub remote_info_notices_missed: u64,
     /// REQUESTs taken as a new association although their key matched a confirmed
     /// exchange (the peer reused its handle for the same endpoint after our ACK).
     pub peer_reused_handles: u64,
@@ -466,6 +475,9 @@ counters! {
     PeerAcksUnverified => peer_acks_unverified,
     AcceptsStateless => accepts_stateless,
     RemoteInfoNotNeeded => remote_info_not_needed,
+    RemoteInfoNoticesSent => remote_info_notices_sent,
+    QueryRepliesHeld => query_replies_held,
+    RemoteInfoNoticesMissed => remote_info_notices_missed,
     PeerReusedHandles => peer_reused_handles,
     ExchangesEvicted => exchanges_evicted,
     RejectsSuppressed => rejects_suppressed,

@@ -163,6 +163,9 @@ fn unacked_requests_do_not_deny_their_source() {
             // source's share of the budget); the other needs none.
             let want = usize::from(mapped != 6000);
             assert_eq!(remote_infos(&mut h), want, "{real}, mapped port {mapped}");
+            // (a REMOTE_INFO sent on an IPv4 ACK is followed by its delivery notice)
+            let notice = want * usize::from(!real.contains(':'));
+            assert_eq!(sent(&mut h, PeerMsgType::Accept), notice, "{real}: notice");
         }
     }
 }
@@ -515,4 +518,37 @@ fn peer_allow_filters_sources() {
     let req = request(1, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
     h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
     assert_eq!(sent(&mut h, PeerMsgType::Accept), 1);
+}
+
+/// The delivery notice to an rdma-core active side: it ACKs every ACCEPT, the notice
+/// included. That ACK still verifies (the notice byte is outside the MAC), sends no second
+/// REMOTE_INFO, and gets the notice at most once more: no ping-pong.
+#[test]
+fn a_delivery_notice_and_its_echoed_acks_end_after_one_resend() {
+    let mut h = Host::booted_with(CoreConfig {
+        remote_info_budget: 0,
+        ..config()
+    });
+    listener(&mut h, "10.0.0.2:4000");
+    let from = "10.0.0.1:3935";
+    let req = request(9, "10.0.0.1:5000", "10.0.0.1:45000", "10.0.0.2:4000");
+    h.peer(PeerSocket::V4Listener, from, &req);
+    let accept = h.expect_peer();
+    h.no_kernel();
+    h.ack(PeerSocket::V4Listener, from, &accept);
+    assert_eq!(remote_infos(&mut h), 1, "REMOTE_INFO on the verified ACK");
+    let notice = h.expect_peer();
+    assert_eq!(notice.msg.msg_type, PeerMsgType::Accept);
+    assert_ne!(notice.raw, accept.raw, "the notice is marked");
+    h.no_peer();
+    h.ack(PeerSocket::V4Listener, from, &notice);
+    let again = h.expect_peer();
+    assert_eq!(again.raw, notice.raw, "one resend of the notice");
+    h.ack(PeerSocket::V4Listener, from, &again);
+    h.no_peer();
+    h.no_kernel();
+    let st = h.core.stats();
+    assert_eq!(st.remote_info_notices_sent, 2);
+    assert_eq!(st.peer_acks_unverified, 0, "ACKs of a notice verify");
+    assert_eq!(st.remote_info_on_ack, 1);
 }

@@ -480,3 +480,116 @@ fn handles_are_echoed_end_to_end() {
         .collect();
     assert_eq!(echoed, handles);
 }
+
+/// Runs the simulation in 1 ms steps until `until`, returning when each host's kernel
+/// first got a QUERY reply and a REMOTE_INFO (ms since the start), and every message.
+fn kernel_timeline(
+    sim: &mut Sim,
+    until: Duration,
+) -> Vec<(Option<u64>, Option<u64>, Vec<DaemonMsg>)> {
+    let mut seen = vec![(None, None, Vec::new()); sim.hosts.len()];
+    let step = Duration::from_millis(1);
+    while sim.now - sim.start < until {
+        sim.run_for(step);
+        let ms = (sim.now - sim.start).as_millis() as u64;
+        for (i, s) in seen.iter_mut().enumerate() {
+            let msgs = take_kernel(sim.host(i));
+            if s.0.is_none() && !query_replies(&msgs).is_empty() {
+                s.0 = Some(ms);
+            }
+            if s.1.is_none() && !remote_infos(&msgs).is_empty() {
+                s.1 = Some(ms);
+            }
+            s.2.extend(msgs);
+        }
+    }
+    seen
+}
+
+fn spent_budget_pair() -> Sim {
+    let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
+    // B has no REMOTE_INFO budget: its REMOTE_INFO waits for A's verified ACK.
+    let now = sim.now;
+    sim.hosts[1].1 = Host::new(
+        CoreConfig {
+            handle_key: [2; 32],
+            remote_info_budget: 0,
+            ..config()
+        },
+        now,
+    );
+    sim.host(1).boot();
+    sim
+}
+
+/// A REMOTE_INFO that waits for the ACK must still reach the passive kernel before the
+/// active kernel can connect: our active side holds its QUERY answer until the passive
+/// side's delivery notice says the REMOTE_INFO is in.
+#[test]
+fn a_remote_info_held_for_the_ack_is_in_the_kernel_before_the_active_side_connects() {
+    let mut sim = spent_budget_pair();
+    let (seq, b_mapped) = connect(&mut sim);
+    let t = kernel_timeline(&mut sim, Duration::from_millis(200));
+    let (a_reply, b_ri) = (
+        t[0].0.expect("A answered"),
+        t[1].1.expect("B's REMOTE_INFO"),
+    );
+    assert!(
+        b_ri < a_reply,
+        "REMOTE_INFO at {b_ri} ms, QUERY reply at {a_reply} ms"
+    );
+    let r = query_replies(&t[0].2);
+    assert_eq!(
+        (r.len(), r[0].seq, r[0].mapped_remote_addr),
+        (1, seq, b_mapped)
+    );
+    assert_eq!(remote_infos(&t[1].2).len(), 1);
+    assert_eq!(
+        sim.sent_by_type,
+        [1, 2, 1, 0],
+        "REQUEST, ACCEPT + notice, ACK"
+    );
+    let (a, b) = (
+        sim.host(0).core.stats().clone(),
+        sim.host(1).core.stats().clone(),
+    );
+    assert_eq!((a.query_replies_held, a.remote_info_notices_missed), (1, 0));
+    assert_eq!(b.remote_info_notices_sent, 1);
+}
+
+/// The notice lost: our side re-ACKs while it waits, the passive side sends the notice
+/// again for that duplicate ACK, and the answer still follows the REMOTE_INFO.
+#[test]
+fn a_lost_delivery_notice_is_sent_again_for_the_repeated_ack() {
+    let mut sim = spent_budget_pair();
+    sim.drop = Box::new(|ty, n| ty == PeerMsgType::Accept && n == 2);
+    connect(&mut sim);
+    let t = kernel_timeline(&mut sim, Duration::from_millis(200));
+    let (a_reply, b_ri) = (
+        t[0].0.expect("A answered"),
+        t[1].1.expect("B's REMOTE_INFO"),
+    );
+    assert!(b_ri < a_reply);
+    assert_eq!(
+        remote_infos(&t[1].2).len(),
+        1,
+        "one REMOTE_INFO, the repeated ACK absorbed"
+    );
+    assert_eq!(sim.host(0).core.stats().remote_info_notices_missed, 0);
+    assert_eq!(sim.host(1).core.stats().remote_info_notices_sent, 2);
+}
+
+/// Every ACK lost: the held answer goes out after the last wait (60 ms), never later, so
+/// a lost ACK costs no more than before (the kernel connects; the REMOTE_INFO never came).
+#[test]
+fn with_every_ack_lost_the_held_answer_goes_out_after_the_waits() {
+    let mut sim = spent_budget_pair();
+    sim.drop = Box::new(|ty, _| ty == PeerMsgType::Ack);
+    connect(&mut sim);
+    let t = kernel_timeline(&mut sim, Duration::from_millis(200));
+    let a_reply = t[0].0.expect("A answered anyway");
+    assert!((60..=80).contains(&a_reply), "answered at {a_reply} ms");
+    assert!(t[1].1.is_none());
+    assert_eq!(sim.sent_by_type[2], 3, "the ACK and two repeats");
+    assert_eq!(sim.host(0).core.stats().remote_info_notices_missed, 1);
+}

@@ -61,7 +61,7 @@
 //! * **Malformed datagrams** are dropped with a rate-limited warning and counted.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
 use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
@@ -69,7 +69,7 @@ use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
 use super::{code, Core};
 use crate::action::PeerSocket;
-use crate::cookie::{Binding, RemoteInfoPlan};
+use crate::cookie::{self, Binding, RemoteInfoPlan};
 use crate::exchange::{
     ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
     RemoteInfo, SourceKey,
@@ -82,6 +82,14 @@ use crate::table::{MappingId, MappingRole};
 /// Most timers handled per [`Core::handle_timeout`] call; the rest are due at once on the
 /// next call, so one loop turn never stalls on a burst of expiries.
 const MAX_TIMERS_PER_CALL: usize = 1024;
+
+/// Active side: how long one wait for a delivery notice lasts, and how many waits (each
+/// but the first re-sends the ACK) before the kernel gets its answer anyway. The notice
+/// normally comes one round trip after our ACK.
+const NOTICE_WAIT: Duration = Duration::from_millis(20);
+const NOTICE_WAITS: u32 = 3;
+/// Passive side: how often a duplicate ACK gets the delivery notice again.
+const NOTICE_RESENDS: u32 = 1;
 
 impl Core {
     pub(super) fn process_peer_datagram(
@@ -124,7 +132,7 @@ impl Core {
                 self.on_request(now, via, from, &msg);
             }
             PeerMsgType::Accept => self.on_accept(now, via, from, &msg, datagram),
-            PeerMsgType::Ack => self.on_ack(now, from, &msg, datagram),
+            PeerMsgType::Ack => self.on_ack(now, via, from, &msg, datagram),
             PeerMsgType::Reject => self.on_reject(now, from, &msg),
         }
     }
@@ -605,17 +613,39 @@ impl Core {
         let ExchangeKind::Active(q) = &mut ex.kind else {
             return;
         };
-        if let ActiveState::Acked { ack, re_acks_left } = &mut q.state {
-            // Our ACK was lost: answer the retransmitted ACCEPT again, a bounded number of
-            // times and without extending the exchange.
-            self.stats.peer_duplicates += 1;
-            if *re_acks_left == 0 {
+        let echo = ipv4_echo(datagram);
+        let notice = msg.ip_version == IpVersion::V4 && cookie::is_delivery_notice(&echo);
+        match &mut q.state {
+            // A notice after the wait ran out says nothing new.
+            ActiveState::Acked { .. } if notice => {
+                self.stats.peer_duplicates += 1;
                 return;
             }
-            *re_acks_left -= 1;
-            let ack = ack.clone();
-            self.send_peer(via, from, PeerMsgType::Ack, ack);
-            return;
+            ActiveState::Acked { ack, re_acks_left } => {
+                // Our ACK was lost: answer the retransmitted ACCEPT again, a bounded number
+                // of times and without extending the exchange.
+                self.stats.peer_duplicates += 1;
+                if *re_acks_left == 0 {
+                    return;
+                }
+                *re_acks_left -= 1;
+                let ack = ack.clone();
+                self.send_peer(via, from, PeerMsgType::Ack, ack);
+                return;
+            }
+            ActiveState::AwaitingNotice { ack, .. } if !notice => {
+                // A duplicate ACCEPT while we wait: our ACK was lost, send it again (the
+                // waits bound how often).
+                self.stats.peer_duplicates += 1;
+                let ack = ack.clone();
+                self.send_peer(via, from, PeerMsgType::Ack, ack);
+                return;
+            }
+            ActiveState::AwaitingNotice { .. } => {
+                self.release_held_reply(now, xid, false);
+                return;
+            }
+            ActiveState::Requesting { .. } => {}
         }
         let (client, kernel_seq, reply_deadline, local, remote) =
             (q.client, q.kernel_seq, q.reply_deadline, q.local, q.remote);
@@ -653,23 +683,67 @@ impl Core {
         // it has it, and a passive peer short of REMOTE_INFO budget sends REMOTE_INFO on
         // this ACK, which must beat our connection there. It echoes every byte of the
         // ACCEPT that carries no field, as rdma-core's does: the passive side's cookie.
-        let ack = PeerMessage::ack_for(msg).encode_with_echo(&ipv4_echo(datagram));
+        let ack = PeerMessage::ack_for(msg).encode_with_echo(&echo);
         self.send_peer(via, from, PeerMsgType::Ack, ack.clone());
-        self.send_kernel(
-            client,
-            DaemonMsg::QueryMapping(QueryMappingReply {
-                seq: kernel_seq,
-                local_addr: local,
-                remote_addr: remote,
-                mapped_local_addr: mapped_local,
-                mapped_remote_addr: mapped_remote,
-                err: 0,
-                unknown: Vec::new(),
-            }),
-        );
+        let reply = QueryMappingReply {
+            seq: kernel_seq,
+            local_addr: local,
+            remote_addr: remote,
+            mapped_local_addr: mapped_local,
+            mapped_remote_addr: mapped_remote,
+            err: 0,
+            unknown: Vec::new(),
+        };
+        // The peer's REMOTE_INFO waits for this ACK: hold the answer (the kernel connects
+        // as soon as it has it) until the peer says its kernel has the REMOTE_INFO.
+        if msg.ip_version == IpVersion::V4 && cookie::plans_remote_info_on_ack(&echo) {
+            self.stats.query_replies_held += 1;
+            let held = ActiveState::AwaitingNotice {
+                ack,
+                reply: Box::new(reply),
+                client,
+                waits_left: NOTICE_WAITS,
+            };
+            self.exchanges.answered_until(xid, held, now + NOTICE_WAIT);
+            return;
+        }
+        self.send_kernel(client, DaemonMsg::QueryMapping(reply));
         let re_acks_left = self.config.max_retransmits;
         self.exchanges
             .answered(xid, ActiveState::Acked { ack, re_acks_left });
+    }
+
+    /// Sends the QUERY answer held for a delivery notice (`missed`: the waits ran out
+    /// instead) and leaves the exchange ACKed, to re-ACK duplicates until its end.
+    fn release_held_reply(&mut self, now: Instant, xid: ExchangeId, missed: bool) {
+        let re_acks_left = self.config.max_retransmits;
+        let Some(ex) = self.exchanges.get_mut(xid) else {
+            return;
+        };
+        let ExchangeKind::Active(q) = &mut ex.kind else {
+            return;
+        };
+        let reply_deadline = q.reply_deadline;
+        let placeholder = ActiveState::Acked {
+            ack: Vec::new(),
+            re_acks_left,
+        };
+        let ActiveState::AwaitingNotice {
+            ack, reply, client, ..
+        } = std::mem::replace(&mut q.state, placeholder)
+        else {
+            return;
+        };
+        self.exchanges
+            .answered(xid, ActiveState::Acked { ack, re_acks_left });
+        if missed {
+            self.stats.remote_info_notices_missed += 1;
+        }
+        if now >= reply_deadline {
+            self.late_answer(now, "ACCEPT");
+            return;
+        }
+        self.send_kernel(client, DaemonMsg::QueryMapping(*reply));
     }
 
     fn on_reject(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage) {
@@ -719,7 +793,14 @@ impl Core {
     /// comes back, or the REMOTE_INFO held for it goes out; with no exchange, an IPv4
     /// cookie that planned the REMOTE_INFO for this ACK carries the mapped `cp` port, and
     /// a confirmed entry is kept so that a duplicate ACK sends no second one.
-    fn on_ack(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage, datagram: &[u8]) {
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        via: PeerSocket,
+        from: SocketAddr,
+        msg: &PeerMessage,
+        datagram: &[u8],
+    ) {
         let binding = Binding::of_ack(from, msg);
         let Some(verified) = self
             .cookies
@@ -745,11 +826,17 @@ impl Core {
         let Some(xid) = self.exchanges.find(&key) else {
             if verified.plan == Some(RemoteInfoPlan::OnAck) {
                 self.remote_info_on_verified_ack(now, from, msg, key, verified.mapped_cp_port);
+                self.send_delivery_notice(via, from, msg, datagram);
             }
             return;
         };
         if !self.exchanges.confirm(xid) {
             self.stats.peer_duplicates += 1;
+            // The ACK again: our notice may be lost (our active side re-ACKs while it
+            // waits). Once more at most: rdma-core ACKs every ACCEPT, the notice included.
+            if verified.plan == Some(RemoteInfoPlan::OnAck) && self.take_notice_resend(xid) {
+                self.send_delivery_notice(via, from, msg, datagram);
+            }
             return;
         }
         let Some(ex) = self.exchanges.get_mut(xid) else {
@@ -814,7 +901,8 @@ impl Core {
             now + self.config.exchange_lifetime,
             ExchangeKind::Passive(Box::new(PassiveAnswer {
                 accept: Vec::new(),
-                resends_left: 0,
+                // (here: how often a duplicate ACK may get the delivery notice again)
+                resends_left: NOTICE_RESENDS,
                 next_resend: now,
                 source: SourceKey::of(from.ip()),
                 confirmed: true,
@@ -824,6 +912,39 @@ impl Core {
         );
         self.exchanges
             .insert(ex, now + self.config.exchange_lifetime);
+    }
+
+    /// The ACCEPT once more, marked as the delivery notice: the REMOTE_INFO that waited for
+    /// this (verified) ACK is in the kernel (`crate::cookie`), so the active side may let its
+    /// kernel connect. Built from the ACK, which echoes every byte of our ACCEPT.
+    fn send_delivery_notice(
+        &mut self,
+        via: PeerSocket,
+        to: SocketAddr,
+        ack: &PeerMessage,
+        datagram: &[u8],
+    ) {
+        if ack.ip_version != IpVersion::V4 {
+            return;
+        }
+        let notice = PeerMessage {
+            msg_type: PeerMsgType::Accept,
+            ..*ack
+        };
+        let bytes = notice.encode_with_echo(&cookie::delivery_notice(&ipv4_echo(datagram)));
+        self.stats.remote_info_notices_sent += 1;
+        self.send_peer(via, to, PeerMsgType::Accept, bytes);
+    }
+
+    /// May a duplicate ACK of this confirmed exchange get the notice again? (Once.)
+    fn take_notice_resend(&mut self, xid: ExchangeId) -> bool {
+        match self.exchanges.get_mut(xid).map(|ex| &mut ex.kind) {
+            Some(ExchangeKind::Passive(p)) if p.resends_left > 0 => {
+                p.resends_left -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Records how a local exchange ended, for the control socket's `peers` (passive
@@ -841,7 +962,7 @@ impl Core {
             ActiveState::Requesting {
                 retransmits_left, ..
             } => max.saturating_sub(*retransmits_left),
-            ActiveState::Acked { .. } => return,
+            ActiveState::Acked { .. } | ActiveState::AwaitingNotice { .. } => return,
         };
         let started = ex.expires().checked_sub(lifetime).unwrap_or(now);
         let peer = ex.to.ip();
@@ -893,6 +1014,36 @@ impl Core {
                 continue;
             }
             let (via, to, expires) = (ex.via, ex.to, ex.expires());
+            // No delivery notice yet: the ACK may be lost, send it again; after the last
+            // wait the kernel gets its answer anyway.
+            let waiting = match &mut ex.kind {
+                ExchangeKind::Active(q) => match &mut q.state {
+                    ActiveState::AwaitingNotice {
+                        ack, waits_left, ..
+                    } if *waits_left > 1 => {
+                        *waits_left -= 1;
+                        Some(Some(ack.clone()))
+                    }
+                    ActiveState::AwaitingNotice { .. } => Some(None),
+                    _ => None,
+                },
+                ExchangeKind::Passive(_) => None,
+            };
+            match waiting {
+                Some(Some(ack)) => {
+                    self.exchanges.rearm(due.id, now + NOTICE_WAIT);
+                    self.send_peer(via, to, PeerMsgType::Ack, ack);
+                    continue;
+                }
+                Some(None) => {
+                    self.release_held_reply(now, due.id, true);
+                    continue;
+                }
+                None => {}
+            }
+            let Some(ex) = self.exchanges.get_mut(due.id) else {
+                continue;
+            };
             let resend = match &mut ex.kind {
                 ExchangeKind::Active(q) => match &mut q.state {
                     ActiveState::Requesting {

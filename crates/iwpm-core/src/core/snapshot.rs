@@ -119,7 +119,9 @@ impl Core {
                             ExchangeSide::Requesting,
                             max.saturating_sub(*retransmits_left),
                         ),
-                        ActiveState::Acked { .. } => (ExchangeSide::Acked, 0),
+                        ActiveState::Acked { .. } | ActiveState::AwaitingNotice { .. } => {
+                            (ExchangeSide::Acked, 0)
+                        }
                     },
                     ExchangeKind::Passive(p) => (
                         if p.confirmed {
