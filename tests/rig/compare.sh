@@ -15,6 +15,10 @@
 #   --no-profile   skip the strace -c pass of each daemon (one-VM boot)
 #   --check        exit 1 unless the targets of issue 10 hold (listen at N live and destroy
 #                  <= 1.10 x floor, daemon share of a connect <= 0.8 x C's, two-VM <= C)
+#   --portmap      port-mapped mode (the rig's patched kernel, siw.port_map=1 in every
+#                  guest): real reservations; the floor still maps every address to
+#                  itself but binds and closes a socket on each port it hands out, the
+#                  least any mapper must do. Results go to compare-pm.{txt,json}
 # One VM (guest/suite-compare.sh): per daemon a listen storm (tools/rigcm.c `storm`) and
 # cmtime -c 50; two VMs (guest/suite-compare2.sh): cmtime -c 50 across, same daemon on
 # both sides. floor = tools/rigtool.c `floor-responder` (answers ADD and QUERY at once,
@@ -25,7 +29,7 @@
 # (raw storm/cmtime outputs). Exit status: 0, or 1 if a run failed (or --check missed).
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; OURS_ARGS=""; ROUNDS=3; STORM=10000; TWO=1; PROFILE=1; CHECK=0
+OURS=""; OURS_ARGS=""; ROUNDS=3; STORM=10000; TWO=1; PROFILE=1; CHECK=0; PM=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --daemon) OURS="$2"; shift 2 ;;
@@ -37,12 +41,15 @@ while [ $# -gt 0 ]; do
     --no-2vm) TWO=0; shift ;;
     --no-profile) PROFILE=0; shift ;;
     --check) CHECK=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --portmap) PM=1; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 RES="${CARGO_TARGET_DIR:-$REPO/target}/rig"
-SHARE="$RES/compare-share"
+SFX=""; [ $PM = 1 ] && SFX="-pm"
+SHARE="$RES/compare-share$SFX"
+PMK=(); [ $PM = 1 ] && PMK=(-e portmap=1)
 mkdir -p "$RES"
 # never beside a run-all.sh of the same checkout: both would measure each other's load
 exec 9> "$RES/.lock"
@@ -61,6 +68,7 @@ cp "$OURS" "$SHARE/bin/iwpmd-rs" || exit 1
 META="$SHARE/out/meta.txt"
 { echo "ours $OURS $(sha256sum "$OURS" | cut -c1-12) $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)"
   echo "kernel $KERNEL"; echo "rounds $ROUNDS"; echo "storm $STORM"; echo "host $(nproc) cpus"
+  [ $PM = 1 ] && echo "mode port-mapped (siw.port_map=1)"
   [ -n "$OURS_ARGS" ] && echo "ours-args $OURS_ARGS"; } > "$META"
 load() { echo "load $1 $(cut -d' ' -f1-3 /proc/loadavg)" >> "$META"; }
 RC=0
@@ -77,7 +85,7 @@ one_boot() {
   local n=$1; shift
   local knobs=(); for k in "$@"; do knobs+=(-e "$k"); done
   "$RIG_DIR/run-vm.sh" -n "$n" -s "$SHARE" -T $((300 + STORM / 15)) -m 2048 -l "$RES/console-$n.log" \
-    -e storm="$STORM" -e ours_args="$OURS_ARGS" "${knobs[@]}" "$RIG_DIR/guest/suite-compare.sh" > /dev/null 2>&1 || RC=1
+    -e storm="$STORM" -e ours_args="$OURS_ARGS" "${PMK[@]}" "${knobs[@]}" "$RIG_DIR/guest/suite-compare.sh" > /dev/null 2>&1 || RC=1
   cat "$SHARE/out/$n/compare-results.txt" >> "$ONE/compare-results.txt" 2>/dev/null
   sed "s/^/[$n] /" "$SHARE/out/$n/checks.txt" >> "$ONE/checks.txt" 2>/dev/null
   cp "$SHARE/out/$n"/storm-*.txt "$SHARE/out/$n"/cmtime-*.txt "$SHARE/out/$n"/strace-c-*.txt "$ONE/" 2>/dev/null
@@ -90,7 +98,7 @@ echo "secs 1vm $(( $(date +%s) - t ))" >> "$META"
 load after-1vm
 if [ $TWO = 1 ]; then
   t=$(date +%s)
-  "$RIG_DIR/run-2vm.sh" -p 47600 -s "$SHARE" -T $((300 + ROUNDS * 120)) -n compare2-A,compare2-B -e rounds="$ROUNDS" -e ours_args="$OURS_ARGS" \
+  "$RIG_DIR/run-2vm.sh" -p 47600 -s "$SHARE" -T $((300 + ROUNDS * 120)) -n compare2-A,compare2-B -e rounds="$ROUNDS" -e ours_args="$OURS_ARGS" "${PMK[@]}" \
     "$RIG_DIR/guest/suite-compare2.sh" > "$RES/console-compare2.log" 2>&1 || RC=1
   echo "secs 2vm $(( $(date +%s) - t ))" >> "$META"
   load after-2vm
@@ -102,7 +110,7 @@ for r in compare2-A compare2-B; do
 done
 # syscall profile: a summary line per daemon (calls per kernel-side operation: the storm's
 # 1000 ADD + 1000 REMOVE and cmtime's 50 QUERY + 50 REMOVE), then strace's tables
-PROF="$RES/compare-profile.txt"; : > "$PROF"
+PROF="$RES/compare-profile$SFX.txt"; : > "$PROF"
 if ls "$SHARE"/out/compare/strace-c-*.txt > /dev/null 2>&1; then
   echo "strace -f -c of each daemon over a 1000-listener storm + cmtime -c 50 (one VM, 2100 kernel requests)" >> "$PROF"
   for f in "$SHARE"/out/compare/strace-c-*.txt; do
@@ -117,9 +125,9 @@ if ls "$SHARE"/out/compare/strace-c-*.txt > /dev/null 2>&1; then
     { echo "== $l"; cat "$f"; echo; } >> "$PROF"
   done
 fi
-args=(--meta "$META" --one "$SHARE/out/compare" --text "$RES/compare.txt" --json "$RES/compare.json")
+args=(--meta "$META" --one "$SHARE/out/compare" --text "$RES/compare$SFX.txt" --json "$RES/compare$SFX.json")
 [ $TWO = 1 ] && args+=(--two "$SHARE/out/compare2-B")
 [ $CHECK = 1 ] && args+=(--check)
 python3 "$RIG_DIR/compare-table.py" "${args[@]}" || RC=1
-echo "[compare] wall $(( $(date +%s) - T0 ))s; $RES/compare.txt, compare.json, compare-profile.txt" >&2
+echo "[compare] wall $(( $(date +%s) - T0 ))s; $RES/compare$SFX.txt, compare$SFX.json, compare-profile$SFX.txt" >&2
 exit $RC

@@ -30,7 +30,12 @@
  *                                               exchange; right for siw, which asks for no
  *                                               port mapping); REMOVE_MAPPING is read and
  *                                               dropped. Only a daemon-less connect is
- *                                               cheaper, and that one goes unmapped
+ *                                               cheaper, and that one goes unmapped. For a
+ *                                               port-mapped device (FLAGS 0: the rig's
+ *                                               siw.port_map=1) it still maps every
+ *                                               address to itself, but first does what any
+ *                                               mapper must to hand out a port: a TCP
+ *                                               socket bound to it, then closed
  *
  * The netlink messages are shaped exactly like the kernel's own (NLM_F_REQUEST, header
  * pid 0, attributes SEQ / ADDR / FLAGS) so only the sender's socket address tells them
@@ -233,6 +238,35 @@ static void nl_send(int fd, struct buf *m, uint16_t type, uint32_t seq)
 		perror("sendto kernel");
 }
 
+/* the least a mapper does for a port-mapped request: FLAGS (attribute FLAGS_AT) present
+ * and 0 means the device wants a real port, so a socket of ADDR's family is bound to ADDR's
+ * port on the wildcard address and closed at once (the floor keeps nothing) */
+static void reserve_if_port_mapped(const struct nlmsghdr *h, int flags_at, const unsigned char *addr)
+{
+	uint16_t len, flags;
+	const unsigned char *f = get_attr(h, flags_at, &len);
+	if (!f || len < 2)
+		return;
+	memcpy(&flags, f, 2);
+	if (flags != 0)
+		return;
+	struct sockaddr_storage ss;
+	memcpy(&ss, addr, sizeof(ss));
+	int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in w = { .sin_family = AF_INET,
+					 .sin_port = ((struct sockaddr_in *)&ss)->sin_port };
+		(void)bind(s, (struct sockaddr *)&w, sizeof(w));
+	} else if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 w = { .sin6_family = AF_INET6,
+					  .sin6_port = ((struct sockaddr_in6 *)&ss)->sin6_port };
+		(void)bind(s, (struct sockaddr *)&w, sizeof(w));
+	}
+	close(s);
+}
+
 /* a responder on the kernel link: ANSWER_QUERY 0 = the mute responder, 1 = the floor */
 static int responder(int answer_query)
 {
@@ -274,6 +308,8 @@ static int responder(int answer_query)
 				put_attr(&m, 5, &zero, 2);
 				nl_send(fd, &m, h->nlmsg_type, seq++);
 			} else if (op == OP_ADD_MAPPING && (a = get_attr(h, 2, &len)) && len >= 128) {
+				if (answer_query)
+					reserve_if_port_mapped(h, 3, a);
 				put_attr(&m, 1, &h->nlmsg_seq, 4);
 				put_attr(&m, 2, a, 128);
 				put_attr(&m, 3, a, 128);
@@ -281,6 +317,7 @@ static int responder(int answer_query)
 				nl_send(fd, &m, h->nlmsg_type, seq++);
 			} else if (answer_query && op == OP_QUERY_MAPPING && (a = get_attr(h, 2, &len)) &&
 				   len >= 128 && (r = get_attr(h, 3, &rlen)) && rlen >= 128) {
+				reserve_if_port_mapped(h, 4, a);
 				/* attributes 1..6: SEQ, local, remote, mapped local = local,
 				 * mapped remote = remote, MAPPING_ERR 0 (560 bytes) */
 				put_attr(&m, 1, &h->nlmsg_seq, 4);
