@@ -347,8 +347,11 @@ remote_info_ok() {
 echo_checks() {
   local ne me nz nu
   he() { grep -E " udp $2 [^ ]* $3 v4 " "$1" | sed -n 's/.* h=\([0-9a-f]*\).* echo=\([^ ]*\).*/\1 \2/p' | sort -u; }
-  if [ "$ROLE" = server ]; then he "$1" send ACCEPT > /tmp/ea; he "$1" recv ACK > /tmp/eb
-  else he "$1" recv ACCEPT > /tmp/ea; he "$1" send ACK > /tmp/eb; fi
+  # (a delivery notice, ours as the passive side: the ACCEPT again with unused byte 20 set
+  # to 01, docs/protocol.md §6.12, is not ACKed by our active side: left out here)
+  nonotice() { awk '{ split($2, f, "/"); if (substr(f[3], 41, 2) != "01" || substr(f[3], 47, 2) != "c1") print }'; }
+  if [ "$ROLE" = server ]; then he "$1" send ACCEPT | nonotice > /tmp/ea; he "$1" recv ACK | nonotice > /tmp/eb
+  else he "$1" recv ACCEPT | nonotice > /tmp/ea; he "$1" send ACK | nonotice > /tmp/eb; fi
   ne=$(wc -l < /tmp/ea); me=$(only_in /tmp/ea /tmp/eb | head -3)
   check echo "each of $ne IPv4 ACKs echoes its ACCEPT's version, pmtime and 24 unused bytes" sh -c "[ $ne -ge 1 ] && [ -z '$me' ]"
   detail "$me"
