@@ -47,8 +47,8 @@ kernel link:     netlink
 iwpm ABI:        4
 handshake:       done
 uptime:          1h02m03s
-kernel clients:  2 (siw0 on eth0)
-mappings:        2 (1 ports held)
+kernel clients:  1 (#2: siw0 on eth0)
+mappings:        2 (1 port held)
 exchanges:       1
 control clients: 1
 core counters:   mappings=2 netlink_in_add_mapping=5
@@ -84,7 +84,7 @@ fn list_snapshot() {
         ],
     };
     assert_eq!(
-        render(&Reply::List(list)),
+        render(&Reply::List(list.clone())),
         "\
 LOCAL          MAPPED          OWNER     REFS  ROLE       FLAGS                 AGE
 10.0.0.1:5000  10.0.0.1:41234  2 (siw0)  1     connector  -                     850ms
@@ -96,6 +96,37 @@ LOCAL          MAPPED          OWNER     REFS  ROLE       FLAGS                 
         render(&Reply::List(MappingList { mappings: vec![] })),
         "no mappings\n"
     );
+    let mut one = list;
+    one.mappings.truncate(1);
+    let text = render(&Reply::List(one));
+    assert!(text.ends_with("\n1 mapping\n"), "{text}");
+}
+
+/// Every count a person reads takes the number its noun is in, and `kernel clients`
+/// is the count `iwpmd_kernel_clients` reports, not a client's index.
+#[test]
+fn status_counts_agree_with_the_metrics_and_their_nouns() {
+    let mut s = status();
+    s.ports_held = 2;
+    s.clients.push(ClientEntry {
+        index: 5,
+        ibdev: "siw1".into(),
+        interface: "eth1".into(),
+    });
+    let text = render(&Reply::Status(s.clone()));
+    assert!(
+        text.contains("\nkernel clients:  2 (#2: siw0 on eth0, #5: siw1 on eth1)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nmappings:        2 (2 ports held)\n"),
+        "{text}"
+    );
+    let prom = metrics::render(&s);
+    assert!(prom.contains("\niwpmd_kernel_clients 2\n"), "{prom}");
+    s.clients.clear();
+    let text = render(&Reply::Status(s));
+    assert!(text.contains("\nkernel clients:  0\n"), "{text}");
 }
 
 #[test]

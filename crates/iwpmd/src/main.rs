@@ -49,8 +49,7 @@ use crate::shell::Shell;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(shell) = cli.completions {
-        Cli::write_completions(shell, &mut std::io::stdout());
-        return ExitCode::SUCCESS;
+        return print_completions(shell);
     }
     let log_target = logging::init(cli.log_stderr, cli.verbose);
     let mut detached = false;
@@ -68,6 +67,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints the completion script. A reader that stops early (`| head`) is not an error:
+/// the script is generated whole first, then written, and a closed pipe ends us quietly.
+fn print_completions(shell: clap_complete::Shell) -> ExitCode {
+    use std::io::Write as _;
+    let mut script = Vec::new();
+    Cli::write_completions(shell, &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iwpmd: cannot write the completion script: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     // Before any thread: descriptors a service manager passed back (FD store).
     let inherited = systemd::Inherited::take_from_env();
@@ -77,7 +93,7 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     if cli.kernel == KernelSpec::Netlink {
         startup::check_netns(cli.allow_netns)?;
     }
-    let settings = Settings::load(cli);
+    let settings = Settings::load(cli)?;
     tracing::debug!(?settings, "effective settings");
     let _lock = instance_lock::InstanceLock::acquire(&cli.kernel)?;
     let peers = PeerSockets::open(settings.peer_bind)?;

@@ -26,7 +26,7 @@ struct Cli {
     socket: PathBuf,
 
     /// Print the daemon's reply as JSON (one object) instead of a table.
-    #[arg(long, global = true)]
+    #[arg(short = 'j', long, global = true)]
     json: bool,
 
     /// Give up waiting for the daemon after this many seconds.
@@ -124,9 +124,11 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         render::render(&reply)
     };
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("cannot write to stdout")?;
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        // The reader stopped early (`iwpmctl list | head`): what it wanted, it has.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.context("cannot write to stdout")?,
+    }
     Ok(match reply {
         Reply::Probe(p) if !p.reachable => ExitCode::from(3),
         _ => ExitCode::SUCCESS,
