@@ -30,6 +30,10 @@ pub struct Cli {
     #[arg(long)]
     pub foreground: bool,
 
+    /// Set by the detaching parent on the process it starts (`process::detach`).
+    #[arg(long = "detached-child", hide = true)]
+    pub detached_child: bool,
+
     /// Accepted for compatibility with rdma-core's iwpmd; has no effect.
     #[arg(short = 'f', hide = true, action = ArgAction::Count)]
     pub legacy_f: u8,
@@ -173,6 +177,8 @@ impl Cli {
             RunMode::Systemd
         } else if self.foreground {
             RunMode::Foreground
+        } else if self.detached_child {
+            RunMode::DetachedChild
         } else {
             RunMode::Daemon
         }
@@ -182,8 +188,11 @@ impl Cli {
 /// Process model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunMode {
-    /// Detach from the terminal (rdma-core's default).
+    /// Detach from the terminal (rdma-core's default): start the daemon as a child and
+    /// wait until it is ready or has failed (`process::detach`).
     Daemon,
+    /// The child [`RunMode::Daemon`] starts: detaches, then tells the parent.
+    DetachedChild,
     /// Stay attached, no notification.
     Foreground,
     /// Stay attached and send `READY=1` to systemd.
