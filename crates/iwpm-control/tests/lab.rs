@@ -152,7 +152,7 @@ fn iwpmctl_against_the_lab() {
     assert_eq!(status.core_counters["peer_in_accept"], 3);
 
     // metrics: strict OpenMetrics, and the values are the daemon's.
-    let text = ok_stdout(&iwpmctl(&sock_a, &["metrics", "--check"]));
+    let text = ok_stdout(&iwpmctl(&sock_a, &["metrics", "--openmetrics", "--check"]));
     let samples = metrics::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let value = |name: &str| {
         samples

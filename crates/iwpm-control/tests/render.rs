@@ -269,3 +269,38 @@ iwpmd_io_ports_held 1
     let samples = metrics::parse(&text).unwrap();
     assert_eq!(samples[0].labels[0].1, odd.version);
 }
+
+/// `iwpmctl metrics` prints the Prometheus text format node_exporter's textfile collector
+/// reads: `info` is a gauge named with its sample, counters are typed under their `_total`
+/// name, and `# UNIT` / `# EOF` are gone; the samples are the OpenMetrics ones.
+#[test]
+fn textfile_form_for_node_exporter() {
+    let text = metrics::textfile(&metrics::render(&status()));
+    assert!(text.starts_with(
+        "\
+# TYPE iwpmd_build_info gauge
+# HELP iwpmd_build_info iwpmd version and kernel link state.
+iwpmd_build_info{version=\"0.1.0\",abi=\"4\",handshake=\"done\"} 1
+# TYPE iwpmd_uptime_seconds gauge
+# HELP iwpmd_uptime_seconds Time since the daemon started.
+iwpmd_uptime_seconds 3723.400
+"
+    ));
+    assert!(text.contains(
+        "\
+# TYPE iwpmd_core_netlink_in_add_mapping_total counter
+# HELP iwpmd_core_netlink_in_add_mapping_total iwpmd core counter netlink_in_add_mapping.
+iwpmd_core_netlink_in_add_mapping_total 5
+"
+    ));
+    assert!(text.ends_with("iwpmd_io_ports_held 1\n"), "{text}");
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT"),
+        "{text}"
+    );
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        samples,
+        metrics::parse(&metrics::render(&status())).unwrap().len()
+    );
+}
