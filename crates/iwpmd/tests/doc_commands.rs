@@ -128,6 +128,7 @@ fn inline_commands(text: &str) -> Vec<String> {
         "cargo run ",
         "cargo test ",
         "cargo build ",
+        "cargo bench ",
         "tests/rig/",
         "scripts/",
         "iwpmctl ",
@@ -467,7 +468,12 @@ fn check(ws: &Workspace, cmd: &[String], notes: &mut Vec<String>) -> Vec<String>
 fn every_documented_command_works_as_written() {
     let ws = Workspace::load();
     let mut sources: Vec<(String, Vec<String>)> = Vec::new();
-    for doc in ["README.md", "docs/monitoring.md", "tests/rig/README.md"] {
+    for doc in [
+        "README.md",
+        "docs/monitoring.md",
+        "docs/performance.md",
+        "tests/rig/README.md",
+    ] {
         let text = read(doc);
         let mut lines = markdown_commands(&text);
         if doc != "tests/rig/README.md" {
