@@ -4,8 +4,10 @@
 //!
 //! Also decides whether the real-kernel rig test can run here (`tests/real_kernel_rig.rs`):
 //! when it cannot, the test is compiled as `#[ignore]`, so `cargo test` reports it as
-//! `ignored` with the reason instead of a silent `ok`. `IWPM_RIG_REQUIRED=1` (CI) never
-//! ignores it: there a missing facility fails the test.
+//! `ignored` with the reason instead of a silent `ok`. It cannot run without QEMU and root,
+//! nor, unless `IWPM_RIG_SETUP=1` allows it to install `linux-source` and build one, without
+//! a rig kernel already there (`tests/rig/build-kernel.sh --check`). `IWPM_RIG_REQUIRED=1`
+//! (CI) never ignores it: there a missing facility fails the test.
 
 use std::process::Command;
 
@@ -31,13 +33,66 @@ fn rig_unavailable() -> Option<String> {
         }
     }
     let uid = Command::new("id").arg("-u").output().ok()?;
-    (String::from_utf8_lossy(&uid.stdout).trim() != "0").then(|| "not root".into())
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root".into());
+    }
+    if std::env::var("IWPM_RIG_SETUP").as_deref() == Ok("1") {
+        return None;
+    }
+    kernels_not_ready()
+}
+
+/// The kernels `IWPM_RIG_KERNEL` asks for (default all) that are not built or prebuilt
+/// yet, with `build-kernel.sh`'s reason; the images that are ready are watched, so the
+/// decision is made again when one changes.
+fn kernels_not_ready() -> Option<String> {
+    let rig = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/rig");
+    for f in ["build-kernel.sh", "common.sh"] {
+        println!("cargo:rerun-if-changed={}", rig.join(f).display());
+    }
+    let which = std::env::var("IWPM_RIG_KERNEL").unwrap_or_else(|_| "all".into());
+    let kernels: Vec<&str> = match which.as_str() {
+        "all" => vec!["6.1", "6.12"],
+        one => vec![one],
+    };
+    let mut missing = Vec::new();
+    for k in kernels {
+        let out = Command::new("bash")
+            .arg(rig.join("build-kernel.sh"))
+            .arg("--check")
+            .env("RIG_KVER", k)
+            .output()
+            .ok()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match stdout.lines().last() {
+            Some(image) if out.status.success() => println!("cargo:rerun-if-changed={image}"),
+            _ => missing.push(k),
+        }
+    }
+    (!missing.is_empty()).then(|| {
+        format!(
+            "no rig kernel for Linux {} yet; IWPM_RIG_SETUP=1 lets the test install \
+             linux-source and build it (tens of minutes)",
+            missing.join(" and ")
+        )
+    })
 }
 
 fn main() {
     println!("cargo:rerun-if-env-changed=IWPMD_BUILD");
     println!("cargo:rerun-if-env-changed=IWPM_RIG");
     println!("cargo:rerun-if-env-changed=IWPM_RIG_REQUIRED");
+    for var in [
+        "IWPM_RIG_SETUP",
+        "IWPM_RIG_KERNEL",
+        "RIG_CACHE",
+        "RIG_KERNEL",
+        "RIG_KERNEL_6_12",
+        "RIG_PATCHES",
+        "RIG_NO_SHARED",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
     println!("cargo:rustc-check-cfg=cfg(rig_unavailable)");
     if std::env::var("IWPM_RIG_REQUIRED").as_deref() != Ok("1") {
         if let Some(why) = rig_unavailable() {

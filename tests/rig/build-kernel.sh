@@ -6,8 +6,11 @@
 # when RIG_PATCHES=1 (siw.port_map=0, the default, is plain siw; without RIG_PATCHES=1 the
 # kernels are built and taken without them).
 #
-# Usage: [RIG_KVER=6.1|6.12] tests/rig/build-kernel.sh [-f]   (-f: build from source even
-#        if a kernel exists)
+# Usage: [RIG_KVER=6.1|6.12] tests/rig/build-kernel.sh [-f|--check]   (-f: build from source
+#        even if a kernel exists; --check: install and build nothing, print the kernel that
+#        is ready and exit 0, or say why none is and exit 3; RIG_BUILD=0 does the same for
+#        a normal call, so `cargo test` boots only kernels already there unless
+#        IWPM_RIG_SETUP=1)
 # Order: the explicit image ($RIG_KERNEL for 6.1, $RIG_KERNEL_6_12 for 6.12) if set; else
 # (RIG_PATCHES=1) the prebuilt ../shared/rig/bzImage-pm (bzImage-6.12-pm) when built from the same configuration
 # and pinned for the current patches in kernel/prebuilt.txt (RIG_NO_SHARED=1 skips it); else
@@ -23,12 +26,43 @@ OVERLAY="$(rig_overlay)"
 IMG="$(rig_cache_image)"
 PATCHES="$(rig_patches)"; PKEY="$(rig_patch_key)"
 FORCE=0; [ "${1:-}" = "-f" ] && FORCE=1
+CHECK=0; { [ "${1:-}" = "--check" ] || [ "${RIG_BUILD:-1}" = 0 ]; } && CHECK=1
 
 if [ $FORCE = 0 ]; then
   k="$(rig_kernel || true)"
   if [ -n "$k" ] && [ "$k" != "$IMG" ]; then
     echo "[build-kernel] using $k" >&2; echo "$k"; exit 0
   fi
+fi
+
+# The version of linux-source the image must come from: the installed package, else the
+# one apt would install (so a cached image is found up to date without installing it).
+srcver() {
+  dpkg-query -W -f='${Status} ${Version}\n' "linux-source-$RIG_KVER" 2>/dev/null | sed -n 's/^install ok installed //p' | grep . ||
+    apt-cache show --no-all-versions "linux-source-$RIG_KVER" 2>/dev/null | sed -n 's/^Version: //p' | head -1
+}
+# 6.1 unpatched keeps the stamp it always had (fragment only); the patches add their key.
+stamp_for() {
+  if [ -n "$PKEY" ]; then
+    echo "$1 $({ rig_frag_key "$FRAG"; [ -z "$OVERLAY" ] || { echo "--"; rig_frag_key "$OVERLAY"; }; } | sha256sum | cut -d' ' -f1) patches $PKEY"
+  elif [ -n "$OVERLAY" ]; then
+    echo "$1 $({ rig_frag_key "$FRAG"; echo "--"; rig_frag_key "$OVERLAY"; } | sha256sum | cut -d' ' -f1)"
+  else
+    echo "$1 $(rig_frag_key "$FRAG" | sha256sum | cut -d' ' -f1)"
+  fi
+}
+STAMP="$IMG.stamp"
+if [ $FORCE = 0 ] && [ -f "$IMG" ]; then
+  v="$(srcver || true)"
+  if [ -n "$v" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$(stamp_for "$v")" ]; then
+    echo "[build-kernel] $IMG up to date" >&2; echo "$IMG"; exit 0
+  fi
+fi
+if [ $CHECK = 1 ]; then
+  if [ -f "$IMG" ]; then why="$IMG is stale (built from another configuration or linux-source-$RIG_KVER)"
+  else why="no prebuilt image and none in $CACHE"; fi
+  echo "[build-kernel] no Linux $RIG_KVER rig kernel ready: $why; building one installs linux-source-$RIG_KVER and the kernel build tools with apt-get and takes tens of minutes" >&2
+  exit 3
 fi
 
 need_pkgs=(linux-source-$RIG_KVER build-essential flex bison bc libelf-dev libssl-dev xz-utils cpio)
@@ -48,15 +82,7 @@ SRC="$CACHE/linux-source-$RIG_KVER"
 if [ "$RIG_KVER" = 6.1 ]; then OBJ="$CACHE/kbuild"; FULLCFG="$CACHE/kernel.config.full"
 else OBJ="$CACHE/kbuild-$RIG_KVER"; FULLCFG="$CACHE/kernel.config.full-$RIG_KVER"; fi
 mkdir -p "$CACHE"
-# 6.1 unpatched keeps the stamp it always had (fragment only); the patches add their key.
-if [ -n "$PKEY" ]; then
-  want_stamp="$SRCVER $({ rig_frag_key "$FRAG"; [ -z "$OVERLAY" ] || { echo "--"; rig_frag_key "$OVERLAY"; }; } | sha256sum | cut -d' ' -f1) patches $PKEY"
-elif [ -n "$OVERLAY" ]; then
-  want_stamp="$SRCVER $({ rig_frag_key "$FRAG"; echo "--"; rig_frag_key "$OVERLAY"; } | sha256sum | cut -d' ' -f1)"
-else
-  want_stamp="$SRCVER $(rig_frag_key "$FRAG" | sha256sum | cut -d' ' -f1)"
-fi
-STAMP="$IMG.stamp"
+want_stamp="$(stamp_for "$SRCVER")"
 if [ $FORCE = 0 ] && [ -f "$IMG" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want_stamp" ]; then
   echo "[build-kernel] $IMG up to date" >&2; echo "$IMG"; exit 0
 fi

@@ -15,7 +15,10 @@ use crate::proto::{Command, ErrorKind, ErrorReply, Outcome, Reply, Request};
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nothing listens at the path.
-    #[error("iwpmd is not running (nothing answers at {path}); start it (`systemctl start iwpmd`) or name its socket with --socket")]
+    ///
+    /// The hint follows the packaging (`packaging/README.md`): udev starts the service for
+    /// each iWARP device and a bare `systemctl start` does not last (`StopWhenUnneeded=yes`).
+    #[error("iwpmd is not running (nothing answers at {path}); udev starts it for an iWARP device, `systemctl enable --now iwpmd-always.target` keeps it running without one; or name a daemon's socket with --socket")]
     NotRunning {
         /// The socket path.
         path: PathBuf,

@@ -7,8 +7,14 @@
 //! `iwpmd_control_clients`, then every core counter as `iwpmd_core_<name>` and every IO
 //! counter as `iwpmd_io_<name>`: counters (samples end in `_total`) unless the report
 //! lists them among its gauges. The exposition ends with `# EOF`.
+//!
+//! node_exporter's textfile collector does not read OpenMetrics: it reads the Prometheus
+//! text format (0.0.4), which has no `info` type, names a counter's family with its
+//! `_total` sample, and knows no `# UNIT` or `# EOF` (an `info` line made it reject the
+//! whole file). [`textfile`] turns our OpenMetrics text into that format; `iwpmctl
+//! metrics` prints it, `iwpmctl metrics --openmetrics` the daemon's text as it is.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::proto::StatusReport;
@@ -87,6 +93,45 @@ pub fn render(status: &StatusReport) -> String {
         }
     }
     out.push_str("# EOF\n");
+    out
+}
+
+/// The OpenMetrics text [`render`] makes, in the Prometheus text format node_exporter's
+/// textfile collector reads: an `info` family becomes a gauge named with its `_info`
+/// sample, a counter family is named with its `_total` sample, `# UNIT` and `# EOF` go;
+/// samples are unchanged. Metadata of a family whose type is not one of ours is kept as
+/// `untyped`.
+pub fn textfile(openmetrics: &str) -> String {
+    let kinds: HashMap<&str, &str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_once(' '))
+        .collect();
+    let sample_name = |family: &str| match kinds.get(family).copied() {
+        Some("counter") => format!("{family}_total"),
+        Some("info") => format!("{family}_info"),
+        _ => family.to_owned(),
+    };
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some((family, kind)) = line.strip_prefix("# TYPE ").and_then(|r| r.split_once(' ')) {
+            let kind = match kind {
+                "counter" => "counter",
+                "gauge" | "info" => "gauge",
+                _ => "untyped",
+            };
+            let _ = writeln!(out, "# TYPE {} {kind}", sample_name(family));
+        } else if let Some((family, help)) =
+            line.strip_prefix("# HELP ").and_then(|r| r.split_once(' '))
+        {
+            let _ = writeln!(out, "# HELP {} {help}", sample_name(family));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
     out
 }
 

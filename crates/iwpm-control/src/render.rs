@@ -52,6 +52,12 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `n` and the noun in the number it takes: `1 mapping`, `0 mappings`, `2 entries`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// `1h02m03s`, `4m05s`, `6.7s` or `89ms`.
 pub fn duration_ms(ms: u64) -> String {
     let s = ms / 1000;
@@ -65,14 +71,18 @@ pub fn duration_ms(ms: u64) -> String {
 
 fn status(s: &StatusReport) -> String {
     let mut out = String::new();
+    // The count first, as `iwpmd_kernel_clients` has it; then each client by the index
+    // the kernel gave it (`OWNER` in `list`), which is not a count.
     let clients = if s.clients.is_empty() {
-        "none".to_owned()
+        "0".to_owned()
     } else {
-        s.clients
+        let each = s
+            .clients
             .iter()
-            .map(|c| format!("{} ({} on {})", c.index, c.ibdev, c.interface))
+            .map(|c| format!("#{}: {} on {}", c.index, c.ibdev, c.interface))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", ");
+        format!("{} ({each})", s.clients.len())
     };
     let uptime_ms = (s.uptime_secs.max(0.0) * 1000.0) as u64;
     let rows: [(&str, String); 10] = [
@@ -85,7 +95,11 @@ fn status(s: &StatusReport) -> String {
         ("kernel clients", clients),
         (
             "mappings",
-            format!("{} ({} ports held)", s.mappings, s.ports_held),
+            format!(
+                "{} ({} held)",
+                s.mappings,
+                count(s.ports_held, "port", "ports")
+            ),
         ),
         ("exchanges", s.exchanges.to_string()),
         ("control clients", s.control_clients.to_string()),
@@ -144,7 +158,11 @@ fn list(l: &MappingList) -> String {
         &["LOCAL", "MAPPED", "OWNER", "REFS", "ROLE", "FLAGS", "AGE"],
         &rows,
     );
-    let _ = writeln!(out, "{} mappings", l.mappings.len());
+    let _ = writeln!(
+        out,
+        "{}",
+        count(l.mappings.len() as u64, "mapping", "mappings")
+    );
     out
 }
 
@@ -240,24 +258,22 @@ fn probe(p: &ProbeReport) -> String {
     let ms = p.elapsed_us as f64 / 1000.0;
     if p.reachable {
         format!(
-            "{}: reachable: the port mapper answered with {} in {ms:.1} ms ({} request{} sent from {})\n",
+            "{}: reachable: the port mapper answered with {} in {ms:.1} ms ({} sent from {})\n",
             p.target,
             match p.answer.as_str() {
                 "rejected" => "a REJECT",
                 "accepted" => "an ACCEPT",
                 other => other,
             },
-            p.requests,
-            if p.requests == 1 { "" } else { "s" },
+            count(p.requests, "request", "requests"),
             p.local
         )
     } else {
         format!(
-            "{}: BLOCKED: no answer in {ms:.0} ms to {} request{} from {}: UDP port {} is \
+            "{}: BLOCKED: no answer in {ms:.0} ms to {} from {}: UDP port {} is \
              filtered, or no port mapper runs there\n",
             p.target,
-            p.requests,
-            if p.requests == 1 { "" } else { "s" },
+            count(p.requests, "request", "requests"),
             p.local,
             p.target.port()
         )

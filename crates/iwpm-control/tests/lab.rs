@@ -135,7 +135,8 @@ fn iwpmctl_against_the_lab() {
         assert_eq!(daemon.len(), n, "host {side}: {reply:?}");
         let human = ok_stdout(&iwpmctl(sock, &["list"]));
         assert!(human.starts_with("LOCAL "), "{human}");
-        assert!(human.ends_with(&format!("{n} mappings\n")), "{human}");
+        let noun = if n == 1 { "mapping" } else { "mappings" };
+        assert!(human.ends_with(&format!("\n{n} {noun}\n")), "{human}");
     }
 
     // status: handshake done, one kernel client, counters that agree with the list.
@@ -151,7 +152,7 @@ fn iwpmctl_against_the_lab() {
     assert_eq!(status.core_counters["peer_in_accept"], 3);
 
     // metrics: strict OpenMetrics, and the values are the daemon's.
-    let text = ok_stdout(&iwpmctl(&sock_a, &["metrics", "--check"]));
+    let text = ok_stdout(&iwpmctl(&sock_a, &["metrics", "--openmetrics", "--check"]));
     let samples = metrics::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let value = |name: &str| {
         samples
@@ -165,6 +166,20 @@ fn iwpmctl_against_the_lab() {
     assert_eq!(value("iwpmd_core_peer_in_accept_total"), 3.0);
     assert_eq!(value("iwpmd_build_info"), 1.0);
     assert!(text.ends_with("# EOF\n"));
+
+    // The human status counts kernel clients as the metrics do; `-j` is `--json`.
+    let human = ok_stdout(&iwpmctl(&sock_a, &["status"]));
+    let clients = value("iwpmd_kernel_clients");
+    assert_eq!(clients, 1.0);
+    assert!(
+        human.contains(&format!("\nkernel clients:  {clients} (#")),
+        "{human}"
+    );
+    assert!(human.contains("(3 ports held)"), "{human}");
+    let short: Reply = serde_json::from_str(&ok_stdout(&iwpmctl(&sock_a, &["-j", "status"])))
+        .expect("iwpmctl -j status prints JSON");
+    assert!(matches!(short, Reply::Status(_)), "{short:?}");
+    output_into_a_closed_pipe_is_quiet(&sock_a);
 
     // peers: A asked B three times and got three ACCEPTs.
     let Reply::Peers(peers) = json_reply(&sock_a, &["peers"]) else {
@@ -218,6 +233,27 @@ fn iwpmctl_against_the_lab() {
     hostile_clients_cost_nothing(&sock_b);
     drop(conns);
     drop(listener);
+}
+
+/// `iwpmctl list | head -0`: the reader is gone before the table comes; iwpmctl ends
+/// with status 0 and says nothing (no "Broken pipe" error, no panic).
+fn output_into_a_closed_pipe_is_quiet(sock: &Path) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iwpmctl"))
+        .arg("--socket")
+        .arg(sock)
+        .arg("list")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot run iwpmctl");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "iwpmctl list into a closed pipe: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn probe_reachable_and_blocked(lab: &mut Lab, sock_a: &Path, b_ip: IpAddr) {

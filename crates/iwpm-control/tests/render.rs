@@ -47,8 +47,8 @@ kernel link:     netlink
 iwpm ABI:        4
 handshake:       done
 uptime:          1h02m03s
-kernel clients:  2 (siw0 on eth0)
-mappings:        2 (1 ports held)
+kernel clients:  1 (#2: siw0 on eth0)
+mappings:        2 (1 port held)
 exchanges:       1
 control clients: 1
 core counters:   mappings=2 netlink_in_add_mapping=5
@@ -84,7 +84,7 @@ fn list_snapshot() {
         ],
     };
     assert_eq!(
-        render(&Reply::List(list)),
+        render(&Reply::List(list.clone())),
         "\
 LOCAL          MAPPED          OWNER     REFS  ROLE       FLAGS                 AGE
 10.0.0.1:5000  10.0.0.1:41234  2 (siw0)  1     connector  -                     850ms
@@ -96,6 +96,37 @@ LOCAL          MAPPED          OWNER     REFS  ROLE       FLAGS                 
         render(&Reply::List(MappingList { mappings: vec![] })),
         "no mappings\n"
     );
+    let mut one = list;
+    one.mappings.truncate(1);
+    let text = render(&Reply::List(one));
+    assert!(text.ends_with("\n1 mapping\n"), "{text}");
+}
+
+/// Every count a person reads takes the number its noun is in, and `kernel clients`
+/// is the count `iwpmd_kernel_clients` reports, not a client's index.
+#[test]
+fn status_counts_agree_with_the_metrics_and_their_nouns() {
+    let mut s = status();
+    s.ports_held = 2;
+    s.clients.push(ClientEntry {
+        index: 5,
+        ibdev: "siw1".into(),
+        interface: "eth1".into(),
+    });
+    let text = render(&Reply::Status(s.clone()));
+    assert!(
+        text.contains("\nkernel clients:  2 (#2: siw0 on eth0, #5: siw1 on eth1)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nmappings:        2 (2 ports held)\n"),
+        "{text}"
+    );
+    let prom = metrics::render(&s);
+    assert!(prom.contains("\niwpmd_kernel_clients 2\n"), "{prom}");
+    s.clients.clear();
+    let text = render(&Reply::Status(s));
+    assert!(text.contains("\nkernel clients:  0\n"), "{text}");
 }
 
 #[test]
@@ -237,4 +268,39 @@ iwpmd_io_ports_held 1
     let text = metrics::render(&odd);
     let samples = metrics::parse(&text).unwrap();
     assert_eq!(samples[0].labels[0].1, odd.version);
+}
+
+/// `iwpmctl metrics` prints the Prometheus text format node_exporter's textfile collector
+/// reads: `info` is a gauge named with its sample, counters are typed under their `_total`
+/// name, and `# UNIT` / `# EOF` are gone; the samples are the OpenMetrics ones.
+#[test]
+fn textfile_form_for_node_exporter() {
+    let text = metrics::textfile(&metrics::render(&status()));
+    assert!(text.starts_with(
+        "\
+# TYPE iwpmd_build_info gauge
+# HELP iwpmd_build_info iwpmd version and kernel link state.
+iwpmd_build_info{version=\"0.1.0\",abi=\"4\",handshake=\"done\"} 1
+# TYPE iwpmd_uptime_seconds gauge
+# HELP iwpmd_uptime_seconds Time since the daemon started.
+iwpmd_uptime_seconds 3723.400
+"
+    ));
+    assert!(text.contains(
+        "\
+# TYPE iwpmd_core_netlink_in_add_mapping_total counter
+# HELP iwpmd_core_netlink_in_add_mapping_total iwpmd core counter netlink_in_add_mapping.
+iwpmd_core_netlink_in_add_mapping_total 5
+"
+    ));
+    assert!(text.ends_with("iwpmd_io_ports_held 1\n"), "{text}");
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT"),
+        "{text}"
+    );
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(
+        samples,
+        metrics::parse(&metrics::render(&status())).unwrap().len()
+    );
 }

@@ -36,7 +36,7 @@ pub fn iwpmd_args(kernel_socket: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Ve
     for a in ["--log-stderr", "--no-ipv6", "-v"] {
         args.push(a.into());
     }
-    args.extend(["--config".into(), "/nonexistent/iwpmd.conf".into()]);
+    args.extend(["--config".into(), "none".into()]);
     args.extend(["--peer-bind-v4".into(), bind_v4.to_string().into()]);
     args.extend(["--peer-port".into(), peer_port.to_string().into()]);
     args

@@ -100,7 +100,7 @@ pub struct DaemonConfig {
     pub echo: bool,
     /// Extra `RUST_LOG` directives (appended to the lab's).
     pub log_directives: Option<String>,
-    /// `--config` file (`None`: a missing file, so the defaults).
+    /// `--config` file (`None`: `--config none`, the defaults).
     pub config_file: Option<PathBuf>,
 }
 
@@ -206,12 +206,7 @@ impl Daemon {
             .arg("--kernel")
             .arg(format!("unix:{}", config.kernel.display()))
             .arg("--config")
-            .arg(
-                config
-                    .config_file
-                    .as_deref()
-                    .unwrap_or(Path::new("/nonexistent/iwpmd.conf")),
-            )
+            .arg(config.config_file.as_deref().unwrap_or(Path::new("none")))
             .arg("--peer-port")
             .arg(config.peer_port.to_string());
         match config.bind {

@@ -14,7 +14,7 @@ pub struct Cidr {
 }
 
 /// Why a CIDR string did not parse.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum CidrError {
     /// The part before `/` is not an IPv4 or IPv6 address.
     #[error("{0:?} is not an IP address")]
@@ -101,14 +101,23 @@ impl fmt::Display for Cidr {
 
 /// Parses a list separated by commas and/or whitespace; an empty list is an error.
 pub fn parse_cidr_list(s: &str) -> Result<Vec<Cidr>, CidrError> {
+    parse_cidr_list_naming(s).map_err(|(_, e)| e)
+}
+
+/// [`parse_cidr_list`], but a failure names the entry that did not parse (`""` for an
+/// empty list), so an operator can find it on the line.
+pub fn parse_cidr_list_naming(s: &str) -> Result<Vec<Cidr>, (String, CidrError)> {
     let items: Vec<&str> = s
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|t| !t.is_empty())
         .collect();
     if items.is_empty() {
-        return Err(CidrError::Address(String::new()));
+        return Err((String::new(), CidrError::Address(String::new())));
     }
-    items.into_iter().map(str::parse).collect()
+    items
+        .into_iter()
+        .map(|t| t.parse().map_err(|e| (t.to_owned(), e)))
+        .collect()
 }
 
 #[cfg(test)]

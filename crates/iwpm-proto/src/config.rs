@@ -39,7 +39,10 @@
 //! | `state_file` | extension | absolute path of the restart state file, or `none` (default `/run/iwpmd/state`) |
 //!
 //! Extension values are strict: the whole value (surrounding whitespace aside) must parse,
-//! else [`ConfigDiagnostic::InvalidValue`]. The C daemon only warns about extension keys
+//! else [`ConfigDiagnostic::InvalidValue`] (the line is skipped with a warning), except
+//! a `peer_allow` entry that is not a network: [`ConfigDiagnostic::BadPeerAllowEntry`], an
+//! [`Severity::Error`], since skipping it would let in peers the operator meant to keep out.
+//! The C daemon only warns about extension keys
 //! ("Couldn't find param" or "Couldn't parse a line"), so one file serves both daemons.
 //! C peers always talk to port 3935: change `peer_port` only for tests and labs.
 //!
@@ -62,7 +65,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::cidr::{parse_cidr_list, Cidr};
+use crate::cidr::{parse_cidr_list_naming, Cidr, CidrError};
 use crate::consts::IWPM_PEER_PORT;
 
 /// Where the C daemon (and we, by default) read the configuration.
@@ -225,6 +228,9 @@ pub enum Severity {
     Info,
     /// A line (or part of one) was not applied, or not as it reads.
     Warning,
+    /// The file must not be used as it is: the daemon refuses to start (a rule that
+    /// would fail open without the line, such as a bad `peer_allow` entry).
+    Error,
 }
 
 /// Why a line could not be parsed at all.
@@ -313,6 +319,22 @@ pub enum ConfigDiagnostic {
         /// What the key takes.
         expected: &'static str,
     },
+    /// An entry of a `peer_allow` list is not an IP network (`entry` is `""` for a line
+    /// with no entry at all). Unlike other bad lines this one is an [`Severity::Error`]:
+    /// without the line the allow-list would be wider than the operator wrote (with no
+    /// other `peer_allow` line, open to every peer), so the daemon refuses to start.
+    #[error(
+        "line {line}: peer_allow entry {entry:?} is not an IP network \
+         (e.g. 10.0.0.0/8, fd00::/64): {reason}"
+    )]
+    BadPeerAllowEntry {
+        /// Line number.
+        line: usize,
+        /// The entry as written.
+        entry: String,
+        /// Why it does not parse.
+        reason: CidrError,
+    },
     /// A C key's value was followed by other text, which C (and we) ignore; the value
     /// *was* applied.
     #[error("line {line}: {key} = {value}: text {trailing:?} after the number ignored")]
@@ -355,6 +377,7 @@ impl ConfigDiagnostic {
             | ConfigDiagnostic::NonPositiveValue { line, .. }
             | ConfigDiagnostic::ValueOutOfRange { line, .. }
             | ConfigDiagnostic::InvalidValue { line, .. }
+            | ConfigDiagnostic::BadPeerAllowEntry { line, .. }
             | ConfigDiagnostic::TrailingTextIgnored { line, .. }
             | ConfigDiagnostic::LongLineSplit { line, .. }
             | ConfigDiagnostic::Overridden { line, .. } => *line,
@@ -366,6 +389,7 @@ impl ConfigDiagnostic {
         match self {
             ConfigDiagnostic::NonPositiveValue { .. } => Severity::Debug,
             ConfigDiagnostic::Overridden { .. } => Severity::Info,
+            ConfigDiagnostic::BadPeerAllowEntry { .. } => Severity::Error,
             _ => Severity::Warning,
         }
     }
@@ -613,7 +637,7 @@ impl Parser {
                     return;
                 }
             },
-            ConfigKey::PeerAllow => match parse_cidr_list(&text) {
+            ConfigKey::PeerAllow => match parse_cidr_list_naming(&text) {
                 Ok(nets) => {
                     // Every line adds to the list (a long list need not fit C's 127-byte
                     // line), so no "overridden" diagnostic.
@@ -624,10 +648,12 @@ impl Parser {
                         .extend(nets);
                     return;
                 }
-                Err(_) => {
-                    self.diags.push(invalid(
-                        "a list of IP networks (e.g. 10.0.0.0/8, fd00::/64)",
-                    ));
+                Err((entry, reason)) => {
+                    self.diags.push(ConfigDiagnostic::BadPeerAllowEntry {
+                        line,
+                        entry,
+                        reason,
+                    });
                     return;
                 }
             },

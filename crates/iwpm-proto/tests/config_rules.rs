@@ -583,7 +583,7 @@ fn extension_key_lexing_is_shared_with_c() {
 }
 
 #[test]
-fn peer_allow_lines_accumulate_and_bad_lists_are_ignored() {
+fn peer_allow_lines_accumulate_and_bad_entries_are_errors_naming_them() {
     let (c, d) = parse_config(
         "peer_allow=10.0.0.0/8, 192.168.1.7\npeer_allow = fd00::/64\npeer_allow=10.0.0.0/33\n",
     );
@@ -595,14 +595,27 @@ fn peer_allow_lines_accumulate_and_bad_lists_are_ignored() {
         .map(ToString::to_string)
         .collect();
     assert_eq!(nets, ["10.0.0.0/8", "192.168.1.7/32", "fd00::/64"]);
-    assert!(matches!(
-        &d[..],
-        [D::InvalidValue {
-            line: 3,
-            key: ConfigKey::PeerAllow,
-            ..
-        }]
-    ));
+    assert!(
+        matches!(
+            &d[..],
+            [D::BadPeerAllowEntry { line: 3, entry, .. }] if entry == "10.0.0.0/33"
+        ),
+        "{d:?}"
+    );
+    assert_eq!(d[0].severity(), Severity::Error);
+    assert!(d[0].to_string().contains("\"10.0.0.0/33\""), "{}", d[0]);
+    // The bad entry is named even among good ones, and an empty list is an error too.
+    let (_, d) = parse_config("peer_allow=10.0.0.0/8, 10.0.0.300\npeer_allow= ,\n");
+    assert!(
+        matches!(
+            &d[..],
+            [
+                D::BadPeerAllowEntry { line: 1, entry: a, .. },
+                D::BadPeerAllowEntry { line: 2, entry: b, .. },
+            ] if a == "10.0.0.300" && b.is_empty()
+        ),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -780,4 +793,5 @@ fn severities_and_line_accessor() {
         assert_eq!(d.line(), 3);
     }
     assert!(Severity::Debug < Severity::Info && Severity::Info < Severity::Warning);
+    assert!(Severity::Warning < Severity::Error);
 }

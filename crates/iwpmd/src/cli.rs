@@ -30,21 +30,27 @@ pub struct Cli {
     #[arg(long)]
     pub foreground: bool,
 
+    /// Set by the detaching parent on the process it starts (`process::detach`).
+    #[arg(long = "detached-child", hide = true)]
+    pub detached_child: bool,
+
     /// Accepted for compatibility with rdma-core's iwpmd; has no effect.
     #[arg(short = 'f', hide = true, action = ArgAction::Count)]
     pub legacy_f: u8,
 
-    /// Configuration file; a missing file is not an error.
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_CONFIG)]
-    pub config: PathBuf,
+    /// Configuration file [default: /etc/iwpmd.conf, which may be missing]. A file named
+    /// here must exist; `none` reads no file.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
 
     /// Kernel link: `netlink` (the real kernel) or `unix:PATH` (a kernel emulator bound to the
     /// Unix datagram socket PATH).
     #[arg(long, value_name = "netlink|unix:PATH", default_value = "netlink")]
     pub kernel: KernelSpec,
 
-    /// UDP port of the peer protocol (overrides `peer_port` in the configuration file).
-    #[arg(long, value_name = "PORT")]
+    /// UDP port of the peer protocol, 1-65535 (overrides `peer_port` in the configuration
+    /// file).
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub peer_port: Option<u16>,
 
     /// IPv4 address the peer sockets bind to (default 0.0.0.0).
@@ -106,11 +112,32 @@ pub struct Cli {
     pub fd_store: bool,
 }
 
+/// The configuration file the daemon reads (`--config`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// rdma-core's path: a missing file means the defaults, as with the C daemon.
+    Default(PathBuf),
+    /// A file the operator named: it must exist (a typo must not start a daemon without
+    /// the configuration it was meant to have).
+    Named(PathBuf),
+    /// `--config none`: the defaults, no file.
+    None,
+}
+
 impl Cli {
     /// Writes the completion script for `shell` to `out` (bash, zsh, fish, …).
     pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
         use clap::CommandFactory;
         clap_complete::generate(shell, &mut Cli::command(), "iwpmd", out);
+    }
+
+    /// Which configuration file to read, and whether it must exist.
+    pub fn config_source(&self) -> ConfigSource {
+        match &self.config {
+            None => ConfigSource::Default(PathBuf::from(DEFAULT_CONFIG)),
+            Some(p) if p.as_os_str() == "none" => ConfigSource::None,
+            Some(p) => ConfigSource::Named(p.clone()),
+        }
     }
 
     /// Where the control socket goes, or `None` when disabled.
@@ -150,6 +177,8 @@ impl Cli {
             RunMode::Systemd
         } else if self.foreground {
             RunMode::Foreground
+        } else if self.detached_child {
+            RunMode::DetachedChild
         } else {
             RunMode::Daemon
         }
@@ -159,8 +188,11 @@ impl Cli {
 /// Process model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunMode {
-    /// Detach from the terminal (rdma-core's default).
+    /// Detach from the terminal (rdma-core's default): start the daemon as a child and
+    /// wait until it is ready or has failed (`process::detach`).
     Daemon,
+    /// The child [`RunMode::Daemon`] starts: detaches, then tells the parent.
+    DetachedChild,
     /// Stay attached, no notification.
     Foreground,
     /// Stay attached and send `READY=1` to systemd.
@@ -224,7 +256,10 @@ mod tests {
         let cli = Cli::try_parse_from(["iwpmd"]).unwrap();
         assert_eq!(cli.run_mode(), RunMode::Daemon);
         assert_eq!(cli.kernel, KernelSpec::Netlink);
-        assert_eq!(cli.config, PathBuf::from(DEFAULT_CONFIG));
+        assert_eq!(
+            cli.config_source(),
+            ConfigSource::Default(PathBuf::from(DEFAULT_CONFIG))
+        );
     }
 
     #[test]

@@ -282,7 +282,8 @@ impl ControlServer {
             });
             if let Some((kind, message, pid)) = refusal {
                 if let Some(suppressed) = self.warn.allow(now) {
-                    tracing::warn!(?pid, suppressed, "control connection refused: {message}");
+                    // `pid` is recorded only when known (an `Option` field).
+                    tracing::warn!(pid, suppressed, "control connection refused: {message}");
                 }
                 // A fresh socket's send buffer is empty: this small write does not block.
                 let _ = stream.write_all(&codec::encode_frame(&Response::error(kind, message)));

@@ -2,12 +2,13 @@
 //! sockets, the signals, the logging and the process model; every protocol decision is the
 //! core's.
 //!
-//! Start-up order (rdma-core's, with the socket binds moved before the fork so that a
-//! second instance fails on the terminal, not only in syslog): CLI, logging, network
-//! namespace check (real kernel only), config, single-instance lock, UDP peer sockets,
-//! daemonize, descriptor limit, kernel link (its port id is the pid after the fork),
-//! runtime directory handed to `--user`, privilege drop (`privileges`), state file and
-//! control socket (as that user), signals, HELLO, loop.
+//! Start-up order (rdma-core's, with the socket binds moved before detaching): CLI,
+//! logging, network namespace check (real kernel only), config, single-instance lock, UDP
+//! peer sockets, detach (new session, `/`), descriptor limit, kernel link, runtime
+//! directory handed to `--user`, privilege drop (`privileges`), state file and control
+//! socket (as that user), signals, HELLO, then "ready" to the waiting command, loop. In the
+//! default detaching mode all of this runs in a child the command starts and waits for
+//! (`process::detach`), so every start-up failure reaches the terminal with status 1.
 
 mod cli;
 mod control_server;
@@ -49,26 +50,51 @@ use crate::shell::Shell;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(shell) = cli.completions {
-        Cli::write_completions(shell, &mut std::io::stdout());
-        return ExitCode::SUCCESS;
+        return print_completions(shell);
+    }
+    if cli.run_mode() == RunMode::Daemon {
+        // Before logging is set up: the child logs, we only wait for its word.
+        return ExitCode::from(process::detach());
     }
     let log_target = logging::init(cli.log_stderr, cli.verbose);
-    let mut detached = false;
-    match run(&cli, &mut detached) {
+    let mut readiness = (cli.run_mode() == RunMode::DetachedChild).then(process::Readiness::new);
+    match run(&cli, readiness.as_mut()) {
         Ok(status) => ExitCode::from(status),
         Err(e) => {
             let message = startup::failure_message(&e);
             tracing::error!("{message}");
-            // syslog may not reach the operator's terminal; say it there too while we have one.
-            if log_target == LogTarget::Syslog && !detached {
-                eprintln!("iwpmd: {message}");
+            match readiness.as_mut() {
+                // The waiting parent prints it on the terminal and exits 1.
+                Some(r) => r.failed(&message),
+                // syslog may not reach the operator's terminal; say it there too.
+                None if log_target == LogTarget::Syslog => eprintln!("iwpmd: {message}"),
+                None => {}
             }
             ExitCode::from(1)
         }
     }
 }
 
-fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
+/// Prints the completion script. A reader that stops early (`| head`) is not an error:
+/// the script is generated whole first, then written, and a closed pipe ends us quietly.
+fn print_completions(shell: clap_complete::Shell) -> ExitCode {
+    use std::io::Write as _;
+    let mut script = Vec::new();
+    Cli::write_completions(shell, &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iwpmd: cannot write the completion script: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `readiness`: set in the detached child, told once the daemon serves (or, by `main`, why
+/// it could not).
+fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<u8> {
     // Before any thread: descriptors a service manager passed back (FD store).
     let inherited = systemd::Inherited::take_from_env();
     if cli.legacy_f > 0 {
@@ -77,15 +103,14 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
     if cli.kernel == KernelSpec::Netlink {
         startup::check_netns(cli.allow_netns)?;
     }
-    let settings = Settings::load(cli);
+    let settings = Settings::load(cli)?;
     tracing::debug!(?settings, "effective settings");
     let _lock = instance_lock::InstanceLock::acquire(&cli.kernel)?;
     let peers = PeerSockets::open(settings.peer_bind)?;
 
     let mode = cli.run_mode();
-    if mode == RunMode::Daemon {
-        process::daemonize().context("Failed to daemonize")?;
-        *detached = true;
+    if let Some(r) = readiness.as_deref() {
+        r.detach_here().context("Failed to daemonize")?;
     }
     tracing::warn!(
         "Starting iWarp Port Mapper V{} process (pid {})",
@@ -176,6 +201,9 @@ fn run(cli: &Cli, detached: &mut bool) -> anyhow::Result<u8> {
         }
     }
     shell.start()?;
+    if let Some(r) = readiness {
+        r.ready();
+    }
     let exit = shell.run().context("event loop failed")?;
     Ok(exit.status())
 }

@@ -1,5 +1,6 @@
-//! Process-level chores: detaching from the terminal and the descriptor limit (systemd
-//! notifications are in `systemd.rs`).
+//! Process-level chores: detaching from the terminal (and telling the waiting command
+//! whether the daemon started) and the descriptor limit (systemd notifications are in
+//! `systemd.rs`).
 
 use std::fmt;
 use std::io;
@@ -18,11 +19,120 @@ const NR_OPEN: &str = "/proc/sys/fs/nr_open";
 /// The kernel's default `fs.nr_open` when the file cannot be read.
 const NR_OPEN_DEFAULT: u64 = 1 << 20;
 
-/// Detaches like rdma-core's `daemon(0, 0)`: fork (the parent exits 0), `setsid`,
-/// `chdir("/")`, stdin/stdout/stderr to `/dev/null`. Must run while the process has a
-/// single thread.
-pub fn daemonize() -> io::Result<()> {
-    nix::unistd::daemon(false, false).map_err(io::Error::from)
+/// The hidden option that marks the process [`detach`] starts (its stdout is the pipe to
+/// the waiting parent).
+pub const DETACHED_CHILD_FLAG: &str = "--detached-child";
+
+/// The first line a detached child writes when it serves.
+const READY_LINE: &str = "ready";
+
+/// Detaches like rdma-core's `daemon(0, 0)`, except that the command waits until the
+/// daemon is ready: it starts itself again (same executable and arguments, plus
+/// [`DETACHED_CHILD_FLAG`]) with stdin and stderr on `/dev/null` and stdout on a pipe,
+/// and waits for the child's first line on it: `ready`, or the message that stopped it.
+/// So a daemon that cannot start (no `iw_cm`, no emulator at `--kernel unix:PATH`, a
+/// broken configuration) fails on the terminal with status 1, where `daemon(3)` let the
+/// parent exit 0 and the message went to a syslog that may not exist. The child makes
+/// itself a session leader and moves to `/` at the point `daemon(3)` would have (see
+/// [`Readiness::detach_here`]). Returns the parent's exit status.
+pub fn detach() -> u8 {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("iwpmd: Failed to daemonize: cannot find our own executable: {e}");
+            return 1;
+        }
+    };
+    let spawned = Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .arg(DETACHED_CHILD_FLAG)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "iwpmd: Failed to daemonize: cannot start {}: {e}",
+                exe.display()
+            );
+            return 1;
+        }
+    };
+    let mut first = String::new();
+    let read = child
+        .stdout
+        .take()
+        .map(|out| std::io::BufReader::new(out).read_line(&mut first));
+    let first = first.trim_end();
+    if first == READY_LINE {
+        // The child runs on; it is no longer ours to wait for.
+        return 0;
+    }
+    if !first.is_empty() {
+        eprintln!("iwpmd: {first}");
+        // It exits right after saying why; reap it so no zombie outlives us.
+        let _ = child.wait();
+        return 1;
+    }
+    let status = child
+        .wait()
+        .map_or_else(|e| e.to_string(), |s| s.to_string());
+    match read {
+        Some(Err(e)) => {
+            eprintln!("iwpmd: Failed to daemonize: reading the daemon's readiness: {e}")
+        }
+        _ => eprintln!("iwpmd: the daemon ended ({status}) before it was ready"),
+    }
+    1
+}
+
+/// The detached child's end of [`detach`]: its stdout, which reaches the waiting parent.
+#[derive(Debug)]
+pub struct Readiness {
+    told: bool,
+}
+
+impl Readiness {
+    /// For a process started by [`detach`].
+    pub fn new() -> Self {
+        Readiness { told: false }
+    }
+
+    /// What `daemon(3)` did in the child: a new session (no controlling terminal), `/` as
+    /// the working directory. Paths given relative on the command line and used before
+    /// this point (the configuration file) resolve as before.
+    pub fn detach_here(&self) -> io::Result<()> {
+        rustix::process::setsid()?;
+        std::env::set_current_dir("/")
+    }
+
+    /// The daemon serves: the parent exits 0. Stdout goes to `/dev/null` from now on.
+    pub fn ready(&mut self) {
+        self.tell(READY_LINE);
+    }
+
+    /// The daemon cannot start: the parent prints `message` and exits 1.
+    pub fn failed(&mut self, message: &str) {
+        // One line: the parent reads only the first.
+        self.tell(&message.replace('\n', " "));
+    }
+
+    fn tell(&mut self, line: &str) {
+        use std::io::Write as _;
+        if std::mem::replace(&mut self.told, true) {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+        // The parent has what it waited for and may be gone: nothing more goes to it.
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = rustix::stdio::dup2_stdout(&null);
+        }
+    }
 }
 
 /// What [`raise_fd_limit`] did.

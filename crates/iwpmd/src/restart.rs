@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use iwpm_control::render::count as counted;
 use iwpm_core::state_file::SavedMapping;
 use iwpm_core::Core;
 
@@ -120,14 +121,18 @@ impl Restart {
             tracing::info!(
                 inherited_ports = adopted,
                 saved_mappings = saved.len(),
-                state_file = ?self.state.as_ref().map(|s| s.path().display().to_string()),
+                state_file = self
+                    .state
+                    .as_ref()
+                    .map(|s| s.path().display().to_string())
+                    .as_deref(),
                 "restart: taking over the previous daemon's ports and mappings"
             );
         }
         self.status(&format!(
-            "restoring {} mappings, {} ports inherited; waiting for kernel",
-            saved.len(),
-            adopted
+            "restoring {}, {} inherited; waiting for kernel",
+            counted(saved.len() as u64, "mapping", "mappings"),
+            counted(adopted as u64, "port", "ports")
         ));
         saved
     }
@@ -158,7 +163,10 @@ impl Restart {
             _ => {
                 self.status_due = None;
                 self.last_status = Some((now, count));
-                self.status(&format!("serving {count} mappings"));
+                self.status(&format!(
+                    "serving {}",
+                    counted(count as u64, "mapping", "mappings")
+                ));
             }
         }
     }
@@ -183,7 +191,10 @@ impl Restart {
         self.ready = true;
         let count = usize::try_from(core.stats().mappings).unwrap_or(usize::MAX);
         self.last_status = Some((now, count));
-        self.send(&format!("READY=1\nSTATUS=serving {count} mappings"));
+        self.send(&format!(
+            "READY=1\nSTATUS=serving {}",
+            counted(count as u64, "mapping", "mappings")
+        ));
     }
 
     /// Earliest timer of the restart machinery.

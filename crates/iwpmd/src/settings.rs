@@ -2,12 +2,13 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
 
 use iwpm_core::{CoreConfig, PeerAllow};
-use iwpm_proto::config::{parse_config_bytes, Severity};
+use iwpm_proto::config::{parse_config_bytes, ConfigDiagnostic, Severity};
 use iwpm_proto::consts::IWPM_PEER_PORT;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, ConfigSource};
 use crate::peer_sockets::PeerBind;
 
 /// What the daemon runs with.
@@ -26,24 +27,56 @@ pub struct Settings {
     configured_state_file: Option<Option<std::path::PathBuf>>,
 }
 
+/// Why the configuration cannot be used: the daemon does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// `--config PATH` names a file that cannot be read (missing included).
+    #[error("cannot read the configuration file {path} given with --config: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The file has a line that would fail open if skipped (a bad `peer_allow` entry).
+    #[error("configuration file {path}: {diagnostic}; fix or remove the line")]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// The first such line.
+        diagnostic: ConfigDiagnostic,
+    },
+}
+
 impl Settings {
-    /// Reads the configuration file (missing = silent, unreadable = warning) and applies
-    /// the command line on top.
-    pub fn load(cli: &Cli) -> Self {
-        let text = match std::fs::read(&cli.config) {
-            Ok(t) => Some(t),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => {
-                tracing::warn!(path = %cli.config.display(), error = %e, "cannot read the configuration file");
-                None
-            }
+    /// Reads the configuration file and applies the command line on top. rdma-core's
+    /// default path may be missing (silent) or unreadable (a warning), as with the C
+    /// daemon; a file named with `--config` must be readable. A line that is an error
+    /// (not merely skipped) refuses the whole file.
+    pub fn load(cli: &Cli) -> Result<Self, SettingsError> {
+        let (path, text) = match cli.config_source() {
+            ConfigSource::None => (None, None),
+            ConfigSource::Default(path) => match std::fs::read(&path) {
+                Ok(t) => (Some(path), Some(t)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => (None, None),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot read the configuration file");
+                    (None, None)
+                }
+            },
+            ConfigSource::Named(path) => match std::fs::read(&path) {
+                Ok(t) => (Some(path), Some(t)),
+                Err(source) => return Err(SettingsError::Unreadable { path, source }),
+            },
         };
         let mut settings = Settings::defaults();
-        if let Some(text) = text {
-            settings.apply_file(&text);
+        if let (Some(path), Some(text)) = (path, text) {
+            if let Some(diagnostic) = settings.apply_file(&text) {
+                return Err(SettingsError::Refused { path, diagnostic });
+            }
         }
         settings.apply_cli(cli);
-        settings
+        Ok(settings)
     }
 
     fn defaults() -> Self {
@@ -60,12 +93,16 @@ impl Settings {
         }
     }
 
-    /// Applies the file's keys, logging each diagnostic at its severity.
-    fn apply_file(&mut self, text: &[u8]) {
+    /// Applies the file's keys, logging each diagnostic at its severity; returns the first
+    /// [`Severity::Error`] instead, applying nothing.
+    fn apply_file(&mut self, text: &[u8]) -> Option<ConfigDiagnostic> {
         let (config, diagnostics) = parse_config_bytes(text);
+        if let Some(error) = diagnostics.iter().find(|d| d.severity() == Severity::Error) {
+            return Some(error.clone());
+        }
         for d in &diagnostics {
             match d.severity() {
-                Severity::Warning => tracing::warn!("config: {d}"),
+                Severity::Error | Severity::Warning => tracing::warn!("config: {d}"),
                 Severity::Info => tracing::info!("config: {d}"),
                 Severity::Debug => tracing::debug!("config: {d}"),
             }
@@ -109,6 +146,7 @@ impl Settings {
         if let Some(v) = &x.state_file {
             self.configured_state_file = Some(v.clone());
         }
+        None
     }
 
     fn apply_cli(&mut self, cli: &Cli) {
@@ -176,7 +214,7 @@ mod tests {
 
     #[test]
     fn defaults_match_rdma_core() {
-        let s = Settings::load(&cli(&["--config", "/nonexistent/iwpmd.conf"]));
+        let s = Settings::load(&cli(&["--config", "none"])).unwrap();
         assert_eq!(s.nl_sock_rbuf_size, 0);
         assert_eq!(s.peer_bind.port, 3935);
         assert_eq!(s.peer_bind.v4, Ipv4Addr::UNSPECIFIED);
@@ -186,9 +224,10 @@ mod tests {
     #[test]
     fn file_then_command_line() {
         let mut s = Settings::defaults();
-        s.apply_file(
+        let refused = s.apply_file(
             b"nl_sock_rbuf_size=419430400\npeer_port=4000\npeer_bind_v4=127.0.0.1\nbogus=1\n",
         );
+        assert_eq!(refused, None);
         assert_eq!(s.nl_sock_rbuf_size, 419_430_400);
         assert_eq!(s.peer_bind.port, 4000);
         assert_eq!(s.peer_bind.v4, Ipv4Addr::LOCALHOST);
@@ -196,6 +235,30 @@ mod tests {
         assert_eq!(s.peer_bind.port, 5000);
         assert_eq!(s.peer_bind.v4, Ipv4Addr::LOCALHOST);
         assert_eq!(s.peer_bind.v6, None);
+    }
+
+    /// A named file must exist, `none` reads nothing, and a bad `peer_allow` entry refuses
+    /// the file naming the entry (skipping the line would let every peer in).
+    #[test]
+    fn named_missing_files_and_bad_allow_lists_are_refused() {
+        let e = Settings::load(&cli(&["--config", "/nonexistent/iwpmd.conf"])).unwrap_err();
+        assert!(matches!(e, SettingsError::Unreadable { .. }), "{e}");
+        assert!(e.to_string().contains("/nonexistent/iwpmd.conf"), "{e}");
+        let dir = std::env::temp_dir().join(format!("iwpmd-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("iwpmd.conf");
+        std::fs::write(&file, "peer_allow = 10.0.0.0/8, 10.1.0.0/33\n").unwrap();
+        let e = Settings::load(&cli(&["--config", file.to_str().unwrap()])).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, SettingsError::Refused { .. }), "{text}");
+        assert!(
+            text.contains("line 1: peer_allow entry \"10.1.0.0/33\""),
+            "{text}"
+        );
+        std::fs::write(&file, "peer_allow = 10.0.0.0/8\n").unwrap();
+        let s = Settings::load(&cli(&["--config", file.to_str().unwrap()])).unwrap();
+        assert!(!s.core.peer_allow.allows("192.0.2.1".parse().unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -840,7 +840,7 @@ impl ShellPorts<'_> {
     /// (descriptors, ephemeral ports); other failures are the core's to report.
     fn reserve_failed(&mut self, bind: SocketAddr, f: &ReserveFailure) {
         let now = self.now;
-        let held = self.held.len();
+        let held = iwpm_control::render::count(self.held.len() as u64, "port", "ports");
         if f.process_out_of_fds() || f.system_out_of_fds() {
             self.counters.reserve_no_fd += 1;
             if let Some(suppressed) = self.warn.allow(now) {
@@ -853,7 +853,7 @@ impl ShellPorts<'_> {
                     tracing::warn!(
                         suppressed,
                         "out of file descriptors: the daemon has reached its RLIMIT_NOFILE \
-                         limit of {} (hard {}; {open}{held} ports held for mappings), \
+                         limit of {} (hard {}; {open}{held} held for mappings), \
                          so a new mapping cannot hold its port; the kernel gets \
                          CREATE_MAPPING_ERR for it. Mappings work again as others are \
                          removed; raise LimitNOFILE or `ulimit -n` for more.",
@@ -864,7 +864,7 @@ impl ShellPorts<'_> {
                     tracing::warn!(
                         suppressed,
                         "out of file descriptors: the system-wide file table is full \
-                         (ENFILE, limit fs.file-max; the daemon has {open}{held} ports \
+                         (ENFILE, limit fs.file-max; the daemon has {open}{held} \
                          held), so a new mapping cannot hold its port; the kernel gets \
                          CREATE_MAPPING_ERR for it"
                     );
@@ -879,7 +879,7 @@ impl ShellPorts<'_> {
                 tracing::warn!(
                     suppressed,
                     "out of ports: no free port left for {} in net.ipv4.ip_local_port_range \
-                     ({range}; {held} ports held for mappings); the kernel gets \
+                     ({range}; {held} held for mappings); the kernel gets \
                      CREATE_MAPPING_ERR for the new mapping",
                     bind.ip()
                 );

@@ -98,6 +98,61 @@ fn bad_option_values_exit_2() {
     }
 }
 
+/// Port 0 would bind a random peer port no peer would ever reach.
+#[test]
+fn peer_port_zero_is_refused() {
+    let out = run(&["--peer-port", "0"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error:") && err.contains("'0'"), "{err}");
+}
+
+/// A `--config` file that is not there, and a `peer_allow` entry that is not a network,
+/// stop the start-up with status 1 and a message naming the file and the entry, before
+/// any socket is opened (a broken allow-list left out would let every peer in).
+#[test]
+fn a_named_config_file_must_exist_and_a_bad_peer_allow_entry_refuses_it() {
+    let dir = scratch_dir("config-refused");
+    let kernel = format!("unix:{}", dir.join("nonexistent").display());
+    let missing = dir.join("no-such-iwpmd.conf");
+    let bad = dir.join("iwpmd.conf");
+    std::fs::write(
+        &bad,
+        "nl_sock_rbuf_size=419430400\npeer_allow = 192.0.2.0/24, 198.51.100.0/33\n",
+    )
+    .unwrap();
+    for (config, expect) in [
+        (
+            &missing,
+            format!(
+                "cannot read the configuration file {} given with --config",
+                missing.display()
+            ),
+        ),
+        (
+            &bad,
+            "line 2: peer_allow entry \"198.51.100.0/33\" is not an IP network".to_owned(),
+        ),
+    ] {
+        let out = run(&[
+            "--foreground",
+            "--log-stderr",
+            "--kernel",
+            &kernel,
+            "--config",
+            config.to_str().unwrap(),
+            "--no-ipv6",
+        ]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{config:?}: {err}");
+        assert!(err.contains(&expect), "{config:?}: {err}");
+        assert!(
+            !err.contains("cannot connect to the kernel emulator"),
+            "{config:?}: refused only at the kernel link: {err}"
+        );
+    }
+}
+
 /// `-f` gets the daemon past option parsing (status 1 from the missing kernel link, not 2)
 /// with a warning that it was ignored; without `-f` the same failure carries no warning.
 #[test]
@@ -111,7 +166,7 @@ fn dash_f_is_accepted_and_ignored() {
         "--kernel",
         &kernel,
         "--config",
-        "/nonexistent/iwpmd.conf",
+        "none",
         "--peer-bind-v4",
         "127.0.0.1",
         "--peer-port",
@@ -149,6 +204,30 @@ fn help_and_version_exit_0() {
         assert!(
             text(&out.stdout).contains("Usage: iwpmd [OPTIONS]"),
             "{flag}"
+        );
+    }
+}
+
+/// `iwpmd --completions bash | head`: the reader leaves before the script is written.
+/// The daemon ends with status 0 and prints nothing (it panicked with a backtrace).
+#[test]
+fn completions_into_a_closed_pipe_end_quietly() {
+    for shell in ["bash", "zsh", "fish"] {
+        let mut child = Command::new(BIN)
+            .args(["--completions", shell])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn iwpmd");
+        drop(child.stdout.take());
+        assert!(wait_child(&mut child, WAIT).is_some(), "{shell}: no exit");
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            (out.status.code(), text(&out.stderr)),
+            (Some(0), String::new()),
+            "{shell}"
         );
     }
 }
@@ -395,7 +474,7 @@ impl InitRig {
         let kernel = FakeKernel::bind(&dir);
         let defaults = dir.join("default-iwpmd");
         let mut text = format!(
-            "DAEMON={}\nDAEMON_ARGS=\"--kernel unix:{} --config /nonexistent/iwpmd.conf \
+            "DAEMON={}\nDAEMON_ARGS=\"--kernel unix:{} --config none \
              --peer-bind-v4 127.0.0.1 --peer-port {} --no-ipv6 --log-stderr\"\n",
             exe.display(),
             kernel.path.display(),

@@ -1,5 +1,6 @@
 //! Process modes: `--systemd` (sd_notify READY=1 after the kernel handshake) and the default
-//! daemonizing mode (parent exits 0, the detached child talks to the kernel).
+//! detaching mode (the command waits for the detached child: 0 once it serves, 1 with its
+//! message when it cannot start).
 
 mod common;
 
@@ -87,4 +88,73 @@ fn default_mode_daemonizes() {
     assert!(gone, "detached daemon did not exit on SIGTERM");
     guard.0 = None;
     std::thread::sleep(Duration::from_millis(10));
+}
+
+/// The default mode's command returns only once the daemon serves: the HELLO is already
+/// waiting at the kernel when the parent has exited 0. (A fork that lets the parent go at
+/// once usually passes this too, the child being quick; the failure test below is the one
+/// that tells the two apart.)
+#[test]
+fn default_mode_exits_0_only_once_the_daemon_is_ready() {
+    let dir = scratch_dir("ready");
+    let mut kernel = FakeKernel::bind(&dir);
+    let cmd = daemon_command_no_mode(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut parent = Daemon::spawn(cmd, 0);
+    // Woken the moment it exits (no polling interval for the daemon to catch up in).
+    let status = parent.child.wait().expect("wait for the parent");
+    assert_eq!(status.code(), Some(0), "{}", parent.stderr.text());
+    let (env, _) = kernel
+        .recv_msg(Duration::from_millis(1))
+        .expect("the parent exited before the daemon had greeted the kernel");
+    let _guard = Detached(Pid::from_raw(env.pid as i32));
+    assert!(proc_field(env.pid, 0).is_some(), "the daemon runs on");
+}
+
+/// A daemon that cannot start fails where the operator is: the command exits 1 and prints
+/// the daemon's own message (with `daemon(3)` the parent exited 0 at the fork and the
+/// message went to a syslog that may not exist). No daemon is left behind.
+#[test]
+fn default_mode_reports_a_failed_start_with_status_1() {
+    let dir = scratch_dir("fails");
+    let absent = dir.join("absent.sock");
+    let port = free_udp_port();
+    let mut cases = vec![(
+        daemon_command_no_mode(&absent, Ipv4Addr::LOCALHOST, port),
+        "cannot connect to the kernel emulator",
+    )];
+    // Without --log-stderr (syslog, as an operator runs it) the message comes all the same.
+    let mut syslog = daemon_command_no_mode(&absent, Ipv4Addr::LOCALHOST, port);
+    let args: Vec<_> = syslog
+        .get_args()
+        .filter(|a| *a != "--log-stderr")
+        .map(ToOwned::to_owned)
+        .collect();
+    syslog = std::process::Command::new(syslog.get_program());
+    syslog.args(args);
+    cases.push((syslog, "cannot connect to the kernel emulator"));
+    if !host_has_netlink_rdma() {
+        let mut netlink = std::process::Command::new(env!("CARGO_BIN_EXE_iwpmd"));
+        netlink
+            .args(["--kernel", "netlink", "--config", "none", "--no-ipv6"])
+            .args([
+                "--peer-bind-v4",
+                "127.0.0.1",
+                "--peer-port",
+                &port.to_string(),
+            ])
+            .env("IWPMD_TEST_INIT_NETNS", "/proc/self/ns/net");
+        cases.push((netlink, "Is the iw_cm module loaded?"));
+    }
+    for (mut cmd, expect) in cases {
+        let out = cmd.env_remove("RUST_LOG").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {err}");
+        assert!(
+            err.contains("Couldn't start iWarp Port Mapper"),
+            "{cmd:?}: {err}"
+        );
+        assert!(err.contains(expect), "{cmd:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(out.stdout.is_empty(), "{cmd:?}");
+    }
 }

@@ -189,12 +189,7 @@ fn netlink_link_unavailable_fails_clearly() {
             "--log-stderr",
             "--no-ipv6",
         ])
-        .args([
-            "--config",
-            "/nonexistent/iwpmd.conf",
-            "--peer-bind-v4",
-            "127.0.0.1",
-        ])
+        .args(["--config", "none", "--peer-bind-v4", "127.0.0.1"])
         .arg("--peer-port")
         .arg(free_udp_port().to_string())
         .output()

@@ -33,7 +33,7 @@ fn run_in_new_netns(extra: &[&str]) -> Option<Output> {
         let mut cmd = Command::new(BIN);
         cmd.args(["--kernel", "netlink", "--foreground", "--log-stderr"])
             .args(["--no-ipv6", "--peer-bind-v4", "127.0.0.1"])
-            .args(["--config", "/nonexistent/iwpmd.conf"])
+            .args(["--config", "none"])
             .args(&extra)
             .env("IWPMD_TEST_INIT_NETNS", &init)
             .env_remove("RUST_LOG");
@@ -136,7 +136,7 @@ fn missing_netlink_rdma_suggests_loading_iw_cm() {
     let out = Command::new(BIN)
         .args(["--kernel", "netlink", "--foreground", "--log-stderr"])
         .args(["--no-ipv6", "--peer-bind-v4", "127.0.0.1"])
-        .args(["--config", "/nonexistent/iwpmd.conf"])
+        .args(["--config", "none"])
         .arg("--peer-port")
         .arg(free_udp_port().to_string())
         .env("IWPMD_TEST_INIT_NETNS", "/proc/self/ns/net")

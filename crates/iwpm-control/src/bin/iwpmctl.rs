@@ -26,7 +26,7 @@ struct Cli {
     socket: PathBuf,
 
     /// Print the daemon's reply as JSON (one object) instead of a table.
-    #[arg(long, global = true)]
+    #[arg(short = 'j', long, global = true)]
     json: bool,
 
     /// Give up waiting for the daemon after this many seconds.
@@ -45,11 +45,15 @@ enum Cmd {
     List,
     /// Peer exchanges in flight and recently finished, and per-peer tallies.
     Peers,
-    /// The counters as OpenMetrics text (for node_exporter's textfile collector).
+    /// The counters in the text format of node_exporter's textfile collector.
     Metrics {
-        /// Check the text against the OpenMetrics format before printing it.
+        /// Check the daemon's text against the OpenMetrics format before printing it.
         #[arg(long)]
         check: bool,
+        /// Print the daemon's OpenMetrics text as it is (`# EOF`-terminated, with `info`
+        /// and `_total` families), which the textfile collector does not read.
+        #[arg(long)]
+        openmetrics: bool,
     },
     /// The SIGUSR1 dump's text, on stdout.
     Dump,
@@ -113,20 +117,30 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     };
     let mut client = Client::connect(&cli.socket)?;
     let reply = client.call(command, timeout)?;
-    if let (Cmd::Metrics { check: true }, Reply::Metrics(m)) = (&cli.command, &reply) {
+    if let (Cmd::Metrics { check: true, .. }, Reply::Metrics(m)) = (&cli.command, &reply) {
         metrics::parse(&m.text).context("the daemon's metrics are not valid OpenMetrics")?;
     }
     let text = if cli.json {
         let mut j = serde_json::to_string_pretty(&reply)?;
         j.push('\n');
         j
+    } else if let (
+        Cmd::Metrics {
+            openmetrics: false, ..
+        },
+        Reply::Metrics(m),
+    ) = (&cli.command, &reply)
+    {
+        metrics::textfile(&m.text)
     } else {
         render::render(&reply)
     };
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("cannot write to stdout")?;
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        // The reader stopped early (`iwpmctl list | head`): what it wanted, it has.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.context("cannot write to stdout")?,
+    }
     Ok(match reply {
         Reply::Probe(p) if !p.reachable => ExitCode::from(3),
         _ => ExitCode::SUCCESS,
