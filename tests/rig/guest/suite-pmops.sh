@@ -223,33 +223,42 @@ if [ "$ROLE" = client ]; then
 else
   wait_flag m.plain 60
 fi
-# A: server (port mapped) listens, client (plain) connects; B: the other way round
-if [ "$ROLE" = server ]; then
+# mixed_serve CHECK PORT PEER_ADDR MAPPED(yes|no) WHEN LISTENING_FLAG CONNECTED_FLAG: a
+# one-shot listener on PORT; the passive kernel must report the client as PEER_ADDR, and
+# siw's TCP listener must (yes) or must not (no) sit on another, mapped port
+mixed_serve() {
+  local s la got
   listen_snap /tmp/ls0
-  rigcm serve "$IP" 7740 1 60 > "$OUT/serve-mixed.log" 2>&1 & s=$!
-  la=$(new_listen /tmp/ls0); flag m.a.listening; wait_flag m.a.connected 60; wait_or_kill $s 10
-  got=$(sed -n 's/^conn n=1 peer=\([^ ]*\) .*/\1/p' "$OUT/serve-mixed.log")
-  check mixed-passive-pm "port-mapped listener $IP:7740 (on $la) reports the plain client as ${got:-nothing} (its real $PEER:7760)" \
-    sh -c "[ '$got' = '$PEER:7760' ] && [ '$(port_of "$la")' != 7740 ]"
+  rigcm serve "$IP" "$2" 1 60 > "$OUT/serve-$1.log" 2>&1 & s=$!
+  la=$(new_listen /tmp/ls0); flag "$5"; wait_flag "$6" 60; wait_or_kill $s 10
+  got=$(sed -n 's/^conn n=1 peer=\([^ ]*\) .*/\1/p' "$OUT/serve-$1.log")
+  if [ "$4" = yes ]; then
+    check "$1" "port-mapped listener $IP:$2 (on $la) reports the client as ${got:-nothing} (its real $3)" \
+      sh -c "[ '$got' = '$3' ] && [ '$(port_of "$la")' != '$2' ]"
+  else
+    check "$1" "plain listener $IP:$2 (on $la) reports the client as ${got:-nothing} (its real $3)" \
+      sh -c "[ '$got' = '$3' ] && [ '$(port_of "$la")' = '$2' ]"
+  fi
+}
+# mixed_connect CHECK FIGURE SRC DST: one connection, under connect_max_ms
+mixed_connect() {
+  local rc ms r=1
+  rigcm connect "$3" "$4" 30 > "$OUT/connect-$1.log" 2>&1; rc=$?
+  ms=$(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-$1.log" | head -1); fig "$2" "${ms:-none}"
+  [ $rc = 0 ] && [ -n "$ms" ] && lt "$ms" "$CMAX" && r=0
+  check "$1" "$3 -> $4: $(head -1 "$OUT/connect-$1.log")" test $r = 0
+}
+# A: the server (port mapped) listens, the client (plain) connects; B: the other way round
+if [ "$ROLE" = server ]; then
+  mixed_serve mixed-passive-pm 7740 "$PEER:7760" yes m.a.listening m.a.connected
   wait_flag m.b.listening 60
-  rigcm connect "$IP:7761" "$PEER:7741" 30 > "$OUT/connect-mixed.log" 2>&1; rc=$?
-  ms=$(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-mixed.log" | head -1); fig mixed_pm_to_plain_ms "${ms:-none}"
-  r=1; [ $rc = 0 ] && [ -n "$ms" ] && lt "$ms" "$CMAX" && r=0
-  check mixed-connect-pm "port-mapped client $IP:7761 -> plain $PEER:7741: $(head -1 "$OUT/connect-mixed.log")" test $r = 0
+  mixed_connect mixed-connect-pm mixed_pm_to_plain_ms "$IP:7761" "$PEER:7741"
   flag m.b.connected
 else
   wait_flag m.a.listening 60
-  rigcm connect "$IP:7760" "$PEER:7740" 30 > "$OUT/connect-mixed.log" 2>&1; rc=$?
-  ms=$(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-mixed.log" | head -1); fig mixed_plain_to_pm_ms "${ms:-none}"
-  r=1; [ $rc = 0 ] && [ -n "$ms" ] && lt "$ms" "$CMAX" && r=0
-  check mixed-connect-plain "plain client $IP:7760 -> port-mapped $PEER:7740: $(head -1 "$OUT/connect-mixed.log")" test $r = 0
+  mixed_connect mixed-connect-plain mixed_plain_to_pm_ms "$IP:7760" "$PEER:7740"
   flag m.a.connected
-  listen_snap /tmp/ls0
-  rigcm serve "$IP" 7741 1 60 > "$OUT/serve-mixed.log" 2>&1 & s=$!
-  la=$(new_listen /tmp/ls0); flag m.b.listening; wait_flag m.b.connected 60; wait_or_kill $s 10
-  got=$(sed -n 's/^conn n=1 peer=\([^ ]*\) .*/\1/p' "$OUT/serve-mixed.log")
-  check mixed-passive-plain "plain listener $IP:7741 (on $la) reports the port-mapped client as ${got:-nothing} (its real $PEER:7761)" \
-    sh -c "[ '$got' = '$PEER:7761' ] && [ '$(port_of "$la")' = 7741 ]"
+  mixed_serve mixed-passive-plain 7741 "$PEER:7761" no m.b.listening m.b.connected
 fi
 note "phase mixed: $(elapsed "$T_PH") s"
 
