@@ -65,8 +65,12 @@ done
 t=$(elapsed "$t0")
 iwpmd_dump "$OUT/dump-burst.txt"; nb=$DUMP_N
 kill $BP 2>/dev/null; wait $BP 2>/dev/null
-check burst "8 processes x 10 listeners at once: all up in ${t}s (< $STALL_S), $nb mappings in the SIGUSR1 dump" \
-  sh -c "test $up = 8 && test $nb -ge 80 && echo '$t $STALL_S' | awk '{exit !(\$1 < \$2)}'"
+check burst "8 processes x 10 listeners at once: $up of 8 up, $nb mappings in the SIGUSR1 dump" \
+  sh -c "test $up = 8 && test $nb -ge 80"
+# The time is judged for ours; the C daemon, one request at a time, is reported (6.4 s once
+# on a loaded host, about 1 s otherwise)
+role=""; identity_ri && role=reference
+role_check "$role" burst-time "all 8 up in ${t}s (< $STALL_S)" sh -c "echo '$t $STALL_S' | awk '{exit !(\$1 < \$2)}'"
 check_dmesg dmesg
 check stop "daemon exits on SIGTERM within 5 s" stop_iwpmd
 
