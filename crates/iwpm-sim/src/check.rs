@@ -83,11 +83,12 @@ impl World {
     /// second) and now.
     pub(crate) fn explained(&self, a: usize, b: Option<usize>, since: Duration) -> bool {
         let from = since.saturating_sub(FAULT_REACH_BACK);
-        self.faults.iter().any(|(s, e, w)| {
-            *s <= self.now
-                && *e + FAULT_TAIL >= from
-                && (w.touches(a) || b.is_some_and(|b| w.touches(b)))
-        })
+        self.explain_faults
+            && self.faults.iter().any(|(s, e, w)| {
+                *s <= self.now
+                    && *e + FAULT_TAIL >= from
+                    && (w.touches(a) || b.is_some_and(|b| w.touches(b)))
+            })
     }
 
     /// REMOTE_INFOs host `h`'s kernel may hold that no legitimate connection accounts for:
