@@ -120,15 +120,30 @@ impl World {
     /// leaves an identity entry in the kernel's mapinfo table while the daemon keeps a
     /// connector mapping to a reserved port; after a daemon restart the replayed identity
     /// record conflicts with the restored mapping, is refused (HANDLE_ERR DUPLICATE) and
-    /// the MAPINFO_NUM ack comes out short. Recognised narrowly: an ack mismatch on a
-    /// port-mapped host whose kernel holds such an identity entry.
+    /// the MAPINFO_NUM ack comes out short (a QUERY that timed out because the daemon
+    /// crashed before answering does the same). Recognised narrowly: on a port-mapped host,
+    /// every record missing from the ack is a replay conflict and the kernel holds at least
+    /// as many identity entries.
     fn known_f1(&self, h: usize, v: &iwpm_kernel_emu::Violation) -> bool {
         let host = &self.hosts[h];
-        matches!(v, iwpm_kernel_emu::Violation::MapInfoAckMismatch { .. })
-            && host.port_mapped
-            && host.kernel.mapinfo().entries().iter().any(|e| {
+        let iwpm_kernel_emu::Violation::MapInfoAckMismatch { sent, acked } = *v else {
+            return false;
+        };
+        let short = u64::from(sent.saturating_sub(acked));
+        let conflicts = host
+            .daemon
+            .as_ref()
+            .map_or(0, |d| d.core.stats().mapinfo_conflicts);
+        let identities = host
+            .kernel
+            .mapinfo()
+            .entries()
+            .iter()
+            .filter(|e| {
                 e.flags & iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP == 0 && e.local == e.mapped
             })
+            .count() as u64;
+        host.port_mapped && short > 0 && conflicts >= short && identities >= short
     }
 
     /// Per-step checks of host `h`.

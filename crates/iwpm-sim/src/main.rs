@@ -94,13 +94,20 @@ fn parse() -> Result<Args, String> {
 }
 
 /// Runs one seed; on failure shrinks it and prints the reproduction. True if it passed.
-fn one(seed: u64, profile: Profile, keep: Option<&[usize]>, print: bool) -> (bool, bool) {
+fn one(
+    seed: u64,
+    profile: Profile,
+    keep: Option<&[usize]>,
+    print: bool,
+    total: &mut iwpm_sim::RunStats,
+) -> (bool, bool) {
     let full = Scenario::generate(seed, profile);
     let scenario = keep.map_or_else(|| full.clone(), |k| full.keep(k));
     if print {
         print!("{scenario}");
     }
     let out = run(&scenario);
+    *total += &out.stats;
     let known = !out.known.is_empty();
     for k in &out.known {
         println!("seed {seed}: {k}");
@@ -142,6 +149,7 @@ fn sweep(a: &Args) -> bool {
     let limit = a.seconds.map(Duration::from_secs_f64);
     let mut seed = a.from;
     let (mut ran, mut failed, mut known) = (0u64, 0u64, 0u64);
+    let mut total = iwpm_sim::RunStats::default();
     loop {
         if a.count.is_some_and(|c| ran >= c) || limit.is_some_and(|l| started.elapsed() >= l) {
             break;
@@ -149,7 +157,7 @@ fn sweep(a: &Args) -> bool {
         if a.count.is_none() && limit.is_none() && ran >= 1000 {
             break;
         }
-        let (ok, hit_known) = one(seed, a.profile, None, false);
+        let (ok, hit_known) = one(seed, a.profile, None, false, &mut total);
         failed += u64::from(!ok);
         known += u64::from(hit_known);
         ran += 1;
@@ -161,6 +169,16 @@ fn sweep(a: &Args) -> bool {
         a.from,
         seed,
         ran as f64 / secs.max(1e-9)
+    );
+    println!(
+        "  {} connects, {} established; {} daemon restarts, {} truncated replays; passive REMOTE_INFO look-ups {} found / {} missed; {} hostile datagrams",
+        total.connects,
+        total.established,
+        total.restarts,
+        total.replays_truncated,
+        total.remote_info_found,
+        total.remote_info_missed,
+        total.hostile
     );
     failed == 0
 }
@@ -271,7 +289,14 @@ fn main() -> ExitCode {
     } else if a.sweep {
         sweep(&a)
     } else if let Some(seed) = a.seed {
-        one(seed, a.profile, a.keep.as_deref(), a.print).0
+        one(
+            seed,
+            a.profile,
+            a.keep.as_deref(),
+            a.print,
+            &mut iwpm_sim::RunStats::default(),
+        )
+        .0
     } else {
         eprintln!("{USAGE}");
         return ExitCode::from(2);

@@ -66,6 +66,31 @@ pub struct RunStats {
     pub hostile: u64,
     /// Virtual time simulated.
     pub virtual_time: Duration,
+    /// Daemon restarts after a crash.
+    pub restarts: u64,
+    /// MAPINFO replays the kernel cut short (its datagram limit, or a failed send).
+    pub replays_truncated: u64,
+    /// Incoming connections whose REMOTE_INFO was found / missed by the passive kernel.
+    pub remote_info_found: u64,
+    /// See `remote_info_found`.
+    pub remote_info_missed: u64,
+}
+
+impl std::ops::AddAssign<&RunStats> for RunStats {
+    fn add_assign(&mut self, o: &RunStats) {
+        self.steps += o.steps;
+        self.connects += o.connects;
+        self.established += o.established;
+        self.udp += o.udp;
+        self.netlink += o.netlink;
+        self.wire += o.wire;
+        self.hostile += o.hostile;
+        self.virtual_time += o.virtual_time;
+        self.restarts += o.restarts;
+        self.replays_truncated += o.replays_truncated;
+        self.remote_info_found += o.remote_info_found;
+        self.remote_info_missed += o.remote_info_missed;
+    }
 }
 
 /// Per legitimate connect: what the plan meant and what happened.
@@ -206,6 +231,10 @@ impl World {
             self.stats.udp += h.counters.udp_out;
             self.stats.netlink += h.counters.nl_to_kernel + h.counters.nl_to_daemon;
             self.stats.wire += h.counters.wire_out;
+            self.stats.restarts += u64::from(h.incarnation.saturating_sub(1));
+            self.stats.replays_truncated += h.kernel.stats().replays_aborted;
+            self.stats.remote_info_found += h.kernel.stats().remote_info_hits;
+            self.stats.remote_info_missed += h.kernel.stats().remote_info_misses;
         }
         (self.violations, self.known, self.stats)
     }
