@@ -9,7 +9,7 @@ use iwpm_sim::{run, scale, shrink};
 const USAGE: &str = "usage:
   iwpm-sim --seed S [--profile sweep|attack|fleet] [--keep I,J,..] [--print]
   iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet]
-  iwpm-sim --scale [--hosts 10,100,1000] [--fanout K]
+  iwpm-sim --scale [--hosts 10,100,1000] [--fanout K] [--checked]
 A failing seed is shrunk and printed with the --seed/--keep line that replays it.";
 
 struct Args {
@@ -25,6 +25,7 @@ struct Args {
     scale_one: Option<usize>,
     hosts: Vec<usize>,
     fanout: Option<usize>,
+    checked: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -41,6 +42,7 @@ fn parse() -> Result<Args, String> {
         scale_one: None,
         hosts: vec![10, 100, 1000],
         fanout: None,
+        checked: false,
     };
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> Result<u64, String> {
@@ -86,6 +88,7 @@ fn parse() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?;
             }
             "--fanout" => a.fanout = Some(num(it.next(), "--fanout")? as usize),
+            "--checked" => a.checked = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -194,8 +197,8 @@ fn peak_rss_kb() -> Option<u64> {
         .ok()
 }
 
-fn scale_one(hosts: usize, fanout: Option<usize>) {
-    let row = scale::measure(hosts, fanout, 1);
+fn scale_one(hosts: usize, fanout: Option<usize>, checked: bool) {
+    let row = scale::measure(hosts, fanout, 1, checked);
     let rss = peak_rss_kb().unwrap_or(0);
     // One line, parsed by the parent.
     println!(
@@ -230,6 +233,9 @@ fn scale_table(a: &Args) -> bool {
         cmd.arg("--scale-one").arg(n.to_string());
         if let Some(f) = a.fanout {
             cmd.arg("--fanout").arg(f.to_string());
+        }
+        if a.checked {
+            cmd.arg("--checked");
         }
         let out = match cmd.output() {
             Ok(o) => o,
@@ -282,7 +288,7 @@ fn main() -> ExitCode {
         }
     };
     let ok = if let Some(n) = a.scale_one {
-        scale_one(n, a.fanout);
+        scale_one(n, a.fanout, a.checked);
         true
     } else if a.scale {
         scale_table(&a)
