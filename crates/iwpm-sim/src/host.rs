@@ -157,7 +157,11 @@ impl Host {
 
     /// Starts a daemon: restores the state file's mappings (their ports bound again), then
     /// greets the kernel.
-    pub fn start_daemon(&mut self, base: Instant, now: Duration) -> Result<(), String> {
+    pub fn start_daemon(
+        &mut self,
+        base: Instant,
+        now: Duration,
+    ) -> Result<(), iwpm_core::state_file::StateFileError> {
         self.incarnation += 1;
         let t = self.local(base, now);
         let mut key = [0u8; 32];
@@ -178,8 +182,8 @@ impl Host {
             (mix(self.seed ^ self.idx as u64 ^ u64::from(self.incarnation) << 32) % 20_000) as u16,
         );
         if !self.state_file.is_empty() {
-            let file = StateFile::decode(&self.state_file)
-                .map_err(|e| format!("host {}: own state file unreadable: {e}", self.idx))?;
+            let file = StateFile::decode(&self.state_file)?;
+            // What restore could not do shows up in the invariants (leaks, unmapped).
             let _report = core.restore(t, &file.mappings, &mut ports);
         }
         core.start(t);

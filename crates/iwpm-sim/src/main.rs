@@ -202,7 +202,7 @@ fn scale_one(hosts: usize, fanout: Option<usize>, checked: bool) {
     let rss = peak_rss_kb().unwrap_or(0);
     // One line, parsed by the parent.
     println!(
-        "ROW {} {} {} {:.1} {:.1} {:.1} {:.3} {:.1} {} {}",
+        "ROW {} {} {} {:.1} {:.1} {:.1} {:.3} {:.1} {} {} {}",
         row.hosts,
         row.connects,
         row.established,
@@ -213,7 +213,8 @@ fn scale_one(hosts: usize, fanout: Option<usize>, checked: bool) {
         row.virtual_time.as_secs_f64(),
         rss,
         row.violation
-            .map_or_else(|| "-".into(), |v| v.to_string().replace(' ', "_"))
+            .map_or_else(|| "-".into(), |v| v.to_string().replace(' ', "_")),
+        row.steps
     );
 }
 
@@ -225,8 +226,8 @@ fn scale_table(a: &Args) -> bool {
             return false;
         }
     };
-    println!("| hosts | connects | established | messages/host | UDP/host | netlink/host | wall | time/host | peak RSS | RSS/host | violation |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("| hosts | connects | established | events | messages/host | UDP/host | netlink/host | wall | time/host | peak RSS | RSS/host | violation |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     let mut ok = true;
     for &n in &a.hosts {
         let mut cmd = std::process::Command::new(&exe);
@@ -254,24 +255,26 @@ fn scale_table(a: &Args) -> bool {
             continue;
         };
         let f: Vec<&str> = line.split_whitespace().collect();
-        let wall: f64 = f[7].parse().unwrap_or(0.0);
-        let rss: f64 = f[9].parse().unwrap_or(0.0);
+        let field = |i: usize| f.get(i).copied().unwrap_or("?");
+        let wall: f64 = field(7).parse().unwrap_or(0.0);
+        let rss: f64 = field(9).parse().unwrap_or(0.0);
         let nn = n.max(1) as f64;
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.2} s | {:.2} ms | {:.0} MB | {:.1} kB | {} |",
-            f[1],
-            f[2],
-            f[3],
-            f[4],
-            f[5],
-            f[6],
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} s | {:.2} ms | {:.0} MB | {:.1} kB | {} |",
+            field(1),
+            field(2),
+            field(3),
+            field(11),
+            field(4),
+            field(5),
+            field(6),
             wall,
             wall * 1e3 / nn,
             rss / 1024.0,
             rss / nn,
-            f[10]
+            field(10)
         );
-        ok &= f[10] == "-";
+        ok &= field(10) == "-";
     }
     ok
 }

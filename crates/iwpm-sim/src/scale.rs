@@ -35,6 +35,8 @@ pub struct Row {
     pub virtual_time: Duration,
     /// The first violation, if any.
     pub violation: Option<Violation>,
+    /// Events processed.
+    pub steps: u64,
 }
 
 /// The all-to-all job: `fanout` peers per host (`None`: every other host), connects spread
@@ -111,5 +113,6 @@ pub fn measure(hosts: usize, fanout: Option<usize>, seed: u64, checked: bool) ->
         wall,
         virtual_time: stats.virtual_time,
         violation: violations.into_iter().next(),
+        steps: stats.steps,
     }
 }

@@ -137,6 +137,8 @@ pub struct World {
     /// Let the fault schedule explain a legitimate connect's trouble (off in the tests
     /// that show each invariant can fail).
     pub explain_faults: bool,
+    /// A run longer than this is a livelock (the scale table's largest run takes far fewer).
+    pub max_steps: u64,
     pub(crate) torn_down: bool,
 }
 
@@ -164,6 +166,7 @@ impl World {
             stats: RunStats::default(),
             check_every_step: true,
             explain_faults: true,
+            max_steps: 200_000_000,
             torn_down: false,
             scenario,
         };
@@ -193,7 +196,7 @@ impl World {
         w.push(end, Event::Teardown);
         for h in 0..w.hosts.len() {
             if let Err(e) = w.hosts[h].start_daemon(w.base, Duration::ZERO) {
-                w.violate(ViolationKind::StateFile, Some(h), e);
+                w.violate(ViolationKind::StateFile, Some(h), e.to_string());
             }
             w.pump(h);
         }
@@ -213,6 +216,11 @@ impl World {
             };
             self.now = at;
             self.stats.steps += 1;
+            if self.stats.steps > self.max_steps {
+                let detail = format!("the run did not end within {} steps", self.max_steps);
+                self.violate(ViolationKind::Sim, None, detail);
+                break;
+            }
             self.event(e);
             if self.check_every_step {
                 let touched = std::mem::take(&mut self.touched);
@@ -248,7 +256,7 @@ impl World {
             Event::Restart(h) => {
                 if self.hosts[h].daemon.is_none() {
                     if let Err(e) = self.hosts[h].start_daemon(self.base, self.now) {
-                        self.violate(ViolationKind::StateFile, Some(h), e);
+                        self.violate(ViolationKind::StateFile, Some(h), e.to_string());
                     }
                     self.pump(h);
                 }
@@ -496,7 +504,7 @@ impl World {
                 self.unlisten(h, p);
             }
         }
-        // Time for REMOVEs, exchange lifetimes (10 s) and the last state-file write.
-        let _ = self.now;
+        // The queue now runs dry: REMOVEs, exchange lifetimes (10 s), the last state-file
+        // write; then `run` checks quiescence.
     }
 }
