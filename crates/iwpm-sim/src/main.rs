@@ -118,8 +118,8 @@ fn one(
     let Some(v) = out.violations.first() else {
         if print {
             println!(
-                "seed {seed}: ok ({} of {} connects established, {} steps)",
-                out.stats.established, out.stats.connects, out.stats.steps
+                "seed {seed}: ok ({} of {} connects established, {} steps, digest {:016x})",
+                out.stats.established, out.stats.connects, out.stats.steps, out.stats.digest
             );
         }
         return (true, known);

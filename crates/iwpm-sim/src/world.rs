@@ -47,6 +47,26 @@ pub(crate) enum Event {
     Teardown,
 }
 
+impl Event {
+    /// What [`RunStats::digest`] takes from an event besides its time.
+    fn digest(&self) -> u64 {
+        let bytes = |b: &[u8]| {
+            b.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, x| {
+                (h ^ u64::from(*x)).wrapping_mul(0x100_0000_01b3)
+            })
+        };
+        match self {
+            Event::Item(i) => 1 ^ ((*i as u64) << 8),
+            Event::Udp { bytes: b, .. } => 2 ^ bytes(b),
+            Event::Wire { to, .. } => 3 ^ ((*to as u64) << 8),
+            Event::Wake(h) => 4 ^ ((*h as u64) << 8),
+            Event::Restart(h) => 5 ^ ((*h as u64) << 8),
+            Event::Attack { item, k } => 6 ^ ((*item as u64) << 8) ^ (u64::from(*k) << 32),
+            Event::Teardown => 7,
+        }
+    }
+}
+
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct RunStats {
@@ -74,6 +94,9 @@ pub struct RunStats {
     pub remote_info_found: u64,
     /// See `remote_info_found`.
     pub remote_info_missed: u64,
+    /// A digest of every event's time and kind, and every datagram's bytes: equal digests
+    /// mean the same run.
+    pub digest: u64,
 }
 
 impl std::ops::AddAssign<&RunStats> for RunStats {
@@ -90,6 +113,7 @@ impl std::ops::AddAssign<&RunStats> for RunStats {
         self.replays_truncated += o.replays_truncated;
         self.remote_info_found += o.remote_info_found;
         self.remote_info_missed += o.remote_info_missed;
+        self.digest = crate::rng::mix(self.digest ^ o.digest);
     }
 }
 
@@ -216,6 +240,8 @@ impl World {
             };
             self.now = at;
             self.stats.steps += 1;
+            self.stats.digest =
+                crate::rng::mix(self.stats.digest ^ (at.as_nanos() as u64) ^ (e.digest() << 1));
             if self.stats.steps > self.max_steps {
                 let detail = format!("the run did not end within {} steps", self.max_steps);
                 self.violate(ViolationKind::Sim, None, detail);
