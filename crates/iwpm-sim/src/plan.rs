@@ -128,6 +128,27 @@ impl What {
         }
     }
 
+    /// The hosts the item names (a scenario built by hand may name hosts it lacks).
+    pub fn hosts(&self) -> Vec<usize> {
+        match self {
+            What::Listen { host, .. }
+            | What::Unlisten { host, .. }
+            | What::Crash { host, .. }
+            | What::ClockJump { host, .. } => vec![*host],
+            What::Connect { from, to, .. } => vec![*from, *to],
+            What::Loss { scope, .. }
+            | What::Duplicate { scope, .. }
+            | What::Reorder { scope, .. }
+            | What::DelaySpike { scope, .. } => match scope {
+                Scope::All => vec![],
+                Scope::Host(h) => vec![*h],
+            },
+            What::Squat { victim, target, .. } => vec![*victim, *target],
+            What::BlindPairs { target, .. } => vec![*target],
+            What::Close { .. } | What::Partition { .. } => vec![],
+        }
+    }
+
     /// True if this fault touches `host` (a partition touches everyone).
     pub fn touches(&self, host: usize) -> bool {
         match self {

@@ -170,7 +170,10 @@ impl World {
     /// The fleet of `scenario`, daemons started, items queued.
     pub fn new(scenario: Scenario) -> World {
         let hosts = (0..scenario.hosts)
-            .map(|i| Host::new(i, scenario.port_mapped[i], scenario.seed))
+            .map(|i| {
+                let port_mapped = scenario.port_mapped.get(i).copied().unwrap_or(true);
+                Host::new(i, port_mapped, scenario.seed)
+            })
             .collect();
         let mut w = World {
             base: Instant::now(),

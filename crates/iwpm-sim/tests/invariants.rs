@@ -164,3 +164,16 @@ fn a_connect_whose_requests_are_all_lost_times_out() {
     assert_eq!(first_kind(&s, false), Some(ViolationKind::KernelTimeout));
     assert_eq!(first_kind(&s, true), None);
 }
+
+/// A hand-built scenario naming a host the fleet lacks is refused, not a panic.
+#[test]
+fn an_item_naming_a_missing_host_is_refused() {
+    let s = scenario(vec![at(
+        100,
+        What::Listen {
+            host: 5,
+            port: JOB_PORT,
+        },
+    )]);
+    assert_eq!(first_kind(&s, true), Some(ViolationKind::Sim));
+}
