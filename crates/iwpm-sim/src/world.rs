@@ -198,7 +198,14 @@ impl World {
             scenario,
         };
         let mut born: BTreeMap<(usize, u16), Duration> = BTreeMap::new();
-        for (i, it) in w.scenario.items.clone().iter().enumerate() {
+        let items = std::mem::take(&mut w.scenario.items);
+        for (i, it) in items.iter().enumerate() {
+            if let Some(h) = it.what.hosts().into_iter().find(|h| *h >= w.hosts.len()) {
+                let detail = format!("item {i} names host {h}, the fleet has {}", w.hosts.len());
+                w.violate(ViolationKind::Sim, None, detail);
+                w.scenario.items = items;
+                return w;
+            }
             w.push(it.at, Event::Item(i));
             if it.what.is_fault() {
                 w.faults
@@ -216,6 +223,7 @@ impl World {
                 _ => {}
             }
         }
+        w.scenario.items = items;
         for (k, b) in born {
             w.listen_plan.insert(k, (b, Duration::MAX));
         }
