@@ -1,0 +1,273 @@
+//! The invariants, checked across hosts after every step and at quiescence, and the rule
+//! that decides when the fault schedule explains a legitimate connect's trouble.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use crate::ports::MAPPED_PORTS;
+use crate::world::World;
+
+/// Which invariant broke (a shrunk schedule must still break the same one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// An established connection's passive side names another peer than the true one, or
+    /// the connection reached another listener than the one it was meant for.
+    WrongPeer,
+    /// A legitimate listen or connect waited for the kernel's 10 s request timeout.
+    KernelTimeout,
+    /// A legitimate listen or connect went unmapped for another reason.
+    Unmapped,
+    /// A legitimate connect was refused or found no route.
+    ConnectFailed,
+    /// A reservation released twice or never granted, bound on a specific address, held
+    /// without a mapping, or a mapping without its reservation.
+    Reservation,
+    /// A mapping or exchange left at quiescence.
+    Leak,
+    /// REMOTE_INFO entries no legitimate connection accounts for beyond the budget, or
+    /// legitimate ones never consumed.
+    RemoteInfo,
+    /// The emulated kernel saw a protocol violation (`iwpm_kernel_emu::Violation`).
+    Protocol,
+    /// `Core::check_invariants` failed.
+    CoreInvariant,
+    /// The daemon could not read its own state file.
+    StateFile,
+    /// The simulator itself got into a state it does not model.
+    Sim,
+}
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which.
+    pub kind: ViolationKind,
+    /// Fleet time.
+    pub at: Duration,
+    /// The host it was seen on.
+    pub host: Option<usize>,
+    /// What exactly.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = self.host.map_or_else(|| "-".to_string(), |h| h.to_string());
+        write!(
+            f,
+            "{:?} at t={:.3}s on host {host}: {}",
+            self.kind,
+            self.at.as_secs_f64(),
+            self.detail
+        )
+    }
+}
+
+/// How long before a connect started a fault can still be behind its trouble.
+const FAULT_REACH_BACK: Duration = Duration::from_secs(1);
+/// Slack after a fault's window.
+const FAULT_TAIL: Duration = Duration::from_secs(1);
+
+impl World {
+    pub(crate) fn violate(&mut self, kind: ViolationKind, host: Option<usize>, detail: String) {
+        self.violations.push(Violation {
+            kind,
+            at: self.now,
+            host,
+            detail,
+        });
+    }
+
+    /// True if a fault touching host `a` or `b` was active between `since` (minus a
+    /// second) and now.
+    pub(crate) fn explained(&self, a: usize, b: Option<usize>, since: Duration) -> bool {
+        let from = since.saturating_sub(FAULT_REACH_BACK);
+        self.explain_faults
+            && self.faults.iter().any(|(s, e, w)| {
+                *s <= self.now
+                    && *e + FAULT_TAIL >= from
+                    && (w.touches(a) || b.is_some_and(|b| w.touches(b)))
+            })
+    }
+
+    /// REMOTE_INFOs host `h`'s kernel may hold that no legitimate connection accounts for:
+    /// each daemon start's budget, plus one token per refill interval of host time.
+    fn remote_info_allowance(&self, h: usize) -> usize {
+        let host = &self.hosts[h];
+        let Some(d) = host.daemon.as_ref() else {
+            return usize::MAX;
+        };
+        let c = d.core.config();
+        let elapsed = self.now + host.offset;
+        let refills = (elapsed.as_nanos() / c.remote_info_refill.as_nanos().max(1)) as usize;
+        c.remote_info_budget as usize * host.incarnation as usize + refills + 1
+    }
+
+    /// An entry's connecting side is a legitimate daemon's mapped address (fleet IP, port
+    /// in the reservation range); everything else came from the hostile host.
+    fn legit_entry(&self, e: &iwpm_kernel_emu::kernel::RemoteInfoEntry) -> bool {
+        e.mapped_remote.to_socket_addr().is_some_and(|a| {
+            let legit_ip = match a.ip() {
+                std::net::IpAddr::V4(ip) => crate::host::host_of(ip, self.hosts.len()).is_some(),
+                std::net::IpAddr::V6(_) => false,
+            };
+            legit_ip && MAPPED_PORTS.contains(&a.port())
+        })
+    }
+
+    /// Finding F1 (open, see docs/simulator.md): a connect whose QUERY failed (REJECT)
+    /// leaves an identity entry in the kernel's mapinfo table while the daemon keeps a
+    /// connector mapping to a reserved port; after a daemon restart the replayed identity
+    /// record conflicts with the restored mapping, is refused (HANDLE_ERR DUPLICATE) and
+    /// the MAPINFO_NUM ack comes out short (a QUERY that timed out because the daemon
+    /// crashed before answering does the same). Recognised narrowly: on a port-mapped host,
+    /// every record missing from the ack is a replay conflict and the kernel holds at least
+    /// as many identity entries.
+    fn known_f1(&self, h: usize, v: &iwpm_kernel_emu::Violation) -> bool {
+        let host = &self.hosts[h];
+        let iwpm_kernel_emu::Violation::MapInfoAckMismatch { sent, acked } = *v else {
+            return false;
+        };
+        let short = u64::from(sent.saturating_sub(acked));
+        let conflicts = host
+            .daemon
+            .as_ref()
+            .map_or(0, |d| d.core.stats().mapinfo_conflicts);
+        let identities = host
+            .kernel
+            .mapinfo()
+            .entries()
+            .iter()
+            .filter(|e| {
+                e.flags & iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP == 0 && e.local == e.mapped
+            })
+            .count() as u64;
+        host.port_mapped && short > 0 && conflicts >= short && identities >= short
+    }
+
+    /// Per-step checks of host `h`.
+    pub(crate) fn check_host(&mut self, h: usize) {
+        let host = &self.hosts[h];
+        let seen = host.kernel_violations_seen.get();
+        if let Some(v) = host.kernel.violations().get(seen) {
+            host.kernel_violations_seen.set(seen + 1);
+            let detail = format!("{v:?}");
+            if self.known_f1(h, v) {
+                self.known.push(Violation {
+                    kind: ViolationKind::Protocol,
+                    at: self.now,
+                    host: Some(h),
+                    detail: format!("known finding F1: {detail}"),
+                });
+                return self.check_host(h);
+            }
+            self.violate(ViolationKind::Protocol, Some(h), detail);
+            return;
+        }
+        let Some(d) = host.daemon.as_ref() else {
+            return;
+        };
+        if let Some(f) = d.ports.faults.first() {
+            let f = f.clone();
+            self.violate(ViolationKind::Reservation, Some(h), f);
+            return;
+        }
+        // The table and the ledger change together: re-check them when the table did.
+        let generation = (host.incarnation, d.core.table_generation());
+        if host.checked.get() != Some(generation) {
+            host.checked.set(Some(generation));
+            if let Err(e) = d.core.check_invariants() {
+                self.violate(ViolationKind::CoreInvariant, Some(h), e.to_string());
+                return;
+            }
+            let owned: BTreeSet<_> = d.core.mappings().filter_map(|m| m.reservation).collect();
+            let held: BTreeSet<_> = d.ports.held().keys().copied().collect();
+            if owned != held {
+                let leaked: Vec<_> = held.difference(&owned).collect();
+                let lost: Vec<_> = owned.difference(&held).collect();
+                let detail = format!("reservations held without a mapping {leaked:?}, mappings whose reservation is not held {lost:?}");
+                self.violate(ViolationKind::Reservation, Some(h), detail);
+                return;
+            }
+        }
+        // Stray entries are at most all entries: count them only past the allowance.
+        let allowance = self.remote_info_allowance(h);
+        let total = host.kernel.remote_info().len();
+        if total > allowance {
+            let stray = host
+                .kernel
+                .remote_info()
+                .entries()
+                .iter()
+                .filter(|e| !self.legit_entry(e))
+                .count();
+            if stray > allowance {
+                self.violate(ViolationKind::RemoteInfo, Some(h), format!("the kernel holds {stray} REMOTE_INFO entries no legitimate connection accounts for ({total} in all), more than the budget allows ({allowance})"));
+            }
+        }
+    }
+
+    /// After the teardown and the settling time: nothing is left anywhere.
+    pub(crate) fn check_quiescent(&mut self) {
+        for h in 0..self.hosts.len() {
+            self.check_host(h);
+            if !self.violations.is_empty() {
+                return;
+            }
+            let now = self.hosts[h].local(self.base, self.now);
+            let host = &self.hosts[h];
+            let Some(d) = host.daemon.as_ref() else {
+                self.violate(ViolationKind::Sim, Some(h), "no daemon at the end".into());
+                return;
+            };
+            let mappings = d.core.mappings().count();
+            let held = d.ports.held().len();
+            let exchanges = d.core.snapshot_exchanges(now).len();
+            let kernel_entries = host.kernel.mapinfo().len();
+            let pending = host.kernel.pending_requests();
+            // A replay cut short by the kernel's datagram limit keeps restored listeners
+            // on the state file's word (core/restore.rs): one destroyed while no daemon ran
+            // stays; the fault schedule explains it.
+            if (mappings > 0 || held > 0) && !host.replay_truncated {
+                self.violate(
+                    ViolationKind::Leak,
+                    Some(h),
+                    format!("{mappings} mappings and {held} reservations left at quiescence"),
+                );
+                return;
+            }
+            if exchanges > 0 {
+                self.violate(
+                    ViolationKind::Leak,
+                    Some(h),
+                    format!("{exchanges} exchanges left at quiescence"),
+                );
+                return;
+            }
+            if kernel_entries > 0 || pending > 0 {
+                self.violate(ViolationKind::Sim, Some(h), format!("kernel holds {kernel_entries} mapinfo entries and {pending} requests after every id was destroyed"));
+                return;
+            }
+            let legit_left = host
+                .kernel
+                .remote_info()
+                .entries()
+                .iter()
+                .filter(|e| self.legit_entry(e))
+                .count();
+            if legit_left > 0 {
+                // A legitimate REMOTE_INFO whose connection never came: only a fault on a
+                // connect to this host explains it.
+                let explained = self
+                    .conns
+                    .values()
+                    .any(|c| c.to == h && self.explained(c.from, Some(h), c.started));
+                if !explained {
+                    self.violate(ViolationKind::RemoteInfo, Some(h), format!("{legit_left} REMOTE_INFO entries of legitimate connects never consumed"));
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! One simulated host: an emulated kernel (`KernelIwpm`), the daemon process (a `Core`
+//! with its port reservations and state file, absent while crashed), the host's
+//! monotonic clock and the connection manager's ids ([`crate::cm`]).
+//!
+//! What the real shell (`crates/iwpmd/src/shell.rs`) does around the core is done here
+//! the same way: every action is executed in order (kernel messages go to the kernel at
+//! once, as a netlink `sendmsg` does), the kernel's answers are fed back, restart recovery
+//! is settled after every batch (`handle_recovery_end`), and the state file is rewritten
+//! 200 ms after the table's generation moved.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use iwpm_core::state_file::StateFile;
+use iwpm_core::{Core, CoreConfig};
+use iwpm_kernel_emu::kernel::{KernelConfig, KernelIwpm, Link, SendError, SendMode};
+
+use crate::cm::Cm;
+use crate::ports::FakePorts;
+use crate::rng::mix;
+
+/// UDP port of the daemons' client sockets (REQUESTs and ACKs leave from it).
+pub const CLIENT_PORT: u16 = 50_000;
+/// The shell's state-file write delay (`iwpmd/src/state_file.rs`).
+const WRITE_DELAY: Duration = Duration::from_millis(200);
+
+/// A running daemon process.
+#[derive(Debug)]
+pub struct Daemon {
+    /// The sans-IO core.
+    pub core: Core,
+    /// Its reservations (all closed by the OS when the process dies).
+    pub ports: FakePorts,
+    /// When the next state-file write is due (host-global time).
+    pub write_due: Option<Duration>,
+    /// Table generation last written.
+    pub written: Option<u64>,
+}
+
+/// Message counts of one host (what the scale table reports per host).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostCounters {
+    /// UDP datagrams sent by the daemon.
+    pub udp_out: u64,
+    /// UDP datagrams delivered to the daemon.
+    pub udp_in: u64,
+    /// Netlink datagrams daemon → kernel.
+    pub nl_to_kernel: u64,
+    /// Netlink datagrams kernel → daemon.
+    pub nl_to_daemon: u64,
+    /// Emulated TCP/MPA messages sent.
+    pub wire_out: u64,
+}
+
+/// One host of the fleet.
+#[derive(Debug)]
+pub struct Host {
+    /// Index in the fleet.
+    pub idx: usize,
+    /// Its one IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Hardware-like device (mapped addresses on the wire), else siw-like NO_PORT_MAP.
+    pub port_mapped: bool,
+    /// The emulated kernel; daemon addresses are incarnation numbers.
+    pub kernel: KernelIwpm<u32>,
+    /// The daemon, unless crashed.
+    pub daemon: Option<Daemon>,
+    /// Daemon starts so far (the live one's kernel-link address).
+    pub incarnation: u32,
+    /// The state file as last written (empty: none).
+    pub state_file: Vec<u8>,
+    /// How far this host's monotonic clock is ahead of the fleet's.
+    pub offset: Duration,
+    /// Kernel datagrams waiting to be read by the daemon.
+    pub to_daemon: VecDeque<Vec<u8>>,
+    /// rdma_cm ids.
+    pub cm: Cm,
+    /// The wake-up already queued for this host, if any.
+    pub wake: Option<Duration>,
+    /// Message counts.
+    pub counters: HostCounters,
+    /// A MAPINFO replay of this host stopped early (the kernel's datagram limit).
+    pub replay_truncated: bool,
+    /// (incarnation, table generation) the deep checks last saw.
+    pub checked: std::cell::Cell<Option<(u32, u64)>>,
+    /// Kernel violations already judged.
+    pub kernel_violations_seen: std::cell::Cell<usize>,
+    seed: u64,
+}
+
+/// The kernel's sends: to the live daemon's queue, refused for a dead incarnation.
+struct KernelLink<'a> {
+    live: Option<u32>,
+    out: &'a mut VecDeque<Vec<u8>>,
+    sent: &'a mut u64,
+}
+
+impl Link<u32> for KernelLink<'_> {
+    fn send(&mut self, to: &u32, datagram: &[u8], _mode: SendMode) -> Result<(), SendError> {
+        if self.live != Some(*to) {
+            return Err(SendError::ConnRefused);
+        }
+        self.out.push_back(datagram.to_vec());
+        *self.sent += 1;
+        Ok(())
+    }
+}
+
+/// The fleet's IPv4 address of host `idx` (10.0.x.y, y from 1).
+pub fn ip_of(idx: usize) -> Ipv4Addr {
+    Ipv4Addr::from(FLEET_BASE + idx as u32 + 1)
+}
+
+/// 10.0.0.0: host `i` is at this plus `i + 1`.
+const FLEET_BASE: u32 = 0x0a00_0000;
+
+/// The host owning `ip`, if it is a fleet address below `hosts`.
+pub fn host_of(ip: Ipv4Addr, hosts: usize) -> Option<usize> {
+    let idx = u32::from(ip).checked_sub(FLEET_BASE)?.checked_sub(1)? as usize;
+    (idx < hosts).then_some(idx)
+}
+
+impl Host {
+    /// A host whose kernel just loaded, no daemon yet.
+    pub fn new(idx: usize, port_mapped: bool, seed: u64) -> Self {
+        Host {
+            idx,
+            ip: ip_of(idx),
+            port_mapped,
+            kernel: KernelIwpm::new(KernelConfig::default()),
+            daemon: None,
+            incarnation: 0,
+            state_file: Vec::new(),
+            offset: Duration::ZERO,
+            to_daemon: VecDeque::new(),
+            cm: Cm::new(),
+            wake: None,
+            counters: HostCounters::default(),
+            replay_truncated: false,
+            checked: std::cell::Cell::new(None),
+            kernel_violations_seen: std::cell::Cell::new(0),
+            seed,
+        }
+    }
+
+    /// This host's clock at fleet time `now`.
+    pub fn local(&self, base: Instant, now: Duration) -> Instant {
+        base + now + self.offset
+    }
+
+    /// Fleet time of a host-local instant.
+    pub fn global(&self, base: Instant, at: Instant) -> Duration {
+        at.saturating_duration_since(base)
+            .saturating_sub(self.offset)
+    }
+
+    /// Starts a daemon: restores the state file's mappings (their ports bound again), then
+    /// greets the kernel.
+    pub fn start_daemon(
+        &mut self,
+        base: Instant,
+        now: Duration,
+    ) -> Result<(), iwpm_core::state_file::StateFileError> {
+        self.incarnation += 1;
+        let t = self.local(base, now);
+        let mut key = [0u8; 32];
+        for (i, chunk) in key.chunks_mut(8).enumerate() {
+            let word = mix(self.seed
+                ^ mix(((self.idx as u64) << 20)
+                    ^ u64::from(self.incarnation)
+                    ^ ((i as u64) << 50)));
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        let config = CoreConfig {
+            netlink_pid: 1000 + self.incarnation,
+            handle_key: key,
+            ..CoreConfig::default()
+        };
+        let mut core = Core::new(config, t);
+        let mut ports = FakePorts::new(
+            (mix(self.seed ^ self.idx as u64 ^ u64::from(self.incarnation) << 32) % 20_000) as u16,
+        );
+        if !self.state_file.is_empty() {
+            let file = StateFile::decode(&self.state_file)?;
+            // What restore could not do shows up in the invariants (leaks, unmapped).
+            let _report = core.restore(t, &file.mappings, &mut ports);
+        }
+        core.start(t);
+        self.daemon = Some(Daemon {
+            core,
+            ports,
+            write_due: None,
+            written: None,
+        });
+        Ok(())
+    }
+
+    /// The daemon dies: its sockets (and so its reservations) close; the kernel keeps
+    /// everything and learns of the death only when a send fails.
+    pub fn crash(&mut self) {
+        self.daemon = None;
+        self.to_daemon.clear();
+    }
+
+    /// Runs `f` with the kernel and a link to the live daemon.
+    pub fn with_kernel<R>(
+        &mut self,
+        f: impl FnOnce(&mut KernelIwpm<u32>, &mut dyn Link<u32>) -> R,
+    ) -> R {
+        let live = self.daemon.as_ref().map(|_| self.incarnation);
+        let mut link = KernelLink {
+            live,
+            out: &mut self.to_daemon,
+            sent: &mut self.counters.nl_to_daemon,
+        };
+        f(&mut self.kernel, &mut link)
+    }
+
+    /// Moves one queued kernel datagram into the daemon; false if none was queued.
+    pub fn feed_daemon(&mut self, base: Instant, now: Duration) -> bool {
+        let Some(bytes) = self.to_daemon.pop_front() else {
+            return false;
+        };
+        let t = self.local(base, now);
+        if let Some(d) = self.daemon.as_mut() {
+            d.core.handle_kernel_datagram(t, &bytes, &mut d.ports);
+        }
+        true
+    }
+
+    /// Notes the table generation (schedules a state-file write) and writes a due one.
+    pub fn state_file_turn(&mut self, now: Duration) {
+        let Some(d) = self.daemon.as_mut() else {
+            return;
+        };
+        let generation = d.core.table_generation();
+        if d.written != Some(generation) && d.write_due.is_none() {
+            d.write_due = Some(now + WRITE_DELAY);
+        }
+        if d.write_due.is_some_and(|due| due <= now) {
+            d.write_due = None;
+            d.written = Some(generation);
+            self.state_file = StateFile {
+                host: format!("sim{}", self.idx),
+                boot_id: "sim-boot".into(),
+                mappings: d.core.saved_mappings(),
+            }
+            .encode();
+        }
+    }
+
+    /// When this host next needs a wake-up (fleet time).
+    pub fn deadline(&self, base: Instant) -> Option<Duration> {
+        let core = self
+            .daemon
+            .as_ref()
+            .and_then(|d| d.core.poll_timeout())
+            .map(|t| self.global(base, t));
+        let kernel = self.kernel.poll_timeout().map(|t| self.global(base, t));
+        let write = self.daemon.as_ref().and_then(|d| d.write_due);
+        [core, kernel, write].into_iter().flatten().min()
+    }
+
+    /// The peer socket address a daemon action leaves from.
+    pub fn peer_source(&self, via: iwpm_core::PeerSocket) -> SocketAddr {
+        let port = match via {
+            iwpm_core::PeerSocket::V4Listener | iwpm_core::PeerSocket::V6Listener => {
+                iwpm_proto::consts::IWPM_PEER_PORT
+            }
+            _ => CLIENT_PORT,
+        };
+        SocketAddr::from((self.ip, port))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip() {
+        for i in [0, 1, 254, 255, 256, 999, 70_000] {
+            assert_eq!(host_of(ip_of(i), 100_000), Some(i), "{i}");
+        }
+        assert_eq!(ip_of(0), Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(host_of(Ipv4Addr::new(10, 255, 255, 1), 1000), None);
+    }
+}

@@ -1,0 +1,547 @@
+//! The fleet on one virtual clock: an ordered event queue (datagrams, emulated TCP/MPA
+//! messages, wake-ups, scheduled items), the simulated network with the scenario's faults,
+//! and the run loop that checks the invariants after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use iwpm_core::{Action, PeerSocket};
+
+use crate::check::{Violation, ViolationKind};
+use crate::cm::WireMsg;
+use crate::host::{host_of, Host, CLIENT_PORT};
+use crate::plan::{Scenario, What};
+use crate::rng::Rng;
+
+/// The hostile host's address (it runs no daemon and no kernel).
+pub const HOSTILE_IP: Ipv4Addr = Ipv4Addr::new(10, 255, 255, 1);
+/// One-way UDP latency between hosts, before jitter.
+const LATENCY: Duration = Duration::from_micros(100);
+/// Largest jitter added to [`LATENCY`] (a TCP/MPA set-up takes three one-way trips, so it
+/// is always slower than one datagram unless a fault delays that datagram).
+const JITTER_US: u64 = 50;
+/// Quiet time after the last item before the fleet is torn down and checked.
+const SETTLE: Duration = Duration::from_secs(15);
+
+/// Something that happens at a point of fleet time.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Scheduled item `i` of the scenario starts.
+    Item(usize),
+    /// A UDP datagram arrives at `to`.
+    Udp {
+        from: SocketAddr,
+        to: SocketAddr,
+        bytes: Vec<u8>,
+    },
+    /// An emulated TCP/MPA message arrives at host `to`.
+    Wire { to: usize, msg: WireMsg },
+    /// Host `h` runs its due timers.
+    Wake(usize),
+    /// Host `h`'s daemon starts again after a crash.
+    Restart(usize),
+    /// The hostile host's `k`-th send of attack item `item`.
+    Attack { item: usize, k: u32 },
+    /// End of the run: every id is destroyed.
+    Teardown,
+}
+
+impl Event {
+    /// What [`RunStats::digest`] takes from an event besides its time.
+    fn digest(&self) -> u64 {
+        let bytes = |b: &[u8]| {
+            b.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, x| {
+                (h ^ u64::from(*x)).wrapping_mul(0x100_0000_01b3)
+            })
+        };
+        match self {
+            Event::Item(i) => 1 ^ ((*i as u64) << 8),
+            Event::Udp { bytes: b, .. } => 2 ^ bytes(b),
+            Event::Wire { to, .. } => 3 ^ ((*to as u64) << 8),
+            Event::Wake(h) => 4 ^ ((*h as u64) << 8),
+            Event::Restart(h) => 5 ^ ((*h as u64) << 8),
+            Event::Attack { item, k } => 6 ^ ((*item as u64) << 8) ^ (u64::from(*k) << 32),
+            Event::Teardown => 7,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    /// Events processed.
+    pub steps: u64,
+    /// Legitimate connects planned / established.
+    pub connects: u64,
+    /// Established.
+    pub established: u64,
+    /// UDP datagrams sent by daemons, netlink datagrams both ways, wire messages.
+    pub udp: u64,
+    /// Netlink datagrams (both directions).
+    pub netlink: u64,
+    /// Emulated TCP/MPA messages.
+    pub wire: u64,
+    /// Datagrams the hostile host sent.
+    pub hostile: u64,
+    /// Virtual time simulated.
+    pub virtual_time: Duration,
+    /// Daemon restarts after a crash.
+    pub restarts: u64,
+    /// MAPINFO replays the kernel cut short (its datagram limit, or a failed send).
+    pub replays_truncated: u64,
+    /// Incoming connections whose REMOTE_INFO was found / missed by the passive kernel.
+    pub remote_info_found: u64,
+    /// See `remote_info_found`.
+    pub remote_info_missed: u64,
+    /// A digest of every event's time and kind, and every datagram's bytes: equal digests
+    /// mean the same run.
+    pub digest: u64,
+}
+
+impl std::ops::AddAssign<&RunStats> for RunStats {
+    fn add_assign(&mut self, o: &RunStats) {
+        self.steps += o.steps;
+        self.connects += o.connects;
+        self.established += o.established;
+        self.udp += o.udp;
+        self.netlink += o.netlink;
+        self.wire += o.wire;
+        self.hostile += o.hostile;
+        self.virtual_time += o.virtual_time;
+        self.restarts += o.restarts;
+        self.replays_truncated += o.replays_truncated;
+        self.remote_info_found += o.remote_info_found;
+        self.remote_info_missed += o.remote_info_missed;
+        self.digest = crate::rng::mix(self.digest ^ o.digest);
+    }
+}
+
+/// Per legitimate connect: what the plan meant and what happened.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnPlan {
+    pub from: usize,
+    pub to: usize,
+    pub port: u16,
+    pub started: Duration,
+    pub done: Option<Duration>,
+    /// The active side's mapped address on the wire, once known.
+    pub wire_src: Option<SocketAddr>,
+}
+
+/// The whole simulation.
+#[derive(Debug)]
+pub struct World {
+    pub(crate) scenario: Scenario,
+    pub(crate) base: Instant,
+    pub(crate) now: Duration,
+    queue: BTreeMap<(Duration, u64), Event>,
+    seq: u64,
+    pub(crate) hosts: Vec<Host>,
+    /// Faults as (start, end, what).
+    pub(crate) faults: Vec<(Duration, Duration, What)>,
+    net_rng: Rng,
+    pub(crate) tuples: BTreeSet<(SocketAddr, SocketAddr)>,
+    pub(crate) conns: BTreeMap<u32, ConnPlan>,
+    /// Listener lifetimes from the plan: (host, port) → (born, dies).
+    pub(crate) listen_plan: BTreeMap<(usize, u16), (Duration, Duration)>,
+    /// The hostile host's view: a target listener's mapped address, from its ACCEPTs.
+    pub(crate) hostile_learned: BTreeMap<SocketAddr, SocketAddr>,
+    /// Hosts changed by the current step (checked after it).
+    pub(crate) touched: BTreeSet<usize>,
+    /// Invariant violations, in order (the run stops at the first one).
+    pub violations: Vec<Violation>,
+    /// Violations of known, still open findings (reported, not failing; see
+    /// `docs/simulator.md`).
+    pub known: Vec<Violation>,
+    /// Counts.
+    pub stats: RunStats,
+    /// Check the invariants after every step (off only in the scale table).
+    pub check_every_step: bool,
+    /// Let the fault schedule explain a legitimate connect's trouble (off in the tests
+    /// that show each invariant can fail).
+    pub explain_faults: bool,
+    /// A run longer than this is a livelock (the scale table's largest run takes far fewer).
+    pub max_steps: u64,
+    pub(crate) torn_down: bool,
+}
+
+impl World {
+    /// The fleet of `scenario`, daemons started, items queued.
+    pub fn new(scenario: Scenario) -> World {
+        let hosts = (0..scenario.hosts)
+            .map(|i| {
+                let port_mapped = scenario.port_mapped.get(i).copied().unwrap_or(true);
+                Host::new(i, port_mapped, scenario.seed)
+            })
+            .collect();
+        let mut w = World {
+            base: Instant::now(),
+            now: Duration::ZERO,
+            queue: BTreeMap::new(),
+            seq: 0,
+            hosts,
+            faults: Vec::new(),
+            net_rng: Rng::new(scenario.seed, 2),
+            tuples: BTreeSet::new(),
+            conns: BTreeMap::new(),
+            listen_plan: BTreeMap::new(),
+            hostile_learned: BTreeMap::new(),
+            touched: BTreeSet::new(),
+            violations: Vec::new(),
+            known: Vec::new(),
+            stats: RunStats::default(),
+            check_every_step: true,
+            explain_faults: true,
+            max_steps: 200_000_000,
+            torn_down: false,
+            scenario,
+        };
+        let mut born: BTreeMap<(usize, u16), Duration> = BTreeMap::new();
+        let items = std::mem::take(&mut w.scenario.items);
+        for (i, it) in items.iter().enumerate() {
+            if let Some(h) = it.what.hosts().into_iter().find(|h| *h >= w.hosts.len()) {
+                let detail = format!("item {i} names host {h}, the fleet has {}", w.hosts.len());
+                w.violate(ViolationKind::Sim, None, detail);
+                w.scenario.items = items;
+                return w;
+            }
+            w.push(it.at, Event::Item(i));
+            if it.what.is_fault() {
+                w.faults
+                    .push((it.at, it.at + it.what.window(), it.what.clone()));
+            }
+            match it.what {
+                What::Listen { host, port } => {
+                    born.entry((host, port)).or_insert(it.at);
+                }
+                What::Unlisten { host, port } => {
+                    if let Some(b) = born.remove(&(host, port)) {
+                        w.listen_plan.insert((host, port), (b, it.at));
+                    }
+                }
+                _ => {}
+            }
+        }
+        w.scenario.items = items;
+        for (k, b) in born {
+            w.listen_plan.insert(k, (b, Duration::MAX));
+        }
+        let end = w.scenario.end() + SETTLE;
+        w.push(end, Event::Teardown);
+        for h in 0..w.hosts.len() {
+            if let Err(e) = w.hosts[h].start_daemon(w.base, Duration::ZERO) {
+                w.violate(ViolationKind::StateFile, Some(h), e.to_string());
+            }
+            w.pump(h);
+        }
+        w
+    }
+
+    pub(crate) fn push(&mut self, at: Duration, e: Event) {
+        self.seq += 1;
+        self.queue.insert((at.max(self.now), self.seq), e);
+    }
+
+    /// Runs to the end (or the first violation); returns the violations.
+    pub fn run(mut self) -> (Vec<Violation>, Vec<Violation>, RunStats) {
+        while self.violations.is_empty() {
+            let Some(((at, _), e)) = self.queue.pop_first() else {
+                break;
+            };
+            self.now = at;
+            self.stats.steps += 1;
+            self.stats.digest =
+                crate::rng::mix(self.stats.digest ^ (at.as_nanos() as u64) ^ (e.digest() << 1));
+            if self.stats.steps > self.max_steps {
+                let detail = format!("the run did not end within {} steps", self.max_steps);
+                self.violate(ViolationKind::Sim, None, detail);
+                break;
+            }
+            self.event(e);
+            if self.check_every_step {
+                let touched = std::mem::take(&mut self.touched);
+                for h in touched {
+                    self.check_host(h);
+                }
+            } else {
+                self.touched.clear();
+            }
+        }
+        if self.violations.is_empty() {
+            self.check_quiescent();
+        }
+        self.stats.virtual_time = self.now;
+        for h in &self.hosts {
+            self.stats.udp += h.counters.udp_out;
+            self.stats.netlink += h.counters.nl_to_kernel + h.counters.nl_to_daemon;
+            self.stats.wire += h.counters.wire_out;
+            self.stats.restarts += u64::from(h.incarnation.saturating_sub(1));
+            self.stats.replays_truncated += h.kernel.stats().replays_aborted;
+            self.stats.remote_info_found += h.kernel.stats().remote_info_hits;
+            self.stats.remote_info_missed += h.kernel.stats().remote_info_misses;
+        }
+        (self.violations, self.known, self.stats)
+    }
+
+    fn event(&mut self, e: Event) {
+        match e {
+            Event::Item(i) => self.item(i),
+            Event::Udp { from, to, bytes } => self.deliver_udp(from, to, &bytes),
+            Event::Wire { to, msg } => self.on_wire(to, msg),
+            Event::Wake(h) => self.wake(h),
+            Event::Restart(h) => {
+                if self.hosts[h].daemon.is_none() {
+                    if let Err(e) = self.hosts[h].start_daemon(self.base, self.now) {
+                        self.violate(ViolationKind::StateFile, Some(h), e.to_string());
+                    }
+                    self.pump(h);
+                }
+            }
+            Event::Attack { item, k } => self.attack(item, k),
+            Event::Teardown => self.teardown(),
+        }
+    }
+
+    fn item(&mut self, i: usize) {
+        let what = self.scenario.items[i].what.clone();
+        match what {
+            What::Listen { host, port } => self.listen(host, port),
+            What::Unlisten { host, port } => self.unlisten(host, port),
+            What::Connect { id, from, to, port } => self.connect(id, from, to, port),
+            What::Close { id } => self.close(id),
+            What::Crash { host, down } => {
+                if self.hosts[host].daemon.is_some() {
+                    self.hosts[host].crash();
+                    self.push(self.now + down, Event::Restart(host));
+                }
+            }
+            What::ClockJump { host, by } => {
+                self.hosts[host].offset += by;
+                self.wake(host);
+            }
+            What::Squat { .. } | What::BlindPairs { .. } => self.attack(i, 0),
+            // Network faults act when datagrams are sent (`self.faults`).
+            What::Loss { .. }
+            | What::Duplicate { .. }
+            | What::Reorder { .. }
+            | What::DelaySpike { .. }
+            | What::Partition { .. } => {}
+        }
+    }
+
+    fn wake(&mut self, h: usize) {
+        let host = &mut self.hosts[h];
+        if host.wake.is_some_and(|w| w <= self.now) {
+            host.wake = None;
+        }
+        let t = host.local(self.base, self.now);
+        if let Some(d) = host.daemon.as_mut() {
+            if d.core.poll_timeout().is_some_and(|due| due <= t) {
+                d.core.handle_timeout(t);
+            }
+        }
+        if host.kernel.poll_timeout().is_some_and(|due| due <= t) {
+            host.with_kernel(|k, link| k.handle_timeout(t, link));
+        }
+        self.pump(h);
+    }
+
+    /// Runs host `h` until it has nothing left to do now: the daemon's actions, the
+    /// kernel's answers, finished mappings; then recovery settling, the state file and its
+    /// next wake-up.
+    pub(crate) fn pump(&mut self, h: usize) {
+        self.touched.insert(h);
+        loop {
+            let mut progressed = false;
+            while let Some(action) = self.hosts[h]
+                .daemon
+                .as_mut()
+                .and_then(|d| d.core.poll_action())
+            {
+                progressed = true;
+                self.daemon_action(h, action);
+            }
+            if self.hosts[h].feed_daemon(self.base, self.now) {
+                progressed = true;
+            }
+            while let Some((token, result)) = self.hosts[h].kernel.poll_map_done() {
+                progressed = true;
+                self.map_done(h, token, result);
+            }
+            if !progressed {
+                let host = &mut self.hosts[h];
+                let t = host.local(self.base, self.now);
+                let settled = host
+                    .daemon
+                    .as_mut()
+                    .map(|d| d.core.handle_recovery_end(t, &mut d.ports))
+                    .unwrap_or_default();
+                if settled == iwpm_core::SettleReport::default() {
+                    break;
+                }
+            }
+        }
+        let host = &mut self.hosts[h];
+        if host.kernel.stats().replays_aborted > 0 {
+            host.replay_truncated = true;
+        }
+        host.state_file_turn(self.now);
+        if let Some(at) = host.deadline(self.base) {
+            if host.wake.is_none_or(|w| at < w || w < self.now) {
+                host.wake = Some(at);
+                self.push(at, Event::Wake(h));
+            }
+        }
+    }
+
+    fn daemon_action(&mut self, h: usize, action: Action) {
+        match action {
+            Action::ToKernel(bytes) => {
+                let host = &mut self.hosts[h];
+                host.counters.nl_to_kernel += 1;
+                let t = host.local(self.base, self.now);
+                let me = host.incarnation;
+                host.with_kernel(|k, link| k.handle_datagram(t, &me, &bytes, link));
+                if let Some(d) = host.daemon.as_mut() {
+                    d.core.recycle(bytes);
+                }
+            }
+            Action::ToPeer { via, to, datagram } => {
+                let from = self.hosts[h].peer_source(via);
+                self.hosts[h].counters.udp_out += 1;
+                self.send_udp(from, to, datagram);
+            }
+            Action::Ready => {}
+        }
+    }
+
+    fn host_index(&self, ip: std::net::IpAddr) -> Option<usize> {
+        match ip {
+            std::net::IpAddr::V4(v4) => host_of(v4, self.hosts.len()),
+            std::net::IpAddr::V6(_) => None,
+        }
+    }
+
+    fn split_of(&self, a: Option<usize>, b: Option<usize>) -> Option<Duration> {
+        let (Some(a), Some(b)) = (a, b) else {
+            return None;
+        };
+        self.faults
+            .iter()
+            .filter(|(s, e, _)| *s <= self.now && self.now < *e)
+            .find_map(|(_, e, w)| match w {
+                What::Partition { split, .. } if (a < *split) != (b < *split) => Some(*e),
+                _ => None,
+            })
+    }
+
+    fn jitter(&mut self) -> Duration {
+        LATENCY + Duration::from_micros(self.net_rng.below(JITTER_US + 1))
+    }
+
+    /// A datagram leaves `from` for `to`: the active faults decide whether, how often and
+    /// when it arrives.
+    pub(crate) fn send_udp(&mut self, from: SocketAddr, to: SocketAddr, bytes: Vec<u8>) {
+        let (a, b) = (self.host_index(from.ip()), self.host_index(to.ip()));
+        if self.split_of(a, b).is_some() {
+            return;
+        }
+        let mut copies = 1;
+        let mut extra = Duration::ZERO;
+        let now = self.now;
+        for i in 0..self.faults.len() {
+            let (s, e, w) = &self.faults[i];
+            let touches = a.is_some_and(|a| w.touches(a)) || b.is_some_and(|b| w.touches(b));
+            if !(*s <= now && now < *e && touches) {
+                continue;
+            }
+            let w = w.clone();
+            // Each window draws once per datagram, whatever it decides.
+            let hit = |r: &mut Rng, per_mille: u16| r.chance(u64::from(per_mille));
+            match w {
+                What::Loss { per_mille, .. } if hit(&mut self.net_rng, per_mille) => return,
+                What::Duplicate { per_mille, .. } if hit(&mut self.net_rng, per_mille) => {
+                    copies = 2;
+                }
+                What::Reorder {
+                    per_mille,
+                    extra: e,
+                    ..
+                } if hit(&mut self.net_rng, per_mille) => {
+                    extra += Duration::from_micros(self.net_rng.below(e.as_micros() as u64 + 1));
+                }
+                What::DelaySpike { extra: e, .. } => extra += e,
+                _ => {}
+            }
+        }
+        for c in 0..copies {
+            let at = self.now + self.jitter() + extra + Duration::from_micros(c * 7);
+            let bytes = bytes.clone();
+            self.push(at, Event::Udp { from, to, bytes });
+        }
+    }
+
+    /// An emulated TCP/MPA message: never lost, three one-way trips, held while a
+    /// partition separates the hosts, slowed by delay spikes.
+    pub(crate) fn send_wire(&mut self, from: usize, to: usize, msg: WireMsg) {
+        self.hosts[from].counters.wire_out += 1;
+        let mut at = self.now + self.jitter() + self.jitter() + self.jitter();
+        if let Some(end) = self.split_of(Some(from), Some(to)) {
+            at += end - self.now;
+        }
+        let now = self.now;
+        for (s, e, w) in &self.faults {
+            if let What::DelaySpike { extra, .. } = w {
+                if *s <= now && now < *e && (w.touches(from) || w.touches(to)) {
+                    at += *extra;
+                }
+            }
+        }
+        self.push(at, Event::Wire { to, msg });
+    }
+
+    fn deliver_udp(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+        if to.ip() == std::net::IpAddr::V4(HOSTILE_IP) {
+            self.hostile_receive(from, bytes);
+            return;
+        }
+        let Some(h) = self.host_index(to.ip()) else {
+            return;
+        };
+        let via = match to.port() {
+            p if p == iwpm_proto::consts::IWPM_PEER_PORT => PeerSocket::V4Listener,
+            CLIENT_PORT => PeerSocket::V4Client,
+            _ => return,
+        };
+        let host = &mut self.hosts[h];
+        let t = host.local(self.base, self.now);
+        let Some(d) = host.daemon.as_mut() else {
+            return;
+        };
+        host.counters.udp_in += 1;
+        d.core.handle_peer_datagram(t, via, from, bytes);
+        self.pump(h);
+    }
+
+    /// Ends the run: every remaining connection and listener is destroyed, then the
+    /// fleet gets time to settle before the quiescence checks.
+    fn teardown(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        self.torn_down = true;
+        let ids: Vec<u32> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.close(id);
+        }
+        for h in 0..self.hosts.len() {
+            let ports: Vec<u16> = self.hosts[h].cm.listeners.keys().copied().collect();
+            for p in ports {
+                self.unlisten(h, p);
+            }
+        }
+        // The queue now runs dry: REMOVEs, exchange lifetimes (10 s), the last state-file
+        // write; then `run` checks quiescence.
+    }
+}
