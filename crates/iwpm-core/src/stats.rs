@@ -93,6 +93,9 @@ pub struct Stats {
     pub mapinfo_duplicates: u64,
     /// MAPINFO records conflicting with an existing mapping (HANDLE_ERR 12).
     pub mapinfo_conflicts: u64,
+    /// MAPINFO records that replaced a restored connector mapping they contradicted (the
+    /// kernel kept the identity mapping of a connect whose QUERY failed).
+    pub mapinfo_replaced: u64,
     /// Peer datagrams from sources outside `peer_allow` (dropped).
     pub peer_not_allowed: u64,
     /// REQUESTs naming a connecting IP other than their mapped one, or ACCEPTs naming an IP
@@ -468,6 +471,7 @@ counters! {
     MapinfoAccepted => mapinfo_accepted,
     MapinfoDuplicates => mapinfo_duplicates,
     MapinfoConflicts => mapinfo_conflicts,
+    MapinfoReplaced => mapinfo_replaced,
     PeerNotAllowed => peer_not_allowed,
     PeerForged => peer_forged,
     PeerWrongSource => peer_wrong_source,

@@ -205,3 +205,50 @@ fn watched_recovery_wakes_the_shell_at_the_window_end() {
     assert!(!h.core.recovering());
     assert_eq!(h.core.poll_timeout(), None);
 }
+
+/// A connect whose QUERY failed (a REJECT, or the daemon died before answering) leaves the
+/// kernel with the identity mapping while the state file saved our connector to a reserved
+/// port. The replayed identity record wins: the restored connector gives way (its port is
+/// released), the record becomes the mapping, and the kernel's ACK_NUM counts it (before,
+/// the record was refused as a duplicate and the ACK_NUM came out short). `iwpm-sim` seed
+/// 2864 (`--keep 38,56`).
+#[test]
+fn a_replayed_identity_record_replaces_the_restored_connector_it_contradicts() {
+    let connector = SavedMapping {
+        connector: true,
+        ..saved("10.0.0.1:5000", "10.0.0.1:41000", 1)
+    };
+    let mut h = restored(&[connector, saved("10.0.0.1:4000", "10.0.0.1:40010", 1)]);
+    h.kernel_in.clear();
+    h.mapinfo_records(&[
+        ("10.0.0.1:5000", "10.0.0.1:5000", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+    ]);
+    assert!(
+        h.kernel_in
+            .iter()
+            .all(|(_, m)| !matches!(m, iwpm_proto::netlink::DaemonMsg::HandleErr(_))),
+        "no HANDLE_ERR: {:?}",
+        h.kernel_in
+    );
+    let seq = h.mapinfo_num(2);
+    let ack = h.kernel_in.iter().find_map(|(_, m)| match m {
+        iwpm_proto::netlink::DaemonMsg::MapInfoNum(r) if r.seq == seq => Some(r.ack_num),
+        _ => None,
+    });
+    assert_eq!(ack, Some(2), "both records counted");
+    let mapped: Vec<String> = h
+        .core
+        .mappings()
+        .map(|m| format!("{} -> {}", m.local_endpoint, m.mapped_endpoint))
+        .collect();
+    assert!(
+        mapped.iter().any(|m| m == "10.0.0.1:5000 -> 10.0.0.1:5000"),
+        "{mapped:?}"
+    );
+    assert!(!mapped.iter().any(|m| m.contains("41000")), "{mapped:?}");
+    assert_eq!(h.core.stats().mapinfo_replaced, 1);
+    assert_eq!(h.core.stats().mapinfo_conflicts, 0);
+    settle(&mut h);
+    h.core.check_invariants().unwrap();
+}

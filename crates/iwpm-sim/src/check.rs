@@ -116,36 +116,6 @@ impl World {
         })
     }
 
-    /// Finding F1 (open, see docs/simulator.md): a connect whose QUERY failed (REJECT)
-    /// leaves an identity entry in the kernel's mapinfo table while the daemon keeps a
-    /// connector mapping to a reserved port; after a daemon restart the replayed identity
-    /// record conflicts with the restored mapping, is refused (HANDLE_ERR DUPLICATE) and
-    /// the MAPINFO_NUM ack comes out short (a QUERY that timed out because the daemon
-    /// crashed before answering does the same). Recognised narrowly: on a port-mapped host,
-    /// every record missing from the ack is a replay conflict and the kernel holds at least
-    /// as many identity entries.
-    fn known_f1(&self, h: usize, v: &iwpm_kernel_emu::Violation) -> bool {
-        let host = &self.hosts[h];
-        let iwpm_kernel_emu::Violation::MapInfoAckMismatch { sent, acked } = *v else {
-            return false;
-        };
-        let short = u64::from(sent.saturating_sub(acked));
-        let conflicts = host
-            .daemon
-            .as_ref()
-            .map_or(0, |d| d.core.stats().mapinfo_conflicts);
-        let identities = host
-            .kernel
-            .mapinfo()
-            .entries()
-            .iter()
-            .filter(|e| {
-                e.flags & iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP == 0 && e.local == e.mapped
-            })
-            .count() as u64;
-        host.port_mapped && short > 0 && conflicts >= short && identities >= short
-    }
-
     /// Per-step checks of host `h`.
     pub(crate) fn check_host(&mut self, h: usize) {
         let host = &self.hosts[h];
@@ -153,15 +123,6 @@ impl World {
         if let Some(v) = host.kernel.violations().get(seen) {
             host.kernel_violations_seen.set(seen + 1);
             let detail = format!("{v:?}");
-            if self.known_f1(h, v) {
-                self.known.push(Violation {
-                    kind: ViolationKind::Protocol,
-                    at: self.now,
-                    host: Some(h),
-                    detail: format!("known finding F1: {detail}"),
-                });
-                return self.check_host(h);
-            }
             self.violate(ViolationKind::Protocol, Some(h), detail);
             return;
         }

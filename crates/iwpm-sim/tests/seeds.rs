@@ -26,8 +26,8 @@ const REGRESSIONS: &[(u64, Profile)] = &[
     (4, Profile::Attack),
     (5, Profile::Attack),
     (6, Profile::Attack),
-    // A crash after a REJECTed connect: the known open finding F1 (identity record in the
-    // replay); must stay known, not become another failure.
+    // A crash after a REJECTed connect: finding F1 (the kernel's identity record in the
+    // replay against the restored connector), fixed in the core's recovery.
     (1064, Profile::Sweep),
     (1957, Profile::Sweep),
     (2864, Profile::Sweep),
@@ -67,13 +67,14 @@ fn regression_seeds_pass() {
 }
 
 #[test]
-fn finding_f1_is_still_recognised() {
-    // When the core is fixed this run stops hitting F1: then drop the allowance in
-    // `check.rs` (`known_f1`) and this test together.
+fn finding_f1_stays_fixed() {
+    // F1's shortest schedule: a connect to a port nobody listens on (REJECT), then a crash.
+    // The replayed identity record now replaces the restored connector: no protocol
+    // violation (the kernel's "Invalid mapinfo number"), nothing excused.
     let s = Scenario::generate(2864, Profile::Sweep).keep(&[38, 56]);
     let out = run(&s);
     assert!(out.violations.is_empty(), "{:?}", out.violations);
-    assert_eq!(out.known.len(), 1, "{:?}", out.known);
+    assert!(out.known.is_empty(), "{:?}", out.known);
 }
 
 #[test]

@@ -13,6 +13,12 @@
 //!   `kernel.rs`).
 //! * **The re-reserved port must be the recorded one**: a shell that grants another port
 //!   gets it released and the record fails with CREATE_MAPPING_ERR, as a failed bind does.
+//! * **The kernel's record wins over a restored connector it contradicts.** A connect
+//!   whose QUERY failed (a peer's REJECT, or a daemon that died before answering) leaves
+//!   the kernel with the identity mapping (local -> local) while the state file saved our
+//!   connector (local -> a reserved port): the record replaces that mapping, as long as no
+//!   record has confirmed it, instead of being refused as a duplicate (which left the
+//!   kernel's ACK_NUM short). Found by `iwpm-sim` (finding F1 in `docs/simulator.md`).
 
 use std::time::Instant;
 
@@ -56,7 +62,24 @@ impl Core {
             self.record_failed(now, req, "local and mapped families differ");
             return;
         }
-        if let Some(id) = self.table.loose_local(&local.ep) {
+        let mut existing = self.table.loose_local(&local.ep);
+        if let Some(id) = existing {
+            let contradicted = self
+                .table
+                .get(id)
+                .is_some_and(|m| m.local_ep() == local.ep && m.mapped_ep() != mapped.ep);
+            if contradicted && self.unconfirmed_restored_connector(id) {
+                let was = self.table.get(id).map(|m| m.mapped_ep());
+                self.drop_restored(id, ports);
+                self.stats.mapinfo_replaced += 1;
+                let (l, m) = (local.ep, mapped.ep);
+                tracing::info!(
+                    "MAPINFO record {l} -> {m} replaces the restored connector mapping to {was:?}"
+                );
+                existing = None;
+            }
+        }
+        if let Some(id) = existing {
             let same = self
                 .table
                 .get(id)

@@ -275,6 +275,25 @@ impl Core {
         }
     }
 
+    /// Is `id` a connector restored from the state file that no replayed record has
+    /// confirmed yet? Such a mapping gives way to a conflicting record (the kernel's word).
+    pub(super) fn unconfirmed_restored_connector(&self, id: MappingId) -> bool {
+        self.restore
+            .pending
+            .get(&id)
+            .is_some_and(|r| r.connector && r.confirmed == 0)
+    }
+
+    /// Drops restored mapping `id` (all its references; its port is released through
+    /// `ports`) without waiting for the end of the replay.
+    pub(super) fn drop_restored(&mut self, id: MappingId, ports: &mut dyn PortReservations) {
+        self.restore.pending.remove(&id);
+        if let Some(m) = self.table.get_mut(id) {
+            m.refcount = 1;
+        }
+        self.unref_mapping(id, ports);
+    }
+
     /// Someone waits for a replay to end: restored mappings, or the shell.
     pub(super) fn restore_waiting(&self) -> bool {
         !self.restore.pending.is_empty() || (self.restore.watched && self.recovering())
