@@ -149,8 +149,12 @@ run1() {  # run1 NAME TIMEOUT SUITE [-e KEY=VAL]...
 }
 run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...  (guest test: $TEST2, else twovm)
   local name=$1 a=$2 b=$3 t0 rc; shift 3; t0=$(date +%s)
+  # One pair at a time on the host, whichever kernel runs it (RIG_JOBS=2): two pairs are
+  # four busy vCPUs on a 2-core host, and the two-VM suites judge connect times.
+  exec 7> /tmp/iwpm-rig-2vm-pairs.lock; flock -w 1800 7
   "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$a" -B iwpmd="$b" "$@" \
     ${TEST2:+"$TEST2"} > "$RES/console-$name.log" 2>&1
+  exec 7>&-
   grep -q "status" "$RES/console-$name.log" || true
   rc=$(sed -n "s/.*$name-A status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-A" "${rc:-125}" "$(( $(date +%s) - t0 ))"
   rc=$(sed -n "s/.*$name-B status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-B" "${rc:-125}" "$(( $(date +%s) - t0 ))"

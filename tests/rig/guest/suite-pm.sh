@@ -121,10 +121,18 @@ note "phase live: $(elapsed "$T_PH") s"
 T_PH=$(uptime_s)
 if [ "$ROLE" = server ]; then
   listen_snap /tmp/ls0
-  # (persistent, so that a second client finds it when rping lost the first connection)
-  rping -s -P -a "$IP" -p 7700 -C "$N" -v > "$OUT/rping-server.log" 2>&1 & sp=$!
+  # One server after the other until the client is done, so that a second client finds
+  # one when rping lost the first connection (each exits, its output flushed, after -C N)
+  : > "$OUT/rping-server.log"
+  rping_servers() {
+    while [ ! -e "$SYNC/rping.done" ]; do
+      rping -s -a "$IP" -p 7700 -C "$N" -v >> "$OUT/rping-server.log" 2>&1 & echo $! > /tmp/rping-s.pid
+      wait $!
+    done
+  }
+  rping_servers & sp=$!
   new_listen /tmp/ls0 > /dev/null; flag rping.listening; wait_flag rping.done 120; sleep 0.5
-  kill $sp 2>/dev/null; wait $sp 2>/dev/null; rc=$?
+  kill "$(cat /tmp/rping-s.pid)" 2>/dev/null; wait $sp 2>/dev/null; rc=$?
   l=$(grep -c '^server ping data' "$OUT/rping-server.log")
   check rping-server "rping server -C $N: $l ping lines (rc $rc)" test "$l" = "$N"
 else
