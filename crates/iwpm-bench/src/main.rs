@@ -96,6 +96,10 @@ fn run(cli: &Cli) -> Result<()> {
         println!("{}", serde_json::to_string(&levels)?);
         return Ok(());
     }
+    // A build of the daemon (announced) comes first, outside any namespace; the IPv6
+    // churn's child is told where the result is.
+    let daemon =
+        iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
     let progress = |what: &str| {
         if !cli.json && std::io::stderr().is_terminal() {
             eprintln!("iwpm-bench: {what}");
@@ -119,7 +123,7 @@ fn run(cli: &Cli) -> Result<()> {
     }
     if !cli.no_ipv6 {
         progress("churn, IPv6 (private namespace)");
-        match churn_v6(cli) {
+        match churn_v6(cli, &daemon) {
             Ok(levels) => bench.churn.extend(levels),
             Err(e) => bench.notes.push(format!("IPv6 churn skipped: {e:#}")),
         }
@@ -168,7 +172,7 @@ fn mode(cli: &Cli) -> PortMapMode {
 
 fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(bench)?);
+        println!("{}", iwpm_lab::json::to_string_rounded(bench)?);
     } else {
         print!("{}", bench.render());
     }
@@ -177,10 +181,10 @@ fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
 
 /// The IPv6 churn in a child process of ours (the namespace switch must happen while the
 /// process is single-threaded).
-fn churn_v6(cli: &Cli) -> Result<Vec<churn::ChurnLevel>> {
+fn churn_v6(cli: &Cli, daemon: &std::path::Path) -> Result<Vec<churn::ChurnLevel>> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
-    cmd.arg("--internal-churn-v6");
+    cmd.env("IWPMD_BIN", daemon).arg("--internal-churn-v6");
     cmd.arg(format!("--callers={}", cli.callers));
     if cli.quick {
         cmd.arg("--quick");

@@ -15,6 +15,7 @@
 
 pub mod daemon;
 pub mod dump;
+pub mod json;
 pub mod lab;
 pub mod locate;
 pub mod mismatch;

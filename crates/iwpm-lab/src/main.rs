@@ -149,6 +149,10 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     } else {
         Topology::Current
     };
+    // Before anything else: a build of the daemon (announced) must not count as set-up
+    // time, and must run outside the private namespace of --ipv6 (cargo may need the
+    // network to fetch the daemon's own crates, and the files it writes are ours).
+    iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
     let family = if cli.ipv6 { Family::V6 } else { Family::V4 };
     if family == Family::V6 && topology == Topology::Current {
         // Still single-threaded: the whole process can move to a private namespace.
@@ -239,7 +243,7 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     }
     drop(lab);
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", iwpm_lab::json::to_string_rounded(&report)?);
     } else {
         print!("{}", report.render());
     }
