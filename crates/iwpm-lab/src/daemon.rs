@@ -189,7 +189,7 @@ pub struct Daemon {
 }
 
 /// The text of a log line after its target (`... WARN iwpmd::dump: TEXT`).
-fn message_of(line: &str) -> &str {
+pub(crate) fn message_of(line: &str) -> &str {
     match line.find(": ") {
         Some(i) if line[..i].contains("iwpmd") => &line[i + 2..],
         _ => line,

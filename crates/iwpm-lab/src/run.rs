@@ -24,7 +24,9 @@ use iwpm_proto::peer::PeerMsgType;
 use crate::dump::{Dump, IoCounter};
 use crate::lab::{Family, Lab, LabError, RestartOutcome, Side, Topology};
 use crate::mismatch::{ConnProblem, ConnTag, Mismatch};
-use crate::report::{Connections, Latency, Mappings, Peer, Percentiles, Report, RunSettings};
+use crate::report::{
+    Connections, Latency, Mappings, Peer, Percentiles, Report, Resource, RunSettings, Shortage,
+};
 use crate::tap::TapRecords;
 use crate::workload::{connect_all, Accepted, Acceptor, ConnRecord, Progress, WorkloadConfig};
 
@@ -96,6 +98,15 @@ pub fn run(
     report.timings.teardown_s = t_teardown.elapsed().as_secs_f64();
 
     mismatches.extend(finish(lab, &mut report)?);
+    // A daemon that ran out of descriptors or ports explains the failures listed before.
+    mismatches.splice(
+        0..0,
+        report
+            .shortages
+            .iter()
+            .cloned()
+            .map(Mismatch::OutOfResources),
+    );
     let t = &mut report.timings;
     t.total_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
     t.connections_per_s = if t.connect_s > 0.0 {
@@ -567,7 +578,7 @@ fn check_left(host: &str, d: &Dump) -> Vec<Mismatch> {
 /// clean).
 fn finish(lab: &mut Lab, report: &mut Report) -> Result<Vec<Mismatch>, LabError> {
     let mut found = Vec::new();
-    report.peer = peer_counters(lab)?;
+    (report.peer, report.shortages) = peer_counters(lab)?;
     report.peer.stale_remote_info = lab.b.host.kernel_view().remote_info.len();
     for side in [&lab.a, &lab.b] {
         for v in side.host.violations() {
@@ -729,8 +740,9 @@ fn latency(lab: &Lab, records: &[ConnRecord], listen_addr: &SocketAddr) -> Laten
     }
 }
 
-/// Peer traffic of both daemons (killed ones included) and of the relays.
-fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
+/// Peer traffic of both daemons (killed ones included) and of the relays, and what the
+/// daemons ran out of.
+fn peer_counters(lab: &mut Lab) -> Result<(Peer, Vec<Shortage>), LabError> {
     let ka = lab.a.host.stats().kernel;
     let kb = lab.b.host.stats().kernel;
     let mut p = Peer {
@@ -738,8 +750,10 @@ fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
         remote_infos: kb.remote_info_received,
         ..Peer::default()
     };
+    let mut shortages = Vec::new();
     for side in lab.sides_mut() {
         let d = side.total_counters()?;
+        shortages.extend(shortages_of(side, &d));
         p.requests += d.core(Counter::PeerOut(PeerMsgType::Request));
         p.accepts += d.core(Counter::PeerOut(PeerMsgType::Accept));
         p.acks += d.core(Counter::PeerOut(PeerMsgType::Ack));
@@ -750,11 +764,39 @@ fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
             let st = r.stats();
             p.relay_seen += st.seen.iter().sum::<u64>();
             p.relay_dropped += st.dropped.iter().sum::<u64>();
+            p.relay_blocked += st.blocked;
             p.relay_extra_copies += st.duplicated + st.replayed;
             p.relay_reordered += st.reordered;
             p.relay_overtaken += st.overtaken;
             p.relay_spared += st.spared;
         }
     }
-    Ok(p)
+    Ok((p, shortages))
+}
+
+/// The daemon's refused reservations by resource (from its counters `d`, all incarnations),
+/// with the warning its current incarnation logged about each.
+fn shortages_of(side: &Side, d: &Dump) -> Vec<Shortage> {
+    [
+        (
+            Resource::FileDescriptors,
+            IoCounter::ReserveNoFd,
+            "out of file descriptors",
+        ),
+        (Resource::Ports, IoCounter::ReserveNoPort, "out of ports"),
+    ]
+    .into_iter()
+    .filter(|&(_, counter, _)| d.io(counter) > 0)
+    .map(|(resource, counter, needle)| Shortage {
+        host: side.name.clone(),
+        resource,
+        refused: d.io(counter),
+        logged: side.daemon.as_ref().and_then(|daemon| {
+            let log = daemon.log();
+            let i = log.wait_for(0, needle, Duration::ZERO)?;
+            let line = log.lines_from(i).into_iter().next()?;
+            Some(crate::daemon::message_of(&line).to_owned())
+        }),
+    })
+    .collect()
 }

@@ -125,3 +125,74 @@ fn bad_arguments_exit_2() {
     let out = lab(&["--no-such-flag"], Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Whether `tool` runs (`tool --version`).
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Step 11: a run whose daemon runs out of descriptors names that as the cause (first
+/// mismatch, a `cause` line, the daemon's own warning), instead of only the rejections it
+/// leads to. The lab runs under `prlimit --nofile=256` (and, as root, without
+/// CAP_SYS_RESOURCE, with which the daemon would raise its limit), so A's daemon, which
+/// holds a socket per connection, runs out after about 240 connections.
+#[test]
+fn descriptor_exhaustion_is_named_as_the_cause() {
+    if !have("prlimit") || !have("setpriv") {
+        eprintln!("skipped: prlimit and setpriv (util-linux) are needed");
+        return;
+    }
+    let out = Command::new("prlimit")
+        .args(["--nofile=256:256", "--", "setpriv"])
+        .args([
+            "--inh-caps=-sys_resource",
+            "--bounding-set=-sys_resource",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_iwpm-lab"))
+        .args(["--connections", "400", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running iwpm-lab under prlimit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let shortage = &r["shortages"][0];
+    assert_eq!(shortage["host"], "A", "{r}");
+    assert_eq!(shortage["resource"], "FileDescriptors", "{r}");
+    assert!(shortage["refused"].as_u64().unwrap() > 0, "{r}");
+    let logged = shortage["logged"].as_str().unwrap_or_default();
+    assert!(logged.contains("RLIMIT_NOFILE limit of 256"), "{r}");
+    let mismatches = r["mismatches"].as_array().unwrap();
+    let first = mismatches[0].as_str().unwrap();
+    assert!(
+        first.starts_with("host A: iwpmd ran out of file descriptors"),
+        "{first}"
+    );
+    assert!(
+        mismatches.iter().any(|m| m
+            .as_str()
+            .is_some_and(|m| m.contains("connections failed (first: #")
+                && m.contains("rejected: no listener at"))),
+        "{mismatches:?}"
+    );
+}
+
+/// Step 11: JSON floats carry no binary noise (`7.976782999999999`): at most six digits
+/// after the point (three, or three significant ones below 1).
+#[test]
+fn json_floats_are_rounded() {
+    let out = lab(&["--connections", "50", "--json"], Duration::from_secs(120));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let long = text
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|n| n.split_once('.'))
+        .find(|(_, frac)| frac.len() > 6);
+    assert_eq!(long, None, "{text}");
+}
