@@ -9,13 +9,13 @@ mod connect;
 mod procfs;
 mod report;
 
-use std::io::IsTerminal as _;
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use iwpm_kernel_emu::PortMapMode;
 use iwpm_lab::netns::{self, NetPlace};
+use iwpm_lab::progress::Status;
 use iwpm_lab::Family;
 
 use crate::report::{Bench, Scale};
@@ -87,6 +87,7 @@ fn run(cli: &Cli) -> Result<()> {
         iwpm_lab::lab::add_v6_loopback_addresses(&NetPlace::current())
             .context("adding the lab's IPv6 addresses")?;
         let levels = churn::run(
+            &Status::new("iwpm-bench", false),
             Family::V6,
             mode(cli),
             &scale.churn_levels,
@@ -100,14 +101,10 @@ fn run(cli: &Cli) -> Result<()> {
     // churn's child is told where the result is.
     let daemon =
         iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
-    let progress = |what: &str| {
-        if !cli.json && std::io::stderr().is_terminal() {
-            eprintln!("iwpm-bench: {what}");
-        }
-    };
+    let status = Status::new("iwpm-bench", !cli.json);
     let mut bench = Bench::new(&scale);
-    progress("churn, IPv4");
     bench.churn = churn::run(
+        &status,
         Family::V4,
         mode(cli),
         &scale.churn_levels,
@@ -122,28 +119,32 @@ fn run(cli: &Cli) -> Result<()> {
         );
     }
     if !cli.no_ipv6 {
-        progress("churn, IPv6 (private namespace)");
+        status.phase("churn, IPv6 (in a child process, in a private network namespace)");
         match churn_v6(cli, &daemon) {
             Ok(levels) => bench.churn.extend(levels),
             Err(e) => bench.notes.push(format!("IPv6 churn skipped: {e:#}")),
         }
     }
     if cli.churn_only {
+        status.finish();
         bench.finish();
         return print_bench(cli, &bench);
     }
-    progress("connects through two daemons");
     bench.connect.push(connect::run(
+        &status,
         "steady",
         scale.connections,
         scale.concurrency,
     )?);
-    progress("connect burst");
     bench
         .connect
-        .push(connect::run("burst", scale.burst, scale.burst)?);
-    progress("restart recovery");
+        .push(connect::run(&status, "burst", scale.burst, scale.burst)?);
+    status.phase(format!(
+        "restart recovery: {} mappings, SIGKILL, MAPINFO replay",
+        scale.restart_mappings
+    ));
     bench.restart = Some(connect::restart(scale.restart_mappings)?);
+    status.finish();
     bench.notes.push(format!(
         "restart recovery at {} mappings: Linux replays at most 20 MAPINFO datagrams \
          (about 230 mappings on x86-64) and aborts larger replays with -ENOMEM",

@@ -3,7 +3,6 @@
 //! consistent and no protocol violation was seen, 1 otherwise, 2 when the lab could not
 //! be set up.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,10 @@ use clap::Parser;
 use iwpm_kernel_emu::PortMapMode;
 use iwpm_lab::lab::add_v6_loopback_addresses;
 use iwpm_lab::netns::{self, NetPlace};
-use iwpm_lab::{run, Family, Lab, LabConfig, RelayConfig, RunOptions, Topology, WorkloadConfig};
+use iwpm_lab::progress::Status;
+use iwpm_lab::{
+    run, Family, Lab, LabConfig, Phase, RelayConfig, RunEvent, RunOptions, Topology, WorkloadConfig,
+};
 
 /// Exercise the real iwpmd end to end on two emulated iWARP hosts.
 ///
@@ -152,7 +154,9 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     // Before anything else: a build of the daemon (announced) must not count as set-up
     // time, and must run outside the private namespace of --ipv6 (cargo may need the
     // network to fetch the daemon's own crates, and the files it writes are ours).
+    // (cargo prints its own progress while it builds: the status line starts after it)
     iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
+    let status = Status::new("iwpm-lab", !cli.json);
     let family = if cli.ipv6 { Family::V6 } else { Family::V4 };
     if family == Family::V6 && topology == Topology::Current {
         // Still single-threaded: the whole process can move to a private namespace.
@@ -175,10 +179,10 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         .unwrap_or(if cli.loss > 0.0 { 256 } else { 64 });
     let daemon_config = iwpm_lab::lab::daemon_limits_for(concurrency);
     if let (Some(text), false) = (&daemon_config, cli.json) {
-        eprintln!(
+        status.println(&format!(
             "iwpm-lab: concurrency {concurrency} is above the daemons' defaults; their iwpmd.conf: {}",
             text.trim().replace('\n', ", ")
-        );
+        ));
     }
     let config = LabConfig {
         family,
@@ -207,6 +211,7 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         ..LabConfig::default()
     };
     let t0 = Instant::now();
+    status.phase("setting up: two emulated hosts, taps, relays, two iwpmd");
     let mut lab = Lab::start(config).context("setting up the lab")?;
     let setup = t0.elapsed();
     let opts = RunOptions {
@@ -218,29 +223,19 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         restart_daemon: cli.restart_daemon,
         ..RunOptions::default()
     };
-    let bar = (!cli.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(cli.connections as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
-    let report = run(&mut lab, &opts, setup, |p| {
-        if let Some(bar) = &bar {
-            bar.set_position(p.done as u64);
-            bar.set_message(format!(
-                "{} established, {} failed",
-                p.established, p.failed
-            ));
-        }
+    let report = run(&mut lab, &opts, setup, |event| match event {
+        RunEvent::Phase(Phase::Connecting { total }) => status.counted("connecting", total as u64),
+        RunEvent::Phase(phase) => status.phase(phase.to_string()),
+        RunEvent::Connections(p) => status.advance(
+            p.done as u64,
+            format!(
+                "{} established, {} failed, {} in flight",
+                p.established, p.failed, p.in_flight
+            ),
+        ),
     })
     .context("running the scenario")?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    status.finish();
     drop(lab);
     if cli.json {
         println!("{}", iwpm_lab::json::to_string_rounded(&report)?);

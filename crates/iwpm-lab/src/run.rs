@@ -54,11 +54,48 @@ impl Default for RunOptions {
     }
 }
 
+/// Where a run is, for a progress display.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEvent {
+    /// A phase begins.
+    Phase(Phase),
+    /// A connection attempt got its outcome (during [`Phase::Connecting`]).
+    Connections(Progress),
+}
+
+/// The phases of a run, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// A opens the connections (and B's daemon may be restarted); `Connections` events
+    /// follow.
+    Connecting {
+        /// Connections to open.
+        total: usize,
+    },
+    /// The cross-checks at the peak (waiting for passive ends and REMOTE_INFOs, dumps).
+    Checking,
+    /// Every id destroyed; waiting for the tables to empty.
+    TearingDown,
+    /// Counters read, daemons stopped with SIGTERM.
+    Stopping,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Connecting { .. } => "connecting",
+            Phase::Checking => "checking both hosts, both daemons and both kernels at the peak",
+            Phase::TearingDown => "tearing down, waiting for every table to empty",
+            Phase::Stopping => "reading the counters, stopping the daemons",
+        })
+    }
+}
+
 /// How long the tables may take to empty after teardown.
 const SETTLE: Duration = Duration::from_secs(10);
 
 /// Runs the scenario and stops the daemons. `setup` is how long building the lab took
-/// (reported); `progress` sees every connection outcome.
+/// (reported); `progress` sees each phase begin and every connection outcome.
 ///
 /// Phases: set-up (B listens), workload (A connects, B's daemon maybe restarted), the
 /// cross-checks at the peak, teardown with its checks, and the report. Every check returns
@@ -67,7 +104,7 @@ pub fn run(
     lab: &mut Lab,
     opts: &RunOptions,
     setup: Duration,
-    progress: impl FnMut(Progress),
+    mut progress: impl FnMut(RunEvent),
 ) -> Result<Report, LabError> {
     let t_start = Instant::now();
     let mut report = Report {
@@ -81,22 +118,30 @@ pub fn run(
     report.timings.setup_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
 
     let t_connect = Instant::now();
-    let (records, restart) = workload(lab, opts, listening.addr, progress);
+    progress(RunEvent::Phase(Phase::Connecting {
+        total: opts.workload.connections,
+    }));
+    let (records, restart) = workload(lab, opts, listening.addr, |p| {
+        progress(RunEvent::Connections(p));
+    });
     report.timings.connect_s = t_connect.elapsed().as_secs_f64();
     let (restart, found) = check_restart(opts.restart_daemon, restart);
     report.restart = restart;
     mismatches.extend(found);
 
+    progress(RunEvent::Phase(Phase::Checking));
     let peak = check_peak(lab, &listening, &records)?;
     mismatches.extend(peak.mismatches);
     report.connections = peak.connections;
     report.mappings = peak.mappings;
     report.latency = latency(lab, &records, &listening.addr);
 
+    progress(RunEvent::Phase(Phase::TearingDown));
     let t_teardown = Instant::now();
     mismatches.extend(teardown(lab, &records, listening, &mut report.mappings)?);
     report.timings.teardown_s = t_teardown.elapsed().as_secs_f64();
 
+    progress(RunEvent::Phase(Phase::Stopping));
     mismatches.extend(finish(lab, &mut report)?);
     // A daemon that ran out of descriptors or ports explains the failures listed before.
     mismatches.splice(

@@ -196,3 +196,43 @@ fn json_floats_are_rounded() {
         .find(|(_, frac)| frac.len() > 6);
     assert_eq!(long, None, "{text}");
 }
+
+/// Runs the binary with `args` on a pseudo-terminal (util-linux `script`); everything it
+/// wrote to the terminal.
+fn lab_on_a_terminal(args: &str) -> String {
+    let out = Command::new("script")
+        .args(["-qec"])
+        .arg(format!("{} {args}", env!("CARGO_BIN_EXE_iwpm-lab")))
+        .arg("/dev/null")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running script");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Step 11: a long run shows where it is on a terminal (a status line redrawn at least once
+/// a second, with the phase and a bar of the connections), and nothing of the kind when
+/// stderr is a pipe or with `--json`.
+#[test]
+fn progress_is_shown_on_a_terminal_only() {
+    if !have("script") {
+        eprintln!("skipped: script (util-linux) is needed for a pseudo-terminal");
+        return;
+    }
+    let tty = lab_on_a_terminal("--connections 200 --loss 30");
+    for needle in [
+        "iwpm-lab [",
+        "connecting",
+        "/200",
+        "checking both hosts",
+        "latency (ms)",
+    ] {
+        assert!(tty.contains(needle), "{needle:?} missing from:\n{tty}");
+    }
+    let json = lab_on_a_terminal("--connections 50 --json");
+    assert!(!json.contains("iwpm-lab ["), "{json}");
+    assert!(json.contains("\"ok\""), "{json}");
+    let piped = lab(&["--connections", "50"], Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(!stderr.contains("iwpm-lab ["), "{stderr}");
+}
