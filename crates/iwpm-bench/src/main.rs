@@ -50,6 +50,10 @@ struct Cli {
     /// caller).
     #[arg(long, default_value_t = churn::CONCURRENT_CALLERS, value_parser = callers_in_range)]
     callers: usize,
+    /// Also write the churn's daemon CPU per op against live mappings (one line per family
+    /// and number of callers, the syscall floor dashed) as an SVG chart to FILE.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
     /// Copy the daemons' logs to stderr.
     #[arg(long)]
     verbose: bool,
@@ -172,6 +176,10 @@ fn mode(cli: &Cli) -> PortMapMode {
 }
 
 fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
+    if let Some(path) = &cli.plot {
+        std::fs::write(path, report::churn_svg(bench))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if cli.json {
         println!("{}", iwpm_lab::json::to_string_rounded(bench)?);
     } else {

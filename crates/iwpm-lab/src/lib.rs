@@ -15,6 +15,7 @@
 
 pub mod daemon;
 pub mod dump;
+pub mod histogram;
 pub mod json;
 pub mod lab;
 pub mod locate;
@@ -24,6 +25,7 @@ pub mod progress;
 pub mod relay;
 pub mod report;
 pub mod run;
+pub mod svg;
 pub mod tap;
 pub mod workload;
 

@@ -110,6 +110,10 @@ struct Cli {
     #[arg(long, default_value_t = 0x1d5eed)]
     seed: u64,
 
+    /// Also write the connect-latency distribution as an SVG chart to FILE.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
+
     /// Copy the daemons' logs to stderr.
     #[arg(short, long)]
     verbose: bool,
@@ -237,6 +241,15 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     .context("running the scenario")?;
     status.finish();
     drop(lab);
+    if let Some(path) = &cli.plot {
+        let s = &report.settings;
+        let title = format!(
+            "iwpm-lab: connect latency, {} connections (concurrency {}), loss {} %",
+            report.connections.established, s.concurrency, s.loss_percent
+        );
+        let svg = iwpm_lab::svg::histogram(&title, &report.latency.connect_histogram);
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
     if cli.json {
         println!("{}", iwpm_lab::json::to_string_rounded(&report)?);
     } else {

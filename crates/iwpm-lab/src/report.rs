@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::histogram::Bucket;
 use crate::lab::RestartOutcome;
 use crate::mismatch::Mismatch;
 
@@ -232,6 +233,9 @@ pub struct Latency {
     pub kernel_and_fabric: Option<Percentiles>,
     /// B's listener ADD_MAPPING round trip (purely daemon-local), ms.
     pub listen_add_ms: Option<f64>,
+    /// The connect latencies in log-scale buckets (see [`crate::histogram`]), from the
+    /// first to the last non-empty one.
+    pub connect_histogram: Vec<Bucket>,
 }
 
 /// Wall-clock phases.
@@ -455,6 +459,14 @@ impl Report {
         }
         if let Some(add) = l.listen_add_ms {
             let _ = writeln!(o, "  listen (ADD_MAPPING round trip): {add:.3} ms");
+        }
+        if !l.connect_histogram.is_empty() {
+            let _ = writeln!(
+                o,
+                "connect latency distribution (log-scale buckets; steps 1 s apart are peer \
+                 retransmissions)"
+            );
+            o.push_str(&crate::histogram::render(&l.connect_histogram));
         }
         let t = &self.timings;
         let _ = writeln!(

@@ -777,6 +777,7 @@ fn latency(lab: &Lab, records: &[ConnRecord], listen_addr: &SocketAddr) -> Laten
         .and_then(|t| t.records().adds.get(listen_addr).copied())
         .and_then(|a| Some(a.answered?.saturating_duration_since(a.sent).as_secs_f64() * 1e3));
     Latency {
+        connect_histogram: crate::histogram::buckets(&total),
         connect: Percentiles::of(&total),
         daemon_local: Percentiles::of(&local),
         peer_exchange: Percentiles::of(&peer),

@@ -236,3 +236,56 @@ fn progress_is_shown_on_a_terminal_only() {
     let stderr = String::from_utf8_lossy(&piped.stderr);
     assert!(!stderr.contains("iwpm-lab ["), "{stderr}");
 }
+
+/// Step 11: the report shows the connect-latency distribution (a text histogram: under loss
+/// the 1 s retransmission steps), and `--plot` writes it as a well-formed SVG whose bars
+/// are the JSON's non-empty buckets.
+#[test]
+fn latency_histogram_and_plot() {
+    let dir = std::env::temp_dir().join(format!("iwpm-lab-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg_path = dir.join("latency.svg");
+    let plot = svg_path.to_str().unwrap();
+    let r = json(&[
+        "--connections",
+        "150",
+        "--loss",
+        "30",
+        "--json",
+        "--plot",
+        plot,
+    ]);
+    let buckets = r["latency"]["connect_histogram"].as_array().unwrap();
+    let nonempty: Vec<(f64, u64)> = buckets
+        .iter()
+        .map(|b| (b["lo_ms"].as_f64().unwrap(), b["count"].as_u64().unwrap()))
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    let total: u64 = nonempty.iter().map(|b| b.1).sum();
+    assert_eq!(total, r["connections"]["established"].as_u64().unwrap());
+    // 30 % loss: some connections needed a retransmission, 1 s later.
+    assert!(nonempty.iter().any(|&(lo, _)| lo >= 1000.0), "{buckets:?}");
+
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    let bars: Vec<(f64, u64)> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("bar"))
+        .map(|b| {
+            (
+                b.attribute("data-lo-ms").unwrap().parse().unwrap(),
+                b.attribute("data-count").unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(bars, nonempty);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let out = lab(&["--connections", "100"], Duration::from_secs(120));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("connect latency distribution (log-scale buckets"),
+        "{text}"
+    );
+    assert!(text.contains("(100.0 % up to here)"), "{text}");
+}
