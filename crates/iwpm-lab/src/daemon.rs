@@ -102,6 +102,8 @@ pub struct DaemonConfig {
     pub log_directives: Option<String>,
     /// `--config` file (`None`: a missing file, so the defaults).
     pub config_file: Option<PathBuf>,
+    /// `--control-socket` (for `iwpmctl --socket PATH`).
+    pub control_socket: PathBuf,
 }
 
 /// The daemon's stderr, line by line, shared with its reader thread.
@@ -212,6 +214,8 @@ impl Daemon {
                     .as_deref()
                     .unwrap_or(Path::new("/nonexistent/iwpmd.conf")),
             )
+            .arg("--control-socket")
+            .arg(&config.control_socket)
             .arg("--peer-port")
             .arg(config.peer_port.to_string());
         match config.bind {

@@ -680,6 +680,7 @@ fn build_side(
         place: place.clone(),
         echo: config.echo_daemon_logs,
         log_directives: config.daemon_log_directives.clone(),
+        control_socket: dir.join(format!("{lower}-control.sock")),
     };
     let mut side = Side {
         name: name.to_string(),

@@ -3,6 +3,7 @@
 //! consistent and no protocol violation was seen, 1 otherwise, 2 when the lab could not
 //! be set up.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,8 @@ use iwpm_lab::progress::Status;
 use iwpm_lab::{
     run, Family, Lab, LabConfig, Phase, RelayConfig, RunEvent, RunOptions, Topology, WorkloadConfig,
 };
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 /// Exercise the real iwpmd end to end on two emulated iWARP hosts.
 ///
@@ -113,6 +116,12 @@ struct Cli {
     /// Also write the connect-latency distribution as an SVG chart to FILE.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
+
+    /// Set up the lab and hold it instead of running connections: both daemons run over
+    /// their emulated kernels until Ctrl-C or SIGTERM; prints each daemon's pid, control
+    /// socket and a ready `iwpmctl --socket PATH status` line (see the lab's README).
+    #[arg(long, conflicts_with_all = ["json", "plot", "restart_daemon"])]
+    hold: bool,
 
     /// Copy the daemons' logs to stderr.
     #[arg(short, long)]
@@ -214,6 +223,10 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         daemon_config,
         ..LabConfig::default()
     };
+    if cli.hold {
+        drop(status);
+        return hold(config);
+    }
     let t0 = Instant::now();
     status.phase("setting up: two emulated hosts, taps, relays, two iwpmd");
     let mut lab = Lab::start(config).context("setting up the lab")?;
@@ -256,4 +269,74 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         print!("{}", report.render());
     }
     Ok(report.ok)
+}
+
+/// `--hold`: the lab set up, its daemons' handles printed, until SIGINT or SIGTERM; then
+/// both daemons are stopped with SIGTERM (their exit statuses printed) and everything is
+/// removed (scratch directory, namespaces).
+fn hold(config: LabConfig) -> anyhow::Result<bool> {
+    // Handlers (not a blocked mask, which the daemons would inherit) catch the signals
+    // from here on; the set-up below is then cleaned up whichever comes.
+    let mut signals = Signals::new([SIGINT, SIGTERM]).context("catching SIGINT/SIGTERM")?;
+    let mut lab = Lab::start(config).context("setting up the lab")?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "iwpm-lab: holding two iwpmd over emulated kernels (lab pid {}); Ctrl-C or SIGTERM \
+         stops them and cleans up",
+        std::process::id()
+    )?;
+    for side in [&lab.a, &lab.b] {
+        let Some(d) = &side.daemon else { continue };
+        let socket = d.config().control_socket.display().to_string();
+        let pid = d.pid();
+        writeln!(
+            out,
+            "host {}: {}, iwpmd pid {pid}, control socket {socket}",
+            side.name, side.addrs.public
+        )?;
+        writeln!(out, "  iwpmctl --socket {socket} status")?;
+        writeln!(
+            out,
+            "  kill -USR1 {pid}  (table dump: in its log, shown with --verbose); kill -TERM \
+             {pid} stops it"
+        )?;
+    }
+    if let Some(ns) = lab.a.place.name() {
+        writeln!(
+            out,
+            "namespaces: {ns}, {}",
+            lab.b.place.name().unwrap_or("?")
+        )?;
+    }
+    writeln!(out, "ready")?;
+    out.flush()?;
+    drop(out);
+    let signal = match signals.forever().next() {
+        Some(SIGINT) => "SIGINT",
+        _ => "SIGTERM",
+    };
+    let mut clean = true;
+    let mut exits = Vec::new();
+    for side in lab.sides_mut() {
+        match side.stop_daemon() {
+            Ok(Some(status)) => {
+                clean &= status.success();
+                exits.push(format!("{} {status}", side.name));
+            }
+            Ok(None) => exits.push(format!("{} already gone", side.name)),
+            Err(e) => {
+                clean = false;
+                exits.push(format!("{} {e}", side.name));
+            }
+        }
+    }
+    drop(lab);
+    // Whoever started us may be gone (a closed pipe): the clean-up is done either way.
+    let _ = writeln!(
+        std::io::stdout(),
+        "iwpm-lab: {signal}: daemons stopped ({}), lab removed",
+        exits.join(", ")
+    );
+    Ok(clean)
 }
