@@ -8,13 +8,15 @@
 //! hand; else `iwpmd` on `$PATH`.
 //!
 //! The build says so before it starts (`building iwpmd (release) …`) and how long it took.
-//! It selects the running package next to `iwpmd` (`cargo build -p iwpmd -p iwpm-lab --bin
-//! iwpmd`), so cargo resolves the dependencies' features as for the lab plus the daemon:
-//! since the lab asks for every feature the daemon uses of a shared dependency (see its
-//! Cargo.toml and `tests/build.rs`), that is exactly what the lab's own build resolved,
-//! and every shared dependency is reused; only the daemon's own crates are compiled. The
-//! same holds the other way round: after `cargo build --release -p iwpmd -p iwpm-lab`
-//! (both binaries in one build), `cargo run --release --bin iwpm-lab` compiles nothing.
+//! It is `cargo build --workspace --bin iwpmd`: cargo resolves every dependency's
+//! features over the packages a build selects, and `cargo run --bin iwpm-lab` (or
+//! `iwpm-bench`) in this virtual workspace, without `-p`, selects the whole workspace. So
+//! the daemon's build resolves each shared dependency as the lab's own build did and
+//! reuses it; only the daemon's own crates are compiled. (`cargo build -p iwpmd` would
+//! resolve rustix and nix with fewer features and compile them, and all above them,
+//! again.) The same holds the other way round: after `cargo build --release --workspace
+//! --bin iwpmd --bin iwpm-lab` (both binaries in one build), `cargo run --release --bin
+//! iwpm-lab` compiles nothing.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -76,8 +78,6 @@ struct Env {
     root: PathBuf,
     /// `$CARGO`, else `cargo`.
     cargo: OsString,
-    /// The package the running executable belongs to (built alongside, see module docs).
-    package: String,
     /// `$PATH`.
     path: Option<OsString>,
 }
@@ -85,32 +85,17 @@ struct Env {
 impl Env {
     fn from_process() -> Env {
         let root = workspace_root();
-        let exe = std::env::current_exe().ok();
         Env {
             iwpmd_bin: std::env::var_os("IWPMD_BIN").map(PathBuf::from),
-            profile_dir: exe.as_deref().and_then(profile_dir),
-            package: running_package(&root, exe.as_deref()),
+            profile_dir: std::env::current_exe()
+                .ok()
+                .as_deref()
+                .and_then(profile_dir),
             root,
             cargo: std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
             path: std::env::var_os("PATH"),
         }
     }
-}
-
-/// The workspace package of the running executable: `$CARGO_PKG_NAME` (set by `cargo run`
-/// and `cargo test`), else the executable's name (`target/release/iwpm-bench`), when that
-/// names a package of the workspace; else `iwpm-lab`.
-fn running_package(root: &Path, exe: Option<&Path>) -> String {
-    let is_member = |name: &str| root.join("crates").join(name).join("Cargo.toml").is_file();
-    let from_env = std::env::var("CARGO_PKG_NAME").ok();
-    let from_exe = exe
-        .and_then(Path::file_stem)
-        .map(|s| s.to_string_lossy().into_owned());
-    from_env
-        .into_iter()
-        .chain(from_exe)
-        .find(|n| n != "iwpmd" && is_member(n))
-        .unwrap_or_else(|| env!("CARGO_PKG_NAME").to_owned())
 }
 
 fn locate(env: &Env, announce: &dyn Fn(&str)) -> Result<PathBuf, LocateError> {
@@ -141,8 +126,8 @@ fn locate(env: &Env, announce: &dyn Fn(&str)) -> Result<PathBuf, LocateError> {
             let line = command_line(&cmd);
             announce(&format!(
                 "iwpm-lab: building iwpmd ({profile}), the daemon the lab runs: {} {why}; \
-                 running `{line}` (the lab's dependencies are reused, the daemon's own \
-                 crates are compiled)…",
+                 running `{line}` (what the lab's own build compiled is reused; the \
+                 daemon's own crates are compiled and linked)…",
                 candidate.display()
             ));
             let t0 = Instant::now();
@@ -179,9 +164,9 @@ fn profile_dir(exe: &Path) -> Option<(PathBuf, String)> {
     Some((dir, profile))
 }
 
-/// `cargo build [--release | --profile P] -p iwpmd -p PACKAGE --bin iwpmd --target-dir
-/// TARGET`, run in the workspace: the daemon lands next to the running executable, built
-/// with the dependencies' features resolved as for the running package (module docs).
+/// `cargo build [--release | --profile P] --workspace --bin iwpmd --target-dir TARGET`,
+/// run in the workspace: the daemon lands next to the running executable, built with the
+/// dependencies' features resolved as for `cargo run --bin iwpm-lab` (module docs).
 fn build_command(env: &Env, profile: &str, dir: &Path) -> Command {
     let mut cmd = Command::new(&env.cargo);
     cmd.current_dir(&env.root).arg("build");
@@ -194,7 +179,7 @@ fn build_command(env: &Env, profile: &str, dir: &Path) -> Command {
             cmd.args(["--profile", other]);
         }
     }
-    cmd.args(["-p", "iwpmd", "-p", &env.package, "--bin", "iwpmd"]);
+    cmd.args(["--workspace", "--bin", "iwpmd"]);
     if let Some(target) = dir.parent() {
         cmd.arg("--target-dir").arg(target);
     }
@@ -291,7 +276,6 @@ mod tests {
                 profile_dir: Some((profile_dir, profile.to_owned())),
                 root: ws,
                 cargo: cargo.into(),
-                package: "iwpm-bench".to_owned(),
                 path: None,
             };
             Fixture { dir, env }
@@ -319,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_daemon_is_built_with_the_running_package_and_announced() {
+    fn a_missing_daemon_is_built_for_the_workspace_and_announced() {
         let f = Fixture::new("missing", "release");
         let (found, said) = f.locate();
         let bin = f.env.root.join("target/release/iwpmd");
@@ -328,7 +312,7 @@ mod tests {
         assert_eq!(
             f.cargo_calls(),
             [format!(
-                "build --release -p iwpmd -p iwpm-bench --bin iwpmd --target-dir {}",
+                "build --release --workspace --bin iwpmd --target-dir {}",
                 target.display()
             )]
         );
@@ -364,7 +348,7 @@ mod tests {
         let calls = f.cargo_calls();
         assert_eq!(calls.len(), 1);
         assert!(
-            calls[0].starts_with("build -p iwpmd -p iwpm-bench --bin iwpmd --target-dir "),
+            calls[0].starts_with("build --workspace --bin iwpmd --target-dir "),
             "{calls:?}"
         );
         assert!(said[0].contains("building iwpmd (debug)"), "{said:?}");
