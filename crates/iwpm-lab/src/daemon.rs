@@ -102,8 +102,18 @@ pub struct DaemonConfig {
     pub log_directives: Option<String>,
     /// `--config` file (`None`: a missing file, so the defaults).
     pub config_file: Option<PathBuf>,
-    /// `--control-socket` (for `iwpmctl --socket PATH`).
+    /// Where its control socket is (for `iwpmctl --socket PATH`): the daemon's default
+    /// with `--kernel unix:PATH`, `PATH.control` (see [`control_socket_beside`]).
     pub control_socket: PathBuf,
+}
+
+/// The control socket `iwpmd --kernel unix:KERNEL` opens when given none: `KERNEL.control`,
+/// beside the emulator's socket (`iwpm_control::socket_beside`, which the lab cannot
+/// import without a dependency cycle; `tests/hold.rs` talks to the daemon through it).
+pub fn control_socket_beside(kernel: &Path) -> PathBuf {
+    let mut s = kernel.as_os_str().to_owned();
+    s.push(".control");
+    PathBuf::from(s)
 }
 
 /// The daemon's stderr, line by line, shared with its reader thread.
@@ -214,8 +224,6 @@ impl Daemon {
                     .as_deref()
                     .unwrap_or(Path::new("/nonexistent/iwpmd.conf")),
             )
-            .arg("--control-socket")
-            .arg(&config.control_socket)
             .arg("--peer-port")
             .arg(config.peer_port.to_string());
         match config.bind {

@@ -661,15 +661,17 @@ fn build_side(
         }
         None => None,
     };
+    let kernel = tap
+        .as_ref()
+        .map_or(host.kernel_socket_path().to_path_buf(), |t| {
+            t.path().to_path_buf()
+        });
     let daemon_config = DaemonConfig {
         config_file,
+        control_socket: crate::daemon::control_socket_beside(&kernel),
         host: name.to_string(),
         binary: binary.to_path_buf(),
-        kernel: tap
-            .as_ref()
-            .map_or(host.kernel_socket_path().to_path_buf(), |t| {
-                t.path().to_path_buf()
-            }),
+        kernel,
         peer_port: port,
         bind: if relay.is_some() {
             addrs.backstage
@@ -680,7 +682,6 @@ fn build_side(
         place: place.clone(),
         echo: config.echo_daemon_logs,
         log_directives: config.daemon_log_directives.clone(),
-        control_socket: dir.join(format!("{lower}-control.sock")),
     };
     let mut side = Side {
         name: name.to_string(),
