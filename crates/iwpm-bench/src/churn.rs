@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use iwpm_kernel_emu::{AcceptMode, Listener, PortMapMode};
+use iwpm_lab::progress::Status;
 use iwpm_lab::{Family, Lab, LabConfig};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -77,6 +78,7 @@ pub struct ChurnLevel {
 /// Runs the levels in increasing order on one pair of daemons; each level once per entry
 /// of `callers`.
 pub fn run(
+    status: &Status,
     family: Family,
     mode: PortMapMode,
     levels: &[usize],
@@ -99,8 +101,16 @@ pub fn run(
     let rss0 = procfs::rss_bytes(pid).unwrap_or(0);
     let mut live: Vec<Listener> = Vec::new();
     let mut out = Vec::new();
+    let fam = family_name(family);
     for &level in levels {
+        status.counted(
+            &format!("churn {fam}: adding live listeners up to {level}"),
+            level as u64,
+        );
         while live.len() < level {
+            if live.len() % 100 == 0 {
+                status.advance(live.len() as u64, "");
+            }
             let port = u16::try_from(LIVE_BASE_PORT + live.len() as u32)
                 .context("too many live listeners for one IP")?;
             let l = side
@@ -119,7 +129,11 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(100));
         let rss = procfs::rss_bytes(pid).unwrap_or(0);
         for &n in callers {
-            let mut level_out = measure(&lab, pid, family, ip, ops, n)?;
+            status.counted(
+                &format!("churn {fam}: {level} live, {n} caller(s), ops"),
+                ops as u64,
+            );
+            let mut level_out = measure(&lab, pid, family, ip, ops, n, status)?;
             level_out.live = level;
             level_out.rss_bytes = rss;
             level_out.bytes_per_mapping = rss.saturating_sub(rss0) as f64 / level.max(1) as f64;
@@ -140,6 +154,7 @@ fn measure(
     ip: IpAddr,
     ops: usize,
     callers: usize,
+    status: &Status,
 ) -> Result<ChurnLevel> {
     let addr = SocketAddr::new(ip, CHURN_PORT);
     // The daemon reserves the churned listener's port on its IP; so does the floor.
@@ -171,6 +186,7 @@ fn measure(
             ops: n,
         });
         done += n;
+        status.advance(done as u64, "");
     }
     let median_of = |f: &dyn Fn(&Batch) -> f64| median(batches.iter().map(f).collect());
     let mean_of = |f: &dyn Fn(&Batch) -> f64| {

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use iwpm_kernel_emu::AcceptMode;
+use iwpm_lab::progress::Status;
 use iwpm_lab::report::Percentiles;
-use iwpm_lab::{Lab, LabConfig, RunOptions, WorkloadConfig};
+use iwpm_lab::{Lab, LabConfig, Phase, RunEvent, RunOptions, WorkloadConfig};
 use serde::Serialize;
 
 /// One connect scenario.
@@ -36,10 +37,12 @@ pub struct ConnectResult {
 
 /// Opens `connections` from A to B, `concurrency` at a time.
 pub fn run(
+    status: &Status,
     scenario: &'static str,
     connections: usize,
     concurrency: usize,
 ) -> Result<ConnectResult> {
+    status.phase(format!("connects ({scenario}): setting up the lab"));
     let t0 = Instant::now();
     let mut lab = Lab::start(LabConfig {
         daemon_config: iwpm_lab::lab::daemon_limits_for(concurrency),
@@ -54,7 +57,14 @@ pub fn run(
         },
         ..RunOptions::default()
     };
-    let report = iwpm_lab::run(&mut lab, &opts, t0.elapsed(), |_| {}).context("running")?;
+    let report = iwpm_lab::run(&mut lab, &opts, t0.elapsed(), |event| match event {
+        RunEvent::Phase(Phase::Connecting { total }) => {
+            status.counted(&format!("connects ({scenario})"), total as u64);
+        }
+        RunEvent::Phase(phase) => status.phase(format!("connects ({scenario}): {phase}")),
+        RunEvent::Connections(p) => status.advance(p.done as u64, format!("{} failed", p.failed)),
+    })
+    .context("running")?;
     Ok(ConnectResult {
         scenario,
         connections,

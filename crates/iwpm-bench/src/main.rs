@@ -9,13 +9,13 @@ mod connect;
 mod procfs;
 mod report;
 
-use std::io::IsTerminal as _;
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use iwpm_kernel_emu::PortMapMode;
 use iwpm_lab::netns::{self, NetPlace};
+use iwpm_lab::progress::Status;
 use iwpm_lab::Family;
 
 use crate::report::{Bench, Scale};
@@ -50,6 +50,10 @@ struct Cli {
     /// caller).
     #[arg(long, default_value_t = churn::CONCURRENT_CALLERS, value_parser = callers_in_range)]
     callers: usize,
+    /// Also write the churn's daemon CPU per op against live mappings (one line per family
+    /// and number of callers, the syscall floor dashed) as an SVG chart to FILE.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
     /// Copy the daemons' logs to stderr.
     #[arg(long)]
     verbose: bool,
@@ -87,6 +91,7 @@ fn run(cli: &Cli) -> Result<()> {
         iwpm_lab::lab::add_v6_loopback_addresses(&NetPlace::current())
             .context("adding the lab's IPv6 addresses")?;
         let levels = churn::run(
+            &Status::new("iwpm-bench", false),
             Family::V6,
             mode(cli),
             &scale.churn_levels,
@@ -96,14 +101,14 @@ fn run(cli: &Cli) -> Result<()> {
         println!("{}", serde_json::to_string(&levels)?);
         return Ok(());
     }
-    let progress = |what: &str| {
-        if !cli.json && std::io::stderr().is_terminal() {
-            eprintln!("iwpm-bench: {what}");
-        }
-    };
+    // A build of the daemon (announced) comes first, outside any namespace; the IPv6
+    // churn's child is told where the result is.
+    let daemon =
+        iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
+    let status = Status::new("iwpm-bench", !cli.json);
     let mut bench = Bench::new(&scale);
-    progress("churn, IPv4");
     bench.churn = churn::run(
+        &status,
         Family::V4,
         mode(cli),
         &scale.churn_levels,
@@ -118,28 +123,32 @@ fn run(cli: &Cli) -> Result<()> {
         );
     }
     if !cli.no_ipv6 {
-        progress("churn, IPv6 (private namespace)");
-        match churn_v6(cli) {
+        status.phase("churn, IPv6 (in a child process, in a private network namespace)");
+        match churn_v6(cli, &daemon) {
             Ok(levels) => bench.churn.extend(levels),
             Err(e) => bench.notes.push(format!("IPv6 churn skipped: {e:#}")),
         }
     }
     if cli.churn_only {
+        status.finish();
         bench.finish();
         return print_bench(cli, &bench);
     }
-    progress("connects through two daemons");
     bench.connect.push(connect::run(
+        &status,
         "steady",
         scale.connections,
         scale.concurrency,
     )?);
-    progress("connect burst");
     bench
         .connect
-        .push(connect::run("burst", scale.burst, scale.burst)?);
-    progress("restart recovery");
+        .push(connect::run(&status, "burst", scale.burst, scale.burst)?);
+    status.phase(format!(
+        "restart recovery: {} mappings, SIGKILL, MAPINFO replay",
+        scale.restart_mappings
+    ));
     bench.restart = Some(connect::restart(scale.restart_mappings)?);
+    status.finish();
     bench.notes.push(format!(
         "restart recovery at {} mappings: Linux replays at most 20 MAPINFO datagrams \
          (about 230 mappings on x86-64) and aborts larger replays with -ENOMEM",
@@ -167,8 +176,12 @@ fn mode(cli: &Cli) -> PortMapMode {
 }
 
 fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
+    if let Some(path) = &cli.plot {
+        std::fs::write(path, report::churn_svg(bench))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(bench)?);
+        println!("{}", iwpm_lab::json::to_string_rounded(bench)?);
     } else {
         print!("{}", bench.render());
     }
@@ -177,10 +190,10 @@ fn print_bench(cli: &Cli, bench: &Bench) -> Result<()> {
 
 /// The IPv6 churn in a child process of ours (the namespace switch must happen while the
 /// process is single-threaded).
-fn churn_v6(cli: &Cli) -> Result<Vec<churn::ChurnLevel>> {
+fn churn_v6(cli: &Cli, daemon: &std::path::Path) -> Result<Vec<churn::ChurnLevel>> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
-    cmd.arg("--internal-churn-v6");
+    cmd.env("IWPMD_BIN", daemon).arg("--internal-churn-v6");
     cmd.arg(format!("--callers={}", cli.callers));
     if cli.quick {
         cmd.arg("--quick");

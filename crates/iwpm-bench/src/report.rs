@@ -311,6 +311,48 @@ impl Bench {
     }
 }
 
+/// The churn as a chart: the daemon's CPU µs per op against live mappings, one line per
+/// family and number of callers, and the syscall floor of each family (one caller) dashed.
+pub fn churn_svg(bench: &Bench) -> String {
+    let mut series: Vec<iwpm_lab::svg::Series> = Vec::new();
+    let mut add = |name: String, dashed: bool, point: (f64, f64)| match series
+        .iter_mut()
+        .find(|s| s.name == name)
+    {
+        Some(s) => s.points.push(point),
+        None => series.push(iwpm_lab::svg::Series {
+            name,
+            points: vec![point],
+            dashed,
+        }),
+    };
+    for c in &bench.churn {
+        let who = if c.callers == 1 {
+            "1 caller".to_owned()
+        } else {
+            format!("{} callers", c.callers)
+        };
+        add(
+            format!("{}, {who}: daemon", c.family),
+            false,
+            (c.live as f64, c.daemon_cpu_us),
+        );
+        if c.callers == 1 {
+            add(
+                format!("{}: syscall floor", c.family),
+                true,
+                (c.live as f64, c.floor_cpu_us),
+            );
+        }
+    }
+    iwpm_lab::svg::lines(
+        "iwpm-bench: churn (ADD + REMOVE) against live mappings",
+        "live mappings (log scale)",
+        "CPU µs per op (median over batches)",
+        &series,
+    )
+}
+
 fn target(name: String, value: f64, goal: &str, met: bool) -> Target {
     Target {
         name,
@@ -335,6 +377,80 @@ mod tests {
         let roomy = Scale::new(false, Some(1 << 20), false);
         assert_eq!(roomy.churn_levels, [100, 1000, 10_000, 25_000]);
         assert_eq!(roomy.capped.len(), 1);
+    }
+
+    fn level(family: &str, live: usize, callers: usize, cpu: f64, floor: f64) -> ChurnLevel {
+        ChurnLevel {
+            family: family.into(),
+            live,
+            callers,
+            ops: 300,
+            op_us: 0.0,
+            ops_per_s: 0.0,
+            daemon_cpu_us: cpu,
+            floor_us: 0.0,
+            floor_cpu_us: floor,
+            wall_ratio: 0.0,
+            cpu_ratio: 0.0,
+            daemon_cpu_us_mean: 0.0,
+            floor_cpu_us_mean: 0.0,
+            rss_bytes: 0,
+            bytes_per_mapping: 0.0,
+        }
+    }
+
+    /// `--plot`: well-formed SVG with one line per family and callers, the floor dashed,
+    /// every level a point with its value.
+    #[test]
+    fn churn_chart_has_every_series_and_point() {
+        let mut bench = Bench::new(&Scale::new(true, None, false));
+        bench.churn = vec![
+            level("ipv4", 100, 1, 12.0, 3.0),
+            level("ipv4", 100, 8, 5.0, 3.0),
+            level("ipv4", 1000, 1, 12.5, 3.1),
+            level("ipv4", 1000, 8, 5.5, 3.1),
+        ];
+        let svg = churn_svg(&bench);
+        let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+        type Drawn = (String, Vec<(f64, f64)>, bool);
+        let series: Vec<Drawn> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("series"))
+            .map(|g| {
+                let points = g
+                    .descendants()
+                    .filter(|p| p.attribute("class") == Some("point"))
+                    .map(|p| {
+                        let v = |a| p.attribute(a).unwrap().parse::<f64>().unwrap();
+                        (v("data-x"), v("data-y"))
+                    })
+                    .collect();
+                let dashed = g
+                    .descendants()
+                    .any(|n| n.attribute("stroke-dasharray").is_some());
+                (g.attribute("data-name").unwrap().to_owned(), points, dashed)
+            })
+            .collect();
+        assert_eq!(
+            series,
+            [
+                (
+                    "ipv4, 1 caller: daemon".to_owned(),
+                    vec![(100.0, 12.0), (1000.0, 12.5)],
+                    false
+                ),
+                (
+                    "ipv4: syscall floor".to_owned(),
+                    vec![(100.0, 3.0), (1000.0, 3.1)],
+                    true
+                ),
+                (
+                    "ipv4, 8 callers: daemon".to_owned(),
+                    vec![(100.0, 5.0), (1000.0, 5.5)],
+                    false
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -102,6 +102,18 @@ pub struct DaemonConfig {
     pub log_directives: Option<String>,
     /// `--config` file (`None`: `--config none`, the defaults).
     pub config_file: Option<PathBuf>,
+    /// Where its control socket is (for `iwpmctl --socket PATH`): the daemon's default
+    /// with `--kernel unix:PATH`, `PATH.control` (see [`control_socket_beside`]).
+    pub control_socket: PathBuf,
+}
+
+/// The control socket `iwpmd --kernel unix:KERNEL` opens when given none: `KERNEL.control`,
+/// beside the emulator's socket (`iwpm_control::socket_beside`, which the lab cannot
+/// import without a dependency cycle; `tests/hold.rs` talks to the daemon through it).
+pub fn control_socket_beside(kernel: &Path) -> PathBuf {
+    let mut s = kernel.as_os_str().to_owned();
+    s.push(".control");
+    PathBuf::from(s)
 }
 
 /// The daemon's stderr, line by line, shared with its reader thread.
@@ -189,7 +201,7 @@ pub struct Daemon {
 }
 
 /// The text of a log line after its target (`... WARN iwpmd::dump: TEXT`).
-fn message_of(line: &str) -> &str {
+pub(crate) fn message_of(line: &str) -> &str {
     match line.find(": ") {
         Some(i) if line[..i].contains("iwpmd") => &line[i + 2..],
         _ => line,

@@ -661,15 +661,17 @@ fn build_side(
         }
         None => None,
     };
+    let kernel = tap
+        .as_ref()
+        .map_or(host.kernel_socket_path().to_path_buf(), |t| {
+            t.path().to_path_buf()
+        });
     let daemon_config = DaemonConfig {
         config_file,
+        control_socket: crate::daemon::control_socket_beside(&kernel),
         host: name.to_string(),
         binary: binary.to_path_buf(),
-        kernel: tap
-            .as_ref()
-            .map_or(host.kernel_socket_path().to_path_buf(), |t| {
-                t.path().to_path_buf()
-            }),
+        kernel,
         peer_port: port,
         bind: if relay.is_some() {
             addrs.backstage

@@ -15,18 +15,22 @@
 
 pub mod daemon;
 pub mod dump;
+pub mod histogram;
+pub mod json;
 pub mod lab;
 pub mod locate;
 pub mod mismatch;
 pub mod netns;
+pub mod progress;
 pub mod relay;
 pub mod report;
 pub mod run;
+pub mod svg;
 pub mod tap;
 pub mod workload;
 
 pub use lab::{Family, Lab, LabConfig, LabError, Side, Topology};
 pub use relay::RelayConfig;
 pub use report::Report;
-pub use run::{run, RunOptions};
+pub use run::{run, Phase, RunEvent, RunOptions};
 pub use workload::WorkloadConfig;

@@ -3,7 +3,7 @@
 //! consistent and no protocol violation was seen, 1 otherwise, 2 when the lab could not
 //! be set up.
 
-use std::io::IsTerminal;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,12 @@ use clap::Parser;
 use iwpm_kernel_emu::PortMapMode;
 use iwpm_lab::lab::add_v6_loopback_addresses;
 use iwpm_lab::netns::{self, NetPlace};
-use iwpm_lab::{run, Family, Lab, LabConfig, RelayConfig, RunOptions, Topology, WorkloadConfig};
+use iwpm_lab::progress::Status;
+use iwpm_lab::{
+    run, Family, Lab, LabConfig, Phase, RelayConfig, RunEvent, RunOptions, Topology, WorkloadConfig,
+};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 /// Exercise the real iwpmd end to end on two emulated iWARP hosts.
 ///
@@ -108,6 +113,16 @@ struct Cli {
     #[arg(long, default_value_t = 0x1d5eed)]
     seed: u64,
 
+    /// Also write the connect-latency distribution as an SVG chart to FILE.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
+
+    /// Set up the lab and hold it instead of running connections: both daemons run over
+    /// their emulated kernels until Ctrl-C or SIGTERM; prints each daemon's pid, control
+    /// socket and a ready `iwpmctl --socket PATH status` line (see the lab's README).
+    #[arg(long, conflicts_with_all = ["json", "plot", "restart_daemon"])]
+    hold: bool,
+
     /// Copy the daemons' logs to stderr.
     #[arg(short, long)]
     verbose: bool,
@@ -149,6 +164,12 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     } else {
         Topology::Current
     };
+    // Before anything else: a build of the daemon (announced) must not count as set-up
+    // time, and must run outside the private namespace of --ipv6 (cargo may need the
+    // network to fetch the daemon's own crates, and the files it writes are ours).
+    // (cargo prints its own progress while it builds: the status line starts after it)
+    iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
+    let status = Status::new("iwpm-lab", !cli.json);
     let family = if cli.ipv6 { Family::V6 } else { Family::V4 };
     if family == Family::V6 && topology == Topology::Current {
         // Still single-threaded: the whole process can move to a private namespace.
@@ -171,10 +192,10 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         .unwrap_or(if cli.loss > 0.0 { 256 } else { 64 });
     let daemon_config = iwpm_lab::lab::daemon_limits_for(concurrency);
     if let (Some(text), false) = (&daemon_config, cli.json) {
-        eprintln!(
+        status.println(&format!(
             "iwpm-lab: concurrency {concurrency} is above the daemons' defaults; their iwpmd.conf: {}",
             text.trim().replace('\n', ", ")
-        );
+        ));
     }
     let config = LabConfig {
         family,
@@ -202,7 +223,12 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         daemon_config,
         ..LabConfig::default()
     };
+    if cli.hold {
+        drop(status);
+        return hold(config);
+    }
     let t0 = Instant::now();
+    status.phase("setting up: two emulated hosts, taps, relays, two iwpmd");
     let mut lab = Lab::start(config).context("setting up the lab")?;
     let setup = t0.elapsed();
     let opts = RunOptions {
@@ -214,34 +240,103 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         restart_daemon: cli.restart_daemon,
         ..RunOptions::default()
     };
-    let bar = (!cli.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(cli.connections as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
-    let report = run(&mut lab, &opts, setup, |p| {
-        if let Some(bar) = &bar {
-            bar.set_position(p.done as u64);
-            bar.set_message(format!(
-                "{} established, {} failed",
-                p.established, p.failed
-            ));
-        }
+    let report = run(&mut lab, &opts, setup, |event| match event {
+        RunEvent::Phase(Phase::Connecting { total }) => status.counted("connecting", total as u64),
+        RunEvent::Phase(phase) => status.phase(phase.to_string()),
+        RunEvent::Connections(p) => status.advance(
+            p.done as u64,
+            format!(
+                "{} established, {} failed, {} in flight",
+                p.established, p.failed, p.in_flight
+            ),
+        ),
     })
     .context("running the scenario")?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    status.finish();
     drop(lab);
+    if let Some(path) = &cli.plot {
+        let s = &report.settings;
+        let title = format!(
+            "iwpm-lab: connect latency, {} connections (concurrency {}), loss {} %",
+            report.connections.established, s.concurrency, s.loss_percent
+        );
+        let svg = iwpm_lab::svg::histogram(&title, &report.latency.connect_histogram);
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", iwpm_lab::json::to_string_rounded(&report)?);
     } else {
         print!("{}", report.render());
     }
     Ok(report.ok)
+}
+
+/// `--hold`: the lab set up, its daemons' handles printed, until SIGINT or SIGTERM; then
+/// both daemons are stopped with SIGTERM (their exit statuses printed) and everything is
+/// removed (scratch directory, namespaces).
+fn hold(config: LabConfig) -> anyhow::Result<bool> {
+    // Handlers (not a blocked mask, which the daemons would inherit) catch the signals
+    // from here on; the set-up below is then cleaned up whichever comes.
+    let mut signals = Signals::new([SIGINT, SIGTERM]).context("catching SIGINT/SIGTERM")?;
+    let mut lab = Lab::start(config).context("setting up the lab")?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "iwpm-lab: holding two iwpmd over emulated kernels (lab pid {}); Ctrl-C or SIGTERM \
+         stops them and cleans up",
+        std::process::id()
+    )?;
+    for side in [&lab.a, &lab.b] {
+        let Some(d) = &side.daemon else { continue };
+        let socket = d.config().control_socket.display().to_string();
+        let pid = d.pid();
+        writeln!(
+            out,
+            "host {}: {}, iwpmd pid {pid}, control socket {socket}",
+            side.name, side.addrs.public
+        )?;
+        writeln!(out, "  iwpmctl --socket {socket} status")?;
+        writeln!(
+            out,
+            "  kill -USR1 {pid}  (table dump: in its log, shown with --verbose); kill -TERM \
+             {pid} stops it"
+        )?;
+    }
+    if let Some(ns) = lab.a.place.name() {
+        writeln!(
+            out,
+            "namespaces: {ns}, {}",
+            lab.b.place.name().unwrap_or("?")
+        )?;
+    }
+    writeln!(out, "ready")?;
+    out.flush()?;
+    drop(out);
+    let signal = match signals.forever().next() {
+        Some(SIGINT) => "SIGINT",
+        _ => "SIGTERM",
+    };
+    let mut clean = true;
+    let mut exits = Vec::new();
+    for side in lab.sides_mut() {
+        match side.stop_daemon() {
+            Ok(Some(status)) => {
+                clean &= status.success();
+                exits.push(format!("{} {status}", side.name));
+            }
+            Ok(None) => exits.push(format!("{} already gone", side.name)),
+            Err(e) => {
+                clean = false;
+                exits.push(format!("{} {e}", side.name));
+            }
+        }
+    }
+    drop(lab);
+    // Whoever started us may be gone (a closed pipe): the clean-up is done either way.
+    let _ = writeln!(
+        std::io::stdout(),
+        "iwpm-lab: {signal}: daemons stopped ({}), lab removed",
+        exits.join(", ")
+    );
+    Ok(clean)
 }

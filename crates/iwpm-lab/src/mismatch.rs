@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use iwpm_kernel_emu::MapOutcome;
 use serde::{Serialize, Serializer};
 
+use crate::report::Shortage;
 use crate::workload::ConnFailure;
 
 /// One disagreement between what should hold and what did.
@@ -132,6 +133,9 @@ pub enum Mismatch {
         /// Connecting exchanges in flight.
         connecting: u64,
     },
+    /// A daemon ran out of descriptors or ports, so mappings were refused: named first,
+    /// as it explains the failed connections that follow from it.
+    OutOfResources(Shortage),
     /// A daemon did not exit cleanly on SIGTERM.
     DaemonExit {
         /// "A" or "B".
@@ -324,7 +328,7 @@ impl fmt::Display for Mismatch {
                 first,
             } => write!(
                 f,
-                "{failed} of {attempted} connections failed (first: #{first_index} {first:?})"
+                "{failed} of {attempted} connections failed (first: #{first_index} {first})"
             ),
             Mismatch::Connection { conn, problem } => write!(f, "{conn}: {problem}"),
             Mismatch::KernelUnmapped { count } => write!(
@@ -351,6 +355,7 @@ impl fmt::Display for Mismatch {
                 f,
                 "host {host}: {connecting} connecting exchanges still in flight after teardown"
             ),
+            Mismatch::OutOfResources(s) => s.fmt(f),
             Mismatch::DaemonExit { host, status } => {
                 write!(f, "host {host}: iwpmd exited with {status} after SIGTERM")
             }

@@ -97,6 +97,8 @@ pub struct RelayStats {
     pub seen: [u64; 4],
     /// Datagrams dropped (loss or block).
     pub dropped: [u64; 4],
+    /// Of `dropped`, those dropped by `block` (the lab holding traffic, not loss).
+    pub blocked: u64,
     /// Datagrams forwarded (copies included).
     pub delivered: [u64; 4],
     /// Extra copies sent by `duplicate`.
@@ -566,7 +568,9 @@ impl Worker {
         }
         if blocked || lost {
             if let Some(c) = code {
-                self.stats().dropped[usize::from(c)] += 1;
+                let mut st = self.stats();
+                st.dropped[usize::from(c)] += 1;
+                st.blocked += u64::from(blocked);
             }
             return;
         }

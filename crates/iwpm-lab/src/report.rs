@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::histogram::Bucket;
 use crate::lab::RestartOutcome;
 use crate::mismatch::Mismatch;
 
@@ -146,8 +147,12 @@ pub struct Peer {
     pub duplicates: u64,
     /// Datagrams the relays saw.
     pub relay_seen: u64,
-    /// Datagrams the relays dropped.
+    /// Datagrams the relays dropped (for `--loss`, or held by the lab).
     pub relay_dropped: u64,
+    /// Of `relay_dropped`, those the lab held back on purpose: B's relay drops all peer
+    /// traffic from just before the last dump of B's daemon until it is killed
+    /// (`--restart-daemon`), so that dump's counters are its last.
+    pub relay_blocked: u64,
     /// Extra copies the relays sent.
     pub relay_extra_copies: u64,
     /// Copies the relays held back to reorder them.
@@ -160,6 +165,57 @@ pub struct Peer {
     /// REMOTE_INFO entries B's kernel still holds after teardown (a REQUEST answered
     /// twice, e.g. across a daemon restart, leaves one the kernel never consumes).
     pub stale_remote_info: usize,
+}
+
+/// What a daemon ran out of while it reserved ports for mappings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Resource {
+    /// File descriptors (`EMFILE` at its `RLIMIT_NOFILE`, or `ENFILE`): every port-mapped
+    /// mapping holds a socket.
+    FileDescriptors,
+    /// Ephemeral ports (`net.ipv4.ip_local_port_range`).
+    Ports,
+}
+
+/// A daemon refused mappings for lack of a resource (its `reserve_no_fd` /
+/// `reserve_no_port` counters, and the warning it logged).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Shortage {
+    /// "A" or "B".
+    pub host: String,
+    /// What ran out.
+    pub resource: Resource,
+    /// Port reservations refused for it.
+    pub refused: u64,
+    /// The daemon's own warning about it (the first), without its log prefix.
+    pub logged: Option<String>,
+}
+
+impl std::fmt::Display for Shortage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, why) = match self.resource {
+            Resource::FileDescriptors => (
+                "file descriptors",
+                "EMFILE/ENFILE: each port-mapped mapping holds a socket; raise `ulimit -n`",
+            ),
+            Resource::Ports => (
+                "ephemeral ports",
+                "each port-mapped mapping holds one of net.ipv4.ip_local_port_range",
+            ),
+        };
+        write!(
+            f,
+            "host {}: iwpmd ran out of {what} ({why}): {} port reservations refused, each \
+             answered with CREATE_MAPPING_ERR, so the kernel used the unmapped address and \
+             such connections fail (B's listener answers only on its mapped port: rejected, \
+             no listener)",
+            self.host, self.refused
+        )?;
+        if let Some(line) = &self.logged {
+            write!(f, "; the daemon logged: {line}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Latencies of established connections.
@@ -177,6 +233,9 @@ pub struct Latency {
     pub kernel_and_fabric: Option<Percentiles>,
     /// B's listener ADD_MAPPING round trip (purely daemon-local), ms.
     pub listen_add_ms: Option<f64>,
+    /// The connect latencies in log-scale buckets (see [`crate::histogram`]), from the
+    /// first to the last non-empty one.
+    pub connect_histogram: Vec<Bucket>,
 }
 
 /// Wall-clock phases.
@@ -211,6 +270,8 @@ pub struct Report {
     pub timings: Timings,
     /// The daemon restart, with `--restart-daemon`.
     pub restart: Option<RestartOutcome>,
+    /// Resources the daemons ran out of (the cause of failed connections, when any).
+    pub shortages: Vec<Shortage>,
     /// Protocol violations the emulated kernels recorded ("host: violation").
     pub violations: Vec<String>,
     /// Every disagreement between what should hold and what did (JSON: their text).
@@ -318,10 +379,11 @@ impl Report {
         if self.settings.relays {
             let _ = writeln!(
                 o,
-                "              relays: {} datagrams seen, {} dropped, {} extra copies, {} held back \
+                "              relays: {} datagrams seen, {} dropped{}, {} extra copies, {} held back \
                  ({} overtaken), {} spared from loss",
                 p.relay_seen,
                 p.relay_dropped,
+                self.dropped_why(),
                 p.relay_extra_copies,
                 p.relay_reordered,
                 p.relay_overtaken,
@@ -329,12 +391,54 @@ impl Report {
             );
         }
         if p.stale_remote_info > 0 {
-            let _ = writeln!(
-                o,
-                "              {} REMOTE_INFO entries left unconsumed in B's kernel",
-                p.stale_remote_info
-            );
+            let _ = writeln!(o, "              {}", self.stale_remote_info_line());
         }
+    }
+
+    /// What the relays' drops were, when the lab itself caused some of them.
+    fn dropped_why(&self) -> String {
+        let p = &self.peer;
+        if p.relay_blocked == 0 {
+            return String::new();
+        }
+        let loss = p.relay_dropped.saturating_sub(p.relay_blocked);
+        let by_loss = if loss > 0 {
+            format!("{loss} for --loss, ")
+        } else {
+            String::new()
+        };
+        format!(
+            " ({by_loss}{} by the lab's hold on B's peer traffic around the kill: datagrams of \
+             exchanges then in flight, which A's daemon completes by resending their REQUEST \
+             after 1 s (the retransmissions above); expected)",
+            p.relay_blocked
+        )
+    }
+
+    /// The REMOTE_INFO entries no connection consumed, and why they are there.
+    fn stale_remote_info_line(&self) -> String {
+        let left = self.peer.stale_remote_info;
+        let late = self.connections.remote_info_late.min(left);
+        let repeats = left - late;
+        let mut why = Vec::new();
+        if late > 0 {
+            why.push(format!("{late} arrived after their connection (see above)"));
+        }
+        if repeats > 0 {
+            let verdict = if self.settings.restart_daemon {
+                "B's killed daemon had answered the REQUEST (REMOTE_INFO sent, its ACCEPT lost \
+                 in the hold or the kill) and the restarted one answered its retransmission \
+                 again; the connection consumed the newer entry; expected with --restart-daemon"
+            } else {
+                "a REQUEST answered twice; not expected without --restart-daemon"
+            };
+            why.push(format!("{repeats} repeat an earlier one ({verdict})"));
+        }
+        format!(
+            "{left} REMOTE_INFO entries left unconsumed in B's kernel, which keeps them as \
+             Linux does: {}",
+            why.join("; ")
+        )
     }
 
     fn render_latency(&self, o: &mut String) {
@@ -355,6 +459,14 @@ impl Report {
         }
         if let Some(add) = l.listen_add_ms {
             let _ = writeln!(o, "  listen (ADD_MAPPING round trip): {add:.3} ms");
+        }
+        if !l.connect_histogram.is_empty() {
+            let _ = writeln!(
+                o,
+                "connect latency distribution (log-scale buckets; steps 1 s apart are peer \
+                 retransmissions)"
+            );
+            o.push_str(&crate::histogram::render(&l.connect_histogram));
         }
         let t = &self.timings;
         let _ = writeln!(
@@ -404,6 +516,9 @@ impl Report {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let _ = writeln!(o, "daemons       exit after SIGTERM: {}", exits.join(", "));
+        for s in &self.shortages {
+            let _ = writeln!(o, "cause         {s}");
+        }
         let _ = writeln!(o, "violations    {}", self.violations.len());
         for v in self.violations.iter().take(10) {
             let _ = writeln!(o, "  {v}");
@@ -422,6 +537,41 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restart_drops_and_unconsumed_remote_infos_are_explained() {
+        let mut r = Report::default();
+        r.settings.relays = true;
+        r.settings.restart_daemon = true;
+        r.peer.relay_dropped = 64;
+        r.peer.relay_blocked = 64;
+        r.peer.stale_remote_info = 14;
+        let text = r.render();
+        assert!(
+            text.contains("64 dropped (64 by the lab's hold on B's peer traffic around the kill"),
+            "{text}"
+        );
+        assert!(
+            text.contains("14 REMOTE_INFO entries left unconsumed in B's kernel"),
+            "{text}"
+        );
+        assert!(
+            text.contains("14 repeat an earlier one")
+                && text.contains("expected with --restart-daemon"),
+            "{text}"
+        );
+        r.settings.restart_daemon = false;
+        r.peer.relay_dropped = 70;
+        r.peer.relay_blocked = 0;
+        r.connections.remote_info_late = 4;
+        let text = r.render();
+        assert!(text.contains("70 dropped, "), "{text}");
+        assert!(text.contains("4 arrived after their connection"), "{text}");
+        assert!(
+            text.contains("10 repeat an earlier one (a REQUEST answered twice; not expected"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -24,7 +24,9 @@ use iwpm_proto::peer::PeerMsgType;
 use crate::dump::{Dump, IoCounter};
 use crate::lab::{Family, Lab, LabError, RestartOutcome, Side, Topology};
 use crate::mismatch::{ConnProblem, ConnTag, Mismatch};
-use crate::report::{Connections, Latency, Mappings, Peer, Percentiles, Report, RunSettings};
+use crate::report::{
+    Connections, Latency, Mappings, Peer, Percentiles, Report, Resource, RunSettings, Shortage,
+};
 use crate::tap::TapRecords;
 use crate::workload::{connect_all, Accepted, Acceptor, ConnRecord, Progress, WorkloadConfig};
 
@@ -52,11 +54,48 @@ impl Default for RunOptions {
     }
 }
 
+/// Where a run is, for a progress display.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEvent {
+    /// A phase begins.
+    Phase(Phase),
+    /// A connection attempt got its outcome (during [`Phase::Connecting`]).
+    Connections(Progress),
+}
+
+/// The phases of a run, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// A opens the connections (and B's daemon may be restarted); `Connections` events
+    /// follow.
+    Connecting {
+        /// Connections to open.
+        total: usize,
+    },
+    /// The cross-checks at the peak (waiting for passive ends and REMOTE_INFOs, dumps).
+    Checking,
+    /// Every id destroyed; waiting for the tables to empty.
+    TearingDown,
+    /// Counters read, daemons stopped with SIGTERM.
+    Stopping,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Connecting { .. } => "connecting",
+            Phase::Checking => "checking both hosts, both daemons and both kernels at the peak",
+            Phase::TearingDown => "tearing down, waiting for every table to empty",
+            Phase::Stopping => "reading the counters, stopping the daemons",
+        })
+    }
+}
+
 /// How long the tables may take to empty after teardown.
 const SETTLE: Duration = Duration::from_secs(10);
 
 /// Runs the scenario and stops the daemons. `setup` is how long building the lab took
-/// (reported); `progress` sees every connection outcome.
+/// (reported); `progress` sees each phase begin and every connection outcome.
 ///
 /// Phases: set-up (B listens), workload (A connects, B's daemon maybe restarted), the
 /// cross-checks at the peak, teardown with its checks, and the report. Every check returns
@@ -65,7 +104,7 @@ pub fn run(
     lab: &mut Lab,
     opts: &RunOptions,
     setup: Duration,
-    progress: impl FnMut(Progress),
+    mut progress: impl FnMut(RunEvent),
 ) -> Result<Report, LabError> {
     let t_start = Instant::now();
     let mut report = Report {
@@ -79,23 +118,40 @@ pub fn run(
     report.timings.setup_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
 
     let t_connect = Instant::now();
-    let (records, restart) = workload(lab, opts, listening.addr, progress);
+    progress(RunEvent::Phase(Phase::Connecting {
+        total: opts.workload.connections,
+    }));
+    let (records, restart) = workload(lab, opts, listening.addr, |p| {
+        progress(RunEvent::Connections(p));
+    });
     report.timings.connect_s = t_connect.elapsed().as_secs_f64();
     let (restart, found) = check_restart(opts.restart_daemon, restart);
     report.restart = restart;
     mismatches.extend(found);
 
+    progress(RunEvent::Phase(Phase::Checking));
     let peak = check_peak(lab, &listening, &records)?;
     mismatches.extend(peak.mismatches);
     report.connections = peak.connections;
     report.mappings = peak.mappings;
     report.latency = latency(lab, &records, &listening.addr);
 
+    progress(RunEvent::Phase(Phase::TearingDown));
     let t_teardown = Instant::now();
     mismatches.extend(teardown(lab, &records, listening, &mut report.mappings)?);
     report.timings.teardown_s = t_teardown.elapsed().as_secs_f64();
 
+    progress(RunEvent::Phase(Phase::Stopping));
     mismatches.extend(finish(lab, &mut report)?);
+    // A daemon that ran out of descriptors or ports explains the failures listed before.
+    mismatches.splice(
+        0..0,
+        report
+            .shortages
+            .iter()
+            .cloned()
+            .map(Mismatch::OutOfResources),
+    );
     let t = &mut report.timings;
     t.total_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
     t.connections_per_s = if t.connect_s > 0.0 {
@@ -567,7 +623,7 @@ fn check_left(host: &str, d: &Dump) -> Vec<Mismatch> {
 /// clean).
 fn finish(lab: &mut Lab, report: &mut Report) -> Result<Vec<Mismatch>, LabError> {
     let mut found = Vec::new();
-    report.peer = peer_counters(lab)?;
+    (report.peer, report.shortages) = peer_counters(lab)?;
     report.peer.stale_remote_info = lab.b.host.kernel_view().remote_info.len();
     for side in [&lab.a, &lab.b] {
         for v in side.host.violations() {
@@ -721,6 +777,7 @@ fn latency(lab: &Lab, records: &[ConnRecord], listen_addr: &SocketAddr) -> Laten
         .and_then(|t| t.records().adds.get(listen_addr).copied())
         .and_then(|a| Some(a.answered?.saturating_duration_since(a.sent).as_secs_f64() * 1e3));
     Latency {
+        connect_histogram: crate::histogram::buckets(&total),
         connect: Percentiles::of(&total),
         daemon_local: Percentiles::of(&local),
         peer_exchange: Percentiles::of(&peer),
@@ -729,8 +786,9 @@ fn latency(lab: &Lab, records: &[ConnRecord], listen_addr: &SocketAddr) -> Laten
     }
 }
 
-/// Peer traffic of both daemons (killed ones included) and of the relays.
-fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
+/// Peer traffic of both daemons (killed ones included) and of the relays, and what the
+/// daemons ran out of.
+fn peer_counters(lab: &mut Lab) -> Result<(Peer, Vec<Shortage>), LabError> {
     let ka = lab.a.host.stats().kernel;
     let kb = lab.b.host.stats().kernel;
     let mut p = Peer {
@@ -738,8 +796,10 @@ fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
         remote_infos: kb.remote_info_received,
         ..Peer::default()
     };
+    let mut shortages = Vec::new();
     for side in lab.sides_mut() {
         let d = side.total_counters()?;
+        shortages.extend(shortages_of(side, &d));
         p.requests += d.core(Counter::PeerOut(PeerMsgType::Request));
         p.accepts += d.core(Counter::PeerOut(PeerMsgType::Accept));
         p.acks += d.core(Counter::PeerOut(PeerMsgType::Ack));
@@ -750,11 +810,39 @@ fn peer_counters(lab: &mut Lab) -> Result<Peer, LabError> {
             let st = r.stats();
             p.relay_seen += st.seen.iter().sum::<u64>();
             p.relay_dropped += st.dropped.iter().sum::<u64>();
+            p.relay_blocked += st.blocked;
             p.relay_extra_copies += st.duplicated + st.replayed;
             p.relay_reordered += st.reordered;
             p.relay_overtaken += st.overtaken;
             p.relay_spared += st.spared;
         }
     }
-    Ok(p)
+    Ok((p, shortages))
+}
+
+/// The daemon's refused reservations by resource (from its counters `d`, all incarnations),
+/// with the warning its current incarnation logged about each.
+fn shortages_of(side: &Side, d: &Dump) -> Vec<Shortage> {
+    [
+        (
+            Resource::FileDescriptors,
+            IoCounter::ReserveNoFd,
+            "out of file descriptors",
+        ),
+        (Resource::Ports, IoCounter::ReserveNoPort, "out of ports"),
+    ]
+    .into_iter()
+    .filter(|&(_, counter, _)| d.io(counter) > 0)
+    .map(|(resource, counter, needle)| Shortage {
+        host: side.name.clone(),
+        resource,
+        refused: d.io(counter),
+        logged: side.daemon.as_ref().and_then(|daemon| {
+            let log = daemon.log();
+            let i = log.wait_for(0, needle, Duration::ZERO)?;
+            let line = log.lines_from(i).into_iter().next()?;
+            Some(crate::daemon::message_of(&line).to_owned())
+        }),
+    })
+    .collect()
 }

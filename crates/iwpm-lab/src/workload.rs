@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use iwpm_kernel_emu::{CmEvent, CmEventKind, CmId, ConnInfo, EventChannel, Host};
+use iwpm_kernel_emu::{CmEvent, CmEventKind, CmId, ConnInfo, EventChannel, Host, RejectReason};
 use serde::Serialize;
 
 /// How many connections and how fast.
@@ -61,6 +61,32 @@ impl ConnFailure {
             ConnFailure::Timeout => "timeout",
             ConnFailure::Dropped => "dropped",
         }
+    }
+}
+
+impl std::fmt::Display for ConnFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnFailure::Rejected(why) => write!(f, "rejected: {why}"),
+            ConnFailure::Unreachable(why) => write!(f, "unreachable: {why}"),
+            ConnFailure::AddrError(why) => write!(f, "address error: {why}"),
+            ConnFailure::Cm(why) => write!(f, "rdma_cm error: {why}"),
+            ConnFailure::Timeout => f.write_str("no outcome within the per-connection timeout"),
+            ConnFailure::Dropped => f.write_str("established, then disconnected"),
+        }
+    }
+}
+
+/// Why the emulated fabric refused a connection, in words.
+fn reject_text(r: RejectReason) -> String {
+    match r {
+        RejectReason::NoListener { wire_dst } => {
+            format!("no listener at {wire_dst} (the connection was reset)")
+        }
+        RejectReason::DuplicateTuple { wire_src, wire_dst } => {
+            format!("another live connection uses {wire_src} -> {wire_dst}")
+        }
+        RejectReason::ByPeer => "by the passive side".to_owned(),
     }
 }
 
@@ -221,7 +247,7 @@ impl<F: FnMut(Progress)> Attempts<F> {
                 None
             }
             CmEventKind::Rejected(r) => {
-                self.finish_and_report(index, Err(ConnFailure::Rejected(format!("{r:?}"))));
+                self.finish_and_report(index, Err(ConnFailure::Rejected(reject_text(r))));
                 None
             }
             CmEventKind::Unreachable(r) => {
