@@ -282,10 +282,13 @@ fn scale_table(a: &Args) -> bool {
 fn main() -> ExitCode {
     let a = match parse() {
         Ok(a) => a,
+        // --help: the usage on stdout, success
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            if !e.is_empty() {
-                eprintln!("iwpm-sim: {e}");
-            }
+            eprintln!("iwpm-sim: {e}");
             eprintln!("{USAGE}");
             return ExitCode::from(2);
         }

@@ -39,11 +39,7 @@ const SYSTEM_TOOLS: &[&str] = &[
 
 /// Options a document shows before the code has them, by program, with why. Empty once
 /// they have landed.
-const PENDING_OPTIONS: &[(&str, &str, &str)] = &[(
-    "iwpm-lab",
-    "--hold",
-    "being added to the lab (README, \"Run a daemon by hand over the emulator\")",
-)];
+const PENDING_OPTIONS: &[(&str, &str, &str)] = &[];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
