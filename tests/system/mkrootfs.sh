@@ -52,6 +52,8 @@ includes=$(IFS=,; echo "${PACKAGES[*]}")
 # - the tiny kernel caps pid_max at 32768; systemd's sysctl.d raises it and fails: emptied.
 # - no virtual consoles: getty@tty1 and getty-static would wait for them.
 # - timers and time sync only cost boot time in a throwaway guest.
+# - the linker and journal catalog caches are built here, not by every first boot
+#   (ldconfig.service and friends run when /usr is newer than /etc/.updated).
 mmdebstrap --mode=root --variant=apt --aptopt='APT::Install-Recommends "false"' \
     --include="$includes" \
     --customize-hook='echo system-test > "$1/etc/hostname"' \
@@ -61,6 +63,7 @@ mmdebstrap --mode=root --variant=apt --aptopt='APT::Install-Recommends "false"' 
     --customize-hook="copy-in $HERE/guest/system-test.service /etc/systemd/system/" \
     --customize-hook='chroot "$1" systemctl enable system-test.service' \
     --customize-hook='chroot "$1" systemctl mask getty@tty1.service getty-static.service serial-getty@ttyS0.service apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer dpkg-db-backup.timer systemd-timesyncd.service 2>/dev/null || true' \
+    --customize-hook='chroot "$1" ldconfig; chroot "$1" journalctl --update-catalog; touch "$1/etc/.updated" "$1/var/.updated"' \
     "$SUITE" "$tree" \
     "deb $MIRROR $SUITE main" \
     "deb $MIRROR $SUITE-updates main" \

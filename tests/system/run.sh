@@ -12,7 +12,7 @@
 #   --unit      put FILE in /etc/systemd/system/iwpmd.service after the install (self-test:
 #               an older unit must make the FD-store check fail)
 # Env: SYSTEM_CACHE [/var/cache/iwpm-system] (root images, kernel build, runs);
-#      SYSTEM_KERNEL (an explicit kernel image); SYSTEM_BOOT_TIMEOUT [300] (seconds per boot).
+#      SYSTEM_KERNEL (an explicit kernel image); SYSTEM_BOOT_TIMEOUT [480] (seconds per boot).
 # Results: target/system/<release>/results.txt (PASS/FAIL lines), phase logs, journals;
 # target/system/summary.txt. Exit 0 only if every check passed on every release.
 set -euo pipefail
@@ -81,10 +81,10 @@ for rel in $RELEASES; do
     for boot in 1 2 3; do
         b0=$(date +%s)
         set +e
-        timeout -k 5 "${SYSTEM_BOOT_TIMEOUT:-300}" qemu-system-x86_64 -accel tcg -machine pc \
+        timeout -k 5 "${SYSTEM_BOOT_TIMEOUT:-480}" qemu-system-x86_64 -accel tcg -machine pc \
             -nodefaults -no-user-config -m 1536 -smp 1 -display none -monitor none -serial stdio \
             -no-reboot -kernel "$KERNEL" \
-            -append "console=ttyS0 root=/dev/vda rw rootfstype=ext4 panic=-1 loglevel=4 systemd.show_status=0 tsc=reliable" \
+            -append "console=ttyS0 root=/dev/vda rw rootfstype=ext4 panic=-1 loglevel=6 systemd.show_status=0 tsc=reliable" \
             -drive "file=$run/disk.qcow2,format=qcow2,if=virtio,cache=unsafe" \
             -device virtio-rng-pci \
             -virtfs "local,path=$share,mount_tag=share,security_model=none,id=share" \
@@ -92,7 +92,7 @@ for rel in $RELEASES; do
         qrc=$?
         set -e
         boots+="boot $boot $(( $(date +%s) - b0 )) s; "
-        if [ $qrc = 124 ]; then echo "FAIL boot$boot: no power-off within ${SYSTEM_BOOT_TIMEOUT:-300} s" >> "$share/out/results.txt"; break; fi
+        if [ $qrc = 124 ]; then echo "FAIL boot$boot: no power-off within ${SYSTEM_BOOT_TIMEOUT:-480} s" >> "$share/out/results.txt"; break; fi
         grep -q '^DONE phase 2' "$share/out/results.txt" 2>/dev/null && break
         grep -q "^DONE phase $boot" "$share/out/results.txt" 2>/dev/null ||
             { echo "FAIL boot$boot: the guest test did not finish phase $boot" >> "$share/out/results.txt"; break; }

@@ -86,6 +86,11 @@ if [ "$PHASE" = 1 ]; then
         sh -c "[ $ours -ge 5 ] && [ -x /usr/sbin/iwpmd.rdma-core ] && /usr/sbin/iwpmd --version | grep -q '^iwpmd ' \
             && grep -q 'Rust iwpmd' /usr/lib/systemd/system/iwpmd.service \
             && ls /usr/lib/systemd/system/iwpmd.service.rdma-core* /usr/lib/udev/rules.d/90-iwpmd.rules.rdma-core* >/dev/null"
+    # rdma-core's files are intact where dpkg now keeps them (on a merged-/usr system a
+    # diversion of only the /lib name would leave the /usr/lib one, rdma-core's, ours)
+    dpkg --verify rdma-core > "$OUT/verify-rdma-core.txt" 2>&1
+    check divert-verify "dpkg --verify rdma-core while diverted: '$(tr '\n' ';' < "$OUT/verify-rdma-core.txt")'" \
+        test ! -s "$OUT/verify-rdma-core.txt"
     if [ -f $SHARE/unit-override.service ]; then
         cp $SHARE/unit-override.service /etc/systemd/system/iwpmd.service
         systemctl daemon-reload
@@ -158,7 +163,10 @@ every mapped port stayed bound ($(tail -1 "$OUT/bindprobe-restart.txt")); FD sto
     # the connection and the third listener end while the daemon is stopped: the next one
     # restores them from the FD store and the state file, and frees them once the
     # kernel's replay does not list them
-    sleep 1; kill $LIVE_CLIENT; kill "$(pgrep -f 'rping -s -P -a .* -p 7703')"; wait $LIVE_CLIENT 2>/dev/null
+    # (not waited for: a process that ends an iWARP connection may sit in the kernel
+    # until a daemon answers)
+    sleep 1; kill -9 $LIVE_CLIENT "$(pgrep -f 'rping -s -P -a .* -p 7703')"
+    echo "killed the client and the third listener while the daemon is stopped"
     wait_for 60 pid_changed_and_active "$OLD"
     t1=$(date +%s)
     check watchdog "WatchdogUSec=$wd: SIGSTOP'd daemon $OLD replaced by $(main_pid) after $((t1 - t0)) s" \
