@@ -38,11 +38,14 @@ finish() {
     sync; systemctl reboot; exit 0
 }
 main_pid() { systemctl show -p MainPID --value iwpmd.service; }
-# wait_for SECS CMD...: until CMD succeeds (0.2 s steps)
+# wait_for SECS CMD...: until CMD succeeds, for at most SECS seconds (0.2 s pauses)
 wait_for() {
-    local n=$(($1 * 5)); shift
-    while [ $n -gt 0 ]; do "$@" && return 0; sleep 0.2; n=$((n - 1)); done
-    return 1
+    local end=$((SECONDS + $1)); shift
+    while true; do
+        "$@" && return 0
+        [ $SECONDS -lt "$end" ] || return 1
+        sleep 0.2
+    done
 }
 is_active() { [ "$(systemctl is-active iwpmd.service)" = active ]; }
 pid_changed_and_active() { local p; p=$(main_pid); [ "$p" != 0 ] && [ "$p" != "$1" ] && is_active; }
