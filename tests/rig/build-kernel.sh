@@ -16,13 +16,20 @@
 # and pinned for the current patches in kernel/prebuilt.txt (RIG_NO_SHARED=1 skips it); else
 # $RIG_CACHE/bzImage (bzImage-6.12), built from Debian's linux-source-$RIG_KVER, patched, if
 # missing or stale. (Without RIG_PATCHES=1: ../shared/rig/bzImage, $RIG_CACHE/bzImage.plain.) Prints the path of the kernel as its last line.
-# Env: RIG_KVER (default 6.1), RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3).
+# Env: RIG_KVER (default 6.1), RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3),
+# RIG_EXTRA_CONFIG (a further fragment after the overlay, e.g. tests/system's; use it with a
+# RIG_CACHE and RIG_NO_SHARED=1 of its own: the image is then not the rig's).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 rig_kver_ok || { echo "[build-kernel] unknown RIG_KVER=$RIG_KVER (known: $RIG_KVERS)" >&2; exit 2; }
 JOBS="${JOBS:-3}"
 FRAG="$RIG_DIR/kernel/siw-rig.config"
 OVERLAY="$(rig_overlay)"
+if [ -n "${RIG_EXTRA_CONFIG:-}" ]; then
+  mkdir -p "$CACHE"
+  cat $OVERLAY "$RIG_EXTRA_CONFIG" > "$CACHE/overlay+extra.config"
+  OVERLAY="$CACHE/overlay+extra.config"
+fi
 IMG="$(rig_cache_image)"
 PATCHES="$(rig_patches)"; PKEY="$(rig_patch_key)"
 FORCE=0; [ "${1:-}" = "-f" ] && FORCE=1

@@ -52,17 +52,54 @@ pub fn netns() -> Netns {
     compare_netns(Path::new("/proc/self/ns/net"), &init)
 }
 
+/// Compares two `ns/net` links; when the second is unreadable for lack of ptrace access
+/// (the packaged unit leaves the daemon only CAP_NET_ADMIN, and pid 1 holds capabilities
+/// we lack), compares the processes' `net/dev` entries instead (see [`proc_net_of`]).
 fn compare_netns(ours: &Path, init: &Path) -> Netns {
-    let read = |p: &Path| -> Result<String, String> {
-        std::fs::read_link(p)
-            .map(|t| t.to_string_lossy().into_owned())
-            .map_err(|e| format!("cannot read {}: {e}", p.display()))
+    let read = |p: &Path| -> Result<String, io::Error> {
+        std::fs::read_link(p).map(|t| t.to_string_lossy().into_owned())
     };
+    let unreadable = |p: &Path, e: io::Error| format!("cannot read {}: {e}", p.display());
     match (read(ours), read(init)) {
         (Ok(a), Ok(b)) if a == b => Netns::Initial,
         (Ok(ours), Ok(init)) => Netns::Other { ours, init },
-        (Err(e), _) | (_, Err(e)) => Netns::Unknown(e),
+        (Ok(ours_ns), Err(e)) if is_permission(&e) => {
+            match (proc_net_of(ours), proc_net_of(init)) {
+                (Some(a), Some(b)) => compare_proc_net(ours_ns, &a, &b).unwrap_or_else(|why| {
+                    Netns::Unknown(format!("{}; {why}", unreadable(init, e)))
+                }),
+                _ => Netns::Unknown(unreadable(init, e)),
+            }
+        }
+        (Err(e), _) => Netns::Unknown(unreadable(ours, e)),
+        (_, Err(e)) => Netns::Unknown(unreadable(init, e)),
     }
+}
+
+/// `/proc/PID/net/dev` for the link `/proc/PID/ns/net`. Every network namespace has its own
+/// procfs entry for `net/dev`, so two processes share a namespace exactly when their
+/// `net/dev` is the same inode; and unlike `ns/net`, `/proc/PID/net` needs no ptrace access.
+fn proc_net_of(ns_link: &Path) -> Option<std::path::PathBuf> {
+    let pid_dir = ns_link.parent()?.parent()?;
+    Some(pid_dir.join("net/dev"))
+}
+
+fn compare_proc_net(ours_ns: String, ours: &Path, init: &Path) -> Result<Netns, String> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|e| format!("cannot stat {}: {e}", p.display()))
+    };
+    let (a, b) = (id(ours)?, id(init)?);
+    Ok(if a == b {
+        Netns::Initial
+    } else {
+        Netns::Other {
+            ours: ours_ns,
+            init: format!("another one ({} is not {})", init.display(), ours.display()),
+        }
+    })
 }
 
 /// Started outside the initial network namespace with the real kernel link.
@@ -302,6 +339,41 @@ mod tests {
             Netns::Unknown(_)
         ));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn without_ptrace_access_the_proc_net_entries_tell_namespaces_apart() {
+        let ours = Path::new("/proc/self/net/dev");
+        assert_eq!(
+            compare_proc_net(
+                "net:[1]".into(),
+                ours,
+                Path::new("/proc/thread-self/net/dev")
+            ),
+            Ok(Netns::Initial)
+        );
+        assert!(
+            compare_proc_net("net:[1]".into(), ours, Path::new("/nonexistent/net/dev")).is_err()
+        );
+        assert_eq!(
+            proc_net_of(Path::new("/proc/1/ns/net")).as_deref(),
+            Some(Path::new("/proc/1/net/dev"))
+        );
+        // A thread in a namespace of its own (needs CAP_SYS_ADMIN) sees another entry.
+        let other = std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).ok()?;
+            Some(compare_proc_net(
+                "net:[2]".into(),
+                Path::new("/proc/thread-self/net/dev"),
+                Path::new("/proc/self/net/dev"),
+            ))
+        })
+        .join()
+        .unwrap();
+        match other {
+            Some(r) => assert!(matches!(r, Ok(Netns::Other { .. })), "{r:?}"),
+            None => eprintln!("SKIPPED the foreign half: unshare(CLONE_NEWNET) not permitted"),
+        }
     }
 
     #[test]

@@ -154,14 +154,17 @@ fn maintainer_scripts_divert_and_restore_the_same_rdma_core_files() {
     let remove = divert_list("postrm");
     assert_eq!(add, remove);
     let paths: Vec<&str> = add.iter().map(|(p, _)| p.as_str()).collect();
-    // Debian 12 rdma-core's iwpmd files outside /etc (its /etc files are conffiles that
-    // serve this daemon unchanged, so they are not diverted).
+    // rdma-core's iwpmd files outside /etc (its /etc files are conffiles that serve this
+    // daemon unchanged, so they are not diverted): the unit and the rule under /lib
+    // (Debian 12) and /usr/lib (Debian 13), the same files on merged /usr.
     assert_eq!(
         paths,
         [
             "/usr/sbin/iwpmd",
             "/lib/systemd/system/iwpmd.service",
+            "/usr/lib/systemd/system/iwpmd.service",
             "/lib/udev/rules.d/90-iwpmd.rules",
+            "/usr/lib/udev/rules.d/90-iwpmd.rules",
             "/usr/share/man/man8/iwpmd.8.gz",
             "/usr/share/man/man5/iwpmd.conf.5.gz",
         ]
@@ -174,7 +177,7 @@ fn maintainer_scripts_divert_and_restore_the_same_rdma_core_files() {
             "{path} -> {divert}"
         );
     }
-    for script in ["preinst", "postinst", "postrm"] {
+    for script in ["preinst", "postinst", "prerm", "postrm"] {
         let path = repo().join("packaging/debian").join(script);
         let out = Command::new("sh").arg("-n").arg(&path).output().unwrap();
         assert!(out.status.success(), "{script}: {out:?}");

@@ -77,6 +77,43 @@ fn refuses_a_foreign_network_namespace_unless_allowed() {
     assert!(err.contains("Starting iWarp Port Mapper"), "{err}");
 }
 
+/// As under the packaged unit: root with CAP_NET_ADMIN alone (`setpriv`), which may not
+/// read the `ns/net` link of a process holding more capabilities (here this test process,
+/// standing for pid 1). The guard must still see the foreign namespace and refuse.
+#[test]
+fn refuses_a_foreign_network_namespace_with_cap_net_admin_only() {
+    if !is_root() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED refuses_a_foreign_network_namespace_with_cap_net_admin_only: needs root and setpriv");
+        return;
+    }
+    let init = format!("/proc/{}/ns/net", std::process::id());
+    let out = std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        Command::new("setpriv")
+            .args(["--bounding-set=-all,+net_admin", "--inh-caps=-all", "--"])
+            .arg(BIN)
+            .args(["--kernel", "netlink", "--foreground", "--log-stderr"])
+            .args(["--no-ipv6", "--peer-bind-v4", "127.0.0.1"])
+            .args(["--config", "/nonexistent/iwpmd.conf"])
+            .env("IWPMD_TEST_INIT_NETNS", &init)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    let err = stderr_of(&out);
+    assert!(
+        !err.contains("cannot tell the network namespace"),
+        "the guard gave up: {err}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not in the initial network namespace"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_emulator_link_is_never_refused_for_its_namespace() {
     if !is_root() {
