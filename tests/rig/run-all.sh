@@ -17,8 +17,8 @@
 #                  twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap (with zerogap-pm),
 #                  pm, pmops (port-mapped mode: the rig's patched kernels, RIG_PATCHES=1, the
 #                  default); and, not in the default list, pm-hold (with pm: ours as a
-#                  port-mapped passive side with no REMOTE_INFO budget, the known race of a
-#                  REMOTE_INFO held for the ACK)
+#                  port-mapped passive side with no REMOTE_INFO budget: every REMOTE_INFO
+#                  held for the ACK; ours as the client waits for the delivery notice)
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -260,7 +260,8 @@ if want pm && [ -n "$(rig_patches)" ]; then  # port-mapped mode: siw.port_map=1 
   done
   # pm-hold (only when asked for): ours as the server with no REMOTE_INFO budget, every
   # REMOTE_INFO waiting for the peer's verified ACK (a spent budget's path), ours and C as
-  # the client. It fails today: the REMOTE_INFO reaches the kernel after the connection.
+  # the client. Ours as the client holds its answer for the delivery notice, so the
+  # REMOTE_INFO is first; C as the client races it (those peer-* are INFO lines).
   for p in ours-ours ours-c; do
     want pm-hold || continue
     b=$RS; [ $p = ours-c ] && b=$C

@@ -593,3 +593,26 @@ fn with_every_ack_lost_the_held_answer_goes_out_after_the_waits() {
     assert_eq!(sim.sent_by_type[2], 3, "the ACK and two repeats");
     assert_eq!(sim.host(0).core.stats().remote_info_notices_missed, 1);
 }
+
+/// The kernel stops waiting while our answer is held for the notice (here a 40 ms
+/// `reply_deadline`, every ACK lost): no late QUERY reply goes out after it.
+#[test]
+fn a_held_answer_past_the_kernels_deadline_is_not_sent() {
+    let mut sim = spent_budget_pair();
+    let now = sim.now;
+    sim.hosts[0].1 = Host::new(
+        CoreConfig {
+            handle_key: [1; 32],
+            reply_deadline: Duration::from_millis(40),
+            ..config()
+        },
+        now,
+    );
+    sim.host(0).boot();
+    sim.drop = Box::new(|ty, _| ty == PeerMsgType::Ack);
+    connect(&mut sim);
+    let t = kernel_timeline(&mut sim, Duration::from_millis(200));
+    assert!(t[0].0.is_none(), "no answer after the kernel's deadline");
+    assert_eq!(sim.host(0).core.stats().query_replies_held, 1);
+    assert_eq!(sim.host(0).core.stats().remote_info_notices_missed, 1);
+}

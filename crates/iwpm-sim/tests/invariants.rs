@@ -14,6 +14,36 @@ fn at(ms: u64, what: What) -> Item {
     }
 }
 
+/// Host 0 listens on the job port at 100 ms.
+fn listen() -> Item {
+    at(
+        100,
+        What::Listen {
+            host: 0,
+            port: JOB_PORT,
+        },
+    )
+}
+
+/// Host 1 connects (connection `id`) to host 0's job port at `ms`.
+fn connect(ms: u64, id: u32) -> Item {
+    at(
+        ms,
+        What::Connect {
+            id,
+            from: 1,
+            to: 0,
+            port: JOB_PORT,
+        },
+    )
+}
+
+/// With explanations off the run reports `kind` first; with them on, nothing.
+fn fails_only_unexplained(s: &Scenario, kind: ViolationKind) {
+    assert_eq!(first_kind(s, false), Some(kind));
+    assert_eq!(first_kind(s, true), None);
+}
+
 fn scenario(items: Vec<Item>) -> Scenario {
     Scenario {
         seed: 99,
@@ -39,13 +69,7 @@ fn first_kind(s: &Scenario, explain: bool) -> Option<ViolationKind> {
 #[test]
 fn a_late_remote_info_is_a_wrong_peer() {
     let s = scenario(vec![
-        at(
-            100,
-            What::Listen {
-                host: 0,
-                port: JOB_PORT,
-            },
-        ),
+        listen(),
         at(
             200,
             What::Squat {
@@ -65,52 +89,21 @@ fn a_late_remote_info_is_a_wrong_peer() {
                 lasts: Duration::from_secs(3),
             },
         ),
-        at(
-            2_000,
-            What::Connect {
-                id: 1,
-                from: 1,
-                to: 0,
-                port: JOB_PORT,
-            },
-        ),
-        at(
-            2_100,
-            What::Connect {
-                id: 2,
-                from: 1,
-                to: 0,
-                port: JOB_PORT,
-            },
-        ),
-        at(
-            2_200,
-            What::Connect {
-                id: 3,
-                from: 1,
-                to: 0,
-                port: JOB_PORT,
-            },
-        ),
+        connect(2_000, 1),
+        connect(2_100, 2),
+        connect(2_200, 3),
         at(6_000, What::Close { id: 1 }),
         at(6_000, What::Close { id: 2 }),
         at(6_000, What::Close { id: 3 }),
     ]);
-    assert_eq!(first_kind(&s, false), Some(ViolationKind::WrongPeer));
-    assert_eq!(first_kind(&s, true), None);
+    fails_only_unexplained(&s, ViolationKind::WrongPeer);
 }
 
 /// A connect while host 1's daemon is down goes unmapped.
 #[test]
 fn a_connect_without_a_daemon_goes_unmapped() {
     let s = scenario(vec![
-        at(
-            100,
-            What::Listen {
-                host: 0,
-                port: JOB_PORT,
-            },
-        ),
+        listen(),
         at(
             1_000,
             What::Crash {
@@ -118,32 +111,17 @@ fn a_connect_without_a_daemon_goes_unmapped() {
                 down: Duration::from_secs(2),
             },
         ),
-        at(
-            1_500,
-            What::Connect {
-                id: 1,
-                from: 1,
-                to: 0,
-                port: JOB_PORT,
-            },
-        ),
+        connect(1_500, 1),
         at(5_000, What::Close { id: 1 }),
     ]);
-    assert_eq!(first_kind(&s, false), Some(ViolationKind::Unmapped));
-    assert_eq!(first_kind(&s, true), None);
+    fails_only_unexplained(&s, ViolationKind::Unmapped);
 }
 
 /// Every REQUEST lost for longer than the kernel waits: the 10 s timeout.
 #[test]
 fn a_connect_whose_requests_are_all_lost_times_out() {
     let s = scenario(vec![
-        at(
-            100,
-            What::Listen {
-                host: 0,
-                port: JOB_PORT,
-            },
-        ),
+        listen(),
         at(
             900,
             What::Loss {
@@ -152,19 +130,10 @@ fn a_connect_whose_requests_are_all_lost_times_out() {
                 lasts: Duration::from_secs(12),
             },
         ),
-        at(
-            1_000,
-            What::Connect {
-                id: 1,
-                from: 1,
-                to: 0,
-                port: JOB_PORT,
-            },
-        ),
+        connect(1_000, 1),
         at(15_000, What::Close { id: 1 }),
     ]);
-    assert_eq!(first_kind(&s, false), Some(ViolationKind::KernelTimeout));
-    assert_eq!(first_kind(&s, true), None);
+    fails_only_unexplained(&s, ViolationKind::KernelTimeout);
 }
 
 /// A hand-built scenario naming a host the fleet lacks is refused, not a panic.

@@ -31,8 +31,10 @@
 //!   one, an IPv4 cookie carries the mapped `cp` port and the REMOTE_INFO goes out on the
 //!   verified ACK (no state before it); an IPv6 cookie has no room, so an exchange entry
 //!   holds it, at most `peer_source_quota` per source (the oldest gives way to a newer one
-//!   from the same source). The active side ACKs *before* answering its kernel, so the
-//!   ACK normally still beats the connection.
+//!   from the same source). The active side ACKs *before* answering its kernel, and for
+//!   an IPv4 ACCEPT that says its REMOTE_INFO waits for the ACK it holds that answer until
+//!   the passive side's delivery notice (at most 60 ms; [`crate::cookie`]), so the
+//!   REMOTE_INFO is in the passive kernel before the connection.
 //! * **Separate budgets**: the passive entries that exist evict the oldest *confirmed* one
 //!   when full (it only absorbs duplicates), then the oldest unconfirmed one, whose token
 //!   comes back; local connects have their own cap and are never refused because of remote
