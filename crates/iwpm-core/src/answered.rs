@@ -1,4 +1,4 @@
-//! Kernel requests answered recently, for the reply-once rule (see `core/kernel.rs`).
+//! Kernel requests answered recently, for the reply-once rule (see `machine/kernel.rs`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@
 //! and releases it when its last reference goes, within that call.
 //!
 //! Deliberate differences from the C daemon are listed in the module docs of
-//! `core::kernel`, `core::recovery`, `core::peer` and `exchange`; in short: refcounts
+//! `machine::kernel`, `machine::recovery`, `machine::peer` and `exchange`; in short: refcounts
 //! survive restart recovery, no fd or reservation leaks, association handles are unique
 //! pseudo-random values rather than heap addresses, remote-triggerable logs are rate
 //! limited, HANDLE_ERR code 0 is never sent, each kernel request is answered at most once
@@ -25,17 +25,17 @@ mod answered;
 mod clients;
 mod config;
 mod cookie;
-mod core;
 mod exchange;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-mod handshake;
 pub mod int_hash;
+mod machine;
 mod peer_allow;
 mod peer_book;
 mod port_index;
 mod ratelimit;
 pub use ratelimit::RateLimit;
+mod mapping_id;
 mod request;
 mod source_buckets;
 pub mod state_file;
@@ -46,12 +46,13 @@ mod usage;
 
 pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, ReserveError};
 pub use crate::config::CoreConfig;
-pub use crate::core::{
+pub use crate::machine::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
     PeerSnapshot, ProbeError, ProbeId, ProbeOutcome, ProbeResult, RestoreReport, SettleReport,
     MAX_PROBES, PROBE_MAX_WAIT,
 };
+pub use crate::mapping_id::MappingId;
 pub use crate::peer_allow::PeerAllow;
 pub use crate::peer_book::{ExchangeOutcome, PeerTally, RecentExchange};
 pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
-pub use crate::table::{MappingId, MappingRole, MappingView};
+pub use crate::table::{MappingRole, MappingView};

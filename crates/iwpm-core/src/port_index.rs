@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::int_hash::IntMap;
-use crate::table::MappingId;
+use crate::mapping_id::MappingId;
 
 /// A port holding this many entries is indexed by IP.
 const CROWDED_AT: usize = 16;

@@ -42,7 +42,7 @@ pub struct SavedMapping {
     /// Created with NO_PORT_MAP (no socket holds a port).
     pub no_port_map: bool,
     /// Created by QUERY_MAPPING (an active connection's endpoint): restored only if the
-    /// kernel's replay lists it (see `core/restore.rs`).
+    /// kernel's replay lists it (see `machine/restore.rs`).
     pub connector: bool,
     /// Local address.
     pub local: SocketAddr,

@@ -22,26 +22,8 @@ use iwpm_proto::consts::SOCKADDR_STORAGE_SIZE;
 use iwpm_proto::sockaddr::{socket_addr_from_head, Endpoint, SockAddrStorage};
 
 use crate::action::ReservationId;
+use crate::mapping_id::MappingId;
 use crate::port_index::{Lookup, PortIndex};
-
-/// Names one mapping; larger ids are newer. The low 32 bits are the entry's slot in the
-/// table, the high 32 bits a sequence number (so a reused slot never revives an old id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MappingId(pub u64);
-
-impl MappingId {
-    fn new(seq: u32, slot: u32) -> MappingId {
-        MappingId((u64::from(seq) << 32) | u64::from(slot))
-    }
-
-    fn slot(self) -> usize {
-        (self.0 & 0xffff_ffff) as usize
-    }
-
-    fn seq(self) -> u32 {
-        (self.0 >> 32) as u32
-    }
-}
 
 /// What a mapping is for, as far as the daemon can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

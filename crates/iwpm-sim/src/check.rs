@@ -188,7 +188,7 @@ impl World {
             let kernel_entries = host.kernel.mapinfo().len();
             let pending = host.kernel.pending_requests();
             // A replay cut short by the kernel's datagram limit keeps restored listeners
-            // on the state file's word (core/restore.rs): one destroyed while no daemon ran
+            // on the state file's word (machine/restore.rs): one destroyed while no daemon ran
             // stays; the fault schedule explains it.
             if (mappings > 0 || held > 0) && !host.replay_truncated {
                 self.violate(

@@ -33,9 +33,21 @@ use iwpm_proto::netlink::{DaemonMsg, Hello, MapInfoRequest, NlHeader, NlString};
 
 use super::{code, Core};
 use crate::action::Action;
-use crate::handshake::Handshake;
 use crate::ratelimit::LogKind;
 use crate::request::{Abi, Request};
+
+/// Start-up handshake state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Handshake {
+    /// `start` not called yet.
+    Idle,
+    /// HELLO sent with header seq `seq`.
+    Awaiting { seq: u32, deadline: Instant },
+    /// Handshake done earlier; HELLO re-sent after lost kernel input.
+    Resyncing { seq: u32, deadline: Instant },
+    /// Negotiated (or given up on); [`crate::Action::Ready`] emitted.
+    Done,
+}
 
 impl Core {
     pub(super) fn start_handshake(&mut self, now: Instant) {

@@ -34,9 +34,10 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 use super::Core;
 use crate::action::PortReservations;
 use crate::int_hash::IntMap;
+use crate::mapping_id::MappingId;
 use crate::request::Addr;
 use crate::state_file::SavedMapping;
-use crate::table::{MappingId, MappingRole};
+use crate::table::MappingRole;
 
 /// References a restored mapping had in the state file and how many the replay confirmed.
 #[derive(Clone, Copy, Debug, Default)]

@@ -42,10 +42,11 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 use super::{code, Core};
 use crate::action::PortReservations;
 use crate::clients::{ClientInfo, Registration};
+use crate::mapping_id::MappingId;
 use crate::ratelimit::LogKind;
 use crate::request::{Addr, Query, Request};
 use crate::stats::Stats;
-use crate::table::{MappingId, MappingRole};
+use crate::table::MappingRole;
 
 /// A string payload as C writes it: the bytes up to the first NUL, plus one NUL.
 fn nul_terminated(s: &NlString) -> NlString {

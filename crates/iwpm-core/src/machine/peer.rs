@@ -76,10 +76,11 @@ use crate::exchange::{
     ActiveQuery, ActiveState, Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer,
     RemoteInfo, SourceKey,
 };
+use crate::mapping_id::MappingId;
 use crate::peer_book::{ExchangeOutcome, RecentExchange};
 use crate::ratelimit::LogKind;
 use crate::request::Query;
-use crate::table::{MappingId, MappingRole};
+use crate::table::MappingRole;
 
 /// Most timers handled per [`Core::handle_timeout`] call; the rest are due at once on the
 /// next call, so one loop turn never stalls on a burst of expiries.

@@ -12,9 +12,10 @@ use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
 
 use super::Core;
 use crate::action::{PortReservations, ReservationId};
+use crate::mapping_id::MappingId;
 use crate::ratelimit::LogKind;
 use crate::request::Addr;
-use crate::table::{Mapping, MappingId, MappingRole};
+use crate::table::{Mapping, MappingRole};
 
 impl Core {
     /// Reserves a port for `local` (any port, or exactly `recorded` on restart recovery).

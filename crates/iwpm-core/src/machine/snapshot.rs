@@ -9,7 +9,7 @@ use iwpm_proto::sockaddr::Endpoint;
 
 use super::Core;
 use crate::exchange::{ActiveState, ExchangeKind};
-use crate::handshake::Handshake;
+use crate::machine::handshake::Handshake;
 use crate::peer_book::{PeerTally, RecentExchange};
 use crate::table::MappingRole;
 

@@ -26,15 +26,16 @@ use crate::clients::Clients;
 use crate::config::CoreConfig;
 use crate::cookie::CookieJar;
 use crate::exchange::{Exchanges, HandleGen};
-use crate::handshake::Handshake;
+use crate::mapping_id::MappingId;
 use crate::peer_book::PeerBook;
 use crate::ratelimit::{LogKind, LogLimiter};
 use crate::request::Abi;
 use crate::source_buckets::SourceBuckets;
 use crate::stats::Stats;
-use crate::table::{Mapping, MappingId, MappingTable, MappingView};
+use crate::table::{Mapping, MappingTable, MappingView};
 use crate::token_bucket::TokenBucket;
 use crate::usage::{Resource, Usage, UsageChange};
+use handshake::Handshake;
 
 mod dump;
 mod handshake;
