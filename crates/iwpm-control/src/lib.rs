@@ -14,6 +14,8 @@
 //!   of that format (used by the tests and by `iwpmctl metrics --check`).
 //! * [`render`]: the human tables `iwpmctl` prints.
 //! * [`client`]: a blocking client with bounded waits and plain-words errors.
+//! * [`io_counter`]: the names of the daemon's IO counters, for the daemon that prints
+//!   them and the tools that read them back.
 //!
 //! The protocol is documented in `docs/control.md`.
 #![forbid(unsafe_code)]
@@ -23,8 +25,10 @@ pub mod client;
 pub mod codec;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod io_counter;
 pub mod metrics;
 pub mod proto;
 pub mod render;
 
+pub use io_counter::{IoCounter, IoKind, IoPresence};
 pub use proto::*;

@@ -54,5 +54,5 @@ pub use crate::machine::{
 pub use crate::mapping_id::MappingId;
 pub use crate::peer_allow::PeerAllow;
 pub use crate::peer_book::{ExchangeOutcome, PeerTally, RecentExchange};
-pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
+pub use crate::stats::{Counter, CounterKind, ErrCode, KernelOp, Stats, UnknownCounter};
 pub use crate::table::{MappingRole, MappingView};

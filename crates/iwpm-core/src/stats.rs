@@ -17,8 +17,8 @@ pub const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
 /// Peer message kinds, in wire order (REQUEST, ACCEPT, ACK, REJECT).
 pub const NUM_PEER_TYPES: usize = 4;
 
-/// All counters. Gauges (`mappings`, `exchanges_active`) reflect the current state; the rest
-/// only grow (wrapping).
+/// All counters. Gauges (`mappings`, `exchanges_active`; [`CounterKind::Gauge`] in the list
+/// below) reflect the current state; the rest only grow (wrapping).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Kernel messages received, by op (decoded or not).
@@ -342,15 +342,27 @@ const PEER_OUT_NAMES: [&str; NUM_PEER_TYPES] = [
     "peer_out_reject",
 ];
 
+/// Whether a counter only grows or reflects the current state; the metrics render the
+/// first as `_total` counters, the second as gauges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CounterKind {
+    /// Only grows (wrapping).
+    Total,
+    /// The current level (`mappings`, `exchanges_active`, ...).
+    Gauge,
+}
+
 /// Defines [`Counter`] and the accessors from the scalar fields, in field order: those
-/// before `peer_in` and those after `peer_out`. The accessors destructure [`Stats`] without
-/// `..`, so a field added to it and not listed here does not compile (rustc then reports
-/// that the pattern "requires `..`" or "does not mention" the field: list it below).
+/// before `peer_in` and those after `peer_out`, each with its [`CounterKind`] (a level is
+/// marked `Gauge` here, where the field is listed, and nowhere else). The accessors
+/// destructure [`Stats`] without `..`, so a field added to it and not listed here does not
+/// compile (rustc then reports that the pattern "requires `..`" or "does not mention" the
+/// field: list it below, with its kind).
 macro_rules! counters {
     (
-        $($early:ident => $early_field:ident,)*
+        $($early:ident => $early_field:ident: $early_kind:ident,)*
         ;
-        $($late:ident => $late_field:ident,)*
+        $($late:ident => $late_field:ident: $late_kind:ident,)*
     ) => {
         /// One counter of [`Stats`]: a scalar field, or one slot of an array field.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -390,6 +402,19 @@ macro_rules! counters {
                     Counter::PeerOut(t) => PEER_OUT_NAMES[usize::from(t.code())],
                     $(Counter::$early => stringify!($early_field),)*
                     $(Counter::$late => stringify!($late_field),)*
+                }
+            }
+
+            /// Whether it only grows or is a level (every array slot only grows).
+            pub fn kind(self) -> CounterKind {
+                match self {
+                    Counter::NetlinkIn(_)
+                    | Counter::NetlinkOut(_)
+                    | Counter::HandleErrSent(_)
+                    | Counter::PeerIn(_)
+                    | Counter::PeerOut(_) => CounterKind::Total,
+                    $(Counter::$early => CounterKind::$early_kind,)*
+                    $(Counter::$late => CounterKind::$late_kind,)*
                 }
             }
         }
@@ -439,60 +464,60 @@ macro_rules! counters {
 }
 
 counters! {
-    NetlinkDoneIn => netlink_done_in,
-    NetlinkDoneNonzero => netlink_done_nonzero,
-    NetlinkErrorIn => netlink_error_in,
-    NetlinkControlOther => netlink_control_other,
-    NetlinkMalformed => netlink_malformed,
-    NetlinkBadFraming => netlink_bad_framing,
-    NetlinkUnknownOp => netlink_unknown_op,
-    NetlinkUnregistered => netlink_unregistered,
-    NetlinkDuplicateSeq => netlink_duplicate_seq,
-    RepliesDroppedLate => replies_dropped_late,
-    RemoveUnknown => remove_unknown,
-    RemoveWrongOwner => remove_wrong_owner,
+    NetlinkDoneIn => netlink_done_in: Total,
+    NetlinkDoneNonzero => netlink_done_nonzero: Total,
+    NetlinkErrorIn => netlink_error_in: Total,
+    NetlinkControlOther => netlink_control_other: Total,
+    NetlinkMalformed => netlink_malformed: Total,
+    NetlinkBadFraming => netlink_bad_framing: Total,
+    NetlinkUnknownOp => netlink_unknown_op: Total,
+    NetlinkUnregistered => netlink_unregistered: Total,
+    NetlinkDuplicateSeq => netlink_duplicate_seq: Total,
+    RepliesDroppedLate => replies_dropped_late: Total,
+    RemoveUnknown => remove_unknown: Total,
+    RemoveWrongOwner => remove_wrong_owner: Total,
     ;
-    PeerMalformed => peer_malformed,
-    PeerUnmatched => peer_unmatched,
-    PeerDuplicates => peer_duplicates,
-    Retransmissions => retransmissions,
-    RejectsSent => rejects_sent,
-    RejectsReceived => rejects_received,
-    ExchangesActive => exchanges_active,
-    ExchangesExpired => exchanges_expired,
-    ExchangesRefused => exchanges_refused,
-    Mappings => mappings,
-    MappingsCreated => mappings_created,
-    MappingsFreed => mappings_freed,
-    MappingsRefused => mappings_refused,
-    ReservationsRequested => reservations_requested,
-    ReservationsFailed => reservations_failed,
-    ReservationsReleased => reservations_released,
-    MapinfoAccepted => mapinfo_accepted,
-    MapinfoDuplicates => mapinfo_duplicates,
-    MapinfoConflicts => mapinfo_conflicts,
-    MapinfoReplaced => mapinfo_replaced,
-    PeerNotAllowed => peer_not_allowed,
-    PeerForged => peer_forged,
-    PeerWrongSource => peer_wrong_source,
-    PeerQuotaDropped => peer_quota_dropped,
-    PeerAcksUnverified => peer_acks_unverified,
-    AcceptsStateless => accepts_stateless,
-    RemoteInfoNotNeeded => remote_info_not_needed,
-    RemoteInfoNoticesSent => remote_info_notices_sent,
-    QueryRepliesHeld => query_replies_held,
-    RemoteInfoNoticesMissed => remote_info_notices_missed,
-    PeerReusedHandles => peer_reused_handles,
-    ExchangesEvicted => exchanges_evicted,
-    RejectsSuppressed => rejects_suppressed,
-    RemoteInfoDeferred => remote_info_deferred,
-    RemoteInfoOnAck => remote_info_on_ack,
-    LocalAnswers => local_answers,
-    PeerExchangesActive => peer_exchanges_active,
-    PeerExchangesUnconfirmed => peer_exchanges_unconfirmed,
-    KernelUnsolicited => kernel_unsolicited,
-    KernelOverruns => kernel_overruns,
-    LogsSuppressed => logs_suppressed,
+    PeerMalformed => peer_malformed: Total,
+    PeerUnmatched => peer_unmatched: Total,
+    PeerDuplicates => peer_duplicates: Total,
+    Retransmissions => retransmissions: Total,
+    RejectsSent => rejects_sent: Total,
+    RejectsReceived => rejects_received: Total,
+    ExchangesActive => exchanges_active: Gauge,
+    ExchangesExpired => exchanges_expired: Total,
+    ExchangesRefused => exchanges_refused: Total,
+    Mappings => mappings: Gauge,
+    MappingsCreated => mappings_created: Total,
+    MappingsFreed => mappings_freed: Total,
+    MappingsRefused => mappings_refused: Total,
+    ReservationsRequested => reservations_requested: Total,
+    ReservationsFailed => reservations_failed: Total,
+    ReservationsReleased => reservations_released: Total,
+    MapinfoAccepted => mapinfo_accepted: Total,
+    MapinfoDuplicates => mapinfo_duplicates: Total,
+    MapinfoConflicts => mapinfo_conflicts: Total,
+    MapinfoReplaced => mapinfo_replaced: Total,
+    PeerNotAllowed => peer_not_allowed: Total,
+    PeerForged => peer_forged: Total,
+    PeerWrongSource => peer_wrong_source: Total,
+    PeerQuotaDropped => peer_quota_dropped: Total,
+    PeerAcksUnverified => peer_acks_unverified: Total,
+    AcceptsStateless => accepts_stateless: Total,
+    RemoteInfoNotNeeded => remote_info_not_needed: Total,
+    RemoteInfoNoticesSent => remote_info_notices_sent: Total,
+    QueryRepliesHeld => query_replies_held: Total,
+    RemoteInfoNoticesMissed => remote_info_notices_missed: Total,
+    PeerReusedHandles => peer_reused_handles: Total,
+    ExchangesEvicted => exchanges_evicted: Total,
+    RejectsSuppressed => rejects_suppressed: Total,
+    RemoteInfoDeferred => remote_info_deferred: Total,
+    RemoteInfoOnAck => remote_info_on_ack: Total,
+    LocalAnswers => local_answers: Total,
+    PeerExchangesActive => peer_exchanges_active: Gauge,
+    PeerExchangesUnconfirmed => peer_exchanges_unconfirmed: Gauge,
+    KernelUnsolicited => kernel_unsolicited: Total,
+    KernelOverruns => kernel_overruns: Total,
+    LogsSuppressed => logs_suppressed: Total,
 }
 
 impl Counter {
@@ -510,6 +535,13 @@ impl Counter {
             .chain(peer_in)
             .chain(peer_out)
             .chain(Counter::LATE.iter().copied())
+    }
+}
+
+impl Counter {
+    /// A gauge (the current level), not a counter that only grows.
+    pub fn is_gauge(self) -> bool {
+        self.kind() == CounterKind::Gauge
     }
 }
 
@@ -615,5 +647,24 @@ mod tests {
                 ("peer_out_ack", 4)
             ]
         );
+    }
+
+    #[test]
+    fn the_levels_are_the_gauges() {
+        let gauges: Vec<&str> = Counter::all()
+            .filter(|c| c.is_gauge())
+            .map(Counter::name)
+            .collect();
+        assert_eq!(
+            gauges,
+            [
+                "exchanges_active",
+                "mappings",
+                "peer_exchanges_active",
+                "peer_exchanges_unconfirmed"
+            ]
+        );
+        assert_eq!(Counter::Retransmissions.kind(), CounterKind::Total);
+        assert!(!Counter::NetlinkIn(KernelOp::Hello).is_gauge());
     }
 }

@@ -5,13 +5,17 @@
 //! IPV4 ip:port(0xPPPP)`, `Mapped address ...`) plus the Rust daemon's extra lines
 //! (refcount/owner/flags per mapping, exchanges in flight, the `io counters:` line and, at
 //! debug level for the `iwpmd::dump` target, the `core counters:` line). Both counter lines
-//! are `name=value` pairs read into typed structures: a name the lab does not know, or a
-//! known one missing, is a parse error, so a renamed counter cannot read as 0.
+//! are `name=value` pairs read into typed structures ([`IoCounter`] of iwpm-control, the
+//! daemon's own list; [`Counter`] of iwpm-core): a name the lab does not know, or a known
+//! one missing, is a parse error, so a renamed counter cannot read as 0. (The restart
+//! counters, printed only when the daemon keeps ports across restarts, may be absent.)
 
 use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
+pub use iwpm_control::IoCounter;
+use iwpm_control::IoPresence;
 use iwpm_core::{Counter, Stats};
 use serde::Serialize;
 
@@ -30,97 +34,11 @@ pub struct DumpMapping {
     pub wildcard: Option<bool>,
 }
 
-/// A counter of the daemon's `io counters:` line. The names mirror the fields of iwpmd's
-/// `IoCounters` (a binary crate, so the lab cannot import them) plus `ports_held`; the
-/// parse rejects names missing here, so the two lists cannot drift apart unnoticed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum IoCounter {
-    /// Datagrams received from the kernel.
-    KernelRx,
-    /// Datagrams sent to the kernel.
-    KernelTx,
-    /// Sends to the kernel that failed.
-    KernelTxErrors,
-    /// Sends queued because the kernel link was full.
-    KernelTxQueued,
-    /// Kernel datagrams longer than the receive buffer.
-    KernelTruncated,
-    /// Netlink datagrams from a port other than the kernel's.
-    KernelForeign,
-    /// Receive-queue overruns (`ENOBUFS`).
-    KernelOverruns,
-    /// Peer datagrams received.
-    PeerRx,
-    /// Peer datagrams sent.
-    PeerTx,
-    /// Peer datagrams not sent.
-    PeerTxDropped,
-    /// Reservations refused for lack of file descriptors.
-    ReserveNoFd,
-    /// Reservations refused for lack of ports.
-    ReserveNoPort,
-    /// SIGUSR1 dumps written.
-    Dumps,
-    /// SIGUSR1 signals folded into a pending dump.
-    DumpsCoalesced,
-    /// TCP ports the daemon holds now (a gauge, not summed over restarts).
-    PortsHeld,
-}
-
-impl IoCounter {
-    /// Every IO counter, in the daemon's print order.
-    pub const ALL: [IoCounter; 15] = [
-        IoCounter::KernelRx,
-        IoCounter::KernelTx,
-        IoCounter::KernelTxErrors,
-        IoCounter::KernelTxQueued,
-        IoCounter::KernelTruncated,
-        IoCounter::KernelForeign,
-        IoCounter::KernelOverruns,
-        IoCounter::PeerRx,
-        IoCounter::PeerTx,
-        IoCounter::PeerTxDropped,
-        IoCounter::ReserveNoFd,
-        IoCounter::ReserveNoPort,
-        IoCounter::Dumps,
-        IoCounter::DumpsCoalesced,
-        IoCounter::PortsHeld,
-    ];
-
-    /// The name the daemon prints.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoCounter::KernelRx => "kernel_rx",
-            IoCounter::KernelTx => "kernel_tx",
-            IoCounter::KernelTxErrors => "kernel_tx_errors",
-            IoCounter::KernelTxQueued => "kernel_tx_queued",
-            IoCounter::KernelTruncated => "kernel_truncated",
-            IoCounter::KernelForeign => "kernel_foreign",
-            IoCounter::KernelOverruns => "kernel_overruns",
-            IoCounter::PeerRx => "peer_rx",
-            IoCounter::PeerTx => "peer_tx",
-            IoCounter::PeerTxDropped => "peer_tx_dropped",
-            IoCounter::ReserveNoFd => "reserve_no_fd",
-            IoCounter::ReserveNoPort => "reserve_no_port",
-            IoCounter::Dumps => "dumps",
-            IoCounter::DumpsCoalesced => "dumps_coalesced",
-            IoCounter::PortsHeld => "ports_held",
-        }
-    }
-
-    /// The counter with this name.
-    pub fn from_name(name: &str) -> Option<IoCounter> {
-        IoCounter::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
 /// The values of the `io counters:` line, one per [`IoCounter`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct IoCounters([u64; IoCounter::ALL.len()]);
+pub struct IoCounters([u64; IO_COUNTERS]);
+
+const IO_COUNTERS: usize = IoCounter::ALL.len();
 
 impl IoCounters {
     /// One counter.
@@ -351,7 +269,11 @@ fn parse_io(rest: &str) -> Result<IoCounters, DumpError> {
         io.set(counter, value);
         seen.insert(counter);
     }
-    match IoCounter::ALL.into_iter().find(|c| !seen.contains(c)) {
+    let missing = IoCounter::ALL
+        .iter()
+        .copied()
+        .find(|c| c.presence() == IoPresence::Always && !seen.contains(c));
+    match missing {
         Some(c) => Err(DumpError::MissingCounter {
             line,
             name: c.name(),
@@ -497,5 +419,26 @@ mod tests {
             parse(with_counters(&io, &core)),
             Err(DumpError::BadPair { line: CounterLine::Io, word }) if word == "dumps=one"
         ));
+    }
+
+    #[test]
+    fn every_io_counter_the_daemon_names_reads_back() {
+        // The daemon prints the names of iwpm-control's list; each one lands in its slot,
+        // the restart counters included (printed only when the daemon keeps ports).
+        let pairs: Vec<String> = IoCounter::ALL
+            .iter()
+            .map(|c| format!("{c}={}", c.index() + 10))
+            .collect();
+        let io = format!("io counters: {}", pairs.join(" "));
+        let d = parse(with_counters(&io, &core_line(&Stats::default()))).unwrap();
+        for &c in IoCounter::ALL {
+            assert_eq!(d.io(c), c.index() as u64 + 10, "{c}");
+        }
+        let d = parse(with_counters(IO, &core_line(&Stats::default()))).unwrap();
+        assert_eq!(
+            d.io(IoCounter::StateWrites),
+            0,
+            "absent restart counters read as 0"
+        );
     }
 }

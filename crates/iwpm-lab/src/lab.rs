@@ -473,8 +473,9 @@ fn retire(into: &mut Dump, from: &Dump) {
         into.core
             .set(c, into.core.get(c).wrapping_add(from.core.get(c)));
     }
-    for c in IoCounter::ALL {
-        if c != IoCounter::PortsHeld {
+    for &c in IoCounter::ALL {
+        // A level (`ports_held`) is the retired daemon's, not added to the next one's.
+        if !c.is_gauge() {
             into.io.set(c, into.io.get(c).wrapping_add(from.io.get(c)));
         }
     }

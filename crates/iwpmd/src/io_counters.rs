@@ -1,6 +1,8 @@
 //! The shell's IO-level counters (the core counts protocol events itself) and their
 //! `name=value` export for the SIGUSR1 dump.
 
+use iwpm_control::IoCounter;
+
 /// IO-level counters.
 #[derive(Debug, Default)]
 pub struct IoCounters {
@@ -41,20 +43,13 @@ impl IoCounters {
     }
 }
 
-/// `(name, value)` of each listed field. The pattern has no `..`, so a field added to
-/// [`IoCounters`] and not listed here does not compile (and never goes missing from dumps).
-macro_rules! named_fields {
-    ($counters:expr; $($field:ident),* $(,)?) => {{
-        let IoCounters { $($field),* } = $counters;
-        [$((stringify!($field), *$field)),*]
-    }};
-}
-
 impl IoCounters {
-    /// Every counter as `(name, value)`; the names are the field names, which tools (the
-    /// lab, the tests) read back.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        named_fields!(self;
+    /// The shell's value of `counter`, `None` for the counters held elsewhere. The pattern
+    /// has no `..` and the match no `_`, so a field added here, or a counter added to
+    /// [`IoCounter`] (iwpm-control's list, which the tools read back), does not compile
+    /// until it is mapped.
+    pub fn get(&self, counter: IoCounter) -> Option<u64> {
+        let IoCounters {
             kernel_rx,
             kernel_tx,
             kernel_tx_errors,
@@ -69,8 +64,37 @@ impl IoCounters {
             reserve_no_port,
             dumps,
             dumps_coalesced,
-        )
-        .into_iter()
+        } = self;
+        let value = match counter {
+            IoCounter::KernelRx => kernel_rx,
+            IoCounter::KernelTx => kernel_tx,
+            IoCounter::KernelTxErrors => kernel_tx_errors,
+            IoCounter::KernelTxQueued => kernel_tx_queued,
+            IoCounter::KernelTruncated => kernel_truncated,
+            IoCounter::KernelForeign => kernel_foreign,
+            IoCounter::KernelOverruns => kernel_overruns,
+            IoCounter::PeerRx => peer_rx,
+            IoCounter::PeerTx => peer_tx,
+            IoCounter::PeerTxDropped => peer_tx_dropped,
+            IoCounter::ReserveNoFd => reserve_no_fd,
+            IoCounter::ReserveNoPort => reserve_no_port,
+            IoCounter::Dumps => dumps,
+            IoCounter::DumpsCoalesced => dumps_coalesced,
+            // The reservations' level (the shell adds it) and the restart machinery's.
+            IoCounter::PortsHeld
+            | IoCounter::FdStoreSent
+            | IoCounter::FdStoreFailed
+            | IoCounter::StateWrites
+            | IoCounter::StateWriteErrors => return None,
+        };
+        Some(*value)
+    }
+
+    /// The shell's counters as `(name, value)`, in [`IoCounter::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        IoCounter::ALL
+            .iter()
+            .filter_map(|&c| Some((c.name(), self.get(c)?)))
     }
 }
 
@@ -90,5 +114,42 @@ mod tests {
         assert_eq!(pairs[0], ("kernel_rx", 0));
         assert!(pairs.contains(&("kernel_overruns", 3)));
         assert_eq!(pairs[13], ("dumps_coalesced", 1));
+    }
+
+    #[test]
+    fn every_counter_reads_back_from_its_name() {
+        // Distinct values, so that two names mapped to one field show.
+        let c = IoCounters {
+            kernel_rx: 1,
+            kernel_tx: 2,
+            kernel_tx_errors: 3,
+            kernel_tx_queued: 4,
+            kernel_truncated: 5,
+            kernel_foreign: 6,
+            kernel_overruns: 7,
+            peer_rx: 8,
+            peer_tx: 9,
+            peer_tx_dropped: 10,
+            reserve_no_fd: 11,
+            reserve_no_port: 12,
+            dumps: 13,
+            dumps_coalesced: 14,
+        };
+        let mut values = Vec::new();
+        for (name, value) in c.iter() {
+            let counter = IoCounter::from_name(name).unwrap();
+            assert_eq!(c.get(counter), Some(value), "{name}");
+            values.push(value);
+        }
+        assert_eq!(
+            values,
+            (1..=14).collect::<Vec<u64>>(),
+            "field order, one each"
+        );
+        assert_eq!(
+            c.get(IoCounter::PortsHeld),
+            None,
+            "the shell adds ports_held"
+        );
     }
 }

@@ -11,12 +11,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use iwpm_control::{
-    metrics, ClientEntry, Command, ErrorKind, ExchangeEntry, LogLevelReply, MappingEntry,
-    MappingList, PeerEntry, PeersReport, ProbeReport, RecentEntry, Reply, Request, Response,
-    StatusReport, TextReply,
+    metrics, ClientEntry, Command, ErrorKind, ExchangeEntry, IoCounter, LogLevelReply,
+    MappingEntry, MappingList, PeerEntry, PeersReport, ProbeReport, RecentEntry, Reply, Request,
+    Response, StatusReport, TextReply,
 };
 use iwpm_core::{
-    ExchangeOutcome, ExchangeSide, MappingRole, PeerSocket, ProbeId, ProbeOutcome, ProbeResult,
+    Counter, ExchangeOutcome, ExchangeSide, MappingRole, PeerSocket, ProbeId, ProbeOutcome,
+    ProbeResult,
 };
 use mio::event::Event;
 
@@ -28,13 +29,16 @@ use crate::logging;
 /// A probe's default wait: the answer must come well within the 2 s an operator waits.
 const PROBE_DEFAULT_WAIT: Duration = Duration::from_millis(1500);
 
-/// Core counters that are gauges (the rest only grow).
-const CORE_GAUGES: [&str; 4] = [
-    "mappings",
-    "exchanges_active",
-    "peer_exchanges_active",
-    "peer_exchanges_unconfirmed",
-];
+/// The names of the counters that are gauges (the rest only grow), from their types: the
+/// core's [`Counter::kind`] and the IO shell's [`IoCounter::kind`].
+fn gauge_names() -> Vec<String> {
+    let core = Counter::all().filter(|c| c.is_gauge()).map(Counter::name);
+    let io = IoCounter::ALL
+        .iter()
+        .filter(|c| c.is_gauge())
+        .map(|c| c.name());
+    core.chain(io).map(str::to_owned).collect()
+}
 
 /// The control socket as the shell holds it.
 #[derive(Debug)]
@@ -143,11 +147,10 @@ impl Shell {
         let io_counters: BTreeMap<String, u64> = self
             .counters
             .iter()
-            .chain([("ports_held", held)])
+            .chain([(IoCounter::PortsHeld.name(), held)])
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
-        let mut gauges: Vec<String> = CORE_GAUGES.iter().map(|s| (*s).to_owned()).collect();
-        gauges.push("ports_held".to_owned());
+        let gauges = gauge_names();
         StatusReport {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             pid: std::process::id(),
@@ -384,5 +387,64 @@ fn log_level(set: Option<String>) -> Response {
             }
             Err(e) => Response::error(ErrorKind::InvalidArgument, e.to_string()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use iwpm_control::StatusReport;
+    use iwpm_core::Stats;
+
+    use super::*;
+
+    #[test]
+    fn every_gauge_renders_as_a_gauge_and_every_total_as_a_counter() {
+        let core_counters = Stats::default()
+            .iter()
+            .map(|(n, v)| (n.to_owned(), v))
+            .collect();
+        let io_counters = IoCounter::ALL
+            .iter()
+            .map(|c| (c.name().to_owned(), 0))
+            .collect();
+        let status = StatusReport {
+            version: "0".into(),
+            pid: 1,
+            abi: 4,
+            handshake: "done".into(),
+            uptime_secs: 0.0,
+            kernel_link: "netlink".into(),
+            clients: vec![],
+            mappings: 0,
+            ports_held: 0,
+            exchanges: 0,
+            control_clients: 0,
+            core_counters,
+            io_counters,
+            gauges: gauge_names(),
+        };
+        let text = metrics::render(&status);
+        let families = Counter::all()
+            .map(|c| (format!("iwpmd_core_{c}"), c.is_gauge()))
+            .chain(
+                IoCounter::ALL
+                    .iter()
+                    .map(|c| (format!("iwpmd_io_{c}"), c.is_gauge())),
+            );
+        for (family, is_gauge) in families {
+            let kind = if is_gauge { "gauge" } else { "counter" };
+            let sample = if is_gauge {
+                format!("\n{family} 0\n")
+            } else {
+                format!("\n{family}_total 0\n")
+            };
+            assert!(
+                text.contains(&format!("# TYPE {family} {kind}\n")),
+                "{family}"
+            );
+            assert!(text.contains(&sample), "{family}");
+        }
+        assert!(text.contains("# TYPE iwpmd_core_mappings gauge\n"));
+        assert!(text.contains("iwpmd_core_mappings_created_total 0\n"));
     }
 }
