@@ -46,8 +46,11 @@
 //! ("Couldn't find param" or "Couldn't parse a line"), so one file serves both daemons.
 //! C peers always talk to port 3935: change `peer_port` only for tests and labs.
 //!
-//! A new key is one [`ConfigKey`] variant (and an entry in [`ConfigKey::ALL`]), its arms in
-//! `name` and `origin`, and its value rule in the parser.
+//! A new key is one line of the `config_keys!` list (variant, name, origin), a field of
+//! [`Config`] or [`ExtraConfig`] and its value rule in the parser (the parser's match over
+//! [`ConfigKey`] has no `_`), then its row in the table above and in `iwpmd.conf(5)`
+//! (`packaging/iwpmd.conf.5`; a test checks both against [`ConfigKey::ALL`]) and its use
+//! in the daemon (`Settings::apply_file` destructures [`Config`] without `..`).
 //!
 //! # Use
 //!
@@ -128,33 +131,6 @@ impl Config {
     }
 }
 
-/// Every key this parser knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ConfigKey {
-    /// `nl_sock_rbuf_size` (C daemon).
-    NlSockRbufSize,
-    /// `peer_port` (extension).
-    PeerPort,
-    /// `peer_bind_v4` (extension).
-    PeerBindV4,
-    /// `peer_bind_v6` (extension).
-    PeerBindV6,
-    /// `peer_allow` (extension).
-    PeerAllow,
-    /// `max_mappings` (extension).
-    MaxMappings,
-    /// `max_exchanges` (extension).
-    MaxExchanges,
-    /// `max_peer_exchanges` (extension).
-    MaxPeerExchanges,
-    /// `peer_source_quota` (extension).
-    PeerSourceQuota,
-    /// `remote_info_budget` (extension).
-    RemoteInfoBudget,
-    /// `state_file` (extension).
-    StateFile,
-}
-
 /// Whether a key is also understood by the C daemon.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KeyOrigin {
@@ -164,47 +140,65 @@ pub enum KeyOrigin {
     Extension,
 }
 
+/// Defines [`ConfigKey`], its table, names and origins from one list, in table order.
+macro_rules! config_keys {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal, $origin:ident;)*) => {
+        /// Every key this parser knows.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ConfigKey {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        /// Number of keys.
+        const NUM_KEYS: usize = [$($name),*].len();
+
+        impl ConfigKey {
+            /// The table of known keys.
+            pub const ALL: [ConfigKey; NUM_KEYS] = [$(ConfigKey::$variant),*];
+
+            /// The key as written in the file.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ConfigKey::$variant => $name,)*
+                }
+            }
+
+            /// Who defines the key.
+            pub fn origin(self) -> KeyOrigin {
+                match self {
+                    $(ConfigKey::$variant => KeyOrigin::$origin,)*
+                }
+            }
+        }
+    };
+}
+
+config_keys! {
+    /// `nl_sock_rbuf_size` (C daemon).
+    NlSockRbufSize => "nl_sock_rbuf_size", CDaemon;
+    /// `peer_port` (extension).
+    PeerPort => "peer_port", Extension;
+    /// `peer_bind_v4` (extension).
+    PeerBindV4 => "peer_bind_v4", Extension;
+    /// `peer_bind_v6` (extension).
+    PeerBindV6 => "peer_bind_v6", Extension;
+    /// `peer_allow` (extension).
+    PeerAllow => "peer_allow", Extension;
+    /// `max_mappings` (extension).
+    MaxMappings => "max_mappings", Extension;
+    /// `max_exchanges` (extension).
+    MaxExchanges => "max_exchanges", Extension;
+    /// `max_peer_exchanges` (extension).
+    MaxPeerExchanges => "max_peer_exchanges", Extension;
+    /// `peer_source_quota` (extension).
+    PeerSourceQuota => "peer_source_quota", Extension;
+    /// `remote_info_budget` (extension).
+    RemoteInfoBudget => "remote_info_budget", Extension;
+    /// `state_file` (extension).
+    StateFile => "state_file", Extension;
+}
+
 impl ConfigKey {
-    /// The table of known keys.
-    pub const ALL: [ConfigKey; 11] = [
-        ConfigKey::NlSockRbufSize,
-        ConfigKey::PeerPort,
-        ConfigKey::PeerBindV4,
-        ConfigKey::PeerBindV6,
-        ConfigKey::PeerAllow,
-        ConfigKey::MaxMappings,
-        ConfigKey::MaxExchanges,
-        ConfigKey::MaxPeerExchanges,
-        ConfigKey::PeerSourceQuota,
-        ConfigKey::RemoteInfoBudget,
-        ConfigKey::StateFile,
-    ];
-
-    /// The key as written in the file.
-    pub fn name(self) -> &'static str {
-        match self {
-            ConfigKey::NlSockRbufSize => "nl_sock_rbuf_size",
-            ConfigKey::PeerPort => "peer_port",
-            ConfigKey::PeerBindV4 => "peer_bind_v4",
-            ConfigKey::PeerBindV6 => "peer_bind_v6",
-            ConfigKey::PeerAllow => "peer_allow",
-            ConfigKey::MaxMappings => "max_mappings",
-            ConfigKey::MaxExchanges => "max_exchanges",
-            ConfigKey::MaxPeerExchanges => "max_peer_exchanges",
-            ConfigKey::PeerSourceQuota => "peer_source_quota",
-            ConfigKey::RemoteInfoBudget => "remote_info_budget",
-            ConfigKey::StateFile => "state_file",
-        }
-    }
-
-    /// Who defines the key.
-    pub fn origin(self) -> KeyOrigin {
-        match self {
-            ConfigKey::NlSockRbufSize => KeyOrigin::CDaemon,
-            _ => KeyOrigin::Extension,
-        }
-    }
-
     /// Exact, case-sensitive look-up (C uses `strcmp`).
     pub fn from_name(name: &[u8]) -> Option<ConfigKey> {
         ConfigKey::ALL

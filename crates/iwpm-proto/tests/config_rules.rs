@@ -795,3 +795,57 @@ fn severities_and_line_accessor() {
     assert!(Severity::Debug < Severity::Info && Severity::Info < Severity::Warning);
     assert!(Severity::Warning < Severity::Error);
 }
+
+// ---------------------------------------------------------------- the documented key lists
+
+/// The keys of the `.SH KEYS` section of `iwpmd.conf(5)` (`.BI name= VALUE` lines).
+fn man_page_keys(page: &str) -> Vec<String> {
+    let keys = page
+        .split("\n.SH ")
+        .find(|s| s.starts_with("KEYS\n"))
+        .expect("a KEYS section");
+    keys.lines()
+        .filter_map(|l| l.strip_prefix(".BI "))
+        .filter_map(|l| l.split_once("= ").map(|(key, _)| key.to_owned()))
+        .collect()
+}
+
+/// The keys of the `# Keys` table of the module docs (``//! | `name` | origin | ...``).
+fn module_doc_keys(source: &str) -> Vec<(String, String)> {
+    source
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `"))
+        .filter_map(|l| {
+            let (key, rest) = l.split_once("` | ")?;
+            let (origin, _) = rest.split_once(" | ")?;
+            Some((key.to_owned(), origin.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_documented_keys_are_the_parsers() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let names: Vec<String> = ConfigKey::ALL.iter().map(|k| k.name().to_owned()).collect();
+    assert_eq!(
+        man_page_keys(&read("../../packaging/iwpmd.conf.5")),
+        names,
+        "packaging/iwpmd.conf.5 lists the keys of ConfigKey::ALL, in its order"
+    );
+    let origins: Vec<(String, String)> = ConfigKey::ALL
+        .iter()
+        .map(|k| {
+            let origin = match k.origin() {
+                KeyOrigin::CDaemon => "C daemon",
+                KeyOrigin::Extension => "extension",
+            };
+            (k.name().to_owned(), origin.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        module_doc_keys(&read("src/config.rs")),
+        origins,
+        "the `# Keys` table of src/config.rs lists ConfigKey::ALL with its origins"
+    );
+}

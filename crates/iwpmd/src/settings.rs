@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use iwpm_core::{CoreConfig, PeerAllow};
-use iwpm_proto::config::{parse_config_bytes, ConfigDiagnostic, Severity};
+use iwpm_proto::config::{parse_config_bytes, Config, ConfigDiagnostic, ExtraConfig, Severity};
 use iwpm_proto::consts::IWPM_PEER_PORT;
 
 use crate::cli::{Cli, ConfigSource};
@@ -95,6 +95,7 @@ impl Settings {
 
     /// Applies the file's keys, logging each diagnostic at its severity; returns the first
     /// [`Severity::Error`] instead, applying nothing.
+    #[deny(unused_variables)]
     fn apply_file(&mut self, text: &[u8]) -> Option<ConfigDiagnostic> {
         let (config, diagnostics) = parse_config_bytes(text);
         if let Some(error) = diagnostics.iter().find(|d| d.severity() == Severity::Error) {
@@ -107,44 +108,61 @@ impl Settings {
                 Severity::Debug => tracing::debug!("config: {d}"),
             }
         }
-        if let Some(size) = config.nl_sock_rbuf_size {
+        // No `..`: a key added to the parser's `Config` does not compile until it is applied
+        // here (and `deny` makes a key bound but not used an error too).
+        let Config {
+            nl_sock_rbuf_size,
+            extra:
+                ExtraConfig {
+                    peer_port,
+                    peer_bind_v4,
+                    peer_bind_v6,
+                    peer_allow,
+                    max_mappings,
+                    max_exchanges,
+                    max_peer_exchanges,
+                    peer_source_quota,
+                    remote_info_budget,
+                    state_file,
+                },
+        } = config;
+        if let Some(size) = nl_sock_rbuf_size {
             tracing::info!("config: nl_sock_rbuf_size = {size}");
             self.nl_sock_rbuf_size = size as usize;
         }
-        if let Some(port) = config.extra.peer_port {
+        if let Some(port) = peer_port {
             self.peer_bind.port = port;
         }
-        if let Some(v4) = config.extra.peer_bind_v4 {
+        if let Some(v4) = peer_bind_v4 {
             self.peer_bind.v4 = v4;
         }
-        if let Some(v6) = config.extra.peer_bind_v6 {
+        if let Some(v6) = peer_bind_v6 {
             self.peer_bind.v6 = Some(v6);
         }
-        let x = &config.extra;
         let core = &mut self.core;
-        if let Some(nets) = &x.peer_allow {
+        if let Some(nets) = peer_allow {
             let list: Vec<String> = nets.iter().map(ToString::to_string).collect();
             tracing::info!("config: peer_allow = {}", list.join(", "));
-            core.peer_allow = PeerAllow::only(nets.clone());
+            core.peer_allow = PeerAllow::only(nets);
         }
         let limits: [(Option<u32>, &mut usize); 3] = [
-            (x.max_mappings, &mut core.max_mappings),
-            (x.max_exchanges, &mut core.max_exchanges),
-            (x.max_peer_exchanges, &mut core.max_peer_exchanges),
+            (max_mappings, &mut core.max_mappings),
+            (max_exchanges, &mut core.max_exchanges),
+            (max_peer_exchanges, &mut core.max_peer_exchanges),
         ];
         for (value, slot) in limits {
             if let Some(v) = value {
                 *slot = v as usize;
             }
         }
-        if let Some(v) = x.peer_source_quota {
+        if let Some(v) = peer_source_quota {
             core.peer_source_quota = v;
         }
-        if let Some(v) = x.remote_info_budget {
+        if let Some(v) = remote_info_budget {
             core.remote_info_budget = v;
         }
-        if let Some(v) = &x.state_file {
-            self.configured_state_file = Some(v.clone());
+        if let Some(v) = state_file {
+            self.configured_state_file = Some(v);
         }
         None
     }
@@ -207,6 +225,7 @@ pub fn random_key() -> std::io::Result<([u8; 32], bool)> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use iwpm_proto::config::ConfigKey;
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("iwpmd").chain(args.iter().copied())).unwrap()
@@ -219,6 +238,48 @@ mod tests {
         assert_eq!(s.peer_bind.port, 3935);
         assert_eq!(s.peer_bind.v4, Ipv4Addr::UNSPECIFIED);
         assert_eq!(s.peer_bind.v6, Some(Ipv6Addr::UNSPECIFIED));
+    }
+
+    #[test]
+    fn every_config_key_changes_its_setting() {
+        // One line per key (the match has no `_`, so a new key needs one), each checked
+        // against what it must change: a key the parser reads and `apply_file` drops fails.
+        let other_net: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        for key in ConfigKey::ALL {
+            let (line, applied): (&str, &dyn Fn(&Settings) -> bool) = match key {
+                ConfigKey::NlSockRbufSize => {
+                    ("nl_sock_rbuf_size=4096", &|s| s.nl_sock_rbuf_size == 4096)
+                }
+                ConfigKey::PeerPort => ("peer_port=4000", &|s| s.peer_bind.port == 4000),
+                ConfigKey::PeerBindV4 => ("peer_bind_v4=127.0.0.1", &|s| {
+                    s.peer_bind.v4 == Ipv4Addr::LOCALHOST
+                }),
+                ConfigKey::PeerBindV6 => ("peer_bind_v6=::1", &|s| {
+                    s.peer_bind.v6 == Some(Ipv6Addr::LOCALHOST)
+                }),
+                ConfigKey::PeerAllow => ("peer_allow=10.0.0.0/8", &|s| {
+                    !s.core.peer_allow.allows(other_net)
+                }),
+                ConfigKey::MaxMappings => ("max_mappings=7", &|s| s.core.max_mappings == 7),
+                ConfigKey::MaxExchanges => ("max_exchanges=7", &|s| s.core.max_exchanges == 7),
+                ConfigKey::MaxPeerExchanges => {
+                    ("max_peer_exchanges=7", &|s| s.core.max_peer_exchanges == 7)
+                }
+                ConfigKey::PeerSourceQuota => {
+                    ("peer_source_quota=7", &|s| s.core.peer_source_quota == 7)
+                }
+                ConfigKey::RemoteInfoBudget => {
+                    ("remote_info_budget=7", &|s| s.core.remote_info_budget == 7)
+                }
+                ConfigKey::StateFile => ("state_file=none", &|s| {
+                    s.configured_state_file == Some(None)
+                }),
+            };
+            let mut s = Settings::defaults();
+            assert!(!applied(&s), "{key}: the test value is the default");
+            assert_eq!(s.apply_file(format!("{line}\n").as_bytes()), None, "{line}");
+            assert!(applied(&s), "{line} was parsed but not applied");
+        }
     }
 
     #[test]
