@@ -3,6 +3,8 @@
 
 mod netlink_support;
 
+use std::fmt;
+
 use iwpm_proto::netlink::*;
 use netlink_support::*;
 use proptest::collection::vec;
@@ -34,6 +36,34 @@ fn kernel_round_trip(env: Envelope, msg: KernelMsg, abi: u16) -> Result<(), Test
     Ok(())
 }
 
+/// What one datagram holds: up to 6 messages (of `msg`, sent by one of `clients`) and
+/// control frames, in order.
+fn datagram_parts<M: Clone + fmt::Debug>(
+    clients: &'static [u8],
+    msg: BoxedStrategy<M>,
+) -> impl Strategy<Value = Vec<Result<(Envelope, M), (NlHeader, ControlBody)>>> {
+    vec(
+        prop_oneof![
+            (envelope(clients), msg).prop_map(|(e, m)| Ok((e, m))),
+            control_frame().prop_map(Err),
+        ],
+        0..6,
+    )
+}
+
+/// The datagram of `frames`, one after the other, and what decoding it must give back.
+fn datagram_of<M: NetlinkMessage>(
+    frames: impl IntoIterator<Item = Frame<M>>,
+) -> (Vec<u8>, Vec<Result<Frame<M>, NetlinkError>>) {
+    let mut datagram = vec![];
+    let mut expected = vec![];
+    for frame in frames {
+        frame.encode(&mut datagram);
+        expected.push(Ok(frame));
+    }
+    (datagram, expected)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
 
@@ -59,49 +89,29 @@ proptest! {
     #[test]
     fn kernel_datagrams_round_trip(
         abi in 3u16..=4,
-        parts in vec(prop_oneof![
-            (envelope(KERNEL_CLIENTS), kernel_msg(4)).prop_map(|(e, m)| Ok((e, m))),
-            control_frame().prop_map(Err),
-        ], 0..6),
+        parts in datagram_parts(KERNEL_CLIENTS, kernel_msg(4)),
     ) {
-        let mut datagram = vec![];
-        let mut expected = vec![];
-        for part in parts {
-            let frame = match part {
-                Ok((env, mut msg)) => {
-                    if abi < 4 {
-                        // What the kernel sends under ABI 3: no FLAGS.
-                        strip_flags(&mut msg);
-                    }
-                    KernelFrame::Msg(env, msg)
+        let (datagram, expected) = datagram_of(parts.into_iter().map(|part| match part {
+            Ok((env, mut msg)) => {
+                if abi < 4 {
+                    // What the kernel sends under ABI 3: no FLAGS.
+                    strip_flags(&mut msg);
                 }
-                Err((header, body)) => body.kernel_frame(header),
-            };
-            frame.encode(&mut datagram);
-            expected.push(Ok(frame));
-        }
+                KernelFrame::Msg(env, msg)
+            }
+            Err((header, body)) => body.kernel_frame(header),
+        }));
         prop_assert_eq!(frames(&datagram).count(), expected.len());
         prop_assert!(frames(&datagram).all(|f| f.is_ok()));
         prop_assert_eq!(decode_kernel_datagram(&datagram, abi), expected);
     }
 
     #[test]
-    fn daemon_datagrams_round_trip(
-        parts in vec(prop_oneof![
-            (envelope(DAEMON_CLIENTS), daemon_msg()).prop_map(|(e, m)| Ok((e, m))),
-            control_frame().prop_map(Err),
-        ], 0..6),
-    ) {
-        let mut datagram = vec![];
-        let mut expected = vec![];
-        for part in parts {
-            let frame = match part {
-                Ok((env, msg)) => DaemonFrame::Msg(env, msg),
-                Err((header, body)) => body.daemon_frame(header),
-            };
-            frame.encode(&mut datagram);
-            expected.push(Ok(frame));
-        }
+    fn daemon_datagrams_round_trip(parts in datagram_parts(DAEMON_CLIENTS, daemon_msg())) {
+        let (datagram, expected) = datagram_of(parts.into_iter().map(|part| match part {
+            Ok((env, msg)) => DaemonFrame::Msg(env, msg),
+            Err((header, body)) => body.daemon_frame(header),
+        }));
         prop_assert_eq!(decode_daemon_datagram(&datagram), expected);
     }
 
