@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+pub use iwpm_core::PeerTally;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this crate speaks.
@@ -314,18 +315,10 @@ pub struct RecentEntry {
 pub struct PeerEntry {
     /// The host.
     pub ip: IpAddr,
-    /// REQUESTs we sent (first transmissions).
-    pub requests: u64,
-    /// REQUEST retransmissions.
-    pub retransmissions: u64,
-    /// ACCEPTs received.
-    pub accepts: u64,
-    /// REJECTs received.
-    pub rejects: u64,
-    /// Exchanges that timed out.
-    pub timeouts: u64,
-    /// REQUESTs it sent us.
-    pub requests_in: u64,
+    /// What it did: the core's tally, its fields (`requests`, `retransmissions`,
+    /// `accepts`, `rejects`, `timeouts`, `requests_in`) inline in this object.
+    #[serde(flatten)]
+    pub tally: PeerTally,
     /// Milliseconds since it was last seen.
     pub last_seen_ms: u64,
 }
@@ -361,4 +354,31 @@ pub struct ProbeReport {
     pub elapsed_us: u64,
     /// REQUESTs sent.
     pub requests: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_entry_is_one_flat_object_in_the_documented_order() {
+        let entry = PeerEntry {
+            ip: "10.0.0.2".parse().unwrap(),
+            tally: PeerTally {
+                requests: 1,
+                retransmissions: 2,
+                accepts: 3,
+                rejects: 4,
+                timeouts: 5,
+                requests_in: 6,
+            },
+            last_seen_ms: 7,
+        };
+        let json = serde_json::to_string(&entry).unwrap();
+        assert_eq!(
+            json,
+            r#"{"ip":"10.0.0.2","requests":1,"retransmissions":2,"accepts":3,"rejects":4,"timeouts":5,"requests_in":6,"last_seen_ms":7}"#
+        );
+        assert_eq!(serde_json::from_str::<PeerEntry>(&json).unwrap(), entry);
+    }
 }

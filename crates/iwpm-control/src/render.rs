@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::proto::{
-    LogLevelReply, MappingList, PeersReport, ProbeReport, Reply, StatusReport, TextReply,
+    LogLevelReply, MappingList, PeerTally, PeersReport, ProbeReport, Reply, StatusReport, TextReply,
 };
 
 /// The text `iwpmctl` prints for `reply`.
@@ -218,14 +218,23 @@ fn peers(p: &PeersReport) -> String {
             .peers
             .iter()
             .map(|e| {
+                // No `..`: a tally the core adds gets its column here.
+                let PeerTally {
+                    requests,
+                    retransmissions,
+                    accepts,
+                    rejects,
+                    timeouts,
+                    requests_in,
+                } = e.tally;
                 vec![
                     e.ip.to_string(),
-                    e.requests.to_string(),
-                    e.retransmissions.to_string(),
-                    e.accepts.to_string(),
-                    e.rejects.to_string(),
-                    e.timeouts.to_string(),
-                    e.requests_in.to_string(),
+                    requests.to_string(),
+                    retransmissions.to_string(),
+                    accepts.to_string(),
+                    rejects.to_string(),
+                    timeouts.to_string(),
+                    requests_in.to_string(),
                     format!("{} ago", duration_ms(e.last_seen_ms)),
                 ]
             })

@@ -190,7 +190,8 @@ fn iwpmctl_against_the_lab() {
         .peers
         .iter()
         .find(|p| p.ip == b_ip)
-        .expect("B tallied");
+        .expect("B tallied")
+        .tally;
     assert_eq!((b.requests, b.accepts, b.rejects), (3, 3, 0), "{peers:?}");
     assert_eq!(peers.recent.len(), 3);
     assert!(peers.recent.iter().all(|r| r.outcome == "accepted"));
@@ -206,7 +207,8 @@ fn iwpmctl_against_the_lab() {
         .peers
         .iter()
         .find(|p| p.ip == b_ip)
-        .expect("B tallied");
+        .expect("B tallied")
+        .tally;
     assert_eq!((b.requests, b.accepts, b.rejects), (4, 3, 1), "{peers:?}");
     assert_eq!(
         peers.recent.last().map(|r| r.outcome.as_str()),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use iwpm_control::render::render;
 use iwpm_control::{
     metrics, ClientEntry, ExchangeEntry, LogLevelReply, MappingEntry, MappingList, PeerEntry,
-    PeersReport, ProbeReport, RecentEntry, Reply, StatusReport, TextReply,
+    PeerTally, PeersReport, ProbeReport, RecentEntry, Reply, StatusReport, TextReply,
 };
 
 fn status() -> StatusReport {
@@ -149,12 +149,14 @@ fn peers_snapshot() {
         }],
         peers: vec![PeerEntry {
             ip: "10.0.0.2".parse().unwrap(),
-            requests: 4,
-            retransmissions: 2,
-            accepts: 3,
-            rejects: 0,
-            timeouts: 0,
-            requests_in: 1,
+            tally: PeerTally {
+                requests: 4,
+                retransmissions: 2,
+                accepts: 3,
+                rejects: 0,
+                timeouts: 0,
+                requests_in: 1,
+            },
             last_seen_ms: 2100,
         }],
     };

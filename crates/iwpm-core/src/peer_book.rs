@@ -13,8 +13,9 @@ pub(crate) const MAX_PEERS: usize = 1024;
 pub(crate) const RECENT_LEN: usize = 64;
 
 /// What one peer host did for us, counted since it was first seen (or re-added after
-/// eviction).
+/// eviction). The control socket's `peers` answer carries it as it is (feature `serde`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PeerTally {
     /// REQUESTs we started towards it (first transmissions).
     pub requests: u64,

@@ -259,12 +259,7 @@ impl Shell {
             .into_iter()
             .map(|p| PeerEntry {
                 ip: p.ip,
-                requests: p.tally.requests,
-                retransmissions: p.tally.retransmissions,
-                accepts: p.tally.accepts,
-                rejects: p.tally.rejects,
-                timeouts: p.tally.timeouts,
-                requests_in: p.tally.requests_in,
+                tally: p.tally,
                 last_seen_ms: millis(p.last_seen),
             })
             .collect();
