@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use iwpm_control::render::count as counted;
+use iwpm_control::IoCounter;
 use iwpm_core::state_file::SavedMapping;
 use iwpm_core::Core;
 
@@ -237,16 +238,16 @@ impl Restart {
         }
     }
 
-    /// `name=value` pairs for the dump.
+    /// `name=value` pairs for the dump (the [`IoCounter`]s of [`iwpm_control::IoPresence::Restart`]).
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v = Vec::new();
         if let Some(f) = &self.fd_store {
-            v.push(("fd_store_sent", f.sent));
-            v.push(("fd_store_failed", f.failed));
+            v.push((IoCounter::FdStoreSent.name(), f.sent));
+            v.push((IoCounter::FdStoreFailed.name(), f.failed));
         }
         if let Some(s) = &self.state {
-            v.push(("state_writes", s.writes));
-            v.push(("state_write_errors", s.write_errors));
+            v.push((IoCounter::StateWrites.name(), s.writes));
+            v.push((IoCounter::StateWriteErrors.name(), s.write_errors));
         }
         v
     }

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iwpm_control::IoCounter;
 use iwpm_core::{
     Action, Core, PeerSocket, PortReservations, RateLimit, ReservationId, ReserveError,
 };
@@ -391,7 +392,7 @@ impl Shell {
         let pairs = self
             .counters
             .iter()
-            .chain([("ports_held", held)])
+            .chain([(IoCounter::PortsHeld.name(), held)])
             .chain(extra);
         dump_writer::pairs_line("io counters", pairs)
     }
