@@ -3,6 +3,13 @@
 //! prints them and the tools that read them back (the lab's dump parser, `iwpmctl
 //! metrics`) agree by type: the daemon maps every variant to a value with an exhaustive
 //! match, so a counter added here and not counted there does not compile.
+//!
+//! A new counter of the shell: one line of the list below, its field in iwpmd's
+//! `IoCounters` and its arm in `IoCounters::get` (both in `crates/iwpmd/src/io_counters.rs`;
+//! either one missing does not compile). A new restart counter: its line here (`Restart`),
+//! its name in `IoCounters::get`'s arm of the counters held elsewhere, and its value in
+//! `Restart::counters` (`crates/iwpmd/src/restart.rs`). The lab and `iwpmctl metrics` read
+//! every name from here; the docs name no IO counter one by one.
 
 use std::fmt;
 

@@ -238,7 +238,8 @@ impl Restart {
         }
     }
 
-    /// `name=value` pairs for the dump (the [`IoCounter`]s of [`iwpm_control::IoPresence::Restart`]).
+    /// `name=value` pairs for the dump: the [`IoCounter`]s printed only when ports are kept
+    /// across restarts ([`iwpm_control::IoPresence::Restart`]).
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v = Vec::new();
         if let Some(f) = &self.fd_store {
