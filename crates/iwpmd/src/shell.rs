@@ -35,7 +35,7 @@ use crate::dump_writer::{DumpWriter, DumpWriterError};
 use crate::io_counters::IoCounters;
 use crate::kernel_link::KernelLink;
 use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
-use crate::reservations::Reservations;
+use crate::ports::reservations::Reservations;
 use crate::restart::Restart;
 
 use self::kernel_tx::{KernelTx, Outlets};

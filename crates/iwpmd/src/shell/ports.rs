@@ -8,8 +8,8 @@ use std::time::Instant;
 use iwpm_core::{PortReservations, RateLimit, ReservationId, ReserveError};
 
 use crate::io_counters::IoCounters;
+use crate::ports::reservations::{Reservations, ReserveFailure};
 use crate::process::{self, Limit};
-use crate::reservations::{Reservations, ReserveFailure};
 
 /// The daemon's reservations as the core sees them during one call; a refusal for lack of
 /// a resource is explained in the log with the shell's own counters.
