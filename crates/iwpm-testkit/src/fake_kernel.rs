@@ -1,0 +1,191 @@
+//! The kernel end of a daemon's link, played by the test: a Unix datagram socket that
+//! `iwpmd --kernel unix:PATH` talks to, with the kernel's header conventions and the
+//! first exchanges (HELLO, MAPINFO, REG_PID) done the way the kernel does them. Every
+//! wait is bounded.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use iwpm_proto::consts::{IWPM_ULIB_NAME, RDMA_NL_IWCM};
+use iwpm_proto::netlink::{
+    decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, Hello, KernelMsg,
+    ManageMappingRequest, NlString, RegPidRequest,
+};
+use iwpm_proto::sockaddr::SockAddrStorage;
+
+use crate::daemon::WAIT;
+use crate::fs::ScratchDir;
+
+/// The emulated kernel end: a Unix datagram socket at `path`.
+#[derive(Debug)]
+pub struct FakeKernel {
+    pub path: PathBuf,
+    pub sock: UnixDatagram,
+    pub daemon: Option<UnixAddr>,
+    pub seq: u32,
+    pending: VecDeque<(Envelope, DaemonMsg)>,
+    /// The scratch directory, when the fake kernel owns it (see [`FakeKernel::bind_owning`]).
+    _dir: Option<ScratchDir>,
+}
+
+impl FakeKernel {
+    pub fn bind(dir: &Path) -> FakeKernel {
+        let path = dir.join("kernel.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        FakeKernel {
+            path,
+            sock,
+            daemon: None,
+            seq: 0,
+            pending: VecDeque::new(),
+            _dir: None,
+        }
+    }
+
+    /// [`FakeKernel::bind`] in `dir`, which is removed when the fake kernel is dropped (for
+    /// helpers that return the fake kernel and not the directory).
+    pub fn bind_owning(dir: ScratchDir) -> FakeKernel {
+        let mut kernel = FakeKernel::bind(&dir);
+        kernel._dir = Some(dir);
+        kernel
+    }
+
+    /// Next datagram from the daemon, within `timeout`.
+    pub fn recv(&mut self, timeout: Duration) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let left = left.max(Duration::from_millis(1));
+            self.sock.set_read_timeout(Some(left)).unwrap();
+            match self.sock.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    self.daemon = Some(from);
+                    buf.truncate(n);
+                    return Some(buf);
+                }
+                // A signal is not the end of the wait.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return None
+                }
+                Err(e) => panic!("fake kernel socket: {e}"),
+            }
+        }
+    }
+
+    /// Next iwpm message from the daemon, decoded with the kernel's rules. The daemon
+    /// sends no control messages, so anything else fails the test.
+    pub fn recv_msg(&mut self, timeout: Duration) -> Option<(Envelope, DaemonMsg)> {
+        let deadline = Instant::now() + timeout;
+        while self.pending.is_empty() {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let dgram = self.recv(left.max(Duration::from_millis(1)))?;
+            for frame in decode_daemon_datagram(&dgram) {
+                match frame {
+                    Ok(DaemonFrame::Msg(env, msg)) => self.pending.push_back((env, msg)),
+                    other => panic!("daemon sent something that is not an iwpm message: {other:?}"),
+                }
+            }
+        }
+        self.pending.pop_front()
+    }
+
+    /// Sends raw bytes to the daemon.
+    pub fn send_raw(&self, bytes: &[u8]) {
+        let to = self.daemon.as_ref().expect("daemon address not known yet");
+        self.sock.send_to_addr(bytes, to).unwrap();
+    }
+
+    /// Sends one kernel message with the kernel's header conventions; returns its seq.
+    pub fn send(&mut self, msg: &KernelMsg) -> u32 {
+        self.seq += 1;
+        self.send_raw(&kernel_request(self.seq, msg));
+        self.seq
+    }
+
+    /// Receives HELLO, answers HELLO(4), receives the MAPINFO request. Returns the HELLO
+    /// envelope.
+    pub fn handshake(&mut self) -> Envelope {
+        let (env, msg) = self.recv_msg(WAIT).expect("no HELLO from the daemon");
+        assert!(
+            matches!(msg, DaemonMsg::Hello(Hello { abi_version: 4, .. })),
+            "first message must be HELLO(4): {msg:?}"
+        );
+        self.send(&KernelMsg::Hello(Hello {
+            abi_version: 4,
+            unknown: vec![],
+        }));
+        let (_, msg) = self.recv_msg(WAIT).expect("no MAPINFO request after HELLO");
+        match msg {
+            DaemonMsg::MapInfo(m) => {
+                assert_eq!(
+                    m.ulib_name,
+                    nl_string(IWPM_ULIB_NAME, IWPM_ULIB_NAME.len() + 1)
+                );
+                assert_eq!(m.ulib_version, 4);
+            }
+            other => panic!("expected MAPINFO request, got {other:?}"),
+        }
+        env
+    }
+
+    /// Registers client 2 the way the kernel does (REG_PID multicast); returns the reply.
+    pub fn register(&mut self) -> DaemonMsg {
+        let seq = self.send(&KernelMsg::RegPid(RegPidRequest {
+            echo_seq: 0,
+            if_name: nl_string("lo", 16),
+            ibdev_name: nl_string("siw_lo", 32),
+            ulib_name: nl_string(IWPM_ULIB_NAME, 32),
+            unknown: vec![],
+        }));
+        let (env, msg) = self.recv_msg(WAIT).expect("no REG_PID reply");
+        assert_eq!(env.client, RDMA_NL_IWCM);
+        match &msg {
+            DaemonMsg::RegPid(r) => assert_eq!(r.seq, seq),
+            other => panic!("expected REG_PID reply, got {other:?}"),
+        }
+        msg
+    }
+
+    /// ADD_MAPPING for `addr` (ABI 4, flags 0); returns (seq, reply).
+    pub fn add_mapping(&mut self, addr: SocketAddr) -> (u32, DaemonMsg) {
+        let seq = self.send(&KernelMsg::AddMapping(ManageMappingRequest {
+            echo_seq: 0,
+            addr: SockAddrStorage::from_socket_addr(addr),
+            flags: Some(0),
+            unknown: vec![],
+        }));
+        let (_, msg) = self.recv_msg(WAIT).expect("no ADD_MAPPING reply");
+        (seq, msg)
+    }
+}
+
+impl Drop for FakeKernel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A NUL-padded string attribute of `size` bytes, as the kernel sends them.
+pub fn nl_string(s: &str, size: usize) -> NlString {
+    let mut v = s.as_bytes().to_vec();
+    v.resize(size.max(s.len() + 1), 0);
+    NlString(v)
+}
+
+/// One kernel -> daemon message with the kernel's header conventions (client IWCM,
+/// `NLM_F_REQUEST`, port id 0) and sequence number `seq`.
+pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_kernel_msg(&Envelope::kernel_request(seq), msg, &mut out);
+    out
+}
