@@ -4,7 +4,7 @@
 //! wait is bounded.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-use crate::daemon::WAIT;
+use crate::daemon::{daemon_command, Daemon, WAIT};
 use crate::fs::ScratchDir;
 
 /// The emulated kernel end: a Unix datagram socket at `path`.
@@ -188,4 +188,15 @@ pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
     let mut out = Vec::new();
     encode_kernel_msg(&Envelope::kernel_request(seq), msg, &mut out);
     out
+}
+
+impl Daemon {
+    /// Spawns the foreground daemon `binary` linked to `kernel`, peer sockets on
+    /// `bind_v4:peer_port`.
+    pub fn start(binary: &Path, kernel: &FakeKernel, bind_v4: Ipv4Addr, peer_port: u16) -> Daemon {
+        Daemon::spawn(
+            daemon_command(binary, &kernel.path, bind_v4, peer_port),
+            peer_port,
+        )
+    }
 }
