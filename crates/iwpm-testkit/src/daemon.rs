@@ -103,17 +103,37 @@ pub fn iwpmd_args(kernel_socket: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Ve
 
 /// A daemon's stderr, line by line, shared with its reader thread.
 #[derive(Clone, Debug, Default)]
-pub struct Log(Arc<(Mutex<Vec<String>>, Condvar)>);
+pub struct Log(Arc<(Mutex<Lines>, Condvar)>);
+
+/// The lines, and when each arrived (same index).
+#[derive(Debug, Default)]
+struct Lines {
+    text: Vec<String>,
+    arrived: Vec<Instant>,
+}
+
+impl std::ops::Deref for Lines {
+    type Target = Vec<String>;
+    fn deref(&self) -> &Vec<String> {
+        &self.text
+    }
+}
 
 impl Log {
     /// Appends a line and wakes the waiters.
     pub fn push(&self, line: String) {
         let (lines, cv) = &*self.0;
-        lines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(line);
+        let mut lines = lines.lock().unwrap_or_else(PoisonError::into_inner);
+        lines.text.push(line);
+        lines.arrived.push(Instant::now());
         cv.notify_all();
+    }
+
+    /// Waits until some line contains `needle`; returns when that line arrived.
+    pub fn arrival_of(&self, needle: &str, timeout: Duration) -> Option<Instant> {
+        let i = self.find_from(0, needle, timeout)?;
+        let lines = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
+        lines.arrived.get(i).copied()
     }
 
     /// Number of lines so far.
