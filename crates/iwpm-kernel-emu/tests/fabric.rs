@@ -6,13 +6,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use fake_daemon::{Behaviour, Directory, FakeDaemon};
-use iwpm_testkit::fs::sock_path;
 use iwpm_kernel_emu::kernel::{Registration, RequestKind};
 use iwpm_kernel_emu::{
     AcceptMode, AddrError, CmError, CmEventKind, EventChannel, Fabric, Host, HostConfig, IdState,
     MapOutcome, PortMapMode, RejectReason, RemoteInfoLookup, Side, UnmappedReason,
     UnreachableReason,
 };
+use iwpm_testkit::fs::sock_path;
 
 const T: Duration = Duration::from_secs(5);
 

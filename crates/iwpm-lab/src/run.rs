@@ -839,7 +839,7 @@ fn shortages_of(side: &Side, d: &Dump) -> Vec<Shortage> {
         refused: d.io(counter),
         logged: side.daemon.as_ref().and_then(|daemon| {
             let log = daemon.log();
-            let i = log.wait_for(0, needle, Duration::ZERO)?;
+            let i = log.find_from(0, needle, Duration::ZERO)?;
             let line = log.lines_from(i).into_iter().next()?;
             Some(crate::daemon::message_of(&line).to_owned())
         }),

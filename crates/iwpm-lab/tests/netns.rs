@@ -17,7 +17,7 @@ fn skip_reason() -> Option<String> {
     if !netns::is_root() {
         return Some(format!(
             "not root (uid {}): network namespaces need CAP_SYS_ADMIN",
-            nix::unistd::geteuid()
+            rustix::process::geteuid().as_raw()
         ));
     }
     if !netns::have_ip() {
