@@ -389,3 +389,21 @@ pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// [`daemon_command`] of the `iwpmd` package's own binary ([`iwpmd_bin!`](crate::iwpmd_bin)),
+/// for the package's tests: `daemon_command!(kernel_socket, bind_v4, peer_port)`.
+#[macro_export]
+macro_rules! daemon_command {
+    ($($arg:expr),+ $(,)?) => {
+        $crate::daemon::daemon_command($crate::iwpmd_bin!(), $($arg),+)
+    };
+}
+
+/// [`iwpmd_command`] (no process-mode flag) of the `iwpmd` package's own binary, for the
+/// package's tests: `iwpmd_command!(kernel_socket, bind_v4, peer_port)`.
+#[macro_export]
+macro_rules! iwpmd_command {
+    ($($arg:expr),+ $(,)?) => {
+        $crate::daemon::iwpmd_command($crate::iwpmd_bin!(), $($arg),+)
+    };
+}

@@ -25,12 +25,7 @@ fn local(i: usize) -> SocketAddr {
 fn dump_of_50k_mappings_does_not_block_the_loop() {
     let dir = scratch_dir("dumpload");
     let mut kernel = FakeKernel::bind(&dir);
-    let mut cmd = daemon_command(
-        iwpmd_bin!(),
-        &kernel.path,
-        Ipv4Addr::LOCALHOST,
-        free_udp_port(),
-    );
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     // No debug lines from the loop while the log sink is stalled (a log line written by
     // the loop itself would wait for the sink like any write); the shell's debug line
     // reports how long taking the dump text took.

@@ -15,7 +15,7 @@ const NOBODY: u32 = 65534;
 /// Runs the daemon against `path`: `Ok(())` if it reached its event loop, else its
 /// exit status and stderr.
 fn start(path: &Path) -> Result<(), (Option<i32>, String)> {
-    let cmd = daemon_command(iwpmd_bin!(), path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let cmd = daemon_command!(path, Ipv4Addr::LOCALHOST, free_udp_port());
     let mut d = Daemon::spawn(cmd, 0);
     let deadline = std::time::Instant::now() + WAIT;
     while std::time::Instant::now() < deadline {

@@ -164,12 +164,7 @@ fn root_raises_the_descriptor_limit_for_max_mappings() {
     }
     let dir = scratch_dir("nofile-raise");
     let kernel = FakeKernel::bind(&dir);
-    let daemon = daemon_command(
-        iwpmd_bin!(),
-        &kernel.path,
-        Ipv4Addr::LOCALHOST,
-        free_udp_port(),
-    );
+    let daemon = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     let (d, _k) = start(kernel, wrapped(&nofile_64(), &daemon));
     let (soft, hard) = nofile_limits(d.pid()).expect("/proc limits");
     assert!(
@@ -224,12 +219,7 @@ fn descriptor_exhaustion_is_reported_and_recovers() {
     }
     let dir = scratch_dir("nofile");
     let kernel = FakeKernel::bind(&dir);
-    let daemon = daemon_command(
-        iwpmd_bin!(),
-        &kernel.path,
-        Ipv4Addr::LOCALHOST,
-        free_udp_port(),
-    );
+    let daemon = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     let cmd = wrapped(&prefix, &daemon);
     let (mut d, mut k) = start(kernel, cmd);
     assert_eq!(
@@ -360,7 +350,7 @@ fn port_space_exhaustion_in_a_small_namespace() {
     let result = in_netns(RANGE, || {
         let dir = scratch_dir("ports");
         let kernel = FakeKernel::bind(&dir);
-        let mut daemon = daemon_command(iwpmd_bin!(), &kernel.path, Ipv4Addr::LOCALHOST, 3935);
+        let mut daemon = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, 3935);
         daemon.stderr(Stdio::piped());
         let (mut d, mut k) = start(kernel, daemon);
 

@@ -38,12 +38,7 @@ fn help_and_version() {
 fn missing_kernel_emulator_fails_with_status_1() {
     let dir = scratch_dir("nokernel");
     let port = free_udp_port();
-    let mut cmd = daemon_command(
-        iwpmd_bin!(),
-        &dir.join("absent.sock"),
-        Ipv4Addr::LOCALHOST,
-        port,
-    );
+    let mut cmd = daemon_command!(&dir.join("absent.sock"), Ipv4Addr::LOCALHOST, port,);
     let out = cmd.output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -95,14 +90,9 @@ fn second_instance_on_the_same_kernel_link_fails_clearly() {
     first.wait_loop();
 
     // Another peer port, same kernel: the instance lock stops it.
-    let out = daemon_command(
-        iwpmd_bin!(),
-        &kernel.path,
-        Ipv4Addr::LOCALHOST,
-        free_udp_port(),
-    )
-    .output()
-    .unwrap();
+    let out = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("another iwpmd is already running"), "{err}");
@@ -110,14 +100,9 @@ fn second_instance_on_the_same_kernel_link_fails_clearly() {
     // Another kernel, same UDP port: the port check stops it.
     let other_dir = scratch_dir("lock2");
     let other_kernel = FakeKernel::bind(&other_dir);
-    let out = daemon_command(
-        iwpmd_bin!(),
-        &other_kernel.path,
-        Ipv4Addr::LOCALHOST,
-        first_port,
-    )
-    .output()
-    .unwrap();
+    let out = daemon_command!(&other_kernel.path, Ipv4Addr::LOCALHOST, first_port,)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("another iwpmd is running?"), "{err}");
@@ -259,12 +244,7 @@ fn log_levels_follow_rust_log_and_verbosity() {
     // RUST_LOG=warn hides info lines.
     let dir = scratch_dir("loglevel");
     let mut kernel = FakeKernel::bind(&dir);
-    let mut cmd = daemon_command(
-        iwpmd_bin!(),
-        &kernel.path,
-        Ipv4Addr::LOCALHOST,
-        free_udp_port(),
-    );
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     cmd.env("RUST_LOG", "warn");
     let mut d = Daemon::spawn(cmd, 0);
     kernel.recv(WAIT).expect("no HELLO");

@@ -129,7 +129,7 @@ fn check_bounds(what: &str, n: u64, secs: f64, before: Usage, after: Usage) {
 fn start(tag: &str) -> (FakeKernel, Daemon) {
     let mut kernel = FakeKernel::bind_owning(scratch_dir(tag));
     let port = free_udp_port();
-    let mut cmd = daemon_command(iwpmd_bin!(), &kernel.path, LO, port);
+    let mut cmd = daemon_command!(&kernel.path, LO, port);
     cmd.env("RUST_LOG", "info");
     let daemon = Daemon::spawn(cmd, port);
     kernel.handshake();

@@ -123,7 +123,7 @@ fn the_emulator_link_is_never_refused_for_its_namespace() {
     let out = std::thread::spawn(move || {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
         // No emulator at the path: start-up gets past the namespace and fails on connect.
-        daemon_command(iwpmd_bin!(), &path, Ipv4Addr::LOCALHOST, 3935)
+        daemon_command!(&path, Ipv4Addr::LOCALHOST, 3935)
             .env("IWPMD_TEST_INIT_NETNS", init)
             .output()
             .unwrap()
@@ -150,7 +150,7 @@ fn busy_peer_port_names_the_other_daemon_once() {
     let kernel = FakeKernel::bind(&dir);
     let taken = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = taken.local_addr().unwrap().port();
-    let out = daemon_command(iwpmd_bin!(), &kernel.path, Ipv4Addr::LOCALHOST, port)
+    let out = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, port)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -206,7 +206,7 @@ const NET_ADMIN_ONLY: &str = "0000000000001000";
 fn serves_a_mapping_after_the_drop(extra: &[&str]) -> (Daemon, FakeKernel) {
     let mut kernel = FakeKernel::bind_owning(scratch_dir("privdrop"));
     let port = free_udp_port();
-    let mut cmd = daemon_command(iwpmd_bin!(), &kernel.path, Ipv4Addr::LOCALHOST, port);
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, port);
     cmd.args(extra);
     let d = Daemon::spawn(cmd, port);
     kernel.handshake();
@@ -275,15 +275,10 @@ fn user_option_switches_user_and_keeps_cap_net_admin() {
 fn unknown_user_fails_start_up() {
     let dir = scratch_dir("nouser");
     let kernel = FakeKernel::bind(&dir);
-    let out = daemon_command(
-        iwpmd_bin!(),
-        &kernel.path,
-        Ipv4Addr::LOCALHOST,
-        free_udp_port(),
-    )
-    .args(["--user", "no-such-user-iwpmd"])
-    .output()
-    .unwrap();
+    let out = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),)
+        .args(["--user", "no-such-user-iwpmd"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = stderr_of(&out);
     assert!(err.contains("unknown user \"no-such-user-iwpmd\""), "{err}");

@@ -14,7 +14,7 @@ const NOBODY: u32 = 65534;
 
 fn start_as_nobody(kernel: &FakeKernel, state: &Path, control: &Path) -> Daemon {
     let peer_port = free_udp_port();
-    let mut cmd = daemon_command(iwpmd_bin!(), &kernel.path, Ipv4Addr::LOCALHOST, peer_port);
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, peer_port);
     cmd.args(["--user", "nobody", "--state-file"])
         .arg(state)
         .arg("--control-socket")
