@@ -7,7 +7,9 @@
 //! [`fake_kernel`] (the test plays the kernel end of its link), [`load`] (many requests
 //! in flight, a stallable log reader, /proc figures). Around them: [`net`] (free ports),
 //! [`fs`] (scratch directories and socket paths), [`host`] (what this host can do, and
-//! skipping when it cannot). [`prelude`] brings all of these in with one `use`.
+//! skipping when it cannot). For the codec's own tests: [`netlink_bytes`] (messages built
+//! and taken apart by hand) and [`netlink_strategies`] (proptest strategies of every
+//! message). [`prelude`] brings the daemon-side helpers in with one `use`.
 
 pub mod daemon;
 pub mod fake_kernel;
@@ -15,6 +17,8 @@ pub mod fs;
 pub mod host;
 pub mod load;
 pub mod net;
+pub mod netlink_bytes;
+pub mod netlink_strategies;
 
 /// Everything a process-level test of the daemon uses, for `use iwpm_testkit::prelude::*`.
 pub mod prelude {
