@@ -9,6 +9,9 @@
 //! socket (as that user), signals, HELLO, then "ready" to the waiting command, loop. In the
 //! default detaching mode all of this runs in a child the command starts and waits for
 //! (`process::detach`), so every start-up failure reaches the terminal with status 1.
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
 mod control_server;

@@ -177,6 +177,10 @@ fn socket_addr(s: &SockAddrStorage, fallback: SocketAddr) -> SocketAddr {
 }
 
 impl HostShared {
+    #[expect(
+        clippy::expect_used,
+        reason = "`me` is the Weak to this very value, so it upgrades while `&self` lives"
+    )]
     pub(crate) fn handle(&self, num: u64) -> CmId {
         CmId {
             host: self
@@ -252,7 +256,7 @@ impl HostShared {
             return;
         };
         let local = rec.local.unwrap_or_else(|| {
-            socket_addr(&result.request.local, "0.0.0.0:0".parse().expect("literal"))
+            socket_addr(&result.request.local, SocketAddr::from(([0, 0, 0, 0], 0)))
         });
         let info = listen_info(self.config.port_map_mode, local, &result);
         rec.map = Some(result);
