@@ -79,7 +79,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cm;
-mod daemon_command;
 mod driver;
 mod fabric;
 mod host;
@@ -90,7 +89,6 @@ pub use cm::{
     AddrError, CmError, CmEvent, CmEventKind, ConnInfo, EventChannel, IdState, ListenInfo,
     PortMapMode, RejectReason, RemoteInfoLookup, Side, UnreachableReason,
 };
-pub use daemon_command::{iwpmd_args, iwpmd_command};
 pub use driver::DaemonAddr;
 pub use fabric::{Fabric, FabricConfig};
 pub use host::{
