@@ -49,6 +49,17 @@ use crate::table::MappingRole;
 /// next call, so one loop turn never stalls on a burst of expiries.
 const MAX_TIMERS_PER_CALL: usize = 1024;
 
+/// A decoded peer datagram, its bytes (an ACCEPT's and an ACK's echo) and where it came
+/// from: what each side's handler reads.
+#[derive(Clone, Copy)]
+struct Inbound<'a> {
+    /// The socket it came in on, which the answer leaves by.
+    via: PeerSocket,
+    from: SocketAddr,
+    msg: &'a PeerMessage,
+    datagram: &'a [u8],
+}
+
 impl Core {
     pub(super) fn process_peer_datagram(
         &mut self,
@@ -84,14 +95,20 @@ impl Core {
         if self.probe_answered(now, from, &msg) {
             return;
         }
+        let rx = Inbound {
+            via,
+            from,
+            msg: &msg,
+            datagram,
+        };
         match msg.msg_type {
             PeerMsgType::Request => {
                 self.peer_book.tally(from.ip(), now).requests_in += 1;
-                self.on_request(now, via, from, &msg);
+                self.on_request(now, rx);
             }
-            PeerMsgType::Accept => self.on_accept(now, via, from, &msg, datagram),
-            PeerMsgType::Ack => self.on_ack(now, via, from, &msg, datagram),
-            PeerMsgType::Reject => self.on_reject(now, from, &msg),
+            PeerMsgType::Accept => self.on_accept(now, rx),
+            PeerMsgType::Ack => self.on_ack(now, rx),
+            PeerMsgType::Reject => self.on_reject(now, rx),
         }
     }
 

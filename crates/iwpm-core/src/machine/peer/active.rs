@@ -27,6 +27,7 @@ use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
 use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::SockAddrStorage;
 
+use super::Inbound;
 use crate::action::PeerSocket;
 use crate::cookie;
 use crate::exchange::{
@@ -185,14 +186,13 @@ impl Core {
         Some(xid)
     }
 
-    pub(super) fn on_accept(
-        &mut self,
-        now: Instant,
-        via: PeerSocket,
-        from: SocketAddr,
-        msg: &PeerMessage,
-        datagram: &[u8],
-    ) {
+    pub(super) fn on_accept(&mut self, now: Instant, rx: Inbound<'_>) {
+        let Inbound {
+            via,
+            from,
+            msg,
+            datagram,
+        } = rx;
         let Some(xid) = self.answered_exchange(now, from, msg) else {
             return;
         };
@@ -336,7 +336,8 @@ impl Core {
         self.send_kernel(client, DaemonMsg::QueryMapping(*reply));
     }
 
-    pub(super) fn on_reject(&mut self, now: Instant, from: SocketAddr, msg: &PeerMessage) {
+    pub(super) fn on_reject(&mut self, now: Instant, rx: Inbound<'_>) {
+        let Inbound { from, msg, .. } = rx;
         let Some(xid) = self.answered_exchange(now, from, msg) else {
             return;
         };

@@ -55,6 +55,7 @@ use iwpm_proto::netlink::DaemonMsg;
 use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::Endpoint;
 
+use super::Inbound;
 use crate::action::PeerSocket;
 use crate::cookie::{self, Binding, RemoteInfoPlan};
 use crate::exchange::{
@@ -82,13 +83,8 @@ impl Core {
     ///   otherwise, for IPv4, the cookie carries the mapped `cp` port and the REMOTE_INFO
     ///   goes out on the verified ACK (stateless); for IPv6, whose cookie has no room, an
     ///   exchange entry holds it, within the per-source quota.
-    pub(super) fn on_request(
-        &mut self,
-        now: Instant,
-        via: PeerSocket,
-        from: SocketAddr,
-        msg: &PeerMessage,
-    ) {
+    pub(super) fn on_request(&mut self, now: Instant, rx: Inbound<'_>) {
+        let Inbound { via, from, msg, .. } = rx;
         let mapped_cp = msg.mapped_cp().unwrap_or_else(|| {
             let port = if msg.reserved_port != 0 {
                 msg.reserved_port
@@ -347,18 +343,12 @@ impl Core {
     /// comes back, or the REMOTE_INFO held for it goes out; with no exchange, an IPv4
     /// cookie that planned the REMOTE_INFO for this ACK carries the mapped `cp` port, and
     /// a confirmed entry is kept so that a duplicate ACK sends no second one.
-    pub(super) fn on_ack(
-        &mut self,
-        now: Instant,
-        via: PeerSocket,
-        from: SocketAddr,
-        msg: &PeerMessage,
-        datagram: &[u8],
-    ) {
+    pub(super) fn on_ack(&mut self, now: Instant, rx: Inbound<'_>) {
+        let Inbound { from, msg, .. } = rx;
         let binding = Binding::of_ack(from, msg);
         let Some(verified) = self
             .cookies
-            .verify(now, msg, &ipv4_echo(datagram), &binding)
+            .verify(now, msg, &ipv4_echo(rx.datagram), &binding)
         else {
             self.count_warn(
                 now,
@@ -380,7 +370,7 @@ impl Core {
         let Some(xid) = self.exchanges.find(&key) else {
             if verified.plan == Some(RemoteInfoPlan::OnAck) {
                 self.remote_info_on_verified_ack(now, from, msg, key, verified.mapped_cp_port);
-                self.send_delivery_notice(via, from, msg, datagram);
+                self.send_delivery_notice(rx.via, from, msg, rx.datagram);
             }
             return;
         };
@@ -389,7 +379,7 @@ impl Core {
             // The ACK again: our notice may be lost (our active side re-ACKs while it
             // waits). Once more at most: rdma-core ACKs every ACCEPT, the notice included.
             if verified.plan == Some(RemoteInfoPlan::OnAck) && self.take_notice_resend(xid) {
-                self.send_delivery_notice(via, from, msg, datagram);
+                self.send_delivery_notice(rx.via, from, msg, rx.datagram);
             }
             return;
         }
