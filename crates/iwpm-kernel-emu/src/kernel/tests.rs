@@ -35,6 +35,14 @@ struct Harness {
 type Sent = Vec<(u32, Vec<KernelFrame>, SendMode)>;
 
 impl Harness {
+    /// The one protocol violation the kernel recorded; panics unless there is exactly one.
+    fn only_violation(&self) -> &Violation {
+        match self.k.violations() {
+            [v] => v,
+            all => panic!("expected exactly one violation, got {all:?}"),
+        }
+    }
+
     fn new() -> Self {
         Self::with_config(KernelConfig::default())
     }
@@ -73,6 +81,30 @@ impl Harness {
         self.dseq += 1;
         let mut buf = Vec::new();
         encode_daemon_msg(&env, msg, &mut buf);
+        self.k
+            .handle_datagram(self.now, &DAEMON, &buf, &mut self.link);
+        self.sent()
+    }
+
+    /// A request of netlink type `ty` built by hand from `attrs` (type, value; each padded
+    /// to 4 bytes), for what `DaemonMsg` cannot encode.
+    fn send_raw(&mut self, ty: u16, seq: u32, attrs: &[(u16, Vec<u8>)]) -> Sent {
+        let mut payload = Vec::new();
+        for (attr, v) in attrs {
+            payload.extend_from_slice(&((v.len() + 4) as u16).to_ne_bytes());
+            payload.extend_from_slice(&attr.to_ne_bytes());
+            payload.extend_from_slice(v);
+            payload.resize(payload.len().div_ceil(4) * 4, 0);
+        }
+        let header = NlHeader {
+            len: (16 + payload.len()) as u32,
+            ty,
+            flags: NLM_F_REQUEST,
+            seq,
+            pid: PID,
+        };
+        let mut buf = header.to_bytes().to_vec();
+        buf.extend_from_slice(&payload);
         self.k
             .handle_datagram(self.now, &DAEMON, &buf, &mut self.link);
         self.sent()
@@ -287,8 +319,8 @@ fn hello_above_four_is_clamped_and_below_is_stored() {
     h.send(&hello(2));
     assert_eq!(h.k.abi_version(), 2);
     assert_eq!(
-        h.k.violations(),
-        [Violation::DownLevelVersion { op: 8, version: 2 }]
+        *h.only_violation(),
+        Violation::DownLevelVersion { op: 8, version: 2 }
     );
 }
 
@@ -527,8 +559,8 @@ fn address_not_echoed_completes_with_15() {
         })
     );
     assert_eq!(
-        h.k.violations(),
-        [Violation::AddressNotEchoed { op: 1, seq }]
+        *h.only_violation(),
+        Violation::AddressNotEchoed { op: 1, seq }
     );
 }
 
@@ -543,41 +575,23 @@ fn reply_without_request_flag_is_dropped_silently() {
     assert!(out.is_empty(), "no DONE, no ACK");
     assert_eq!(h.k.registration(), Registration::Incompl);
     assert!(matches!(
-        h.k.violations(),
-        [Violation::MissingRequestFlag { ty: 0x0800, .. }]
+        h.only_violation(),
+        Violation::MissingRequestFlag { ty: 0x0800, .. }
     ));
 }
 
 #[test]
 fn remove_mapping_from_daemon_gets_nlmsg_error() {
     let mut h = Harness::new();
-    let env = Envelope {
-        client: RDMA_NL_IWCM,
-        flags: NLM_F_REQUEST,
-        seq: 5,
-        pid: PID,
-    };
     // Build op 3 by hand: SEQ + ADDR.
-    let mut payload = Vec::new();
-    for (ty, v) in [
-        (1u16, 0u32.to_ne_bytes().to_vec()),
-        (2, sa("127.0.0.1:1").0.to_vec()),
-    ] {
-        payload.extend_from_slice(&((v.len() + 4) as u16).to_ne_bytes());
-        payload.extend_from_slice(&ty.to_ne_bytes());
-        payload.extend_from_slice(&v);
-    }
-    let header = NlHeader {
-        len: (16 + payload.len()) as u32,
-        ty: 0x0803,
-        flags: env.flags,
-        seq: env.seq,
-        pid: env.pid,
-    };
-    let mut buf = header.to_bytes().to_vec();
-    buf.extend_from_slice(&payload);
-    h.k.handle_datagram(h.now, &DAEMON, &buf, &mut h.link);
-    let out = h.sent();
+    let out = h.send_raw(
+        0x0803,
+        5,
+        &[
+            (1, 0u32.to_ne_bytes().to_vec()),
+            (2, sa("127.0.0.1:1").0.to_vec()),
+        ],
+    );
     match &out[0].1[..] {
         [KernelFrame::Error {
             header: eh,
@@ -680,8 +694,8 @@ fn abi3_with_no_port_map_is_quiet_einval() {
     // The quiet failure still consumed a seq number.
     assert_eq!(seq_before, 3);
     assert_eq!(
-        h.k.violations(),
-        [Violation::DownLevelVersion { op: 0, version: 3 }]
+        *h.only_violation(),
+        Violation::DownLevelVersion { op: 0, version: 3 }
     );
     // Without flags ABI 3 sends ADD without the FLAGS attribute.
     h.listen("127.0.0.1:4001", 0);
@@ -713,8 +727,8 @@ fn reg_pid_with_wrong_device_is_15_and_stays_unregistered() {
     );
     assert_eq!(h.k.registration(), Registration::Incompl);
     assert!(matches!(
-        h.k.violations(),
-        [Violation::RegPidInfoMismatch { .. }]
+        h.only_violation(),
+        Violation::RegPidInfoMismatch { .. }
     ));
 }
 
@@ -774,35 +788,21 @@ fn bad_attributes_give_done_einval_and_leave_request_pending() {
     let out = h.sent();
     let seq = single_request(&out, |m| matches!(m, KernelMsg::RegPid(_)));
     // A REG_PID reply without the ERR attribute (attribute 5).
-    let mut payload = Vec::new();
-    let attrs: [(u16, Vec<u8>); 4] = [
-        (1, seq.to_ne_bytes().to_vec()),
-        (2, b"siw0\0".to_vec()),
-        (3, b"iWarpPortMapperUser\0".to_vec()),
-        (4, 4u16.to_ne_bytes().to_vec()),
-    ];
-    for (ty, v) in attrs {
-        payload.extend_from_slice(&((v.len() + 4) as u16).to_ne_bytes());
-        payload.extend_from_slice(&ty.to_ne_bytes());
-        payload.extend_from_slice(&v);
-        payload.resize(payload.len().div_ceil(4) * 4, 0);
-    }
-    let header = NlHeader {
-        len: (16 + payload.len()) as u32,
-        ty: 0x0800,
-        flags: NLM_F_REQUEST,
-        seq: 77,
-        pid: PID,
-    };
-    let mut buf = header.to_bytes().to_vec();
-    buf.extend_from_slice(&payload);
-    h.k.handle_datagram(h.now, &DAEMON, &buf, &mut h.link);
-    let out = h.sent();
+    let out = h.send_raw(
+        0x0800,
+        77,
+        &[
+            (1, seq.to_ne_bytes().to_vec()),
+            (2, b"siw0\0".to_vec()),
+            (3, b"iWarpPortMapperUser\0".to_vec()),
+            (4, 4u16.to_ne_bytes().to_vec()),
+        ],
+    );
     assert_eq!(done_result(&out), [-22]);
     assert_eq!(h.k.pending_requests(), 1);
     assert!(matches!(
-        h.k.violations(),
-        [Violation::BadAttributes { op: 0, .. }]
+        h.only_violation(),
+        Violation::BadAttributes { op: 0, .. }
     ));
 }
 
@@ -852,8 +852,8 @@ fn no_port_map_must_be_identity() {
     let (_, r) = h.k.poll_map_done().unwrap();
     assert!(r.outcome.is_mapped(), "the kernel itself accepts it");
     assert!(matches!(
-        h.k.violations(),
-        [Violation::NoPortMapNotIdentity { op: 1, .. }]
+        h.only_violation(),
+        Violation::NoPortMapNotIdentity { op: 1, .. }
     ));
 }
 
