@@ -111,6 +111,19 @@ impl IdRecord {
         }
     }
 
+    /// `op` moves the id from state `from` to `to`; from any other state it fails as
+    /// [`IdRecord::expect_state`] does, and nothing changes.
+    pub(crate) fn transition(
+        &mut self,
+        op: &'static str,
+        from: IdState,
+        to: IdState,
+    ) -> Result<(), CmError> {
+        self.expect_state(op, from)?;
+        self.state = to;
+        Ok(())
+    }
+
     pub(crate) fn is_sync(&self) -> bool {
         self.private.is_some()
     }
