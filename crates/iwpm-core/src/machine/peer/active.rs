@@ -186,6 +186,8 @@ impl Core {
         Some(xid)
     }
 
+    /// An ACCEPT for one of our REQUESTs: ACK it, then answer the kernel, or hold the
+    /// answer for the passive side's delivery notice; a duplicate is re-ACKed (bounded).
     pub(super) fn on_accept(&mut self, now: Instant, rx: Inbound<'_>) {
         let Inbound {
             via,
@@ -336,6 +338,7 @@ impl Core {
         self.send_kernel(client, DaemonMsg::QueryMapping(*reply));
     }
 
+    /// A REJECT for one of our REQUESTs: the kernel's QUERY is answered with error 16.
     pub(super) fn on_reject(&mut self, now: Instant, rx: Inbound<'_>) {
         let Inbound { from, msg, .. } = rx;
         let Some(xid) = self.answered_exchange(now, from, msg) else {
