@@ -526,8 +526,15 @@ impl Lab {
                 (None, Some(p)) if attempt == 0 => p,
                 (None, _) => free_port(&[(&pa, aa), (&pb, ab)], config.relay.is_some())?,
             };
+            let parts = SideBuild {
+                fabric: &fabric,
+                dir: &dir,
+                binary: &binary,
+                config: &config,
+                port,
+            };
             let build = |name: &str, place: &NetPlace, addrs: HostAddrs| {
-                build_side(&fabric, &dir, &binary, &config, name, place, addrs, port)
+                build_side(parts, name, place, addrs)
             };
             let sides = build("A", &pa, aa).and_then(|a| Ok((a, build("B", &pb, ab)?)));
             match sides {
@@ -575,17 +582,29 @@ impl Lab {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What both sides of one start attempt are built from.
+#[derive(Clone, Copy)]
+struct SideBuild<'a> {
+    fabric: &'a Fabric,
+    dir: &'a Path,
+    binary: &'a Path,
+    config: &'a LabConfig,
+    port: u16,
+}
+
 fn build_side(
-    fabric: &Fabric,
-    dir: &Path,
-    binary: &Path,
-    config: &LabConfig,
+    build: SideBuild<'_>,
     name: &str,
     place: &NetPlace,
     addrs: HostAddrs,
-    port: u16,
 ) -> Result<Side, LabError> {
+    let SideBuild {
+        fabric,
+        dir,
+        binary,
+        config,
+        port,
+    } = build;
     let lower = name.to_lowercase();
     let kernel_path = dir.join(format!("{lower}-kernel.sock"));
     let mut host_config = HostConfig::new(name, addrs.public, &kernel_path)
