@@ -3,6 +3,9 @@
 //! Every scenario starts its own pair of daemons through `iwpm-lab`. Figures are ratios
 //! measured in the same run where possible (churn against the syscall floor, CPU time
 //! against CPU time), since absolute wall times drift with whatever else the machine runs.
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod churn;
 mod connect;

@@ -2,6 +2,10 @@
 //! and the stable replay of its corpus in `tests/fuzz_corpus.rs`): arbitrary bytes, split
 //! at an arbitrary point, through the daemon's decoder. It must never panic, never buffer
 //! past the limit, and every request it accepts must survive an encode/decode round trip.
+#![expect(
+    clippy::expect_used,
+    reason = "a fuzz oracle panics on purpose: the failed expectation is the finding"
+)]
 
 use crate::codec::{
     decode_request, decode_response, encode_frame, FrameDecoder, HEADER_LEN, MAX_REQUEST_LEN,

@@ -18,6 +18,9 @@
 //!   them and the tools that read them back.
 //!
 //! The protocol is documented in `docs/control.md`.
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

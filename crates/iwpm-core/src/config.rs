@@ -40,8 +40,8 @@ pub struct CoreConfig {
     pub max_peer_exchanges: usize,
     /// Most unconfirmed passive exchanges per source (IPv4 address, IPv6 /64). Only REQUESTs
     /// from port-mapped IPv6 peers whose REMOTE_INFO waits for the ACK hold one (everything
-    /// else is answered without state, see `machine::peer`); at the quota the source's oldest such
-    /// exchange gives way to the new one.
+    /// else is answered without state, see `machine::peer::passive`); at the quota the
+    /// source's oldest such exchange gives way to the new one.
     pub peer_source_quota: u32,
     /// REMOTE_INFO entries the kernel may be holding for exchanges no ACK has confirmed
     /// (the kernel frees an entry only when its connection arrives; spoofed REQUESTs never

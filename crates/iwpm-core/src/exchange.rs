@@ -11,7 +11,7 @@
 //! never refused for lack of room but evict the oldest *confirmed* passive exchange (its
 //! verified ACK came), then the oldest unconfirmed one. Unconfirmed passive exchanges are also
 //! counted per source (an IPv4 address or an IPv6 /64) for the per-source quota. Most passive
-//! exchanges never get an entry at all: see `machine::peer` (echo cookies).
+//! exchanges never get an entry at all: see `machine::peer::passive` (echo cookies).
 //!
 //! Every exchange has exactly one entry in a `BTreeSet<(Instant, ExchangeId)>`: its next
 //! retransmission, or its expiry when nothing is left to resend. [`Exchanges`] keeps that

@@ -333,7 +333,7 @@ fn run(events: Vec<Ev>) {
             break;
         };
         assert_eq!(owner, RDMA_NL_IWCM);
-        let l = SocketAddr::new(l.ip, l.port).to_string();
+        let l = SocketAddr::from(l).to_string();
         for _ in 0..rc {
             h.remove(&l);
         }

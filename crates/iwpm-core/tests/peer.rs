@@ -34,6 +34,11 @@ fn expect_remote_info(h: &mut Host) -> QueryMappingReply {
     }
 }
 
+/// The peer daemon at 10.0.0.2 (the one [`query`] asks) answers with `msg`.
+fn answer(h: &mut Host, msg: &PeerMessage) {
+    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", msg);
+}
+
 /// A QUERY for 10.0.0.1:5000 → 10.0.0.2:4000; returns (kernel seq, REQUEST sent).
 fn query(h: &mut Host) -> (u32, Sent) {
     let seq = h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
@@ -83,7 +88,7 @@ fn active_request_accept_ack() {
     assert_eq!(h.refcount("10.0.0.1:5000"), Some(1));
 
     let accept = PeerMessage::accept_for(&m, addr("10.0.0.2:40123"));
-    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &accept);
+    answer(&mut h, &accept);
     let r = expect_query_reply(&mut h);
     assert_eq!(r.seq, seq);
     assert_eq!(r.local_addr, sa("10.0.0.1:5000"));
@@ -100,7 +105,7 @@ fn active_request_accept_ack() {
     assert_eq!(ack.raw.len(), PEER_SHORT_LEN);
 
     // A duplicate ACCEPT (our ACK was lost): ACK again, no second kernel reply.
-    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &accept);
+    answer(&mut h, &accept);
     h.no_kernel();
     assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Ack);
     // No REQUEST retransmission after the answer; the record goes away after its lifetime.
@@ -109,7 +114,7 @@ fn active_request_accept_ack() {
     assert_eq!(h.core.stats().exchanges_active, 0);
     assert_eq!(h.core.stats().exchanges_expired, 0);
     // A very late ACCEPT matches nothing and is dropped silently.
-    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &accept);
+    answer(&mut h, &accept);
     h.no_kernel();
     h.no_peer();
     assert_eq!(h.core.stats().peer_unmatched, 1);
@@ -148,7 +153,7 @@ fn reject_answers_the_query_with_error_16() {
     let mut h = Host::booted();
     let (seq, req) = query(&mut h);
     let reject = PeerMessage::reject_for(&req.msg);
-    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &reject);
+    answer(&mut h, &reject);
     let r = expect_query_reply(&mut h);
     assert_eq!((r.seq, r.err), (seq, IWPM_REMOTE_QUERY_REJECT));
     assert_eq!(r.mapped_local_addr, sa("10.0.0.1:40000"));
@@ -157,7 +162,7 @@ fn reject_answers_the_query_with_error_16() {
     h.advance(SEC * 3);
     h.no_peer();
     // Duplicate REJECT and REJECT for nothing: counted, no answer.
-    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &reject);
+    answer(&mut h, &reject);
     h.no_kernel();
     assert_eq!(h.core.stats().rejects_received, 1);
     assert_eq!(h.core.stats().peer_unmatched, 1);
@@ -169,14 +174,10 @@ fn reject_after_accept_is_ignored() {
     let mut h = Host::booted();
     let (_, req) = query(&mut h);
     let accept = PeerMessage::accept_for(&req.msg, addr("10.0.0.2:40123"));
-    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &accept);
+    answer(&mut h, &accept);
     expect_query_reply(&mut h);
     h.peer_out.clear();
-    h.peer(
-        PeerSocket::V4Client,
-        "10.0.0.2:3935",
-        &PeerMessage::reject_for(&req.msg),
-    );
+    answer(&mut h, &PeerMessage::reject_for(&req.msg));
     h.no_kernel();
     h.no_peer();
 }
@@ -188,7 +189,7 @@ fn answers_after_the_kernel_gave_up_are_not_forwarded() {
     h.advance(Duration::from_millis(9_500));
     h.peer_out.clear();
     let accept = PeerMessage::accept_for(&req.msg, addr("10.0.0.2:40123"));
-    h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &accept);
+    answer(&mut h, &accept);
     h.no_kernel();
     h.no_peer();
     assert_eq!(h.core.stats().replies_dropped_late, 1);
@@ -199,11 +200,7 @@ fn answers_after_the_kernel_gave_up_are_not_forwarded() {
     let req = h.expect_peer();
     h.advance(Duration::from_millis(9_600));
     h.peer_out.clear();
-    h.peer(
-        PeerSocket::V4Client,
-        "10.0.0.2:3935",
-        &PeerMessage::reject_for(&req.msg),
-    );
+    answer(&mut h, &PeerMessage::reject_for(&req.msg));
     h.no_kernel();
     assert_eq!(h.core.stats().replies_dropped_late, 2);
 }

@@ -73,10 +73,12 @@
 //! listener.id.destroy().unwrap();
 //! assert!(host.violations().is_empty());
 //! ```
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 #![forbid(unsafe_code)]
 
 pub mod cm;
-mod daemon_command;
 mod driver;
 mod fabric;
 mod host;
@@ -87,7 +89,6 @@ pub use cm::{
     AddrError, CmError, CmEvent, CmEventKind, ConnInfo, EventChannel, IdState, ListenInfo,
     PortMapMode, RejectReason, RemoteInfoLookup, Side, UnreachableReason,
 };
-pub use daemon_command::{iwpmd_args, iwpmd_command};
 pub use driver::DaemonAddr;
 pub use fabric::{Fabric, FabricConfig};
 pub use host::{

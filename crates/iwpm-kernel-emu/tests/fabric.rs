@@ -1,17 +1,18 @@
 //! Hosts, ids and the fabric driven by scripted daemons over the real Unix sockets.
 
-mod common;
+mod fake_daemon;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::{sock_path, Behaviour, Directory, FakeDaemon};
+use fake_daemon::{Behaviour, Directory, FakeDaemon};
 use iwpm_kernel_emu::kernel::{Registration, RequestKind};
 use iwpm_kernel_emu::{
     AcceptMode, AddrError, CmError, CmEventKind, EventChannel, Fabric, Host, HostConfig, IdState,
     MapOutcome, PortMapMode, RejectReason, RemoteInfoLookup, Side, UnmappedReason,
     UnreachableReason,
 };
+use iwpm_testkit::fs::sock_path;
 
 const T: Duration = Duration::from_secs(5);
 

@@ -5,88 +5,30 @@
 //! The daemon is `$IWPMD_BIN`, else the newer of `target/debug/iwpmd` and
 //! `target/release/iwpmd` (`cargo build -p iwpmd`; `cargo test --workspace` builds it).
 
-mod common;
-
-use std::io::{BufRead, BufReader};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
-use common::sock_path;
 use iwpm_kernel_emu::kernel::Registration;
 use iwpm_kernel_emu::{
     AcceptMode, CmEventKind, Fabric, FabricConfig, Host, HostConfig, MapOutcome, PortMapMode,
     RemoteInfoLookup, Side,
 };
+use iwpm_testkit::daemon::{self as testkit, find_iwpmd, iwpmd_command};
+use iwpm_testkit::fs::sock_path;
+use iwpm_testkit::net::free_udp_port_on;
+use rustix::process::Signal;
 
 const T: Duration = Duration::from_secs(10);
 
-fn daemon_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("IWPMD_BIN") {
-        return PathBuf::from(p);
-    }
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
-    let newest = ["debug", "release"]
-        .iter()
-        .map(|p| target.join(p).join("iwpmd"))
-        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
-        .max();
-    match newest {
-        Some((_, p)) => p,
-        None => panic!(
-            "no iwpmd binary under {}: run `cargo build -p iwpmd` or set IWPMD_BIN",
-            target.display()
-        ),
-    }
-}
-
-/// A UDP port free on every address in `ips` a moment ago.
-fn free_udp_port(ips: &[Ipv4Addr]) -> u16 {
-    for _ in 0..100 {
-        let s = UdpSocket::bind((ips[0], 0)).unwrap();
-        let port = s.local_addr().unwrap().port();
-        if ips[1..]
-            .iter()
-            .all(|ip| UdpSocket::bind((*ip, port)).is_ok())
-        {
-            return port;
-        }
-    }
-    panic!("no common free UDP port");
-}
-
 /// A spawned daemon; terminated (SIGTERM, then kill) on drop. Its stderr is kept and
 /// printed if the test fails.
-struct Daemon {
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
+struct Daemon(testkit::Daemon);
 
 impl Daemon {
     fn start(host: &Host, bind: Ipv4Addr, peer_port: u16) -> Daemon {
-        let mut child = iwpm_kernel_emu::iwpmd_command(
-            &daemon_binary(),
-            host.kernel_socket_path(),
-            bind,
-            peer_port,
-        )
-        .arg("--foreground")
-        .spawn()
-        .expect("spawn iwpmd");
-        let log = Arc::new(Mutex::new(String::new()));
-        let pipe = child.stderr.take().expect("piped stderr");
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let d = Daemon { child, log };
+        let mut cmd = iwpmd_command(&find_iwpmd(), host.kernel_socket_path(), bind, peer_port);
+        cmd.arg("--foreground");
+        let d = Daemon(testkit::Daemon::spawn(cmd, peer_port));
         assert!(
             host.wait_for_daemon(T),
             "iwpmd never said HELLO:\n{}",
@@ -96,28 +38,23 @@ impl Daemon {
     }
 
     fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.0.stderr.text()
     }
 
     /// SIGTERM and wait for exit 0.
     fn terminate(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(status.success());
-        let code = self.child.wait().unwrap();
+        self.0.signal(Signal::TERM);
+        let code = self.0.child.wait().unwrap();
         assert!(code.success(), "iwpmd exit {code:?}:\n{}", self.log());
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
+        if self.0.is_running() {
+            let _ = self.0.try_signal(Signal::TERM);
             std::thread::sleep(Duration::from_millis(100));
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            // The handle kills and reaps what is still running.
         }
         if std::thread::panicking() {
             eprintln!("--- iwpmd stderr ---\n{}", self.log());
@@ -162,7 +99,7 @@ fn siw_host_listen_connect() {
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let fabric = fabric();
     let a = host(&fabric, "siw", ip, PortMapMode::NoPortMap);
-    let daemon = Daemon::start(&a, ip, free_udp_port(&[ip]));
+    let daemon = Daemon::start(&a, ip, free_udp_port_on(&[ip]));
     assert!(a.wait_for(T, |v| v.abi_version == 4));
 
     let l = a
@@ -210,7 +147,7 @@ fn port_mapped_host_uses_reserved_ports() {
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let fabric = fabric();
     let a = host(&fabric, "rnic", ip, PortMapMode::PortMapped);
-    let daemon = Daemon::start(&a, ip, free_udp_port(&[ip]));
+    let daemon = Daemon::start(&a, ip, free_udp_port_on(&[ip]));
 
     let l = a
         .listen(addr("127.0.0.1:18516"), AcceptMode::Auto, None)
@@ -257,7 +194,7 @@ fn port_mapped_host_uses_reserved_ports() {
 #[test]
 fn two_hosts_two_daemons() {
     let (ia, ib) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
-    let port = free_udp_port(&[ia, ib]);
+    let port = free_udp_port_on(&[ia, ib]);
     let fabric = fabric();
     let a = host(&fabric, "two-a", ia, PortMapMode::PortMapped);
     let b = host(&fabric, "two-b", ib, PortMapMode::PortMapped);
@@ -296,7 +233,7 @@ fn restart_replays_mappings() {
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let fabric = fabric();
     let a = host(&fabric, "restart", ip, PortMapMode::PortMapped);
-    let port = free_udp_port(&[ip]);
+    let port = free_udp_port_on(&[ip]);
     let first = Daemon::start(&a, ip, port);
     let l1 = a
         .listen(addr("127.0.0.1:18518"), AcceptMode::Auto, None)

@@ -19,24 +19,24 @@
 //! `IWPM_ZEROGAP_NO_PORT_MAP=1` makes the host siw-like, for tables larger than the
 //! descriptor limit allows: no ports are then reserved, the FD-store test does not apply).
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, IoSliceMut};
+use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::sock_path;
 use iwpm_kernel_emu::{
     AcceptMode, Fabric, FabricConfig, Host, HostConfig, Listener, MapOutcome, PortMapMode,
 };
+use iwpm_testkit::daemon::{self as testkit, find_iwpmd, iwpmd_args};
+use iwpm_testkit::fs::sock_path;
+use iwpm_testkit::net::free_udp_port_on;
 use rustix::io::{fcntl_dupfd_cloexec, fcntl_setfd, FdFlags};
 use rustix::net::{
     recvmsg, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketType,
@@ -48,20 +48,6 @@ const T: Duration = Duration::from_secs(20);
 /// binds could take a freed port (the very hazard the FD store removes), which would make
 /// the state-file test fail for a reason outside it.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn daemon_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("IWPMD_BIN") {
-        return PathBuf::from(p);
-    }
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
-    ["debug", "release"]
-        .iter()
-        .map(|p| target.join(p).join("iwpmd"))
-        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("no iwpmd binary: run `cargo build -p iwpmd` or set IWPMD_BIN")
-}
 
 fn port_mapped() -> bool {
     std::env::var_os("IWPM_ZEROGAP_NO_PORT_MAP").is_none()
@@ -208,10 +194,7 @@ fn hangs_up(fd: &OwnedFd) -> bool {
 }
 
 /// A daemon started through bash (so stored descriptors can be laid out at 3..).
-struct Daemon {
-    child: Child,
-    log: Arc<Mutex<Vec<(Instant, String)>>>,
-}
+struct Daemon(testkit::Daemon);
 
 impl Daemon {
     fn spawn(
@@ -253,8 +236,8 @@ impl Daemon {
         std::fs::write(dir.join("launch.sh"), &script).unwrap();
         let mut cmd = Command::new("bash");
         cmd.args(["-s", "--"])
-            .arg(daemon_binary())
-            .args(iwpm_kernel_emu::iwpmd_args(
+            .arg(find_iwpmd())
+            .args(iwpmd_args(
                 host.kernel_socket_path(),
                 Ipv4Addr::LOCALHOST,
                 peer_port,
@@ -290,54 +273,22 @@ impl Daemon {
             let mut stdin = child.stdin.take().unwrap();
             stdin.write_all(script.as_bytes()).unwrap();
         }
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let pipe = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push((Instant::now(), line));
-            }
-        });
-        Daemon { child, log }
+        Daemon(testkit::Daemon::adopt(child, peer_port, "test", false).unwrap())
     }
 
     fn log(&self) -> String {
-        let l = self.log.lock().unwrap();
-        l.iter()
-            .map(|(_, s)| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
+        self.0.stderr.lines_from(0).join("\n")
     }
 
     /// When a log line containing `needle` appeared.
     fn wait_line(&self, needle: &str, timeout: Duration) -> Option<Instant> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some((t, _)) = self
-                .log
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|(_, l)| l.contains(needle))
-            {
-                return Some(*t);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        self.0.stderr.arrival_of(needle, timeout)
     }
 
     /// SIGTERM, wait for exit 0; returns when the process was gone.
     fn terminate(&mut self) -> Instant {
-        rustix::process::kill_process(
-            rustix::process::Pid::from_child(&self.child),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
-        let status = self.child.wait().unwrap();
+        self.0.signal(rustix::process::Signal::TERM);
+        let status = self.0.child.wait().unwrap();
         let gone = Instant::now();
         assert!(status.success(), "iwpmd exit {status:?}:\n{}", self.log());
         gone
@@ -345,11 +296,8 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// The handle kills and reaps what is still running.
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
         if std::thread::panicking() {
             eprintln!("--- iwpmd stderr ---\n{}", self.log());
         }
@@ -410,14 +358,6 @@ impl Probe {
             self.rounds.load(Ordering::Relaxed),
         )
     }
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Lets the test process hold a descriptor per mapping (and the copies made to pass them).
@@ -492,7 +432,7 @@ fn setup(name: &str) -> Setup {
     Setup {
         _fabric: fabric,
         host,
-        peer_port: free_udp_port(),
+        peer_port: free_udp_port_on(&[Ipv4Addr::LOCALHOST]),
         state_file,
         dir,
     }

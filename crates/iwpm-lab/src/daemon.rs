@@ -1,16 +1,18 @@
 //! A real `iwpmd` child process: spawned in its host's namespace with its kernel link on a
 //! Unix socket, its stderr collected line by line, and its state read through SIGUSR1
-//! dumps. Killed on drop, so no test leaves a daemon behind.
+//! dumps. The process handle is the testkit's ([`iwpm_testkit::daemon::Daemon`]): what is
+//! the lab's here is the command line, the start-up check and the dump. Killed on drop,
+//! so no test leaves a daemon behind.
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use iwpm_testkit::daemon::{Daemon as Process, StopError, EVENT_LOOP_LINE};
+use rustix::process::Signal;
+
+pub use iwpm_testkit::daemon::Log;
 
 use crate::dump::{self, Dump, DumpError};
 use crate::netns::{NetPlace, NetnsError};
@@ -60,7 +62,7 @@ pub enum DaemonError {
         /// The host.
         host: String,
         /// The error.
-        errno: nix::errno::Errno,
+        errno: rustix::io::Errno,
     },
     /// The SIGUSR1 dump did not appear in time.
     #[error("iwpmd ({host}) printed no dump within {0:?}", DUMP_TIMEOUT)]
@@ -116,88 +118,11 @@ pub fn control_socket_beside(kernel: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// The daemon's stderr, line by line, shared with its reader thread.
-#[derive(Clone, Debug, Default)]
-pub struct Log(Arc<(Mutex<Vec<String>>, Condvar)>);
-
-impl Log {
-    fn push(&self, line: String) {
-        let (lines, cv) = &*self.0;
-        lines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(line);
-        cv.notify_all();
-    }
-
-    /// Number of lines so far.
-    pub fn len(&self) -> usize {
-        self.0
-             .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-
-    /// True before the first line.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Lines from index `from` on.
-    pub fn lines_from(&self, from: usize) -> Vec<String> {
-        let lines = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
-        lines
-            .get(from..)
-            .map(<[String]>::to_vec)
-            .unwrap_or_default()
-    }
-
-    /// Everything, joined.
-    pub fn text(&self) -> String {
-        self.lines_from(0).join("\n")
-    }
-
-    /// Waits until a line at index `from` or later contains `needle`; returns its index.
-    pub fn wait_for(&self, from: usize, needle: &str, timeout: Duration) -> Option<usize> {
-        let deadline = Instant::now() + timeout;
-        let (lines, cv) = &*self.0;
-        let mut guard = lines.lock().unwrap_or_else(PoisonError::into_inner);
-        // Lines before `next` were searched already (a dump of 50 000 mappings is 200 000
-        // lines, arriving while we wait).
-        let mut next = from;
-        loop {
-            if let Some(i) = guard
-                .get(next..)
-                .and_then(|new| new.iter().position(|l| l.contains(needle)))
-            {
-                return Some(next + i);
-            }
-            next = next.max(guard.len());
-            let left = deadline.checked_duration_since(Instant::now())?;
-            guard = cv
-                .wait_timeout(guard, left.min(Duration::from_millis(100)))
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Lines from index `from` on that contain `needle`.
-    pub fn count_from(&self, from: usize, needle: &str) -> usize {
-        self.lines_from(from)
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-}
-
 /// A running `iwpmd`.
 #[derive(Debug)]
 pub struct Daemon {
     config: DaemonConfig,
-    child: Child,
-    log: Log,
-    exit: Option<ExitStatus>,
+    process: Process,
 }
 
 /// The text of a log line after its target (`... WARN iwpmd::dump: TEXT`).
@@ -245,44 +170,25 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = config
+        let child = config
             .place
             .run(|| cmd.spawn())?
             .map_err(|source| DaemonError::Spawn {
                 binary: config.binary.clone(),
                 source,
             })?;
-        let log = Log::default();
-        if let Some(pipe) = child.stderr.take() {
-            let sink = log.clone();
-            let echo = config.echo.then(|| config.host.clone());
-            std::thread::Builder::new()
-                .name(format!("iwpmd-log-{}", config.host))
-                .spawn(move || {
-                    for line in BufReader::new(pipe).lines() {
-                        let Ok(line) = line else { break };
-                        if let Some(host) = &echo {
-                            eprintln!("[iwpmd {host}] {line}");
-                        }
-                        sink.push(line);
-                    }
-                })
-                .map_err(|source| DaemonError::Spawn {
-                    binary: config.binary.clone(),
-                    source,
-                })?;
-        }
-        let mut daemon = Daemon {
-            config,
-            child,
-            log,
-            exit: None,
-        };
+        let process = Process::adopt(child, config.peer_port, &config.host, config.echo).map_err(
+            |source| DaemonError::Spawn {
+                binary: config.binary.clone(),
+                source,
+            },
+        )?;
+        let mut daemon = Daemon { config, process };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if daemon
-                .log
-                .wait_for(0, "entering the event loop", Duration::from_millis(50))
+                .log()
+                .find_from(0, EVENT_LOOP_LINE, Duration::from_millis(50))
                 .is_some()
             {
                 return Ok(daemon);
@@ -292,7 +198,7 @@ impl Daemon {
                 return Err(DaemonError::NotReady {
                     host: daemon.config.host.clone(),
                     timeout: START_TIMEOUT,
-                    log: daemon.log.text(),
+                    log: daemon.log_text(),
                 });
             }
         }
@@ -305,12 +211,17 @@ impl Daemon {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// Its stderr.
     pub fn log(&self) -> &Log {
-        &self.log
+        &self.process.stderr
+    }
+
+    /// Its stderr so far, for messages: the lines joined, no newline at the end.
+    fn log_text(&self) -> String {
+        self.log().lines_from(0).join("\n")
     }
 
     /// An error if the process has exited.
@@ -320,41 +231,48 @@ impl Daemon {
             Some(status) => Err(DaemonError::Exited {
                 host: self.config.host.clone(),
                 status,
-                log: self.log.text(),
+                log: self.log_text(),
             }),
         }
     }
 
     fn try_exit(&mut self) -> Option<ExitStatus> {
-        if self.exit.is_none() {
-            self.exit = self.child.try_wait().ok().flatten();
-        }
-        self.exit
+        self.process.try_exit()
     }
 
-    fn signal(&self, sig: Signal) -> Result<(), DaemonError> {
-        let pid = i32::try_from(self.pid()).unwrap_or(i32::MAX);
-        kill(Pid::from_raw(pid), sig).map_err(|errno| DaemonError::Signal {
-            host: self.config.host.clone(),
-            errno,
-        })
+    fn stop_error(&self, e: StopError) -> DaemonError {
+        match e {
+            StopError::Signal(errno) => DaemonError::Signal {
+                host: self.config.host.clone(),
+                errno,
+            },
+            StopError::Wait(source) => DaemonError::Spawn {
+                binary: self.config.binary.clone(),
+                source,
+            },
+        }
     }
 
     /// Asks for a SIGUSR1 dump and parses it.
     pub fn dump(&mut self) -> Result<Dump, DaemonError> {
         self.check_running()?;
-        let mark = self.log.len();
-        self.signal(Signal::SIGUSR1)?;
+        let mark = self.log().len();
         let host = self.config.host.clone();
+        self.process
+            .try_signal(Signal::USR1)
+            .map_err(|errno| DaemonError::Signal {
+                host: host.clone(),
+                errno,
+            })?;
         let start = self
-            .log
-            .wait_for(mark, "print_iwpm_mapped_ports:", DUMP_TIMEOUT)
+            .log()
+            .find_from(mark, "print_iwpm_mapped_ports:", DUMP_TIMEOUT)
             .ok_or_else(|| DaemonError::DumpTimeout { host: host.clone() })?;
         let end = self
-            .log
-            .wait_for(start, "core counters:", DUMP_TIMEOUT)
+            .log()
+            .find_from(start, "core counters:", DUMP_TIMEOUT)
             .ok_or_else(|| DaemonError::DumpTimeout { host: host.clone() })?;
-        let lines = self.log.lines_from(start);
+        let lines = self.log().lines_from(start);
         let texts: Vec<&str> = lines[..=end - start]
             .iter()
             .map(|l| message_of(l))
@@ -364,32 +282,14 @@ impl Daemon {
 
     /// `kill -9` and reap.
     pub fn kill9(&mut self) -> Result<ExitStatus, DaemonError> {
-        if let Some(status) = self.try_exit() {
-            return Ok(status);
-        }
-        self.signal(Signal::SIGKILL)?;
-        let status = self.child.wait().map_err(|source| DaemonError::Spawn {
-            binary: self.config.binary.clone(),
-            source,
-        })?;
-        self.exit = Some(status);
-        Ok(status)
+        self.process.kill9().map_err(|e| self.stop_error(e))
     }
 
     /// SIGTERM, then waits up to `timeout` (SIGKILL after that). Returns the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Result<ExitStatus, DaemonError> {
-        if let Some(status) = self.try_exit() {
-            return Ok(status);
-        }
-        self.signal(Signal::SIGTERM)?;
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = self.try_exit() {
-                return Ok(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.kill9()
+        self.process
+            .terminate(timeout)
+            .map_err(|e| self.stop_error(e))
     }
 
     /// A new daemon with the same configuration (after [`Daemon::kill9`]).
@@ -404,14 +304,11 @@ impl Daemon {
 pub const GRACEFUL_DROP_ENV: &str = "IWPM_LAB_GRACEFUL_DROP";
 
 impl Drop for Daemon {
+    /// With [`GRACEFUL_DROP_ENV`] set, SIGTERM first; the process handle then kills and
+    /// reaps whatever still runs.
     fn drop(&mut self) {
         if std::env::var_os(GRACEFUL_DROP_ENV).is_some() {
             let _ = self.terminate(Duration::from_secs(60));
-            return;
-        }
-        if self.try_exit().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
         }
     }
 }

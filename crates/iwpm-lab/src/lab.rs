@@ -178,55 +178,24 @@ fn v6(last: u16) -> IpAddr {
 fn plan(family: Family, topology: &Topology) -> [HostAddrs; 2] {
     let v4 = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
     let lo = |d| Ipv4Addr::new(127, 0, 0, d);
-    match (family, topology) {
-        (Family::V4, Topology::VethPair) => [
-            HostAddrs {
-                public: v4(198, 18, 0, 1),
-                backstage: v4(198, 18, 0, 11),
-                idle_v4: lo(1),
-            },
-            HostAddrs {
-                public: v4(198, 18, 0, 2),
-                backstage: v4(198, 18, 0, 12),
-                idle_v4: lo(1),
-            },
+    let host = |public, backstage, idle_v4| HostAddrs {
+        public,
+        backstage,
+        idle_v4,
+    };
+    // Two daemons in one namespace need distinct idle IPv4 binds; a veth pair's do not.
+    let veth = matches!(topology, Topology::VethPair);
+    let idle_b = if veth { lo(1) } else { lo(2) };
+    match (family, veth) {
+        (Family::V4, true) => [
+            host(v4(198, 18, 0, 1), v4(198, 18, 0, 11), lo(1)),
+            host(v4(198, 18, 0, 2), v4(198, 18, 0, 12), idle_b),
         ],
-        (Family::V4, _) => [
-            HostAddrs {
-                public: v4(127, 0, 0, 1),
-                backstage: v4(127, 0, 1, 1),
-                idle_v4: lo(1),
-            },
-            HostAddrs {
-                public: v4(127, 0, 0, 2),
-                backstage: v4(127, 0, 1, 2),
-                idle_v4: lo(2),
-            },
+        (Family::V4, false) => [
+            host(v4(127, 0, 0, 1), v4(127, 0, 1, 1), lo(1)),
+            host(v4(127, 0, 0, 2), v4(127, 0, 1, 2), idle_b),
         ],
-        (Family::V6, Topology::VethPair) => [
-            HostAddrs {
-                public: v6(1),
-                backstage: v6(0x11),
-                idle_v4: lo(1),
-            },
-            HostAddrs {
-                public: v6(2),
-                backstage: v6(0x12),
-                idle_v4: lo(1),
-            },
-        ],
-        (Family::V6, _) => [
-            HostAddrs {
-                public: v6(1),
-                backstage: v6(0x11),
-                idle_v4: lo(1),
-            },
-            HostAddrs {
-                public: v6(2),
-                backstage: v6(0x12),
-                idle_v4: lo(2),
-            },
-        ],
+        (Family::V6, _) => [host(v6(1), v6(0x11), lo(1)), host(v6(2), v6(0x12), idle_b)],
     }
 }
 
@@ -558,8 +527,15 @@ impl Lab {
                 (None, Some(p)) if attempt == 0 => p,
                 (None, _) => free_port(&[(&pa, aa), (&pb, ab)], config.relay.is_some())?,
             };
+            let parts = SideBuild {
+                fabric: &fabric,
+                dir: &dir,
+                binary: &binary,
+                config: &config,
+                port,
+            };
             let build = |name: &str, place: &NetPlace, addrs: HostAddrs| {
-                build_side(&fabric, &dir, &binary, &config, name, place, addrs, port)
+                build_side(parts, name, place, addrs)
             };
             let sides = build("A", &pa, aa).and_then(|a| Ok((a, build("B", &pb, ab)?)));
             match sides {
@@ -607,17 +583,29 @@ impl Lab {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What both sides of one start attempt are built from.
+#[derive(Clone, Copy)]
+struct SideBuild<'a> {
+    fabric: &'a Fabric,
+    dir: &'a Path,
+    binary: &'a Path,
+    config: &'a LabConfig,
+    port: u16,
+}
+
 fn build_side(
-    fabric: &Fabric,
-    dir: &Path,
-    binary: &Path,
-    config: &LabConfig,
+    build: SideBuild<'_>,
     name: &str,
     place: &NetPlace,
     addrs: HostAddrs,
-    port: u16,
 ) -> Result<Side, LabError> {
+    let SideBuild {
+        fabric,
+        dir,
+        binary,
+        config,
+        port,
+    } = build;
     let lower = name.to_lowercase();
     let kernel_path = dir.join(format!("{lower}-kernel.sock"));
     let mut host_config = HostConfig::new(name, addrs.public, &kernel_path)

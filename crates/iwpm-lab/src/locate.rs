@@ -164,21 +164,24 @@ fn profile_dir(exe: &Path) -> Option<(PathBuf, String)> {
     Some((dir, profile))
 }
 
+/// What selects cargo profile `profile` on a cargo command line: nothing for `debug`,
+/// `--release`, else `--profile NAME` (also for the tests that build a sibling binary).
+pub fn cargo_profile_flags(profile: &str) -> Vec<&str> {
+    match profile {
+        "debug" => vec![],
+        "release" => vec!["--release"],
+        other => vec!["--profile", other],
+    }
+}
+
 /// `cargo build [--release | --profile P] --workspace --bin iwpmd --target-dir TARGET`,
 /// run in the workspace: the daemon lands next to the running executable, built with the
 /// dependencies' features resolved as for `cargo run --bin iwpm-lab` (module docs).
 fn build_command(env: &Env, profile: &str, dir: &Path) -> Command {
     let mut cmd = Command::new(&env.cargo);
-    cmd.current_dir(&env.root).arg("build");
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
+    cmd.current_dir(&env.root)
+        .arg("build")
+        .args(cargo_profile_flags(profile));
     cmd.args(["--workspace", "--bin", "iwpmd"]);
     if let Some(target) = dir.parent() {
         cmd.arg("--target-dir").arg(target);

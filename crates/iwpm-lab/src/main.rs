@@ -2,6 +2,9 @@
 //! listener on B, a report. Exit status 0 when every connection was established and
 //! consistent and no protocol violation was seen, 1 otherwise, 2 when the lab could not
 //! be set up.
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
 use std::process::ExitCode;

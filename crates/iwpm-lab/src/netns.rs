@@ -8,13 +8,17 @@
 //! resulting sockets can then be used from any thread.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use nix::sched::{setns, unshare, CloneFlags};
+// `unshare` is nix's: rustix 1.1 offers it only as the `unsafe` `unshare_unsafe` (its safe
+// `unshare` is deprecated), and the workspace allows no `unsafe` here. Everything else
+// (setns, ids) is rustix's.
+use nix::sched::{unshare, CloneFlags};
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 /// Why a namespace could not be made or used.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +45,7 @@ pub enum NetnsError {
         /// Which call.
         what: &'static str,
         /// The error.
-        errno: nix::errno::Errno,
+        errno: rustix::io::Errno,
     },
     /// Opening a namespace file or writing an id map failed.
     #[error("{path}: {source}")]
@@ -58,7 +62,7 @@ pub enum NetnsError {
 
 /// True when running as root (the netns variants need it).
 pub fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
+    rustix::process::geteuid().is_root()
 }
 
 /// True when `ip` can be run.
@@ -121,10 +125,11 @@ impl NetPlace {
         };
         std::thread::scope(|s| {
             s.spawn(|| {
-                setns(&ns.fd, CloneFlags::CLONE_NEWNET).map_err(|errno| NetnsError::Sys {
-                    what: "setns(CLONE_NEWNET)",
-                    errno,
-                })?;
+                move_into_link_name_space(ns.fd.as_fd(), Some(LinkNameSpaceType::Network))
+                    .map_err(|errno| NetnsError::Sys {
+                        what: "setns(CLONE_NEWNET)",
+                        errno,
+                    })?;
                 Ok(f())
             })
             .join()
@@ -141,13 +146,10 @@ impl NetPlace {
     /// only: unsharing the network namespace of one thread needs CAP_SYS_ADMIN).
     pub fn private() -> Result<NetPlace, NetnsError> {
         if !is_root() {
-            return Err(NetnsError::NotRoot(nix::unistd::geteuid().as_raw()));
+            return Err(NetnsError::NotRoot(rustix::process::geteuid().as_raw()));
         }
         let fd = std::thread::spawn(|| -> Result<OwnedFd, NetnsError> {
-            unshare(CloneFlags::CLONE_NEWNET).map_err(|errno| NetnsError::Sys {
-                what: "unshare(CLONE_NEWNET)",
-                errno,
-            })?;
+            unshare_this_thread(CloneFlags::CLONE_NEWNET, "unshare(CLONE_NEWNET)")?;
             open_ns_file(Path::new("/proc/thread-self/ns/net"))
         })
         .join()
@@ -163,7 +165,7 @@ impl NetPlace {
     /// first.
     pub fn veth_pair() -> Result<(NetPlace, NetPlace), NetnsError> {
         if !is_root() {
-            return Err(NetnsError::NotRoot(nix::unistd::geteuid().as_raw()));
+            return Err(NetnsError::NotRoot(rustix::process::geteuid().as_raw()));
         }
         if !have_ip() {
             return Err(NetnsError::IpMissing(std::io::Error::from(
@@ -206,25 +208,29 @@ impl NetPlace {
     }
 }
 
+/// `unshare(flags)` for the calling thread, its error as rustix's like every other call
+/// here.
+fn unshare_this_thread(flags: CloneFlags, what: &'static str) -> Result<(), NetnsError> {
+    unshare(flags).map_err(|errno| NetnsError::Sys {
+        what,
+        errno: rustix::io::Errno::from_raw_os_error(errno as i32),
+    })
+}
+
 /// Moves the whole (still single-threaded) process into a private network namespace with
 /// `lo` up: directly as root, else inside a new user namespace where we map our uid to 0.
 /// Used by the binary for `--ipv6`, which needs addresses that only a private namespace
 /// lets an unprivileged user add.
 pub fn enter_private_namespace() -> Result<(), NetnsError> {
     if is_root() {
-        unshare(CloneFlags::CLONE_NEWNET).map_err(|errno| NetnsError::Sys {
-            what: "unshare(CLONE_NEWNET)",
-            errno,
-        })?;
+        unshare_this_thread(CloneFlags::CLONE_NEWNET, "unshare(CLONE_NEWNET)")?;
     } else {
-        let uid = nix::unistd::getuid().as_raw();
-        let gid = nix::unistd::getgid().as_raw();
-        unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).map_err(|errno| {
-            NetnsError::Sys {
-                what: "unshare(CLONE_NEWUSER|CLONE_NEWNET)",
-                errno,
-            }
-        })?;
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        unshare_this_thread(
+            CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET,
+            "unshare(CLONE_NEWUSER|CLONE_NEWNET)",
+        )?;
         write_file("/proc/self/setgroups", "deny")?;
         write_file("/proc/self/uid_map", &format!("0 {uid} 1"))?;
         write_file("/proc/self/gid_map", &format!("0 {gid} 1"))?;

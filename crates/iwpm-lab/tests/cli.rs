@@ -4,6 +4,8 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use iwpm_testkit::host::have_tool;
+
 /// Runs the binary with `args`, killing it after `limit`.
 fn lab(args: &[&str], limit: Duration) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_iwpm-lab"))
@@ -126,16 +128,6 @@ fn bad_arguments_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// Whether `tool` runs (`tool --version`).
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Step 11: a run whose daemon runs out of descriptors names that as the cause (first
 /// mismatch, a `cause` line, the daemon's own warning), instead of only the rejections it
 /// leads to. The lab runs under `prlimit --nofile=256` (and, as root, without
@@ -143,7 +135,7 @@ fn have(tool: &str) -> bool {
 /// holds a socket per connection, runs out after about 240 connections.
 #[test]
 fn descriptor_exhaustion_is_named_as_the_cause() {
-    if !have("prlimit") || !have("setpriv") {
+    if !have_tool("prlimit") || !have_tool("setpriv") {
         eprintln!("skipped: prlimit and setpriv (util-linux) are needed");
         return;
     }
@@ -215,7 +207,7 @@ fn lab_on_a_terminal(args: &str) -> String {
 /// stderr is a pipe or with `--json`.
 #[test]
 fn progress_is_shown_on_a_terminal_only() {
-    if !have("script") {
+    if !have_tool("script") {
         eprintln!("skipped: script (util-linux) is needed for a pseudo-terminal");
         return;
     }

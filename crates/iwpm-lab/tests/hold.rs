@@ -8,8 +8,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use iwpm_lab::locate::cargo_profile_flags;
+use rustix::process::{kill_process, Pid, Signal};
+
+/// SIGTERM to `child`.
+fn sigterm(child: &Child) -> rustix::io::Result<()> {
+    kill_process(Pid::from_child(child), Signal::TERM)
+}
 
 /// `iwpmctl` of the lab's cargo profile, built (or found fresh) by cargo.
 fn iwpmctl() -> PathBuf {
@@ -19,16 +24,8 @@ fn iwpmctl() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .args(["build", "-p", "iwpm-control", "--bin", "iwpmctl"]);
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
+        .args(["build", "-p", "iwpm-control", "--bin", "iwpmctl"])
+        .args(cargo_profile_flags(profile));
     cmd.arg("--target-dir").arg(dir.parent().unwrap());
     assert!(cmd.status().unwrap().success(), "building iwpmctl");
     dir.join("iwpmctl")
@@ -79,7 +76,7 @@ struct Held(Child);
 impl Drop for Held {
     fn drop(&mut self) {
         if self.0.try_wait().ok().flatten().is_none() {
-            let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM);
+            let _ = sigterm(&self.0);
             let _ = self.0.wait();
         }
     }
@@ -131,7 +128,7 @@ fn hold_and_release(extra: &[&str]) {
         .map(|l| l.split(", ").map(str::to_owned).collect())
         .unwrap_or_default();
 
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    sigterm(child).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -172,7 +169,7 @@ fn hold_prints_working_iwpmctl_lines_and_cleans_up_on_sigterm() {
 
 #[test]
 fn hold_in_two_namespaces_removes_them() {
-    if !nix::unistd::geteuid().is_root() {
+    if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: --netns needs root");
         return;
     }

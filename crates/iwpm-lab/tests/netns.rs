@@ -2,22 +2,19 @@
 //! peer traffic crosses the veth. Needs root and `ip`; skips with the reason otherwise.
 //! Each test creates uniquely named namespaces and the lab deletes them when dropped.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::lab;
 use iwpm_lab::netns;
 use iwpm_lab::relay::RelayConfig;
 use iwpm_lab::workload::WorkloadConfig;
-use iwpm_lab::{run, Family, LabConfig, RunOptions, Topology};
+use iwpm_lab::{run, Family, Lab, LabConfig, RunOptions, Topology};
 
 fn skip_reason() -> Option<String> {
     if !netns::is_root() {
         return Some(format!(
             "not root (uid {}): network namespaces need CAP_SYS_ADMIN",
-            nix::unistd::geteuid()
+            rustix::process::geteuid().as_raw()
         ));
     }
     if !netns::have_ip() {
@@ -37,7 +34,7 @@ fn veth_run(family: Family, loss: f64, connections: usize) {
         eprintln!("skipped: {why}");
         return;
     }
-    let mut lab = lab(LabConfig {
+    let mut lab = Lab::start(LabConfig {
         family,
         topology: Topology::VethPair,
         relay: Some(RelayConfig {
@@ -45,7 +42,8 @@ fn veth_run(family: Family, loss: f64, connections: usize) {
             ..RelayConfig::default()
         }),
         ..LabConfig::default()
-    });
+    })
+    .unwrap_or_else(|e| panic!("lab set-up failed: {e}"));
     let names: Vec<String> = [&lab.a, &lab.b]
         .iter()
         .map(|s| s.place.name().expect("named namespace").to_string())

@@ -18,7 +18,7 @@ fn as_nobody(program: &std::path::Path) -> Command {
 
 /// Why the test cannot run here, if it cannot.
 fn unavailable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
+    if !rustix::process::geteuid().is_root() {
         return Some("not root: cannot switch to another user".into());
     }
     let ok = |mut c: Command| {

@@ -5,6 +5,10 @@
 //! Each oracle must not panic on any input; where the format allows, it also checks the
 //! round trip (`decode(encode(m)) == m` for messages, canonical re-encoding for every frame)
 //! and panics on a mismatch (that is the finding a fuzzer reports).
+#![expect(
+    clippy::expect_used,
+    reason = "a fuzz oracle panics on purpose: the failed expectation is the finding"
+)]
 
 use crate::config::parse_config_bytes;
 use crate::consts::{IWPM_UABI_VERSION, IWPM_UABI_VERSION_MIN};

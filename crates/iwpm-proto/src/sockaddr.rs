@@ -173,9 +173,15 @@ impl From<SocketAddr> for Endpoint {
     }
 }
 
+impl From<Endpoint> for SocketAddr {
+    fn from(ep: Endpoint) -> Self {
+        SocketAddr::new(ep.ip, ep.port)
+    }
+}
+
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        SocketAddr::new(self.ip, self.port).fmt(f)
+        SocketAddr::from(*self).fmt(f)
     }
 }
 
@@ -208,5 +214,15 @@ mod tests {
         let s = SockAddrStorage(b);
         assert_eq!(s.to_socket_addr(), None);
         assert!(!s.same_endpoint(&s));
+    }
+
+    #[test]
+    fn endpoint_and_socket_addr_convert_both_ways() {
+        for text in ["192.0.2.10:20000", "[2001:db8::1]:4000", "0.0.0.0:0"] {
+            let a: SocketAddr = text.parse().unwrap();
+            let ep = Endpoint::from(a);
+            assert_eq!((ep.ip, ep.port), (a.ip(), a.port()));
+            assert_eq!(SocketAddr::from(ep), a);
+        }
     }
 }

@@ -1,10 +1,8 @@
 //! Malformed netlink input: each case asserts the exact error variant.
 
-mod netlink_support;
-
 use iwpm_proto::consts::{NLM_F_REQUEST, SOCKADDR_STORAGE_SIZE};
 use iwpm_proto::netlink::*;
-use netlink_support::*;
+use iwpm_testkit::netlink_bytes::*;
 
 const ULIB: &str = "iWarpPortMapperUser";
 

@@ -14,11 +14,16 @@
 //! Integers are host order in the ABI; these vectors are little-endian (x86-64).
 #![cfg(target_endian = "little")]
 
-mod netlink_support;
+/// Loads `tests/vectors/netlink/<name>.hex` at compile time.
+macro_rules! vector {
+    ($name:literal) => {
+        hex(include_str!(concat!("vectors/netlink/", $name, ".hex")))
+    };
+}
 
 use iwpm_proto::consts::{NLM_F_MULTI, NLM_F_REQUEST};
 use iwpm_proto::netlink::*;
-use netlink_support::{sa, single};
+use iwpm_testkit::netlink_bytes::{hex, sa, single};
 
 const ULIB: &str = "iWarpPortMapperUser";
 
@@ -597,8 +602,5 @@ fn abi3_mapinfo_to_client3_and_the_kernel_error() {
 
 #[test]
 fn hex_loader_strips_comments() {
-    assert_eq!(
-        netlink_support::hex("# head\n0a 0B # note\n\nff\n"),
-        [0x0a, 0x0b, 0xff]
-    );
+    assert_eq!(hex("# head\n0a 0B # note\n\nff\n"), [0x0a, 0x0b, 0xff]);
 }

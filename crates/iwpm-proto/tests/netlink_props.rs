@@ -1,12 +1,11 @@
 //! Properties of the netlink codec: `decode(encode(x)) == x` for every message variant in
 //! ABI 3 and 4, multi-message datagrams through `frames`, and no panic on any input.
 
-mod netlink_support;
-
 use std::fmt;
 
 use iwpm_proto::netlink::*;
-use netlink_support::*;
+use iwpm_testkit::netlink_bytes::single;
+use iwpm_testkit::netlink_strategies::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
 

@@ -20,6 +20,9 @@
 //! assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
 //! assert!(outcome.stats.established > 0);
 //! ```
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

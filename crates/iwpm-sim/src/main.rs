@@ -1,4 +1,7 @@
 //! `iwpm-sim`: run seeds, sweep, shrink, or print the scale table. See the crate README.
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

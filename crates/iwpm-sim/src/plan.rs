@@ -31,8 +31,10 @@ impl Scope {
 }
 
 /// One scheduled event.
-// Each variant's doc names its fields; one doc line per field would only repeat them.
-#[allow(missing_docs)]
+#[expect(
+    missing_docs,
+    reason = "each variant's doc names its fields; a line per field would only repeat them"
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum What {
     /// An application listens on `host`:`port` (all interfaces of the host's one IP).

@@ -2,3 +2,34 @@
 //!
 //! Nothing here ships: the crate is `publish = false` and only tests, benches, the fuzz
 //! targets and the lab depend on it.
+//!
+//! A real daemon under test: [`daemon`] (the process handle, its log, its command line),
+//! [`fake_kernel`] (the test plays the kernel end of its link), [`load`] (many requests
+//! in flight, a stallable log reader, /proc figures). Around them: [`net`] (free ports),
+//! [`fs`] (scratch directories and socket paths), [`host`] (what this host can do, and
+//! skipping when it cannot). For the codec's own tests: [`netlink_bytes`] (messages built
+//! and taken apart by hand) and [`netlink_strategies`] (proptest strategies of every
+//! message). [`prelude`] brings the daemon-side helpers in with one `use`.
+
+pub mod daemon;
+pub mod fake_kernel;
+pub mod fs;
+pub mod host;
+pub mod load;
+pub mod net;
+pub mod netlink_bytes;
+pub mod netlink_strategies;
+
+/// Everything a process-level test of the daemon uses, for `use iwpm_testkit::prelude::*`.
+pub mod prelude {
+    pub use crate::daemon::{
+        daemon_command, eventually, find_iwpmd, iwpmd_args, iwpmd_command, wait_child, Daemon, Log,
+        StopError, EVENT_LOOP_LINE, WAIT,
+    };
+    pub use crate::fake_kernel::{kernel_request, nl_string, FakeKernel};
+    pub use crate::fs::{scratch_dir, sock_path, ScratchDir};
+    pub use crate::host::{have_tool, host_has_netlink_rdma, on_ci, skip, skip_unless_root};
+    pub use crate::load::{nofile_limits, open_fds, AddOutcome, KernelPipe, LogState, Watched};
+    pub use crate::net::{free_udp_port, free_udp_port_on, tcp_port_free};
+    pub use crate::{daemon_command, iwpmd_bin, iwpmd_command};
+}

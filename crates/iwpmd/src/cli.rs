@@ -166,7 +166,9 @@ impl Cli {
             return c;
         }
         match &self.kernel {
-            KernelSpec::Netlink => Some(PathBuf::from(crate::state_file::DEFAULT_STATE_FILE)),
+            KernelSpec::Netlink => Some(PathBuf::from(
+                crate::restart::state_file::DEFAULT_STATE_FILE,
+            )),
             KernelSpec::Unix(_) => None,
         }
     }

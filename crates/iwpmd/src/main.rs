@@ -9,27 +9,26 @@
 //! socket (as that user), signals, HELLO, then "ready" to the waiting command, loop. In the
 //! default detaching mode all of this runs in a child the command starts and waits for
 //! (`process::detach`), so every start-up failure reaches the terminal with status 1.
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
 mod control_server;
 mod dump_writer;
-mod fd_store;
 mod instance_lock;
 mod io_counters;
 mod kernel_link;
 mod logging;
 mod peer_sockets;
-mod port_picker;
+mod ports;
 mod privileges;
 mod process;
-mod reservations;
 mod restart;
 mod send_failure;
 mod settings;
 mod shell;
 mod startup;
-mod state_file;
-mod systemd;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -96,7 +95,7 @@ fn print_completions(shell: clap_complete::Shell) -> ExitCode {
 /// it could not).
 fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<u8> {
     // Before any thread: descriptors a service manager passed back (FD store).
-    let inherited = systemd::Inherited::take_from_env();
+    let inherited = restart::systemd::Inherited::take_from_env();
     if cli.legacy_f > 0 {
         tracing::warn!("option -f is accepted for compatibility and ignored");
     }
@@ -158,7 +157,7 @@ fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<
             .chain(control_path.iter())
             .map(|p| p.as_path())
             .collect();
-        let runtime_dir = std::path::Path::new(state_file::DEFAULT_STATE_FILE)
+        let runtime_dir = std::path::Path::new(restart::state_file::DEFAULT_STATE_FILE)
             .parent()
             .unwrap_or(std::path::Path::new("/run/iwpmd"));
         privileges::prepare_runtime_files(user, &files, runtime_dir);

@@ -1,6 +1,6 @@
 //! Process-level chores: detaching from the terminal (and telling the waiting command
 //! whether the daemon started) and the descriptor limit (systemd notifications are in
-//! `systemd.rs`).
+//! `restart/systemd.rs`).
 
 use std::fmt;
 use std::io;

@@ -1,6 +1,7 @@
 //! Everything that outlives one daemon process, gathered behind one small interface so the
 //! event loop only calls it at a few points: the service manager (status lines, watchdog,
-//! `STOPPING=1`), the FD store of reserved ports, and the state file.
+//! `STOPPING=1`), the FD store of reserved ports, and the state file. Each has its module
+//! here: `restart/systemd.rs`, `restart/fd_store.rs`, `restart/state_file.rs`.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -10,11 +11,16 @@ use iwpm_control::IoCounter;
 use iwpm_core::state_file::SavedMapping;
 use iwpm_core::Core;
 
-use crate::fd_store::FdStore;
-use crate::reservations::Reservations;
-use crate::state_file::StateStore;
-use crate::systemd::{self, Inherited, Notifier};
+use crate::ports::reservations::Reservations;
 use iwpm_core::RateLimit;
+
+use self::fd_store::FdStore;
+use self::state_file::StateStore;
+use self::systemd::{Inherited, Notifier};
+
+mod fd_store;
+pub mod state_file;
+pub mod systemd;
 
 /// `STATUS=` is refreshed at most this often.
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);

@@ -2,15 +2,13 @@
 //! ignored `-f`, the man pages kept in step with `--help`, and the SysV init script driving
 //! the real binary.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::*;
 use iwpm_proto::config::ConfigKey;
+use iwpm_testkit::prelude::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_iwpmd");
 

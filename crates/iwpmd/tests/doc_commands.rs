@@ -1,5 +1,5 @@
-//! Every command the README, `docs/monitoring.md` and the manual pages' EXAMPLES show
-//! works as written, checked cheaply (nothing here builds, boots or installs anything):
+//! Every command the README, `CONTRIBUTING.md`, `docs/monitoring.md` and the manual pages'
+//! EXAMPLES show works as written, checked cheaply (nothing here builds, boots or installs anything):
 //!
 //! * `cargo` lines: each `-p` names a workspace package, each `--bin`, `--example`,
 //!   `--test` a target of it (`cargo metadata`), and the options after `--` of a
@@ -466,6 +466,7 @@ fn every_documented_command_works_as_written() {
     let mut sources: Vec<(String, Vec<String>)> = Vec::new();
     for doc in [
         "README.md",
+        "CONTRIBUTING.md",
         "docs/monitoring.md",
         "docs/performance.md",
         "tests/rig/README.md",

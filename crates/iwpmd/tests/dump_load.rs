@@ -2,15 +2,11 @@
 //! and the log sink stalled in the middle of the dump, the daemon still answers an
 //! ADD_MAPPING at once; SIGUSR1s arriving during the dump make exactly one more dump.
 
-mod common;
-mod harness;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::*;
-use harness::*;
 use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
+use iwpm_testkit::prelude::*;
 use rustix::process::Signal;
 
 const MAPPINGS: usize = 50_000;
@@ -29,7 +25,7 @@ fn local(i: usize) -> SocketAddr {
 fn dump_of_50k_mappings_does_not_block_the_loop() {
     let dir = scratch_dir("dumpload");
     let mut kernel = FakeKernel::bind(&dir);
-    let mut cmd = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     // No debug lines from the loop while the log sink is stalled (a log line written by
     // the loop itself would wait for the sink like any write); the shell's debug line
     // reports how long taking the dump text took.
@@ -119,6 +115,6 @@ fn dump_of_50k_mappings_does_not_block_the_loop() {
         second_dump.as_secs_f64() * 1e3,
     );
     d.signal(Signal::TERM);
-    let status = common::wait_child(&mut d.child, WAIT).expect("no exit after SIGTERM");
+    let status = wait_child(&mut d.child, WAIT).expect("no exit after SIGTERM");
     assert_eq!(status.code(), Some(0));
 }

@@ -3,23 +3,19 @@
 //! another user or that group or others may write (sticky directories such as /tmp
 //! excepted), and names the path in its error.
 
-mod common;
-mod harness;
-
 use std::fs::Permissions;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::{chown, symlink, PermissionsExt};
 use std::path::Path;
 
-use common::*;
-use harness::*;
+use iwpm_testkit::prelude::*;
 
 const NOBODY: u32 = 65534;
 
 /// Runs the daemon against `path`: `Ok(())` if it reached its event loop, else its
 /// exit status and stderr.
 fn start(path: &Path) -> Result<(), (Option<i32>, String)> {
-    let cmd = daemon_command(path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let cmd = daemon_command!(path, Ipv4Addr::LOCALHOST, free_udp_port());
     let mut d = Daemon::spawn(cmd, 0);
     let deadline = std::time::Instant::now() + WAIT;
     while std::time::Instant::now() < deadline {

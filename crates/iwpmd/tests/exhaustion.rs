@@ -4,17 +4,13 @@
 //! plainly what ran out, the daemon keeps answering without growing its descriptors, and
 //! mappings work again once others are removed. Figures are printed (`--nocapture`).
 
-mod common;
-mod harness;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
-use harness::*;
 use iwpm_proto::consts::err::IWPM_CREATE_MAPPING_ERR;
 use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
+use iwpm_testkit::prelude::*;
 use rustix::process::Signal;
 
 /// `prefix... <daemon command>`: the daemon run under a wrapper (prlimit, setpriv).
@@ -35,19 +31,10 @@ fn wrapped(prefix: &[&str], daemon: &Command) -> Command {
     cmd
 }
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// A prefix that runs a command with RLIMIT_NOFILE 64:64: util-linux `prlimit`, else the
 /// shell's `ulimit -n` (which sets both limits).
 fn nofile_64() -> Vec<&'static str> {
-    if have("prlimit") {
+    if have_tool("prlimit") {
         vec!["prlimit", "--nofile=64:64", "--"]
     } else {
         vec!["sh", "-c", "ulimit -n 64 && exec \"$@\"", "sh"]
@@ -177,7 +164,7 @@ fn root_raises_the_descriptor_limit_for_max_mappings() {
     }
     let dir = scratch_dir("nofile-raise");
     let kernel = FakeKernel::bind(&dir);
-    let daemon = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let daemon = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     let (d, _k) = start(kernel, wrapped(&nofile_64(), &daemon));
     let (soft, hard) = nofile_limits(d.pid()).expect("/proc limits");
     assert!(
@@ -216,7 +203,7 @@ fn descriptor_exhaustion_is_reported_and_recovers() {
     if have_cap_sys_resource() {
         // With CAP_SYS_RESOURCE the daemon would raise the hard limit: drop it from the
         // bounding set (util-linux setpriv), so the limit stays 64.
-        if !have("setpriv") {
+        if !have_tool("setpriv") {
             skip(
                 NAME,
                 "setpriv (util-linux) missing to drop CAP_SYS_RESOURCE",
@@ -232,7 +219,7 @@ fn descriptor_exhaustion_is_reported_and_recovers() {
     }
     let dir = scratch_dir("nofile");
     let kernel = FakeKernel::bind(&dir);
-    let daemon = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let daemon = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     let cmd = wrapped(&prefix, &daemon);
     let (mut d, mut k) = start(kernel, cmd);
     assert_eq!(
@@ -363,7 +350,7 @@ fn port_space_exhaustion_in_a_small_namespace() {
     let result = in_netns(RANGE, || {
         let dir = scratch_dir("ports");
         let kernel = FakeKernel::bind(&dir);
-        let mut daemon = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, 3935);
+        let mut daemon = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, 3935);
         daemon.stderr(Stdio::piped());
         let (mut d, mut k) = start(kernel, daemon);
 

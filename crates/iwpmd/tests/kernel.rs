@@ -2,21 +2,19 @@
 //! after the HELLO answer, REG_PID, ADD_MAPPING holding a real TCP port, the SIGUSR1 dump
 //! of that mapping, REMOVE_MAPPING releasing it.
 
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr};
 
-use common::*;
 use iwpm_proto::consts::{IWPM_ULIB_NAME, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{DaemonMsg, KernelMsg, ManageMappingRequest};
 use iwpm_proto::sockaddr::SockAddrStorage;
+use iwpm_testkit::prelude::*;
 use rustix::process::Signal;
 
 #[test]
 fn hello_carries_request_flag_and_port_id() {
     let dir = scratch_dir("hello");
     let mut kernel = FakeKernel::bind(&dir);
-    let d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, free_udp_port());
     let env = kernel.handshake();
     assert_eq!(env.client, RDMA_NL_IWCM);
     assert_ne!(env.flags & NLM_F_REQUEST, 0, "HELLO without NLM_F_REQUEST");
@@ -33,7 +31,7 @@ fn hello_carries_request_flag_and_port_id() {
 fn register_add_dump_remove() {
     let dir = scratch_dir("add");
     let mut kernel = FakeKernel::bind(&dir);
-    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, free_udp_port());
     let hello = kernel.handshake();
 
     match kernel.register() {
@@ -118,7 +116,7 @@ fn reply_burst_larger_than_the_link_queue_is_delivered_in_order() {
     const BURST: u32 = 200;
     let dir = scratch_dir("burst");
     let mut kernel = FakeKernel::bind(&dir);
-    let _d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let _d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, free_udp_port());
     kernel.handshake();
     kernel.register();
     let first = kernel.seq + 1;

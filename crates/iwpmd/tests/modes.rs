@@ -2,13 +2,11 @@
 //! detaching mode (the command waits for the detached child: 0 once it serves, 1 with its
 //! message when it cannot start).
 
-mod common;
-
 use std::net::Ipv4Addr;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use common::*;
+use iwpm_testkit::prelude::*;
 use rustix::process::{Pid, Signal};
 
 #[test]
@@ -19,7 +17,7 @@ fn systemd_mode_notifies_ready_after_the_handshake() {
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     notify.set_read_timeout(Some(WAIT)).unwrap();
 
-    let mut cmd = daemon_command_no_mode(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut cmd = iwpmd_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     cmd.arg("--systemd").env("NOTIFY_SOCKET", &notify_path);
     let mut d = Daemon::spawn(cmd, 0);
 
@@ -61,7 +59,7 @@ fn proc_field(pid: u32, index_after_comm: usize) -> Option<String> {
 fn default_mode_daemonizes() {
     let dir = scratch_dir("daemon");
     let mut kernel = FakeKernel::bind(&dir);
-    let cmd = daemon_command_no_mode(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let cmd = iwpmd_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     let mut parent = Daemon::spawn(cmd, 0);
     let parent_pid = parent.pid();
     let status = parent.wait_exit(WAIT).expect("parent did not exit");
@@ -98,7 +96,7 @@ fn default_mode_daemonizes() {
 fn default_mode_exits_0_only_once_the_daemon_is_ready() {
     let dir = scratch_dir("ready");
     let mut kernel = FakeKernel::bind(&dir);
-    let cmd = daemon_command_no_mode(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let cmd = iwpmd_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     let mut parent = Daemon::spawn(cmd, 0);
     // Woken the moment it exits (no polling interval for the daemon to catch up in).
     let status = parent.child.wait().expect("wait for the parent");
@@ -119,11 +117,11 @@ fn default_mode_reports_a_failed_start_with_status_1() {
     let absent = dir.join("absent.sock");
     let port = free_udp_port();
     let mut cases = vec![(
-        daemon_command_no_mode(&absent, Ipv4Addr::LOCALHOST, port),
+        iwpmd_command!(&absent, Ipv4Addr::LOCALHOST, port),
         "cannot connect to the kernel emulator",
     )];
     // Without --log-stderr (syslog, as an operator runs it) the message comes all the same.
-    let mut syslog = daemon_command_no_mode(&absent, Ipv4Addr::LOCALHOST, port);
+    let mut syslog = iwpmd_command!(&absent, Ipv4Addr::LOCALHOST, port);
     let args: Vec<_> = syslog
         .get_args()
         .filter(|a| *a != "--log-stderr")

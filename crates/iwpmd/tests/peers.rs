@@ -1,15 +1,13 @@
 //! Two real daemons on 127.0.0.1 and 127.0.0.2 (same peer port), each with a test-played
 //! kernel: a QUERY on one side is answered through the UDP peer protocol by the other.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use common::*;
 use iwpm_proto::netlink::{DaemonMsg, KernelMsg, QueryMappingRequest};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::SockAddrStorage;
+use iwpm_testkit::prelude::*;
 use rustix::process::Signal;
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
@@ -40,8 +38,8 @@ fn query_accepted_by_the_peer_daemon() {
     let port = free_udp_port();
     let (dir_a, dir_b) = (scratch_dir("peer-a"), scratch_dir("peer-b"));
     let (mut ka, mut kb) = (FakeKernel::bind(&dir_a), FakeKernel::bind(&dir_b));
-    let mut a = Daemon::start(&ka, A_IP, port);
-    let mut b = Daemon::start(&kb, B_IP, port);
+    let mut a = Daemon::start(iwpmd_bin!(), &ka, A_IP, port);
+    let mut b = Daemon::start(iwpmd_bin!(), &kb, B_IP, port);
     for k in [&mut ka, &mut kb] {
         k.handshake();
         k.register();
@@ -106,7 +104,7 @@ fn request_for_unmapped_address_is_rejected_on_the_arrival_socket() {
     let port = free_udp_port();
     let dir = scratch_dir("reject");
     let mut kernel = FakeKernel::bind(&dir);
-    let _d = Daemon::start(&kernel, A_IP, port);
+    let _d = Daemon::start(iwpmd_bin!(), &kernel, A_IP, port);
     kernel.handshake();
 
     let peer = UdpSocket::bind((A_IP, 0)).unwrap();

@@ -1,13 +1,11 @@
 //! Process behaviour of the real binary: CLI, signals and exit statuses, single instance,
 //! robustness against garbage. The test plays the kernel on a Unix datagram socket.
 
-mod common;
-
 use std::net::{Ipv4Addr, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use iwpm_testkit::prelude::*;
 use rustix::process::Signal;
 
 #[test]
@@ -40,7 +38,7 @@ fn help_and_version() {
 fn missing_kernel_emulator_fails_with_status_1() {
     let dir = scratch_dir("nokernel");
     let port = free_udp_port();
-    let mut cmd = daemon_command(&dir.join("absent.sock"), Ipv4Addr::LOCALHOST, port);
+    let mut cmd = daemon_command!(&dir.join("absent.sock"), Ipv4Addr::LOCALHOST, port,);
     let out = cmd.output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -56,7 +54,7 @@ fn sigterm_exits_0_and_sighup_exits_1() {
     ] {
         let dir = scratch_dir("sig");
         let kernel = FakeKernel::bind(&dir);
-        let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+        let mut d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, free_udp_port());
         d.wait_loop();
         d.signal(sig);
         let status = d.wait_exit(WAIT).expect("daemon did not exit");
@@ -69,7 +67,7 @@ fn sigterm_exits_0_and_sighup_exits_1() {
 fn sigusr1_dumps_the_table_to_the_log() {
     let dir = scratch_dir("usr1");
     let kernel = FakeKernel::bind(&dir);
-    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, free_udp_port());
     d.wait_loop();
     d.signal(Signal::USR1);
     assert!(
@@ -88,11 +86,11 @@ fn second_instance_on_the_same_kernel_link_fails_clearly() {
     let dir = scratch_dir("lock");
     let kernel = FakeKernel::bind(&dir);
     let first_port = free_udp_port();
-    let mut first = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, first_port);
+    let mut first = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, first_port);
     first.wait_loop();
 
     // Another peer port, same kernel: the instance lock stops it.
-    let out = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port())
+    let out = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -102,7 +100,7 @@ fn second_instance_on_the_same_kernel_link_fails_clearly() {
     // Another kernel, same UDP port: the port check stops it.
     let other_dir = scratch_dir("lock2");
     let other_kernel = FakeKernel::bind(&other_dir);
-    let out = daemon_command(&other_kernel.path, Ipv4Addr::LOCALHOST, first_port)
+    let out = daemon_command!(&other_kernel.path, Ipv4Addr::LOCALHOST, first_port,)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -119,7 +117,7 @@ fn garbage_from_kernel_and_peers_does_not_kill_it() {
     let dir = scratch_dir("garbage");
     let mut kernel = FakeKernel::bind(&dir);
     let port = free_udp_port();
-    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, port);
+    let mut d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, port);
     if kernel.recv(WAIT).is_none() {
         panic!(
             "daemon sent nothing (running: {}):\n{}",
@@ -207,7 +205,7 @@ fn kernel_and_signals_are_served_during_a_udp_flood() {
     let dir = scratch_dir("flood");
     let mut kernel = FakeKernel::bind(&dir);
     let port = free_udp_port();
-    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, port);
+    let mut d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, port);
     kernel.handshake();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -246,7 +244,7 @@ fn log_levels_follow_rust_log_and_verbosity() {
     // RUST_LOG=warn hides info lines.
     let dir = scratch_dir("loglevel");
     let mut kernel = FakeKernel::bind(&dir);
-    let mut cmd = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
     cmd.env("RUST_LOG", "warn");
     let mut d = Daemon::spawn(cmd, 0);
     kernel.recv(WAIT).expect("no HELLO");
@@ -262,7 +260,7 @@ fn log_levels_follow_rust_log_and_verbosity() {
     // -v (as the harness passes) shows debug lines.
     let dir = scratch_dir("loglevel-v");
     let mut kernel = FakeKernel::bind(&dir);
-    let mut d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let mut d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, free_udp_port());
     kernel.recv(WAIT).expect("no HELLO");
     assert!(d.stderr.wait_for("DEBUG", WAIT), "{}", d.stderr.text());
     d.signal(Signal::TERM);

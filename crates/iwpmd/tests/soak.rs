@@ -17,15 +17,13 @@
 //! IWPM_SOAK=1000000 cargo test -p iwpmd --test soak -- --nocapture --test-threads 1
 //! ```
 
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use common::*;
 use iwpm_proto::netlink::{DaemonMsg, KernelMsg, ManageMappingRequest};
 use iwpm_proto::peer::{IpVersion, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::SockAddrStorage;
+use iwpm_testkit::prelude::*;
 
 /// Allowed RSS growth over a soak, in KiB.
 const RSS_BOUND_KIB: u64 = 8 * 1024;
@@ -131,7 +129,7 @@ fn check_bounds(what: &str, n: u64, secs: f64, before: Usage, after: Usage) {
 fn start(tag: &str) -> (FakeKernel, Daemon) {
     let mut kernel = FakeKernel::bind_owning(scratch_dir(tag));
     let port = free_udp_port();
-    let mut cmd = daemon_command(&kernel.path, LO, port);
+    let mut cmd = daemon_command!(&kernel.path, LO, port);
     cmd.env("RUST_LOG", "info");
     let daemon = Daemon::spawn(cmd, port);
     kernel.handshake();

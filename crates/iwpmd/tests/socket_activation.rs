@@ -7,13 +7,11 @@
 //! One test function: the descriptor is made inheritable for the spawn, and no other test
 //! of this binary may start a process meanwhile.
 
-mod common;
-
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 
-use common::*;
+use iwpm_testkit::prelude::*;
 use rustix::io::{fcntl_dupfd_cloexec, fcntl_setfd, FdFlags};
 
 /// Starts the daemon with `socket` at fd `at` and the shell lines `env` (before `exec`);
@@ -31,11 +29,7 @@ fn run_with(socket: &TcpListener, at: u32, env: &str) -> String {
         .arg(script)
         .arg("iwpmd")
         .arg(env!("CARGO_BIN_EXE_iwpmd"))
-        .args(iwpm_kernel_emu::iwpmd_args(
-            &kernel.path,
-            Ipv4Addr::LOCALHOST,
-            peer_port,
-        ))
+        .args(iwpmd_args(&kernel.path, Ipv4Addr::LOCALHOST, peer_port))
         .arg("--foreground")
         .env_remove("RUST_LOG")
         .env_remove("NOTIFY_SOCKET")

@@ -3,14 +3,12 @@
 //! printed once), and the privilege drop once the sockets are open — checked in
 //! `/proc/PID/status` of the real binary, which must still serve mappings afterwards.
 
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::*;
 use iwpm_proto::netlink::DaemonMsg;
+use iwpm_testkit::prelude::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_iwpmd");
 
@@ -125,7 +123,7 @@ fn the_emulator_link_is_never_refused_for_its_namespace() {
     let out = std::thread::spawn(move || {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
         // No emulator at the path: start-up gets past the namespace and fails on connect.
-        daemon_command(&path, Ipv4Addr::LOCALHOST, 3935)
+        daemon_command!(&path, Ipv4Addr::LOCALHOST, 3935)
             .env("IWPMD_TEST_INIT_NETNS", init)
             .output()
             .unwrap()
@@ -141,7 +139,7 @@ fn the_emulator_link_is_never_refused_for_its_namespace() {
 fn logs_version_and_build_at_start() {
     let dir = scratch_dir("version");
     let kernel = FakeKernel::bind(&dir);
-    let d = Daemon::start(&kernel, Ipv4Addr::LOCALHOST, free_udp_port());
+    let d = Daemon::start(iwpmd_bin!(), &kernel, Ipv4Addr::LOCALHOST, free_udp_port());
     let want = format!("iwpmd {} (build ", env!("CARGO_PKG_VERSION"));
     assert!(d.stderr.wait_for(&want, WAIT), "{}", d.stderr.text());
 }
@@ -152,7 +150,7 @@ fn busy_peer_port_names_the_other_daemon_once() {
     let kernel = FakeKernel::bind(&dir);
     let taken = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = taken.local_addr().unwrap().port();
-    let out = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, port)
+    let out = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, port)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -208,7 +206,7 @@ const NET_ADMIN_ONLY: &str = "0000000000001000";
 fn serves_a_mapping_after_the_drop(extra: &[&str]) -> (Daemon, FakeKernel) {
     let mut kernel = FakeKernel::bind_owning(scratch_dir("privdrop"));
     let port = free_udp_port();
-    let mut cmd = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, port);
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, port);
     cmd.args(extra);
     let d = Daemon::spawn(cmd, port);
     kernel.handshake();
@@ -277,7 +275,7 @@ fn user_option_switches_user_and_keeps_cap_net_admin() {
 fn unknown_user_fails_start_up() {
     let dir = scratch_dir("nouser");
     let kernel = FakeKernel::bind(&dir);
-    let out = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port())
+    let out = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),)
         .args(["--user", "no-such-user-iwpmd"])
         .output()
         .unwrap();

@@ -3,22 +3,18 @@
 //! afterwards; where they cannot (a directory the user may not write), it says so at
 //! start-up, as an error naming the path. Root only (the switch needs it).
 
-mod common;
-mod harness;
-
 use std::net::Ipv4Addr;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
-use harness::*;
+use iwpm_testkit::prelude::*;
 
 const NOBODY: u32 = 65534;
 
 fn start_as_nobody(kernel: &FakeKernel, state: &Path, control: &Path) -> Daemon {
     let peer_port = free_udp_port();
-    let mut cmd = daemon_command(&kernel.path, Ipv4Addr::LOCALHOST, peer_port);
+    let mut cmd = daemon_command!(&kernel.path, Ipv4Addr::LOCALHOST, peer_port);
     cmd.args(["--user", "nobody", "--state-file"])
         .arg(state)
         .arg("--control-socket")

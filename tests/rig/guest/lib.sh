@@ -491,3 +491,42 @@ waitfor() {
 # notify socket, and st KEY: a value of its state file (pid, stored, ready, restarts, ...)
 CTL=/tmp/fdstore; NOTIFY=/tmp/notify.sock
 st() { sed -n "s/^$1 //p" $CTL/state 2>/dev/null; }
+
+# cross_handles TRACE FAMILY: the two-VM suites' cross check. Waits (at most 20 s) for the
+# other VM's trace ($SYNC/$OTHER-traffic.txt, into PT), then compares the association
+# handles (handle/cp) of every REQUEST, ACCEPT and ACK in TRACE with the other side's
+# (FAMILY: the ERE of the family tags to compare, v4 or v[46]). Sets CROSS to the
+# differences (empty: both traces agree); cross_ok tests the outcome.
+cross_handles() {
+  local t=$1 fam=$2 i=0 op mine theirs
+  PT="$SYNC/$OTHER-traffic.txt"
+  while [ ! -s "$PT" ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
+  CROSS=""
+  for op in REQUEST ACCEPT ACK; do
+    # the client sends REQUEST and ACK, the server ACCEPT
+    case "$ROLE/$op" in server/ACCEPT | client/REQUEST | client/ACK) mine=send theirs=recv ;; *) mine=recv theirs=send ;; esac
+    assoc_handles "$t" $mine $op "$fam" > /tmp/a; assoc_handles "$PT" $theirs $op "$fam" > /tmp/b
+    CROSS="$CROSS$(diff /tmp/a /tmp/b)"
+  done
+}
+assoc_handles() {  # assoc_handles TRACE send|recv OP FAMILY: "handle/cp" lines, sorted, unique
+  grep -E " udp $2 [^ ]* $3 $4 " "$1" | sed 's/.* cp=\([^ ]*\) .* h=\([0-9a-f]*\).*/\2\/\1/' | sort -u
+}
+cross_ok() { [ -s "$PT" ] && [ -z "$CROSS" ]; }
+
+# live_client PORT: the two-VM suites' live rping client to $PEER:PORT, left running
+# (pid in cp, log in live_log) once it has exchanged data. Under a loaded TCG host rping
+# itself sometimes loses its first connection (the server logs a DISCONNECT while waiting
+# for its first RDMA READ, after the port mapper answered): one more client then, so the
+# checks judge the daemons, not that rping race.
+live_client() {
+  local i   # (try stays set: the checks name it)
+  for try in 1 2; do
+    live_log="$OUT/rping-live-client.log"; [ $try = 1 ] || live_log="$OUT/rping-live-client-$try.log"
+    rping -c -v -a "$PEER" -p "$1" > "$live_log" 2>&1 & cp=$!
+    i=0; while ! grep -q 'ping data' "$live_log" && [ $i -lt 75 ]; do sleep 0.2; i=$((i+1)); done
+    grep -q 'ping data' "$live_log" && break
+    note "live rping client $try exchanged no data; $( [ $try = 1 ] && echo retrying || echo giving up)"
+    kill $cp 2>/dev/null; wait $cp 2>/dev/null; sleep 0.5
+  done
+}

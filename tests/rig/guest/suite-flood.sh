@@ -53,27 +53,7 @@ note "kernel $(uname -r); siw0 on $DEV ($IP); attacker $ATK (veth1); daemons: $D
 note "flood: $COUNT x 64 bytes to $IP:3935 at ${RATE}/s (0 = unpaced), answers drained ${LINGER} ms after the last send; REQUEST cp = mapped_cp = $FLOOD_CP, random ports and handles"
 start_syslog
 
-# snap PREFIX: kernel and daemon figures into PREFIX_slab, _sunr (kB), _udpin, _udpout,
-# _rcvbuf (Udp InDatagrams, OutDatagrams, RcvbufErrors), _rss (kB), _fds
-snap() {
-  eval "$(awk -v p="$1" '/^Slab:/ {print p "_slab=" $2} /^SUnreclaim:/ {print p "_sunr=" $2}' /proc/meminfo)"
-  eval "$(awk -v p="$1" '$1=="Udp:" && $2 ~ /^[0-9]+$/ {print p "_udpin=" $2 "; " p "_udpout=" $5 "; " p "_rcvbuf=" $6}' /proc/net/snmp)"
-  eval "$1_rss=$(awk '/^VmRSS:/ {print $2}' /proc/$IWPMD_PID/status 2>/dev/null || echo 0)"
-  eval "$1_fds=$(ls /proc/$IWPMD_PID/fd 2>/dev/null | wc -l)"
-}
-# rping1 PORT LOG: one rping -C 1 to the live listener; sets T1 (seconds) and R1 (0 when
-# the ping data came back, else rping's status or 99). rping's own teardown race
-# ("rdma_get_cm_event: Bad file descriptor" after the last ping, exit 255) is not a
-# failed connection; a hang after the ping shows in T1 (stall limit).
-rping1() {
-  local t0; t0=$(uptime_s)
-  timeout 30 rping -c -a "$IP" -p "$1" -C 1 -v > "$2" 2>&1; R1=$?
-  T1=$(elapsed "$t0")
-  if grep -q '^ping data' "$2"; then
-    [ $R1 = 0 ] || log "rping exited $R1 after its ping ($(tail -1 "$2")): counted as connected"
-    R1=0
-  else [ $R1 != 0 ] || R1=99; fi
-}
+. "$RIG_LIB_DIR/attack.sh"
 # flood_phase MODE TAG PORT: flood in the background, rping -C 1 while it is still sending
 # (at least once, at most 3 times); sets FT (rping times), FWORST, FMED (median), FFAILS, FDURING (rpings
 # that ended before the flood's last send), FLINE (the flooder's result line)
@@ -96,16 +76,12 @@ flood_phase() {
   FLINE=$(grep '^sent=' "$f")
   log "$tag $mode flood: $FLINE; rping -C 1:$FT ($FDURING ended while the flood was sending, $FFAILS failed)"
 }
-kv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }   # kv LINE KEY
 
 R="$OUT/flood-results.txt"; : > "$R"
 port=7600
 for d in $DAEMONS; do
-  IWPMD=$d; tag=$(basename "$d")
-  start_iwpmd "" || { bad "start-$tag" "$d did not start"; continue; }
-  rping -s -P -a "$IP" -p $port > "$OUT/rping-$tag-server.log" 2>&1 & sp=$!
-  sleep 1
-  rping1 $port "$OUT/rping-$tag-quiet.log"; tq=$T1; rq=$R1
+  begin_daemon "$d" $port || continue
+  tq=$T1; rq=$R1
   log "$tag: rping -C 1 with no flood: ${tq}s rc=$rq"
   # 2. garbage baseline
   snap g
@@ -118,21 +94,11 @@ for d in $DAEMONS; do
   q_line=$FLINE
   for v in slab sunr udpin udpout rcvbuf rss fds; do eval "echo $v \$b_$v \$a_$v"; done \
     > "$OUT/flood-snap-$tag.txt"   # raw figures before / after the REQUEST flood
-  alive=0; kill -0 "$IWPMD_PID" 2>/dev/null && alive=1
-  iwpmd_dump "$OUT/dump-$tag.txt"; dump_pairs "$OUT/dump-$tag.txt" > "$OUT/pairs-$tag.txt"
-  listed=0; grep -q "$IP:$port(" "$OUT/pairs-$tag.txt" && listed=1
-  sent=$(kv "$q_line" sent); back=$(kv "$q_line" received)
-  readn=$(( a_udpin - b_udpin - back ))
+  daemon_after $port
+  sent=$(kv "$q_line" sent)
   {
-    echo "$tag slab_kb $(( a_slab - b_slab ))"
-    echo "$tag sunr_kb $(( a_sunr - b_sunr ))"
-    echo "$tag sent $sent"
-    echo "$tag read $readn"
-    echo "$tag back $back"
-    echo "$tag back_types $(kv "$q_line" accept)/$(kv "$q_line" reject)/$(( $(kv "$q_line" ack) + $(kv "$q_line" request) + $(kv "$q_line" other) ))"
-    echo "$tag udp_out_extra $(( a_udpout - b_udpout - sent ))"
-    echo "$tag rcvbuf_drops $(( a_rcvbuf - b_rcvbuf ))"
-    echo "$tag rss_kb $(( a_rss - b_rss ))"
+    burst_figures "" "$q_line"
+    echo "$tag udp_out_extra $(( a_udpout - b_udpout - ${sent:-0} ))"
     echo "$tag rss_after_kb $a_rss"
     echo "$tag fds ${b_fds}->${a_fds}"
     echo "$tag rping_quiet $tq"
@@ -147,31 +113,19 @@ for d in $DAEMONS; do
     echo "$tag rping_fails $((g_fails + FFAILS + (rq != 0)))"
     echo "$tag rping_during ${g_during}/${FDURING}"
     echo "$tag send_s $(kv "$g_line" send_s)/$(kv "$q_line" send_s)"
-    echo "$tag alive $alive"
-    echo "$tag listed $listed"
   } >> "$R"
-  kill $sp 2>/dev/null; wait $sp 2>/dev/null
-  stop_iwpmd
+  end_daemon
   port=$((port+10))
 done
 
 # ---- comparison table (daemons in columns, in the order run) ---------------------------
-TAGS=""; for d in $DAEMONS; do TAGS="$TAGS $(basename "$d")"; done
-val() { awk -v t="$1" -v k="$2" '$1==t && $2==k {print $3}' "$R"; }
-row() {  # row LABEL KEY
-  local l="$1" k=$2 t line
-  line=$(printf '%-52s' "$l")
-  for t in $TAGS; do line="$line$(printf ' %18s' "$(val "$t" "$k")")"; done
-  echo "$line"
-}
+table_tags
 {
   echo "REQUEST flood: $COUNT x 64-byte IPv4 REQUESTs at ${RATE}/s (0 = unpaced) from $ATK to $IP:3935, ap = the live"
   echo "listener, cp = mapped_cp = $FLOOD_CP with random ports and handles; garbage flood: same count and rate."
   echo "Kernel and daemon figures: REQUEST flood only (before it, and ${LINGER} ms after its last send)."
-  line=$(printf '%-52s' "")
-  for t in $TAGS; do line="$line$(printf ' %18s' "$t")"; done; echo "$line"
-  row "kernel Slab growth, kB" slab_kb
-  row "kernel SUnreclaim growth, kB" sunr_kb
+  table_head
+  burst_rows ""
   row "REQUESTs sent by the flooder" sent
   row "datagrams read by the daemon (Udp In - answers)" read
   row "datagrams back to the flooder" back
@@ -189,20 +143,18 @@ row() {  # row LABEL KEY
   row "rpings ended while sending (garbage/REQUEST)" rping_during
   row "rping failures" rping_fails
   row "flood send time garbage/REQUEST, s" send_s
-  row "daemon alive after the flood (1 = yes)" alive
-  row "listener in the SIGUSR1 dump after (1 = yes)" listed
-} > "$OUT/flood-table.txt"
-cat "$OUT/flood-table.txt" >> "$SUM"
+  after_rows flood
+} | save_table flood
 
 # ---- checks: every daemon but the reference ---------------------------------------------
-reft=$(basename "$REF"); have_ref=0; [ -n "$(val "$reft" sent)" ] && have_ref=1
+ref_figures sent
 for d in $DAEMONS; do
   [ "$d" = "$REF" ] && continue
   t=$(basename "$d")
   [ -n "$(val "$t" sent)" ] || continue
   s=$(val "$t" sunr_kb); rs=$(val "$reft" sunr_kb)
   if [ $have_ref = 1 ]; then
-    lim=$(echo "$rs" | awk '{v=$1/10; if (v<0) v=0; printf "%d", v}')
+    lim=$(slab_limit "$rs")
     check "slab-$t" "kernel SUnreclaim growth ${s} kB <= 10 % of $reft's ${rs} kB (${lim} kB); Slab ${t} $(val "$t" slab_kb) kB, $reft $(val "$reft" slab_kb) kB" \
       test "$s" -le "$lim"
   else note "slab-$t: no $reft run in this boot to compare with (SUnreclaim growth ${s} kB)"; fi

@@ -41,13 +41,7 @@ note "kernel $(uname -r); siw0 on $DEV ($IP); attacker $ATK (veth1); daemons: $D
 note "pairs: $COUNT REQUEST + blind ACK pairs per shape ($SHAPES) to $IP:3935 at ${RATE} datagrams/s, answers drained ${LINGER} ms after the last send"
 start_syslog
 
-# snap PREFIX: as suite-flood (PREFIX_slab, _sunr kB; _udpin, _udpout, _rcvbuf; _rss kB; _fds)
-snap() {
-  eval "$(awk -v p="$1" '/^Slab:/ {print p "_slab=" $2} /^SUnreclaim:/ {print p "_sunr=" $2}' /proc/meminfo)"
-  eval "$(awk -v p="$1" '$1=="Udp:" && $2 ~ /^[0-9]+$/ {print p "_udpin=" $2 "; " p "_udpout=" $5 "; " p "_rcvbuf=" $6}' /proc/net/snmp)"
-  eval "$1_rss=$(awk '/^VmRSS:/ {print $2}' /proc/$IWPMD_PID/status 2>/dev/null || echo 0)"
-  eval "$1_fds=$(ls /proc/$IWPMD_PID/fd 2>/dev/null | wc -l)"
-}
+. "$RIG_LIB_DIR/attack.sh"
 # wait_drained [SECS]: until no UDP socket on port 3935 (0F5F) has queued datagrams (max 10 s);
 # sets DRAIN_S (seconds waited)
 wait_drained() {
@@ -58,27 +52,12 @@ wait_drained() {
   done
   DRAIN_S=$(elapsed "$t0")
 }
-# rping1 PORT LOG: as suite-flood: one rping -C 1 to the live listener; T1 seconds, R1 0 = connected
-rping1() {
-  local t0; t0=$(uptime_s)
-  timeout 30 rping -c -a "$IP" -p "$1" -C 1 -v > "$2" 2>&1; R1=$?
-  T1=$(elapsed "$t0")
-  if grep -q '^ping data' "$2"; then
-    [ $R1 = 0 ] || log "rping exited $R1 after its ping ($(tail -1 "$2")): counted as connected"
-    R1=0
-  else [ $R1 != 0 ] || R1=99; fi
-}
-kv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }   # kv LINE KEY
 mode_of() { if [ "$1" = pm ]; then echo pairs-pm; else echo pairs; fi; }
 
 R="$OUT/pairs-results.txt"; : > "$R"
 port=7650
 for d in $DAEMONS; do
-  IWPMD=$d; tag=$(basename "$d")
-  start_iwpmd "" || { bad "start-$tag" "$d did not start"; continue; }
-  rping -s -P -a "$IP" -p $port > "$OUT/rping-$tag-server.log" 2>&1 & sp=$!
-  wait_listen $port
-  rping1 $port "$OUT/rping-$tag-quiet.log"
+  begin_daemon "$d" $port || continue
   log "$tag: rping -C 1 with no pairs: ${T1}s rc=$R1"
   echo "$tag rping_quiet $T1" >> "$R"
   snap s
@@ -90,17 +69,9 @@ for d in $DAEMONS; do
     snap a
     line=$(grep '^sent=' "$f")
     rping1 $port "$OUT/rping-$tag-$sh.log"
-    sent=$(kv "$line" sent); back=$(kv "$line" received)
     log "$tag $sh: $line; daemon socket drained after ${DRAIN_S}s; SUnreclaim +$(( a_sunr - b_sunr )) kB, RSS +$(( a_rss - b_rss )) kB; rping after: ${T1}s rc=$R1"
     {
-      echo "$tag ${sh}_slab_kb $(( a_slab - b_slab ))"
-      echo "$tag ${sh}_sunr_kb $(( a_sunr - b_sunr ))"
-      echo "$tag ${sh}_sent ${sent:-0}"
-      echo "$tag ${sh}_read $(( a_udpin - b_udpin - ${back:-0} ))"
-      echo "$tag ${sh}_rcvbuf_drops $(( a_rcvbuf - b_rcvbuf ))"
-      echo "$tag ${sh}_back ${back:-0}"
-      echo "$tag ${sh}_back_types $(kv "$line" accept)/$(kv "$line" reject)/$(( $(kv "$line" ack) + $(kv "$line" request) + $(kv "$line" other) ))"
-      echo "$tag ${sh}_rss_kb $(( a_rss - b_rss ))"
+      burst_figures "${sh}_" "$line"
       echo "$tag ${sh}_fds ${b_fds}->${a_fds}"
       echo "$tag ${sh}_send_s $(kv "$line" send_s)"
       echo "$tag ${sh}_drain_s $DRAIN_S"
@@ -108,41 +79,27 @@ for d in $DAEMONS; do
       echo "$tag ${sh}_rping_rc $R1"
     } >> "$R"
   done
-  alive=0; kill -0 "$IWPMD_PID" 2>/dev/null && alive=1
-  iwpmd_dump "$OUT/dump-$tag.txt"; dump_pairs "$OUT/dump-$tag.txt" > "$OUT/pairs-$tag.txt"
-  listed=0; grep -q "$IP:$port(" "$OUT/pairs-$tag.txt" && listed=1
+  daemon_after $port
   {
     echo "$tag rss_kb $(( a_rss - s_rss ))"
     echo "$tag rss_after_kb $a_rss"
     echo "$tag fds ${s_fds}->${a_fds}"
-    echo "$tag alive $alive"
-    echo "$tag listed $listed"
   } >> "$R"
-  kill $sp 2>/dev/null; wait $sp 2>/dev/null
-  stop_iwpmd
+  end_daemon
   port=$((port+10))
 done
 
 # ---- comparison table (daemons in columns, in the order run) ---------------------------
-TAGS=""; for d in $DAEMONS; do TAGS="$TAGS $(basename "$d")"; done
-val() { awk -v t="$1" -v k="$2" '$1==t && $2==k {print $3}' "$R"; }
-row() {  # row LABEL KEY
-  local l="$1" k=$2 t line
-  line=$(printf '%-52s' "$l")
-  for t in $TAGS; do line="$line$(printf ' %18s' "$(val "$t" "$k")")"; done
-  echo "$line"
-}
+table_tags
 {
   echo "REQUEST + blind ACK pairs: $COUNT pairs per shape at ${RATE} datagrams/s from $ATK to $IP:3935, ap = the live"
   echo "listener, cp = mapped_cp IP = $ATK, random ports and handles; each ACK (same handle, cp echoed, ap = the listener)"
   echo "sent right after its REQUEST, no ACCEPT read. identity: mapped cp port = cp port; pm: mapped cp port != cp port."
   echo "Figures per shape: before the pairs, and after ${LINGER} ms of draining answers and the daemon's socket drained."
-  line=$(printf '%-52s' "")
-  for t in $TAGS; do line="$line$(printf ' %18s' "$t")"; done; echo "$line"
+  table_head
   for sh in $SHAPES; do
     echo "-- shape $sh"
-    row "kernel Slab growth, kB" ${sh}_slab_kb
-    row "kernel SUnreclaim growth, kB" ${sh}_sunr_kb
+    burst_rows "${sh}_"
     row "datagrams sent (REQUEST + ACK)" ${sh}_sent
     row "datagrams read by the daemon (Udp In - answers)" ${sh}_read
     row "UDP receive-buffer drops (RcvbufErrors)" ${sh}_rcvbuf_drops
@@ -160,13 +117,11 @@ row() {  # row LABEL KEY
   row "daemon RSS growth over every shape, kB" rss_kb
   row "daemon RSS after, kB" rss_after_kb
   row "daemon open fds before->after" fds
-  row "daemon alive after the pairs (1 = yes)" alive
-  row "listener in the SIGUSR1 dump after (1 = yes)" listed
-} > "$OUT/pairs-table.txt"
-cat "$OUT/pairs-table.txt" >> "$SUM"
+  after_rows pairs
+} | save_table pairs
 
 # ---- checks: every daemon but the reference ---------------------------------------------
-reft=$(basename "$REF"); have_ref=0; [ -n "$(val "$reft" alive)" ] && have_ref=1
+ref_figures alive
 for d in $DAEMONS; do
   t=$(basename "$d")
   [ -n "$(val "$t" alive)" ] || continue
@@ -176,7 +131,7 @@ for d in $DAEMONS; do
     if [ "$d" = "$REF" ]; then
       note "reference $reft (reported, not checked), shape $sh: SUnreclaim growth ${s} kB, Slab $(val "$t" ${sh}_slab_kb) kB, $(val "$t" ${sh}_read) datagrams read, $(val "$t" ${sh}_back) back"
     elif [ $have_ref = 1 ]; then
-      lim=$(echo "$rs" | awk '{v=$1/10; if (v<0) v=0; printf "%d", v}')
+      lim=$(slab_limit "$rs")
       check "slab-$sh-$t" "shape $sh: kernel SUnreclaim growth ${s} kB <= 10 % of $reft's ${rs} kB (${lim} kB); Slab ${t} $(val "$t" ${sh}_slab_kb) kB, $reft $(val "$reft" ${sh}_slab_kb) kB; ${t} read $(val "$t" ${sh}_read) datagrams" \
         test "$s" -le "$lim"
     else note "slab-$sh-$t: no $reft run in this boot to compare with (SUnreclaim growth ${s} kB)"; fi

@@ -85,16 +85,7 @@ if [ "$ROLE" = server ]; then
   flag live.released
 else
   wait_flag live.listening; SMP=$(cat "$SYNC/smp")
-  # (rping itself sometimes loses its first connection on a loaded TCG host, as in twovm:
-  # connected, then no data; a second client then, so the check judges the daemons)
-  for try in 1 2; do
-    live_log="$OUT/rping-live-client.log"; [ $try = 1 ] || live_log="$OUT/rping-live-client-$try.log"
-    rping -c -v -a "$PEER" -p 7701 > "$live_log" 2>&1 & cp=$!
-    i=0; while ! grep -q 'ping data' "$live_log" && [ $i -lt 75 ]; do sleep 0.2; i=$((i+1)); done
-    grep -q 'ping data' "$live_log" && break
-    note "live rping client $try exchanged no data; $( [ $try = 1 ] && echo retrying || echo giving up)"
-    kill $cp 2>/dev/null; wait $cp 2>/dev/null; sleep 0.5
-  done
+  live_client 7701
   check live "live rping client to $PEER:7701 exchanging data (try $try)" grep -q 'ping data' "$live_log"
   ss -tanH > "$OUT/ss-live.txt"
   est=$(ss -tnH state established | awk -v p="$PEER:$SMP" '$4==p {print $3; exit}'); CMP=$(port_of "$est")
@@ -119,6 +110,10 @@ note "phase live: $(elapsed "$T_PH") s"
 
 # ---- rping -C N over the mapped ports ----
 T_PH=$(uptime_s)
+# With rdma-core's daemon on both sides (the control pairing) the rping checks are reported,
+# not judged: under a loaded TCG host C-C once lost both clients to a connect timeout
+# (RDMA_CM_EVENT_UNREACHABLE, -110) with no daemon of ours involved.
+role=reference; grep -q 'iwpmd-rs' "$SYNC/server.daemon" "$SYNC/client.daemon" 2>/dev/null && role=""
 if [ "$ROLE" = server ]; then
   listen_snap /tmp/ls0
   # One server after the other until the client is done, so that a second client finds
@@ -134,7 +129,7 @@ if [ "$ROLE" = server ]; then
   new_listen /tmp/ls0 > /dev/null; flag rping.listening; wait_flag rping.done 120; sleep 0.5
   kill "$(cat /tmp/rping-s.pid)" 2>/dev/null; wait $sp 2>/dev/null; rc=$?
   l=$(grep -c '^server ping data' "$OUT/rping-server.log")
-  check rping-server "rping server -C $N: $l ping lines (rc $rc)" test "$l" = "$N"
+  role_check "$role" rping-server "rping server -C $N: $l ping lines (rc $rc)" test "$l" = "$N"
 else
   wait_flag rping.listening
   t0=$(uptime_s); timeout 20 rping -c -a "$PEER" -p 7700 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?; t=$(elapsed "$t0")
@@ -150,7 +145,7 @@ else
   flag rping.done
   r=1
   { [ $rc = 0 ] || [ $rc = 255 ]; } && [ "$l" = "$N" ] && lt "$t" "$STALL_S" && r=0
-  check rping "rping -C $N -> $PEER:7700 over mapped ports: rc=$rc, $l ping lines in ${t}s" test $r = 0
+  role_check "$role" rping "rping -C $N -> $PEER:7700 over mapped ports: rc=$rc, $l ping lines in ${t}s" test $r = 0
   echo "rping_s $t" >> "$OUT/pm-figures.txt"
 fi
 note "phase rping: $(elapsed "$T_PH") s"
@@ -301,22 +296,10 @@ else
   detail "$PEER_BAD"
 fi
 # the peer's half of each association must match ours (both IP versions)
-PT="$SYNC/$OTHER-traffic.txt"; i=0
-while [ ! -s "$PT" ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
-hs() { grep -E " udp $2 [^ ]* $3 v[46] " "$1" | sed 's/.* cp=\([^ ]*\) .* h=\([0-9a-f]*\).*/\2\/\1/' | sort -u; }
-if [ "$ROLE" = server ]; then
-  m1=$(hs "$T" recv REQUEST > /tmp/a; hs "$PT" send REQUEST > /tmp/b; diff /tmp/a /tmp/b)
-  m2=$(hs "$T" send ACCEPT > /tmp/a; hs "$PT" recv ACCEPT > /tmp/b; diff /tmp/a /tmp/b)
-  m3=$(hs "$T" recv ACK > /tmp/a; hs "$PT" send ACK > /tmp/b; diff /tmp/a /tmp/b)
-else
-  m1=$(hs "$T" send REQUEST > /tmp/a; hs "$PT" recv REQUEST > /tmp/b; diff /tmp/a /tmp/b)
-  m2=$(hs "$T" recv ACCEPT > /tmp/a; hs "$PT" send ACCEPT > /tmp/b; diff /tmp/a /tmp/b)
-  m3=$(hs "$T" send ACK > /tmp/a; hs "$PT" recv ACK > /tmp/b; diff /tmp/a /tmp/b)
-fi
-mm="$m1$m2$m3"
+cross_handles "$T" 'v[46]'
 check cross "the $OTHER's trace has the same association handles for REQUEST, ACCEPT and ACK ($nh here)" \
-  sh -c "[ -s '$PT' ] && [ -z '$mm' ]"
-detail "$mm"
+  cross_ok
+detail "$CROSS"
 echo_checks "$T"
 note "suite time: $(elapsed "$T_SUITE") s"
 echo "suite_s $(elapsed "$T_SUITE")" >> "$OUT/pm-figures.txt"

@@ -156,21 +156,29 @@ static int alen(const struct ipa *a)
 	return a->fam == AF_INET6 ? 16 : 4;
 }
 
-/* a 64-byte REQUEST (magic 0x04 / 0x06); unused address bytes stay zero */
-static void build_request(unsigned char *b, uint64_t handle, const struct ipa *cp, uint16_t cp_port,
-			  const struct ipa *mapped_cp, uint16_t mapped_port, const struct ipa *ap,
-			  uint16_t ap_port)
+/* what a REQUEST and an ACK share: the magic byte (TYPE in the high nibble, the IP version
+ * in the low one), ap and cp ports, the 64-bit handle and the cp and ap addresses */
+static void put_common(unsigned char *b, unsigned char type, uint64_t handle, const struct ipa *cp,
+		       uint16_t cp_port, const struct ipa *ap, uint16_t ap_port)
 {
-	memset(b, 0, REQ_LEN);
-	b[0] = cp->fam == AF_INET6 ? 0x06 : 0x04; /* version 0, type REQUEST */
-	b[1] = 0;                                  /* pmtime */
-	put16(b + 2, mapped_port);
+	b[0] = type | (cp->fam == AF_INET6 ? 0x06 : 0x04);
 	put16(b + 4, ap_port);
 	put16(b + 6, cp_port);
 	for (int i = 0; i < 8; i++)
 		b[8 + i] = handle >> (56 - 8 * i);
 	memcpy(b + 16, cp->b, alen(cp));
 	memcpy(b + 32, ap->b, alen(ap));
+}
+
+/* a 64-byte REQUEST (magic 0x04 / 0x06); unused address bytes stay zero */
+static void build_request(unsigned char *b, uint64_t handle, const struct ipa *cp, uint16_t cp_port,
+			  const struct ipa *mapped_cp, uint16_t mapped_port, const struct ipa *ap,
+			  uint16_t ap_port)
+{
+	memset(b, 0, REQ_LEN);
+	put_common(b, 0x00, handle, cp, cp_port, ap, ap_port); /* version 0, type REQUEST */
+	b[1] = 0;                                                /* pmtime */
+	put16(b + 2, mapped_port);
 	memcpy(b + 48, mapped_cp->b, alen(mapped_cp));
 }
 
@@ -180,13 +188,7 @@ static void build_ack(unsigned char *b, uint64_t handle, const struct ipa *cp, u
 		      const struct ipa *ap, uint16_t ap_port)
 {
 	memset(b, 0, ANS_LEN);
-	b[0] = cp->fam == AF_INET6 ? 0x26 : 0x24;
-	put16(b + 4, ap_port);
-	put16(b + 6, cp_port);
-	for (int i = 0; i < 8; i++)
-		b[8 + i] = handle >> (56 - 8 * i);
-	memcpy(b + 16, cp->b, alen(cp));
-	memcpy(b + 32, ap->b, alen(ap));
+	put_common(b, 0x20, handle, cp, cp_port, ap, ap_port);
 }
 
 static void build_garbage(unsigned char *b)

@@ -1,6 +1,9 @@
 //! `iwpmctl`: asks a running `iwpmd` over its control socket. Human tables by default,
 //! `--json` for scripts (the reply object exactly as the daemon sent it, see
 //! `docs/control.md`).
+// No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
+// the daemon or a tool.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
 use std::net::{IpAddr, ToSocketAddrs};

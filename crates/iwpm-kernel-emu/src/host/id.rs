@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
 
-use super::state::{storage, FabricMsg, Outcome};
+use super::state::{storage, FabricMsg, HostInner, Outcome};
 use super::{Host, HostShared};
 use crate::cm::{
     AddrError, CmError, CmEvent, CmEventKind, ConnInfo, IdState, ListenInfo, PortMapMode,
@@ -229,8 +229,11 @@ impl CmId {
     pub fn resolve_route(&self) -> Result<(), CmError> {
         let mut inner = self.host.lock();
         let rec = inner.ids.get_mut(&self.num).ok_or(CmError::Destroyed)?;
-        rec.expect_state("resolve_route", IdState::AddrResolved)?;
-        rec.state = IdState::RouteResolved;
+        rec.transition(
+            "resolve_route",
+            IdState::AddrResolved,
+            IdState::RouteResolved,
+        )?;
         if !rec.is_sync() {
             self.host.emit(&inner, self.num, CmEventKind::RouteResolved);
         }
@@ -255,6 +258,18 @@ impl CmId {
         }
     }
 
+    /// `iw_cm_map` for this id: the kernel starts the mapping, and its outcome comes back
+    /// to this id.
+    fn start_map(&self, inner: &mut HostInner, request: MapRequest) -> Result<(), CmError> {
+        let mut link = self.host.link();
+        let token = inner
+            .kernel
+            .start_map(Instant::now(), request, &mut link)
+            .map_err(|_| CmError::MapFailed)?;
+        inner.map_waiters.insert(token, self.num);
+        Ok(())
+    }
+
     fn start_listen(&self, accept: AcceptMode) -> Result<ListenInfo, CmError> {
         let (tx, rx) = mpsc::channel();
         {
@@ -275,12 +290,7 @@ impl CmId {
                 remote: None,
                 flags: self.flags(),
             };
-            let mut link = self.host.link();
-            let token = inner
-                .kernel
-                .start_map(Instant::now(), request, &mut link)
-                .map_err(|_| CmError::MapFailed)?;
-            inner.map_waiters.insert(token, self.num);
+            self.start_map(&mut inner, request)?;
             if let Some(rec) = inner.ids.get_mut(&self.num) {
                 rec.state = IdState::Mapping;
                 rec.waiter = Some(tx);
@@ -330,12 +340,7 @@ impl CmId {
                 remote: Some(storage(remote)),
                 flags: self.flags(),
             };
-            let mut link = self.host.link();
-            let token = inner
-                .kernel
-                .start_map(Instant::now(), request, &mut link)
-                .map_err(|_| CmError::MapFailed)?;
-            inner.map_waiters.insert(token, self.num);
+            self.start_map(&mut inner, request)?;
             inner.cm_stats.connects += 1;
             if let Some(rec) = inner.ids.get_mut(&self.num) {
                 rec.state = IdState::Mapping;
@@ -372,8 +377,7 @@ impl CmId {
     pub fn reject(&self) -> Result<(), CmError> {
         let mut inner = self.host.lock();
         let rec = inner.ids.get_mut(&self.num).ok_or(CmError::Destroyed)?;
-        rec.expect_state("reject", IdState::ConnectRequest)?;
-        rec.state = IdState::Disconnected;
+        rec.transition("reject", IdState::ConnectRequest, IdState::Disconnected)?;
         let peer = rec.peer.clone();
         let tuple = rec.tuple.take();
         self.release(tuple);

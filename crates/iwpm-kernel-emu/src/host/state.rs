@@ -111,6 +111,19 @@ impl IdRecord {
         }
     }
 
+    /// `op` moves the id from state `from` to `to`; from any other state it fails as
+    /// [`IdRecord::expect_state`] does, and nothing changes.
+    pub(crate) fn transition(
+        &mut self,
+        op: &'static str,
+        from: IdState,
+        to: IdState,
+    ) -> Result<(), CmError> {
+        self.expect_state(op, from)?;
+        self.state = to;
+        Ok(())
+    }
+
     pub(crate) fn is_sync(&self) -> bool {
         self.private.is_some()
     }
@@ -177,6 +190,10 @@ fn socket_addr(s: &SockAddrStorage, fallback: SocketAddr) -> SocketAddr {
 }
 
 impl HostShared {
+    #[expect(
+        clippy::expect_used,
+        reason = "`me` is the Weak to this very value, so it upgrades while `&self` lives"
+    )]
     pub(crate) fn handle(&self, num: u64) -> CmId {
         CmId {
             host: self
@@ -252,7 +269,7 @@ impl HostShared {
             return;
         };
         let local = rec.local.unwrap_or_else(|| {
-            socket_addr(&result.request.local, "0.0.0.0:0".parse().expect("literal"))
+            socket_addr(&result.request.local, SocketAddr::from(([0, 0, 0, 0], 0)))
         });
         let info = listen_info(self.config.port_map_mode, local, &result);
         rec.map = Some(result);

@@ -104,7 +104,7 @@ struct PendingRequest {
 
 /// How a request ended, handed to the waiting `iw_cm_map`. Short-lived (stored until the
 /// caller resumes), so the size of the success variant does not matter.
-#[allow(clippy::large_enum_variant)]
+#[expect(clippy::large_enum_variant, reason = "short-lived: see above")]
 #[derive(Clone, Copy, Debug)]
 enum Completion {
     /// `err_code` 0; for ADD/QUERY with the mapped addresses.

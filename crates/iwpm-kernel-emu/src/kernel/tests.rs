@@ -24,6 +24,14 @@ pub(super) fn sa(s: &str) -> SockAddrStorage {
     SockAddrStorage::from_socket_addr(s.parse().unwrap())
 }
 
+/// Asserts that the kernel recorded exactly one violation and that it matches `$pat`.
+macro_rules! assert_violation {
+    ($h:expr, $pat:pat) => {
+        let v = $h.only_violation();
+        assert!(matches!(v, $pat), "{v:?}");
+    };
+}
+
 struct Harness {
     k: KernelIwpm<u32>,
     link: RecordingLink<u32>,
@@ -35,6 +43,14 @@ struct Harness {
 type Sent = Vec<(u32, Vec<KernelFrame>, SendMode)>;
 
 impl Harness {
+    /// The one protocol violation the kernel recorded; panics unless there is exactly one.
+    fn only_violation(&self) -> &Violation {
+        match self.k.violations() {
+            [v] => v,
+            all => panic!("expected exactly one violation, got {all:?}"),
+        }
+    }
+
     fn new() -> Self {
         Self::with_config(KernelConfig::default())
     }
@@ -64,15 +80,32 @@ impl Harness {
     }
 
     fn send_with(&mut self, flags: u16, pid: u32, msg: &DaemonMsg) -> Sent {
-        let env = Envelope {
-            client: RDMA_NL_IWCM,
-            flags,
-            seq: self.dseq,
-            pid,
-        };
+        let buf = daemon_datagram(flags, pid, self.dseq, msg);
         self.dseq += 1;
-        let mut buf = Vec::new();
-        encode_daemon_msg(&env, msg, &mut buf);
+        self.k
+            .handle_datagram(self.now, &DAEMON, &buf, &mut self.link);
+        self.sent()
+    }
+
+    /// A request of netlink type `ty` built by hand from `attrs` (type, value; each padded
+    /// to 4 bytes), for what `DaemonMsg` cannot encode.
+    fn send_raw(&mut self, ty: u16, seq: u32, attrs: &[(u16, Vec<u8>)]) -> Sent {
+        let mut payload = Vec::new();
+        for (attr, v) in attrs {
+            payload.extend_from_slice(&((v.len() + 4) as u16).to_ne_bytes());
+            payload.extend_from_slice(&attr.to_ne_bytes());
+            payload.extend_from_slice(v);
+            payload.resize(payload.len().div_ceil(4) * 4, 0);
+        }
+        let header = NlHeader {
+            len: (16 + payload.len()) as u32,
+            ty,
+            flags: NLM_F_REQUEST,
+            seq,
+            pid: PID,
+        };
+        let mut buf = header.to_bytes().to_vec();
+        buf.extend_from_slice(&payload);
         self.k
             .handle_datagram(self.now, &DAEMON, &buf, &mut self.link);
         self.sent()
@@ -130,6 +163,25 @@ impl Harness {
         (token, seq)
     }
 
+    /// The outcome of the next mapping the kernel settled.
+    fn settled(&mut self) -> MapOutcome {
+        self.k.poll_map_done().expect("a mapping settled").1.outcome
+    }
+
+    /// The outcome of a listen on `local` that the kernel settles at once (no daemon to ask).
+    fn listen_settled(&mut self, local: &str) -> MapOutcome {
+        self.listen(local, 0);
+        self.settled()
+    }
+
+    /// A running daemon and one listen on 127.0.0.1:4000: the seq of the REG_PID it asks.
+    fn first_reg_pid(&mut self) -> u32 {
+        self.start_daemon();
+        self.listen("127.0.0.1:4000", 0);
+        let out = self.sent();
+        single_request(&out, |m| matches!(m, KernelMsg::RegPid(_)))
+    }
+
     /// A running daemon, one listen on `local`, REG_PID answered: the seq of its pending
     /// ADD_MAPPING.
     fn first_add(&mut self, local: &str, flags: u32) -> u32 {
@@ -159,6 +211,19 @@ impl Harness {
         assert_eq!(t, token);
         r
     }
+}
+
+/// `msg` as the daemon sends it: from `pid`, with `flags` and sequence number `seq`.
+fn daemon_datagram(flags: u16, pid: u32, seq: u32, msg: &DaemonMsg) -> Vec<u8> {
+    let env = Envelope {
+        client: RDMA_NL_IWCM,
+        flags,
+        seq,
+        pid,
+    };
+    let mut buf = Vec::new();
+    encode_daemon_msg(&env, msg, &mut buf);
+    buf
 }
 
 fn hello(v: u16) -> DaemonMsg {
@@ -287,8 +352,8 @@ fn hello_above_four_is_clamped_and_below_is_stored() {
     h.send(&hello(2));
     assert_eq!(h.k.abi_version(), 2);
     assert_eq!(
-        h.k.violations(),
-        [Violation::DownLevelVersion { op: 8, version: 2 }]
+        *h.only_violation(),
+        Violation::DownLevelVersion { op: 8, version: 2 }
     );
 }
 
@@ -305,10 +370,8 @@ fn no_daemon_marks_unavailable_then_stays_silent() {
         MapOutcome::Unmapped(UnmappedReason::RegPidSendFailed { errno: -3 })
     );
     assert_eq!(h.k.pid(), IWPM_PID_UNAVAILABLE);
-    h.listen("127.0.0.1:4001", 0);
-    let (_, r) = h.k.poll_map_done().unwrap();
     assert_eq!(
-        r.outcome,
+        h.listen_settled("127.0.0.1:4001"),
         MapOutcome::Unmapped(UnmappedReason::NoDaemon {
             pid: IWPM_PID_UNAVAILABLE
         })
@@ -378,20 +441,12 @@ fn passive_flow_register_add_remove() {
 fn wire_sizes_match_the_kernel() {
     let mut h = Harness::new();
     let raw = |h: &mut Harness| -> Vec<usize> { h.link.take().iter().map(|s| s.1.len()).collect() };
-    let env = Envelope {
-        client: RDMA_NL_IWCM,
-        flags: NLM_F_REQUEST,
-        seq: 0,
-        pid: PID,
-    };
-    let mut buf = Vec::new();
-    encode_daemon_msg(&env, &hello(4), &mut buf);
+    let buf = daemon_datagram(NLM_F_REQUEST, PID, 0, &hello(4));
     h.k.handle_datagram(h.now, &DAEMON, &buf, &mut h.link);
     assert_eq!(raw(&mut h), [24, 20], "HELLO reply, DONE");
     h.listen("127.0.0.1:4000", 1);
     assert_eq!(raw(&mut h), [116], "REG_PID");
-    let mut buf = Vec::new();
-    encode_daemon_msg(&env, &reg_pid_reply(2, "siw0", 4), &mut buf);
+    let buf = daemon_datagram(NLM_F_REQUEST, PID, 0, &reg_pid_reply(2, "siw0", 4));
     h.k.handle_datagram(h.now, &DAEMON, &buf, &mut h.link);
     assert_eq!(raw(&mut h), [20, 164], "DONE, ADD v4");
     h.connect("127.0.0.1:5000", "127.0.0.2:4000", 1);
@@ -518,66 +573,41 @@ fn address_not_echoed_completes_with_15() {
     let seq = h.first_add("127.0.0.1:4000", 0);
     let out = h.send(&add_reply(seq, "127.0.0.1:4001", "127.0.0.1:40000"));
     assert_eq!(done_result(&out), [0]);
-    let (_, r) = h.k.poll_map_done().unwrap();
     assert_eq!(
-        r.outcome,
+        h.settled(),
         MapOutcome::Unmapped(UnmappedReason::ErrorCode {
             kind: RequestKind::AddMapping,
             code: err::IWPM_USER_LIB_INFO_ERR
         })
     );
     assert_eq!(
-        h.k.violations(),
-        [Violation::AddressNotEchoed { op: 1, seq }]
+        *h.only_violation(),
+        Violation::AddressNotEchoed { op: 1, seq }
     );
 }
 
 #[test]
 fn reply_without_request_flag_is_dropped_silently() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.listen("127.0.0.1:4000", 0);
-    let out = h.sent();
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::RegPid(_)));
+    let seq = h.first_reg_pid();
     let out = h.send_with(0, PID, &reg_pid_reply(seq, "siw0", 4));
     assert!(out.is_empty(), "no DONE, no ACK");
     assert_eq!(h.k.registration(), Registration::Incompl);
-    assert!(matches!(
-        h.k.violations(),
-        [Violation::MissingRequestFlag { ty: 0x0800, .. }]
-    ));
+    assert_violation!(h, Violation::MissingRequestFlag { ty: 0x0800, .. });
 }
 
 #[test]
 fn remove_mapping_from_daemon_gets_nlmsg_error() {
     let mut h = Harness::new();
-    let env = Envelope {
-        client: RDMA_NL_IWCM,
-        flags: NLM_F_REQUEST,
-        seq: 5,
-        pid: PID,
-    };
     // Build op 3 by hand: SEQ + ADDR.
-    let mut payload = Vec::new();
-    for (ty, v) in [
-        (1u16, 0u32.to_ne_bytes().to_vec()),
-        (2, sa("127.0.0.1:1").0.to_vec()),
-    ] {
-        payload.extend_from_slice(&((v.len() + 4) as u16).to_ne_bytes());
-        payload.extend_from_slice(&ty.to_ne_bytes());
-        payload.extend_from_slice(&v);
-    }
-    let header = NlHeader {
-        len: (16 + payload.len()) as u32,
-        ty: 0x0803,
-        flags: env.flags,
-        seq: env.seq,
-        pid: env.pid,
-    };
-    let mut buf = header.to_bytes().to_vec();
-    buf.extend_from_slice(&payload);
-    h.k.handle_datagram(h.now, &DAEMON, &buf, &mut h.link);
-    let out = h.sent();
+    let out = h.send_raw(
+        0x0803,
+        5,
+        &[
+            (1, 0u32.to_ne_bytes().to_vec()),
+            (2, sa("127.0.0.1:1").0.to_vec()),
+        ],
+    );
     match &out[0].1[..] {
         [KernelFrame::Error {
             header: eh,
@@ -680,8 +710,8 @@ fn abi3_with_no_port_map_is_quiet_einval() {
     // The quiet failure still consumed a seq number.
     assert_eq!(seq_before, 3);
     assert_eq!(
-        h.k.violations(),
-        [Violation::DownLevelVersion { op: 0, version: 3 }]
+        *h.only_violation(),
+        Violation::DownLevelVersion { op: 0, version: 3 }
     );
     // Without flags ABI 3 sends ADD without the FLAGS attribute.
     h.listen("127.0.0.1:4001", 0);
@@ -695,10 +725,7 @@ fn abi3_with_no_port_map_is_quiet_einval() {
 #[test]
 fn reg_pid_with_wrong_device_is_15_and_stays_unregistered() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.listen("127.0.0.1:4000", 0);
-    let out = h.sent();
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::RegPid(_)));
+    let seq = h.first_reg_pid();
     let out = h.send(&reg_pid_reply(seq, "siw1", 4));
     assert_eq!(done_result(&out), [0]);
     assert_eq!(out.len(), 1, "no ADD");
@@ -712,10 +739,7 @@ fn reg_pid_with_wrong_device_is_15_and_stays_unregistered() {
         })
     );
     assert_eq!(h.k.registration(), Registration::Incompl);
-    assert!(matches!(
-        h.k.violations(),
-        [Violation::RegPidInfoMismatch { .. }]
-    ));
+    assert_violation!(h, Violation::RegPidInfoMismatch { .. });
 }
 
 #[test]
@@ -746,10 +770,8 @@ fn add_send_failure_resets_pid_query_failure_does_not() {
     assert_eq!(h.k.pid(), IWPM_PID_UNDEFINED);
     // Both failed mappings were recorded as identities.
     assert_eq!(h.k.mapinfo().len(), 3);
-    h.listen("127.0.0.1:4002", 0);
-    let (_, r) = h.k.poll_map_done().unwrap();
     assert_eq!(
-        r.outcome,
+        h.listen_settled("127.0.0.1:4002"),
         MapOutcome::Unmapped(UnmappedReason::NoDaemon {
             pid: IWPM_PID_UNDEFINED
         })
@@ -769,41 +791,21 @@ fn hello_with_pid_zero_is_flagged_and_not_answered() {
 #[test]
 fn bad_attributes_give_done_einval_and_leave_request_pending() {
     let mut h = Harness::new();
-    h.start_daemon();
-    h.listen("127.0.0.1:4000", 0);
-    let out = h.sent();
-    let seq = single_request(&out, |m| matches!(m, KernelMsg::RegPid(_)));
+    let seq = h.first_reg_pid();
     // A REG_PID reply without the ERR attribute (attribute 5).
-    let mut payload = Vec::new();
-    let attrs: [(u16, Vec<u8>); 4] = [
-        (1, seq.to_ne_bytes().to_vec()),
-        (2, b"siw0\0".to_vec()),
-        (3, b"iWarpPortMapperUser\0".to_vec()),
-        (4, 4u16.to_ne_bytes().to_vec()),
-    ];
-    for (ty, v) in attrs {
-        payload.extend_from_slice(&((v.len() + 4) as u16).to_ne_bytes());
-        payload.extend_from_slice(&ty.to_ne_bytes());
-        payload.extend_from_slice(&v);
-        payload.resize(payload.len().div_ceil(4) * 4, 0);
-    }
-    let header = NlHeader {
-        len: (16 + payload.len()) as u32,
-        ty: 0x0800,
-        flags: NLM_F_REQUEST,
-        seq: 77,
-        pid: PID,
-    };
-    let mut buf = header.to_bytes().to_vec();
-    buf.extend_from_slice(&payload);
-    h.k.handle_datagram(h.now, &DAEMON, &buf, &mut h.link);
-    let out = h.sent();
+    let out = h.send_raw(
+        0x0800,
+        77,
+        &[
+            (1, seq.to_ne_bytes().to_vec()),
+            (2, b"siw0\0".to_vec()),
+            (3, b"iWarpPortMapperUser\0".to_vec()),
+            (4, 4u16.to_ne_bytes().to_vec()),
+        ],
+    );
     assert_eq!(done_result(&out), [-22]);
     assert_eq!(h.k.pending_requests(), 1);
-    assert!(matches!(
-        h.k.violations(),
-        [Violation::BadAttributes { op: 0, .. }]
-    ));
+    assert_violation!(h, Violation::BadAttributes { op: 0, .. });
 }
 
 #[test]
@@ -851,10 +853,7 @@ fn no_port_map_must_be_identity() {
     h.send(&add_reply(seq, "127.0.0.1:4000", "127.0.0.1:40000"));
     let (_, r) = h.k.poll_map_done().unwrap();
     assert!(r.outcome.is_mapped(), "the kernel itself accepts it");
-    assert!(matches!(
-        h.k.violations(),
-        [Violation::NoPortMapNotIdentity { op: 1, .. }]
-    ));
+    assert_violation!(h, Violation::NoPortMapNotIdentity { op: 1, .. });
 }
 
 /// Fills the mapinfo table with `n` mapped listens, then restarts the daemon.
@@ -952,14 +951,7 @@ fn mapinfo_replay_aborts_on_full_queue() {
     }
     h.send(&hello(4));
     // First with room for everything.
-    let env = Envelope {
-        client: RDMA_NL_IWCM,
-        flags: NLM_F_REQUEST,
-        seq: 900,
-        pid: PID,
-    };
-    let mut buf = Vec::new();
-    encode_daemon_msg(&env, &mapinfo_req(), &mut buf);
+    let buf = daemon_datagram(NLM_F_REQUEST, PID, 900, &mapinfo_req());
     h.link.full_for = 0;
     h.k.handle_datagram(h.now, &DAEMON, &buf, &mut h.link);
     let out = h.sent();

@@ -1,12 +1,11 @@
 //! Shared helpers of the system tests: a lab with real `iwpmd` processes, listeners and
 //! connections, and checks that both sides agree. Every wait is bounded.
-#![allow(dead_code)]
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use iwpm_kernel_emu::{
-    AcceptMode, CmEventKind, Connection, EventChannel, Listener, MapOutcome, RemoteInfoLookup,
+    AcceptMode, Connection, EventChannel, Listener, MapOutcome, RemoteInfoLookup,
 };
 use iwpm_lab::dump::Dump;
 use iwpm_lab::netns::NetPlace;
@@ -58,20 +57,6 @@ pub fn assert_no_violations(lab: &Lab) {
     for side in [&lab.a, &lab.b] {
         let v = side.host.violations();
         assert!(v.is_empty(), "host {} violations: {v:?}", side.name);
-    }
-}
-
-/// Polls `f` until it returns `Some`, up to `timeout`.
-pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -152,20 +137,4 @@ pub fn assert_consistent(
         );
     }
     pi
-}
-
-/// Waits for an event of an asynchronous id's channel matching `pred`.
-pub fn wait_event(
-    channel: &EventChannel,
-    pred: impl Fn(&CmEventKind) -> bool,
-) -> Option<CmEventKind> {
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        if let Ok(ev) = channel.get_event(Duration::from_millis(100)) {
-            if pred(&ev.kind) {
-                return Some(ev.kind);
-            }
-        }
-    }
-    None
 }

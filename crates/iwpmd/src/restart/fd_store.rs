@@ -13,8 +13,8 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::reservations::{PortChange, Reservations};
-use crate::systemd::{borrow, Notifier};
+use crate::ports::reservations::{PortChange, Reservations};
+use crate::restart::systemd::{self, borrow, Notifier};
 use iwpm_core::RateLimit;
 
 /// Most bytes of `LISTEN_FDNAMES` the next start may be given: the kernel refuses an
@@ -36,7 +36,7 @@ pub fn tcp_fd_name(addr: SocketAddr) -> String {
         ip if ip.is_unspecified() => format!("6_{port}"),
         ip => format!("tcp-{}-{port}", ip.to_string().replace(':', "_")),
     };
-    debug_assert!(crate::systemd::valid_fd_name(&name), "{name}");
+    debug_assert!(systemd::valid_fd_name(&name), "{name}");
     name
 }
 
@@ -130,7 +130,7 @@ mod tests {
         assert_eq!(v6, "6_40001");
         assert_eq!(other, "tcp-fe80__1-7");
         for n in [v4, v6, other] {
-            assert!(crate::systemd::valid_fd_name(&n), "{n}");
+            assert!(crate::restart::systemd::valid_fd_name(&n), "{n}");
         }
         // Every IPv4 wildcard port fits the budget up to about 21 000 ports.
         const { assert!(NAME_BUDGET / 6 > 21_000) };

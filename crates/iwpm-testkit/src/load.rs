@@ -1,14 +1,12 @@
-//! Load and fault-injection helpers on top of `common`: a pipelined kernel side (many
-//! requests in flight, replies collected by a thread), a daemon whose stderr reader can be
-//! paused (a stalled log sink) and counts dump lines instead of keeping them, and process
-//! figures from /proc. Every wait is bounded.
-#![allow(dead_code)]
+//! Load and fault injection on top of [`crate::fake_kernel`]: a pipelined kernel side
+//! (many requests in flight, replies collected by a thread), a daemon whose stderr reader
+//! can be paused (a stalled log sink) and counts dump lines instead of keeping them, and
+//! process figures from /proc. Every wait is bounded.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -18,30 +16,15 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-use crate::common::{kernel_request, FakeKernel};
-
-/// True on CI (`CI` set): tests that would skip for lack of a facility fail instead.
-pub fn on_ci() -> bool {
-    std::env::var_os("CI").is_some()
-}
-
-/// Skips (prints why and returns true) or, on CI, fails.
-pub fn skip(test: &str, reason: &str) -> bool {
-    assert!(!on_ci(), "{test}: cannot run on CI: {reason}");
-    eprintln!("SKIPPED {test}: {reason}");
-    true
-}
-
-/// True (and the test is skipped, with the reason printed) unless running as root.
-pub fn skip_unless_root(test: &str, reason: &str) -> bool {
-    !rustix::process::geteuid().is_root() && skip(test, reason)
-}
+use crate::daemon::Daemon;
+use crate::fake_kernel::{kernel_request, FakeKernel};
 
 /// The seq and outcome of an ADD reply: `Ok(mapped)` or `Err(HANDLE_ERR code)`.
 pub type AddOutcome = Result<SocketAddr, u16>;
 
 /// The kernel side with requests pipelined: sends from the test thread, replies decoded
 /// on a thread and matched by seq.
+#[derive(Debug)]
 pub struct KernelPipe {
     sock: UnixDatagram,
     daemon: UnixAddr,
@@ -192,59 +175,59 @@ pub struct LogState {
     pub paused: bool,
 }
 
-/// A daemon whose stderr is read by a thread that can be paused.
+/// A daemon whose stderr is read by a thread that can be paused. The process handle is
+/// the [`Daemon`] it derefs to (its own `stderr` stays empty: the lines go to
+/// [`Watched::log`]).
+#[derive(Debug)]
 pub struct Watched {
-    pub child: Child,
+    daemon: Daemon,
     pub log: Arc<(Mutex<LogState>, Condvar)>,
 }
 
 impl Watched {
     /// Spawns `cmd` (stderr must be piped).
     pub fn spawn(mut cmd: Command) -> Watched {
-        let mut child = cmd.spawn().expect("spawn iwpmd");
-        let pipe = child.stderr.take().unwrap();
+        let child = cmd.spawn().expect("spawn iwpmd");
         let log: Arc<(Mutex<LogState>, Condvar)> = Arc::default();
         let shared = log.clone();
-        std::thread::spawn(move || {
+        let daemon = Daemon::adopt_with(child, 0, "iwpmd-log-watched".into(), move |line| {
             let (state, cv) = &*shared;
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                let now = Instant::now();
-                let mut s = state.lock().unwrap();
-                let dump_detail = [
-                    "Mapping #",
-                    "Local address ",
-                    "Mapped address ",
-                    "refcount ",
-                ]
-                .iter()
-                .any(|p| line.contains(p));
-                if line.contains("Mapping #") {
-                    if let Some(n) = s.mappings_per_dump.last_mut() {
-                        *n += 1;
-                    }
-                }
-                if line.contains("print_iwpm_mapped_ports:") {
-                    s.headers.push(now);
-                    s.mappings_per_dump.push(0);
-                    if s.pause_at_header {
-                        s.pause_at_header = false;
-                        s.paused = true;
-                    }
-                }
-                if line.contains("io counters:") {
-                    s.ends.push(now);
-                }
-                if !dump_detail {
-                    s.lines.push((now, line));
-                }
-                cv.notify_all();
-                while s.paused {
-                    s = cv.wait(s).unwrap();
+            let now = Instant::now();
+            let mut s = state.lock().unwrap();
+            let dump_detail = [
+                "Mapping #",
+                "Local address ",
+                "Mapped address ",
+                "refcount ",
+            ]
+            .iter()
+            .any(|p| line.contains(p));
+            if line.contains("Mapping #") {
+                if let Some(n) = s.mappings_per_dump.last_mut() {
+                    *n += 1;
                 }
             }
-        });
-        Watched { child, log }
+            if line.contains("print_iwpm_mapped_ports:") {
+                s.headers.push(now);
+                s.mappings_per_dump.push(0);
+                if s.pause_at_header {
+                    s.pause_at_header = false;
+                    s.paused = true;
+                }
+            }
+            if line.contains("io counters:") {
+                s.ends.push(now);
+            }
+            if !dump_detail {
+                s.lines.push((now, line));
+            }
+            cv.notify_all();
+            while s.paused {
+                s = cv.wait(s).unwrap();
+            }
+        })
+        .expect("start the stderr reader");
+        Watched { daemon, log }
     }
 
     /// Runs `f` on the log state.
@@ -297,30 +280,29 @@ impl Watched {
         self.wait(timeout, |s| s.lines.iter().any(|(_, l)| l.contains(needle)))
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn signal(&self, sig: rustix::process::Signal) {
-        let pid = rustix::process::Pid::from_raw(self.pid() as i32).unwrap();
-        rustix::process::kill_process(pid, sig).unwrap();
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
     /// Open descriptors of the daemon.
     pub fn open_fds(&self) -> usize {
         open_fds(self.pid())
     }
 }
 
+impl std::ops::Deref for Watched {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.daemon
+    }
+}
+
+impl std::ops::DerefMut for Watched {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.daemon
+    }
+}
+
 impl Drop for Watched {
+    /// Lets a paused reader go; the [`Daemon`] then kills and reaps the process.
     fn drop(&mut self) {
         self.resume();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

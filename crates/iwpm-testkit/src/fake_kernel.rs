@@ -1,16 +1,12 @@
-//! Harness for process-level tests: spawns the real `iwpmd` with its kernel link on a Unix
-//! datagram socket that the test owns (the test plays the kernel), collects its stderr, and
-//! kills it on drop. Every wait is bounded.
-#![allow(dead_code)]
+//! The kernel end of a daemon's link, played by the test: a Unix datagram socket that
+//! `iwpmd --kernel unix:PATH` talks to, with the kernel's header conventions and the
+//! first exchanges (HELLO, MAPINFO, REG_PID) done the way the kernel does them. Every
+//! wait is bounded.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use iwpm_proto::consts::{IWPM_ULIB_NAME, RDMA_NL_IWCM};
@@ -20,56 +16,11 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-/// Default bound on any wait.
-pub const WAIT: Duration = Duration::from_secs(10);
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A fresh scratch directory for one test, removed with everything in it when dropped
-/// (after the daemon and the fake kernel, when declared before them).
-pub fn scratch_dir(tag: &str) -> ScratchDir {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("iwpmd-it-{}-{tag}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    ScratchDir(dir)
-}
-
-/// See [`scratch_dir`].
-#[derive(Debug)]
-pub struct ScratchDir(PathBuf);
-
-impl std::ops::Deref for ScratchDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for ScratchDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A UDP port that was free on 127.0.0.1 a moment ago (and on 127.0.0.2 if asked).
-pub fn free_udp_port() -> u16 {
-    loop {
-        let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = s.local_addr().unwrap().port();
-        if UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 2), port)).is_ok() {
-            return port;
-        }
-    }
-}
+use crate::daemon::{daemon_command, Daemon, WAIT};
+use crate::fs::ScratchDir;
 
 /// The emulated kernel end: a Unix datagram socket at `path`.
+#[derive(Debug)]
 pub struct FakeKernel {
     pub path: PathBuf,
     pub sock: UnixDatagram,
@@ -231,56 +182,6 @@ pub fn nl_string(s: &str, size: usize) -> NlString {
     NlString(v)
 }
 
-/// Shared, growing copy of the daemon's stderr.
-#[derive(Clone, Default)]
-pub struct Stderr(Arc<Mutex<String>>);
-
-impl Stderr {
-    pub fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
-    }
-
-    /// Waits until stderr contains `needle`.
-    pub fn wait_for(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.text().contains(needle) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.text().contains(needle)
-    }
-}
-
-/// A running daemon.
-pub struct Daemon {
-    pub child: Child,
-    pub stderr: Stderr,
-    pub peer_port: u16,
-}
-
-/// Command line for a test daemon: foreground, stderr logs, loopback-only peers.
-pub fn daemon_command(kernel: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Command {
-    let mut cmd = daemon_command_no_mode(kernel, bind_v4, peer_port);
-    cmd.arg("--foreground");
-    cmd
-}
-
-/// Whether this host can open a NETLINK_RDMA socket (ib_core loaded): the tests of the
-/// "no RDMA here" start-up failure only run where it cannot.
-pub fn host_has_netlink_rdma() -> bool {
-    use rustix::net::{netlink, AddressFamily, SocketFlags, SocketType};
-    let flags = SocketFlags::CLOEXEC;
-    rustix::net::socket_with(
-        AddressFamily::NETLINK,
-        SocketType::RAW,
-        flags,
-        Some(netlink::RDMA),
-    )
-    .is_ok()
-}
-
 /// One kernel -> daemon message with the kernel's header conventions (client IWCM,
 /// `NLM_F_REQUEST`, port id 0) and sequence number `seq`.
 pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
@@ -289,101 +190,13 @@ pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
     out
 }
 
-/// Like [`daemon_command`] without a process-mode flag (daemonizes unless one is added).
-pub fn daemon_command_no_mode(kernel: &Path, bind_v4: Ipv4Addr, peer_port: u16) -> Command {
-    let binary = Path::new(env!("CARGO_BIN_EXE_iwpmd"));
-    iwpm_kernel_emu::iwpmd_command(binary, kernel, bind_v4, peer_port)
-}
-
 impl Daemon {
-    /// Spawns `cmd` and starts collecting its stderr.
-    pub fn spawn(mut cmd: Command, peer_port: u16) -> Daemon {
-        let mut child = cmd.spawn().expect("spawn iwpmd");
-        let stderr = Stderr::default();
-        let pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                let mut s = sink.0.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        Daemon {
-            child,
-            stderr,
+    /// Spawns the foreground daemon `binary` linked to `kernel`, peer sockets on
+    /// `bind_v4:peer_port`.
+    pub fn start(binary: &Path, kernel: &FakeKernel, bind_v4: Ipv4Addr, peer_port: u16) -> Daemon {
+        Daemon::spawn(
+            daemon_command(binary, &kernel.path, bind_v4, peer_port),
             peer_port,
-        }
+        )
     }
-
-    /// Spawns a loopback daemon linked to `kernel`.
-    pub fn start(kernel: &FakeKernel, bind_v4: Ipv4Addr, peer_port: u16) -> Daemon {
-        Daemon::spawn(daemon_command(&kernel.path, bind_v4, peer_port), peer_port)
-    }
-
-    /// Waits until the event loop runs (signals are handled from then on).
-    pub fn wait_loop(&self) {
-        assert!(
-            self.stderr.wait_for("entering the event loop", WAIT),
-            "daemon did not reach its event loop:\n{}",
-            self.stderr.text()
-        );
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn signal(&self, sig: rustix::process::Signal) {
-        let pid = rustix::process::Pid::from_raw(self.pid() as i32).unwrap();
-        rustix::process::kill_process(pid, sig).unwrap();
-    }
-
-    /// Waits for the exit status, bounded.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        wait_child(&mut self.child, timeout)
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Polls `child` for an exit status until `timeout`.
-pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// True if a TCP socket can bind `addr` right now.
-pub fn tcp_port_free(addr: SocketAddr) -> bool {
-    std::net::TcpListener::bind(addr).is_ok()
-}
-
-/// Waits until `cond` holds, bounded.
-pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use iwpm_core::{ReservationId, ReserveError};
 
-use crate::port_picker::{bind_ephemeral, OwnPorts, PortPicker};
+use crate::ports::port_picker::{bind_ephemeral, OwnPorts, PortPicker};
 use rustix::io::Errno;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -39,7 +39,7 @@ impl ReserveFailure {
     }
 }
 
-/// A change of the held ports, journaled for the systemd FD store (see `fd_store.rs`).
+/// A change of the held ports, journaled for the systemd FD store (see `restart/fd_store.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PortChange {
     /// A socket was newly bound under this id (not taken over from the FD store).

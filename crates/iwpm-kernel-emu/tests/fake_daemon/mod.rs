@@ -1,13 +1,12 @@
 //! A scripted daemon for tests of the emulator: it speaks the netlink protocol over the
 //! emulator's Unix socket like `iwpmd`, maps ports by a fixed rule, and replaces the UDP
 //! peer exchange with an in-memory directory of fake daemons. Knobs make it misbehave.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -25,17 +24,6 @@ use iwpm_proto::netlink::{
 use iwpm_proto::sockaddr::SockAddrStorage;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A fresh socket path under the temp dir.
-pub fn sock_path(tag: &str) -> PathBuf {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!(
-        "iwpm-emu-{}-{}-{}.sock",
-        tag,
-        std::process::id(),
-        n
-    ))
-}
 
 /// How the fake daemon behaves.
 #[derive(Clone, Debug)]
@@ -107,7 +95,6 @@ pub struct FakeDaemon {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     pub seen: Arc<Mutex<Seen>>,
-    pub pid: u32,
 }
 
 impl FakeDaemon {
@@ -146,7 +133,6 @@ impl FakeDaemon {
             stop,
             thread: Some(thread),
             seen,
-            pid,
         }
     }
 

@@ -1,0 +1,493 @@
+//! Passive side of the peer exchange: a peer daemon asks (REQUEST) about one of our
+//! listeners, and we answer with an ACCEPT that carries an echo cookie, or a REJECT; the
+//! listener's owner in our kernel gets the REMOTE_INFO at once on a budget token, or on the
+//! peer's verified ACK followed by a delivery notice. Its own file because nearly all that a
+//! stranger on the network can make us do happens here, so every step is metered.
+//!
+//! # Defences (what a host on the network can make us do, and the bound)
+//!
+//! * **No identity forgery.** A REQUEST whose connecting address (`cp`) and mapped connecting
+//!   address differ in IP is dropped: a port mapper never changes IPs, and the kernel would
+//!   otherwise report `cp` as the peer of the next connection from the mapped address (an
+//!   attacker could name any trusted IP). The 48-byte form has no mapped address.
+//! * **Echo cookies; no passive state before proof.** Our ACCEPT carries a keyed MAC of
+//!   the exchange in the bytes rdma-core (and our active side) echo into the ACK
+//!   ([`crate::cookie`]). An ACK counts only if its cookie verifies: a blind ACK, written
+//!   from the attacker's own REQUEST, confirms nothing, refunds nothing and releases
+//!   nothing. Most REQUESTs keep no state at all: the ACCEPT is derived from the REQUEST and
+//!   the key, so a duplicate REQUEST just gets the same ACCEPT again (one datagram out per
+//!   datagram in, 48 bytes for 64), and no quota or eviction can stand between a real peer
+//!   and its answer (a burst of 1000 connects from one host is answered in full).
+//! * **No REMOTE_INFO without need.** A peer that is not port mapped (mapped `cp` = `cp`:
+//!   siw, every NO_PORT_MAP RNIC) gets none: the kernel reports the right peer without
+//!   one, and every REMOTE_INFO no connection consumes stays in the kernel for ever.
+//! * **Kernel memory.** A port-mapped peer's REMOTE_INFO goes out with the ACCEPT only on a
+//!   budget token (`remote_info_budget`, one back per `remote_info_refill`), at most half
+//!   the budget per source; a verified ACK returns the token. Without
+//!   one, an IPv4 cookie carries the mapped `cp` port and the REMOTE_INFO goes out on the
+//!   verified ACK (no state before it); an IPv6 cookie has no room, so an exchange entry
+//!   holds it, at most `peer_source_quota` per source (the oldest gives way to a newer one
+//!   from the same source). The active side ACKs *before* answering its kernel and, when
+//!   our ACCEPT says the REMOTE_INFO waits for the ACK, holds that answer until our delivery
+//!   notice ([`super::active`]), so the REMOTE_INFO is in our kernel before the connection.
+//! * **Separate budgets**: the passive entries that exist evict the oldest *confirmed* one
+//!   when full (it only absorbs duplicates), then the oldest unconfirmed one, whose token
+//!   comes back; local connects have their own cap and are never refused because of remote
+//!   traffic.
+//! * **REJECTs** are limited per source (`max_rejects_per_sec_per_source`) under the global
+//!   `max_rejects_per_sec`: one flooding host cannot take every host's fast REJECT.
+//! * **Listeners only**: a REQUEST is answered only from a listener mapping (ADD or
+//!   restart recovery), never from a connecting one, and never for a wildcard address.
+//!
+//! # Differences from the C daemon, on purpose
+//!
+//! * **A late duplicate REQUEST causes no second REMOTE_INFO**: an exchange that sent or
+//!   holds one is kept until its lifetime ends, and a REMOTE_INFO sent on a verified ACK
+//!   leaves a confirmed entry that absorbs the ACKs of later duplicates. (A duplicate of a
+//!   REQUEST that needs no REMOTE_INFO just gets its ACCEPT again.)
+//! * **A 48-byte REQUEST** (pre-2014 peers): we use the connecting IP with the reserved
+//!   port (or the cp port if 0); C reads uninitialised memory there.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use iwpm_proto::netlink::DaemonMsg;
+use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
+use iwpm_proto::sockaddr::Endpoint;
+
+use super::Inbound;
+use crate::action::PeerSocket;
+use crate::cookie::{self, Binding, RemoteInfoPlan};
+use crate::exchange::{
+    Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer, RemoteInfo, SourceKey,
+};
+use crate::machine::Core;
+use crate::mapping_id::MappingId;
+use crate::ratelimit::LogKind;
+use crate::table::MappingRole;
+
+/// How often a duplicate ACK gets the delivery notice again.
+const NOTICE_RESENDS: u32 = 1;
+
+impl Core {
+    /// A REQUEST: the ACCEPT carries an echo cookie (`crate::cookie`), so in the common
+    /// cases no state is kept before the peer's ACK proves it received our ACCEPT:
+    ///
+    /// * a peer that is not port mapped (mapped `cp` = `cp`: siw, every NO_PORT_MAP RNIC)
+    ///   needs no REMOTE_INFO at all: the kernel, finding none, reports the connection's
+    ///   own remote address, which is that same address. Stateless ACCEPT.
+    /// * a port-mapped peer needs one, and it should reach the kernel before the
+    ///   connection does (the C active side answers its kernel before it ACKs). It goes at
+    ///   once while the REMOTE_INFO budget and the source's share of it last (an exchange
+    ///   entry dedups retransmitted REQUESTs and a verified ACK returns the token);
+    ///   otherwise, for IPv4, the cookie carries the mapped `cp` port and the REMOTE_INFO
+    ///   goes out on the verified ACK (stateless); for IPv6, whose cookie has no room, an
+    ///   exchange entry holds it, within the per-source quota.
+    pub(super) fn on_request(&mut self, now: Instant, rx: Inbound<'_>) {
+        let Inbound { via, from, msg, .. } = rx;
+        let mapped_cp = msg.mapped_cp().unwrap_or_else(|| {
+            let port = if msg.reserved_port != 0 {
+                msg.reserved_port
+            } else {
+                msg.cp_port
+            };
+            SocketAddr::new(msg.cp_ip, port)
+        });
+        if mapped_cp.ip() != msg.cp_ip || msg.cp_ip.is_unspecified() {
+            self.count_warn(
+                now,
+                |s| &mut s.peer_forged,
+                LogKind::Forged,
+                format_args!(
+                    "REQUEST from {from} dropped: connecting address {} but mapped {mapped_cp} \
+                     (a port mapper never changes IPs)",
+                    msg.cp()
+                ),
+            );
+            return;
+        }
+        let Some((id, answer_ap)) = self.listener_for(msg) else {
+            self.reject(now, via, from, msg);
+            return;
+        };
+        let key = ExchangeKey::Passive {
+            handle: msg.assoc_handle,
+            from,
+            ap: answer_ap.into(),
+            cp: msg.cp().into(),
+        };
+        if let Some(xid) = self.exchanges.find(&key) {
+            if !self.reused_association(now, xid) {
+                self.duplicate_request(now, xid);
+                return;
+            }
+            // The C daemon's handle is a heap address, reused once its record is freed; a
+            // REQUEST this long after our ACK is a new connection from the same endpoint.
+            self.exchanges.remove(xid);
+            self.stats.peer_reused_handles += 1;
+        }
+        let binding = Binding::of_request(from, msg, answer_ap);
+        let mut accept = PeerMessage::accept_for(msg, answer_ap);
+        if mapped_cp == msg.cp() {
+            self.stats.remote_info_not_needed += 1;
+            self.stateless_accept(
+                now,
+                via,
+                &mut accept,
+                &binding,
+                RemoteInfoPlan::NotNeeded,
+                0,
+            );
+            return;
+        }
+        let source = SourceKey::of(from.ip());
+        let Some((owner, remote_info)) = self.remote_info_for(id, msg.cp(), mapped_cp) else {
+            return;
+        };
+        let (plan, remote_info) = if self.remote_info_at_once(now, source) {
+            // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
+            // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
+            // remote-info entry is reported with the peer's mapped address and leaks the
+            // entry. (C gets this order by accident, through its sender thread.)
+            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+            (RemoteInfoPlan::SentAtOnce, RemoteInfo::SentOnToken)
+        } else {
+            self.remote_info_waits(now, from);
+            if msg.ip_version == IpVersion::V4 {
+                let port = mapped_cp.port();
+                self.stateless_accept(now, via, &mut accept, &binding, RemoteInfoPlan::OnAck, port);
+                return;
+            }
+            if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
+                self.evict_oldest_of(now, from, source);
+            }
+            let held = RemoteInfo::AwaitingAck {
+                owner,
+                msg: Box::new(remote_info),
+            };
+            (RemoteInfoPlan::OnAck, held)
+        };
+        self.make_room_for_passive();
+        let echo = self
+            .cookies
+            .mark(now, &mut accept, &binding, plan, mapped_cp.port());
+        let accept = accept.encode_with_echo(&echo);
+        let ex = Exchange::new(
+            key,
+            id,
+            (via, from),
+            now + self.config.exchange_lifetime,
+            ExchangeKind::Passive(Box::new(PassiveAnswer {
+                accept: accept.clone(),
+                resends_left: self.config.max_retransmits,
+                next_resend: now + self.config.retransmit_interval / 2,
+                source,
+                confirmed: false,
+                confirmed_at: None,
+                remote_info,
+            })),
+        );
+        // Passive exchanges have no retransmission timer: their only timer is the expiry.
+        self.exchanges
+            .insert(ex, now + self.config.exchange_lifetime);
+        self.send_peer(via, from, PeerMsgType::Accept, accept);
+    }
+
+    /// The listener mapping a REQUEST asks for, with the `ap` to answer: `None` for a
+    /// wildcard `ap`, an unknown address, a connecting (QUERY) mapping or a family mismatch.
+    fn listener_for(&self, msg: &PeerMessage) -> Option<(MappingId, SocketAddr)> {
+        self.listener_answer(msg.ap())
+    }
+
+    /// Makes room for one more passive exchange: while the table is full, the oldest
+    /// confirmed exchange goes, else the oldest unconfirmed one, which gives its REMOTE_INFO
+    /// token back (or drops the REMOTE_INFO it held for the ACK, counted).
+    fn make_room_for_passive(&mut self) {
+        while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
+            let Some(victim) = self.exchanges.eviction_candidate() else {
+                break;
+            };
+            self.evict(victim);
+        }
+    }
+
+    /// Makes room in `source`'s quota: its oldest unconfirmed exchange goes (its token
+    /// back, or its held REMOTE_INFO dropped). A source flooding REQUESTs it never ACKs thus
+    /// pushes out only its own oldest entries; a real peer's ACK comes within a round trip,
+    /// long before a quota's worth of newer REQUESTs from the same source.
+    fn evict_oldest_of(&mut self, now: Instant, from: SocketAddr, source: SourceKey) {
+        let Some(victim) = self.exchanges.oldest_unconfirmed_from(source) else {
+            return;
+        };
+        self.evict(victim);
+        self.stats.peer_quota_dropped += 1;
+        let quota = self.config.peer_source_quota;
+        self.warn(
+            now,
+            LogKind::Quota,
+            format_args!(
+                "REQUEST from {from}: its source holds {quota} exchanges waiting for an ACK; \
+                 the oldest one gives way"
+            ),
+        );
+    }
+
+    fn evict(&mut self, victim: ExchangeId) {
+        let Some(ex) = self.exchanges.remove(victim) else {
+            return;
+        };
+        self.stats.exchanges_evicted += 1;
+        if let ExchangeKind::Passive(p) = ex.kind {
+            match p.remote_info {
+                RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
+                RemoteInfo::AwaitingAck { .. } => self.stats.remote_info_deferred += 1,
+                RemoteInfo::Settled => {}
+            }
+        }
+    }
+
+    /// A source's share of the REMOTE_INFO budget: half of it, rounded up.
+    fn remote_info_share(&self) -> u32 {
+        self.config.remote_info_budget.div_ceil(2)
+    }
+
+    /// A REMOTE_INFO may go to the kernel with the ACCEPT, before the source is proven
+    /// real: a budget token is free, and the source holds fewer than its share.
+    fn remote_info_at_once(&mut self, now: Instant, source: SourceKey) -> bool {
+        self.exchanges.unconfirmed_from(source) < self.remote_info_share()
+            && self.remote_info_tokens.take(now)
+    }
+
+    fn remote_info_waits(&mut self, now: Instant, from: SocketAddr) {
+        let (budget, per_source) = (self.remote_info_tokens.capacity(), self.remote_info_share());
+        self.count_warn(
+            now,
+            |s| &mut s.remote_info_deferred,
+            LogKind::RemoteInfoBudget,
+            format_args!(
+                "REMOTE_INFO budget spent ({budget} unconfirmed, {per_source} per source; last \
+                 {from}): REMOTE_INFO now waits for the peer's verified ACK"
+            ),
+        );
+    }
+
+    /// Sends `accept` with its cookie and keeps nothing: a retransmitted REQUEST gets the
+    /// same ACCEPT again (one datagram out per datagram in, 48 bytes for 64).
+    fn stateless_accept(
+        &mut self,
+        now: Instant,
+        via: PeerSocket,
+        accept: &mut PeerMessage,
+        binding: &Binding,
+        plan: RemoteInfoPlan,
+        mapped_cp_port: u16,
+    ) {
+        let echo = self
+            .cookies
+            .mark(now, accept, binding, plan, mapped_cp_port);
+        self.stats.accepts_stateless += 1;
+        let accept = accept.encode_with_echo(&echo);
+        self.send_peer(via, binding.from, PeerMsgType::Accept, accept);
+    }
+
+    /// A REQUEST for no listener: REJECT, within the source's REJECT rate and the global
+    /// one.
+    fn reject(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
+        let source = SourceKey::of(from.ip());
+        if !self.reject_tokens_per_source.take(now, source) || !self.reject_tokens.take(now) {
+            self.stats.rejects_suppressed += 1;
+            return;
+        }
+        self.stats.rejects_sent += 1;
+        self.send_peer(
+            via,
+            from,
+            PeerMsgType::Reject,
+            PeerMessage::reject_for(msg).encode(),
+        );
+    }
+
+    /// True if the exchange was confirmed at least one retransmission interval ago.
+    fn reused_association(&self, now: Instant, xid: ExchangeId) -> bool {
+        let interval = self.config.retransmit_interval;
+        self.exchanges.get(xid).is_some_and(|ex| match &ex.kind {
+            ExchangeKind::Passive(p) => p.confirmed_at.is_some_and(|t| now >= t + interval),
+            ExchangeKind::Active(_) => false,
+        })
+    }
+
+    /// A retransmitted REQUEST: our ACCEPT (or its ACK) was lost. Answer again while the
+    /// exchange is unconfirmed, within its resend allowance.
+    fn duplicate_request(&mut self, now: Instant, xid: ExchangeId) {
+        self.stats.peer_duplicates += 1;
+        let half = self.config.retransmit_interval / 2;
+        let Some(ex) = self.exchanges.get_mut(xid) else {
+            return;
+        };
+        let (via, to) = (ex.via, ex.to);
+        let ExchangeKind::Passive(p) = &mut ex.kind else {
+            return;
+        };
+        if p.confirmed || p.resends_left == 0 || now < p.next_resend {
+            return;
+        }
+        p.resends_left -= 1;
+        p.next_resend = now + half;
+        let accept = p.accept.clone();
+        self.stats.retransmissions += 1;
+        self.send_peer(via, to, PeerMsgType::Accept, accept);
+    }
+
+    /// An ACK counts only if it echoes the cookie of an ACCEPT we sent to its source: then
+    /// the peer is real (it received our ACCEPT there). Its exchange's REMOTE_INFO token
+    /// comes back, or the REMOTE_INFO held for it goes out; with no exchange, an IPv4
+    /// cookie that planned the REMOTE_INFO for this ACK carries the mapped `cp` port, and
+    /// a confirmed entry is kept so that a duplicate ACK sends no second one.
+    pub(super) fn on_ack(&mut self, now: Instant, rx: Inbound<'_>) {
+        let Inbound { from, msg, .. } = rx;
+        let binding = Binding::of_ack(from, msg);
+        let Some(verified) = self
+            .cookies
+            .verify(now, msg, &ipv4_echo(rx.datagram), &binding)
+        else {
+            self.count_warn(
+                now,
+                |s| &mut s.peer_acks_unverified,
+                LogKind::UnverifiedAck,
+                format_args!(
+                    "ACK from {from} dropped: it does not echo the cookie of an ACCEPT we sent \
+                     there (blind, tampered, stale, or from a peer that zeroes the bytes)"
+                ),
+            );
+            return;
+        };
+        let key = ExchangeKey::Passive {
+            handle: msg.assoc_handle,
+            from,
+            ap: msg.ap().into(),
+            cp: msg.cp().into(),
+        };
+        let Some(xid) = self.exchanges.find(&key) else {
+            if verified.plan == Some(RemoteInfoPlan::OnAck) {
+                self.remote_info_on_verified_ack(now, from, msg, key, verified.mapped_cp_port);
+                self.send_delivery_notice(rx.via, from, msg, rx.datagram);
+            }
+            return;
+        };
+        if !self.exchanges.confirm(xid) {
+            self.stats.peer_duplicates += 1;
+            // The ACK again: our notice may be lost (our active side re-ACKs while it
+            // waits). Once more at most: rdma-core ACKs every ACCEPT, the notice included.
+            if verified.plan == Some(RemoteInfoPlan::OnAck) && self.take_notice_resend(xid) {
+                self.send_delivery_notice(rx.via, from, msg, rx.datagram);
+            }
+            return;
+        }
+        let Some(ex) = self.exchanges.get_mut(xid) else {
+            return;
+        };
+        let ExchangeKind::Passive(p) = &mut ex.kind else {
+            return;
+        };
+        p.confirmed_at = Some(now);
+        match std::mem::replace(&mut p.remote_info, RemoteInfo::Settled) {
+            RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
+            RemoteInfo::AwaitingAck { owner, msg } => {
+                self.stats.remote_info_on_ack += 1;
+                self.send_kernel(owner, DaemonMsg::RemoteInfo(*msg));
+            }
+            RemoteInfo::Settled => {}
+        }
+    }
+
+    /// The REMOTE_INFO a stateless IPv4 ACCEPT deferred to its (verified) ACK, and the
+    /// confirmed entry that absorbs the ACK's duplicates.
+    fn remote_info_on_verified_ack(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        ack: &PeerMessage,
+        key: ExchangeKey,
+        mapped_cp_port: u16,
+    ) {
+        // The ACK's ap is the mapped address we answered with.
+        let Some(id) = self.table.loose_mapped(&Endpoint::from(ack.ap())) else {
+            self.stats.peer_unmatched += 1;
+            return;
+        };
+        if self
+            .table
+            .get(id)
+            .is_none_or(|m| m.role == MappingRole::Connector)
+        {
+            self.stats.peer_unmatched += 1;
+            return;
+        }
+        let mapped_cp = SocketAddr::new(ack.cp_ip, mapped_cp_port);
+        let Some((owner, remote_info)) = self.remote_info_for(id, ack.cp(), mapped_cp) else {
+            return;
+        };
+        self.stats.remote_info_on_ack += 1;
+        self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+        self.make_room_for_passive();
+        let ex = Exchange::new(
+            key,
+            id,
+            // Never sent on: a confirmed exchange only absorbs duplicates.
+            (
+                if from.is_ipv4() {
+                    PeerSocket::V4Listener
+                } else {
+                    PeerSocket::V6Listener
+                },
+                from,
+            ),
+            now + self.config.exchange_lifetime,
+            ExchangeKind::Passive(Box::new(PassiveAnswer {
+                accept: Vec::new(),
+                // (here: how often a duplicate ACK may get the delivery notice again)
+                resends_left: NOTICE_RESENDS,
+                next_resend: now,
+                source: SourceKey::of(from.ip()),
+                confirmed: true,
+                confirmed_at: Some(now),
+                remote_info: RemoteInfo::Settled,
+            })),
+        );
+        self.exchanges
+            .insert(ex, now + self.config.exchange_lifetime);
+    }
+
+    /// The ACCEPT once more, marked as the delivery notice: the REMOTE_INFO that waited for
+    /// this (verified) ACK is in the kernel (`crate::cookie`), so the active side may let its
+    /// kernel connect. Built from the ACK, which echoes every byte of our ACCEPT.
+    fn send_delivery_notice(
+        &mut self,
+        via: PeerSocket,
+        to: SocketAddr,
+        ack: &PeerMessage,
+        datagram: &[u8],
+    ) {
+        if ack.ip_version != IpVersion::V4 {
+            return;
+        }
+        let notice = PeerMessage {
+            msg_type: PeerMsgType::Accept,
+            ..*ack
+        };
+        let bytes = notice.encode_with_echo(&cookie::delivery_notice(&ipv4_echo(datagram)));
+        self.stats.remote_info_notices_sent += 1;
+        self.send_peer(via, to, PeerMsgType::Accept, bytes);
+    }
+
+    /// May a duplicate ACK of this confirmed exchange get the notice again? (Once.)
+    fn take_notice_resend(&mut self, xid: ExchangeId) -> bool {
+        match self.exchanges.get_mut(xid).map(|ex| &mut ex.kind) {
+            Some(ExchangeKind::Passive(p)) if p.resends_left > 0 => {
+                p.resends_left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+}

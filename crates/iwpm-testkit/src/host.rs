@@ -1,0 +1,45 @@
+//! What this host can do for a test, and what a test does when it cannot: skip with the
+//! reason printed, except on CI, where a skip would hide a missing facility.
+
+use std::process::{Command, Stdio};
+
+/// True on CI (`CI` set): tests that would skip for lack of a facility fail instead.
+pub fn on_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+/// Skips (prints why and returns true) or, on CI, fails.
+pub fn skip(test: &str, reason: &str) -> bool {
+    assert!(!on_ci(), "{test}: cannot run on CI: {reason}");
+    eprintln!("SKIPPED {test}: {reason}");
+    true
+}
+
+/// True (and the test is skipped, with the reason printed) unless running as root.
+pub fn skip_unless_root(test: &str, reason: &str) -> bool {
+    !rustix::process::geteuid().is_root() && skip(test, reason)
+}
+
+/// Whether `tool` runs (`tool --version` succeeds).
+pub fn have_tool(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether this host can open a NETLINK_RDMA socket (ib_core loaded): the tests of the
+/// "no RDMA here" start-up failure only run where it cannot.
+pub fn host_has_netlink_rdma() -> bool {
+    use rustix::net::{netlink, AddressFamily, SocketFlags, SocketType};
+    let flags = SocketFlags::CLOEXEC;
+    rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        flags,
+        Some(netlink::RDMA),
+    )
+    .is_ok()
+}

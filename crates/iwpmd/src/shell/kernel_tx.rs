@@ -1,0 +1,311 @@
+//! The kernel send path: what the core sends to the kernel leaves in the core's order,
+//! gathered into one datagram while a burst of requests is read (`coalesce.rs`), held while
+//! the link is full, and the peer datagrams the core sent after it wait behind it (see
+//! [`Held`]). It also counts the acknowledgements the kernel still owes us, which tells the
+//! drain when reading the link may stop (see [`KernelTx::read_ends`]).
+//!
+//! The state lives in [`KernelTx`]; the sockets, counters and rate limits it sends
+//! through are the shell's, lent for one call as [`Outlets`].
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use iwpm_core::{PeerSocket, RateLimit};
+use iwpm_proto::consts::{NLMSG_DONE, NLMSG_ERROR};
+use iwpm_proto::netlink::NlHeader;
+
+use crate::io_counters::IoCounters;
+use crate::kernel_link::KernelLink;
+use crate::peer_sockets::PeerSockets;
+use crate::send_failure::SendFailure;
+
+use super::coalesce::Coalesced;
+use super::waiter::Waiter;
+
+/// Most datagrams held for the kernel link while its socket is full (a Unix-datagram
+/// receiver queues only `net.unix.max_dgram_qlen` datagrams); past this, new ones are
+/// dropped and counted, so a stalled kernel side cannot grow our memory without bound.
+const KERNEL_QUEUE_MAX: usize = 65_536;
+
+/// A datagram held behind a full kernel link.
+///
+/// Peer datagrams wait behind kernel ones so that they leave in the core's order: on Linux
+/// a netlink send to the kernel is processed inside `sendmsg`, so a REMOTE_INFO the core
+/// emits before its ACCEPT is in the kernel before the ACCEPT leaves, and the peer's
+/// connection cannot overtake it. Only a Unix-datagram kernel link (the emulator) can be
+/// full; without this, an ACCEPT would overtake a REMOTE_INFO queued there.
+#[derive(Debug)]
+enum Held {
+    /// A datagram to the kernel and the netlink messages in it.
+    Kernel { datagram: Vec<u8>, messages: u64 },
+    Peer {
+        via: PeerSocket,
+        to: SocketAddr,
+        datagram: Vec<u8>,
+    },
+}
+
+/// Whether a kernel datagram starts with an acknowledgement (`NLMSG_DONE` or
+/// `NLMSG_ERROR`), the kernel's answer to something we sent.
+fn is_ack(datagram: &[u8]) -> bool {
+    NlHeader::parse(datagram).is_some_and(|h| h.ty == NLMSG_DONE || h.ty == NLMSG_ERROR)
+}
+
+/// What the send path sends through, and where it counts and logs: the shell's own, lent
+/// for one call.
+pub struct Outlets<'a> {
+    pub kernel: &'a KernelLink,
+    pub peers: &'a PeerSockets,
+    /// Watches the kernel link for room to send while datagrams are held.
+    pub waiter: &'a mut Waiter,
+    pub counters: &'a mut IoCounters,
+    pub warn_kernel: &'a mut RateLimit,
+    pub warn_peer: &'a mut RateLimit,
+}
+
+/// The outgoing side of the kernel link (see the module docs).
+#[derive(Debug, Default)]
+pub struct KernelTx {
+    /// Datagrams waiting for the kernel link to become writable, oldest first, with the
+    /// peer datagrams the core sent after them (see [`Held`]).
+    held: VecDeque<Held>,
+    /// Answers of a burst of kernel requests, gathered into one datagram (`coalesce.rs`).
+    coalesced: Coalesced,
+    /// Messages sent to the kernel whose `NLMSG_DONE` (or `NLMSG_ERROR`) has not been read:
+    /// the kernel answers each message it takes with exactly one of them.
+    acks_due: u64,
+}
+
+/// One kernel read as the send path sees it, from before the read until the actions of
+/// what was read have been sent ([`KernelTx::begin_read`]).
+#[derive(Debug)]
+pub struct ReadTurn {
+    /// Sends attempted before the read.
+    sent_before: u64,
+    /// A request (not the kernel's acknowledgement); unanswered if nothing was sent.
+    request: bool,
+    /// The acknowledgement of the last message we sent.
+    last_ack: bool,
+}
+
+impl KernelTx {
+    /// Messages sent to the kernel and not yet acknowledged.
+    #[cfg(test)]
+    pub fn acks_due(&self) -> u64 {
+        self.acks_due
+    }
+
+    /// Whether answers are gathered and not sent yet.
+    pub fn has_gathered(&self) -> bool {
+        !self.coalesced.is_empty()
+    }
+
+    /// Sends to the kernel attempted so far, gathered answers included.
+    fn sends_attempted(&self, counters: &IoCounters) -> u64 {
+        counters.kernel_sends_attempted() + self.coalesced.messages()
+    }
+
+    /// Starts a kernel read: notes the sends attempted so far.
+    pub fn begin_read(&self, counters: &IoCounters) -> ReadTurn {
+        ReadTurn {
+            sent_before: self.sends_attempted(counters),
+            request: false,
+            last_ack: false,
+        }
+    }
+
+    /// The read found `datagram`: an acknowledgement is counted off the ones due.
+    pub fn received(&mut self, turn: &mut ReadTurn, datagram: &[u8]) {
+        let ack = is_ack(datagram);
+        turn.request = !ack;
+        if ack {
+            self.acks_due = self.acks_due.saturating_sub(1);
+            turn.last_ack = self.acks_due == 0;
+        }
+    }
+
+    /// Whether reading the link stops after `turn`, whose actions have been sent.
+    ///
+    /// Reading stops early after a kernel request that we did not answer (REMOVE_MAPPING):
+    /// it came alone, and one more read would only find the link empty. After an answer
+    /// the kernel's NLMSG_DONE for it, and often its next request, are already queued
+    /// (the kernel handles our send inside `sendmsg`), so reading goes on, and answers to
+    /// any further request of this wake-up are gathered: requests are arriving in a burst.
+    /// Reading stops too once the DONE of the last message we sent is read: a lone
+    /// request's exchange is over, and the level-triggered wait finds whatever else comes,
+    /// without a read that would find the link empty. (Should the count be wrong, e.g.
+    /// after an overrun, that only costs a read or a wait more, never a message.)
+    pub fn read_ends(&mut self, turn: ReadTurn, counters: &IoCounters) -> bool {
+        let sent_nothing = self.sends_attempted(counters) == turn.sent_before;
+        if turn.last_ack && sent_nothing && self.coalesced.is_empty() {
+            return true;
+        }
+        if turn.request {
+            if sent_nothing {
+                return true;
+            }
+            self.coalesced.set_gathering(true);
+        }
+        false
+    }
+
+    /// The batch of reads is over: gathering stops and what was gathered is sent.
+    pub fn end_burst(&mut self, out: &mut Outlets<'_>) {
+        self.coalesced.set_gathering(false);
+        self.flush_coalesced(out);
+    }
+
+    /// Sends one message to the kernel, in order: gathered while a burst is read, else
+    /// at once (see [`KernelTx::send_datagram`]).
+    pub fn send_kernel(&mut self, out: &mut Outlets<'_>, bytes: &[u8]) {
+        if !self.coalesced.is_gathering() {
+            self.send_datagram(out, bytes, 1);
+            return;
+        }
+        if !self.coalesced.fits(bytes.len()) {
+            self.flush_coalesced(out);
+        }
+        self.coalesced.push(bytes);
+    }
+
+    /// Sends the gathered answers, if any, as one datagram.
+    pub fn flush_coalesced(&mut self, out: &mut Outlets<'_>) {
+        if let Some((datagram, messages)) = self.coalesced.take() {
+            self.send_datagram(out, &datagram, messages);
+            self.coalesced.recycle(datagram);
+        }
+    }
+
+    /// Sends one datagram of `messages` netlink messages to the kernel, in order: behind
+    /// any held ones, and held itself when the link is full (`EAGAIN`), never silently
+    /// dropped while there is room. The counters count messages.
+    fn send_datagram(&mut self, out: &mut Outlets<'_>, bytes: &[u8], messages: u64) {
+        if self.held.is_empty() {
+            match out.kernel.send(bytes) {
+                Ok(()) => {
+                    out.counters.kernel_tx += messages;
+                    self.acks_due += messages;
+                    return;
+                }
+                Err(e) if e.is_would_block() => {}
+                Err(e) => {
+                    out.kernel_send_failed(bytes.len(), messages, &e);
+                    return;
+                }
+            }
+        }
+        if self.held.len() >= KERNEL_QUEUE_MAX {
+            let e = SendFailure::QueueFull(KERNEL_QUEUE_MAX);
+            out.kernel_send_failed(bytes.len(), messages, &e);
+            return;
+        }
+        out.counters.kernel_tx_queued += messages;
+        self.held.push_back(Held::Kernel {
+            datagram: bytes.to_vec(),
+            messages,
+        });
+        out.watch_kernel_writable(true);
+    }
+
+    /// Sends held datagrams, in order, until the kernel link is full again or nothing is
+    /// held.
+    pub fn flush_held(&mut self, out: &mut Outlets<'_>) {
+        while let Some(held) = self.held.pop_front() {
+            match held {
+                Held::Kernel { datagram, messages } => match out.kernel.send(&datagram) {
+                    Ok(()) => {
+                        out.counters.kernel_tx += messages;
+                        self.acks_due += messages;
+                    }
+                    Err(e) if e.is_would_block() => {
+                        self.held.push_front(Held::Kernel { datagram, messages });
+                        return;
+                    }
+                    Err(e) => out.kernel_send_failed(datagram.len(), messages, &e),
+                },
+                Held::Peer { via, to, datagram } => {
+                    out.send_peer_now(Instant::now(), via, to, &datagram);
+                }
+            }
+        }
+        out.watch_kernel_writable(false);
+    }
+
+    /// Sends a peer datagram after what the kernel must know before the peer acts on it:
+    /// the gathered answers go first, and it is held behind kernel datagrams still waiting
+    /// (see [`Held`]).
+    pub fn send_peer(
+        &mut self,
+        out: &mut Outlets<'_>,
+        now: Instant,
+        via: PeerSocket,
+        to: SocketAddr,
+        datagram: &[u8],
+    ) {
+        self.flush_coalesced(out);
+        if self.held.is_empty() {
+            out.send_peer_now(now, via, to, datagram);
+        } else if self.held.len() >= KERNEL_QUEUE_MAX {
+            // Dropping is safe: the core retransmits REQUEST/ACCEPT on its timer.
+            out.counters.peer_tx_dropped += 1;
+        } else {
+            self.held.push_back(Held::Peer {
+                via,
+                to,
+                datagram: datagram.to_vec(),
+            });
+        }
+    }
+}
+
+impl Outlets<'_> {
+    /// Whether the next wait also watches the kernel link for room to send.
+    fn watch_kernel_writable(&mut self, want: bool) {
+        if let Err(e) = self.waiter.watch_kernel_writable(self.kernel, want) {
+            // Not expected (the link stays registered); without it, held datagrams would
+            // wait for the next wake-up, so say so.
+            if let Some(suppressed) = self.warn_kernel.allow(Instant::now()) {
+                tracing::warn!(error = %e, suppressed, "cannot watch the kernel link for room to send");
+            }
+        }
+    }
+
+    fn kernel_send_failed(&mut self, len: usize, messages: u64, e: &SendFailure) {
+        self.counters.kernel_tx_errors += messages;
+        if let Some(suppressed) = self.warn_kernel.allow(Instant::now()) {
+            tracing::warn!(
+                link = self.kernel.kind_name(),
+                len,
+                messages,
+                error = %e,
+                suppressed,
+                "cannot send to the kernel"
+            );
+        }
+    }
+
+    fn send_peer_now(&mut self, now: Instant, via: PeerSocket, to: SocketAddr, datagram: &[u8]) {
+        let result = match self.peers.get(via) {
+            Some(sock) => match sock.send_to(datagram, to) {
+                Ok(n) if n == datagram.len() => Ok(()),
+                Ok(sent) => Err(SendFailure::Short {
+                    sent,
+                    len: datagram.len(),
+                }),
+                Err(e) => Err(SendFailure::Os(e)),
+            },
+            None => Err(SendFailure::NoSocket),
+        };
+        match result {
+            Ok(()) => self.counters.peer_tx += 1,
+            Err(e) => {
+                // Dropping is safe: the core retransmits REQUEST/ACCEPT on its timer.
+                self.counters.peer_tx_dropped += 1;
+                if let Some(suppressed) = self.warn_peer.allow(now) {
+                    tracing::warn!(socket = ?via, %to, error = %e, suppressed, "UDP send failed");
+                }
+            }
+        }
+    }
+}
