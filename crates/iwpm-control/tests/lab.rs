@@ -186,12 +186,7 @@ fn iwpmctl_against_the_lab() {
         panic!("peers")
     };
     let b_ip = listen_addr.ip();
-    let b = peers
-        .peers
-        .iter()
-        .find(|p| p.ip == b_ip)
-        .expect("B tallied")
-        .tally;
+    let b = tally_of(&peers, b_ip);
     assert_eq!((b.requests, b.accepts, b.rejects), (3, 3, 0), "{peers:?}");
     assert_eq!(peers.recent.len(), 3);
     assert!(peers.recent.iter().all(|r| r.outcome == "accepted"));
@@ -203,12 +198,7 @@ fn iwpmctl_against_the_lab() {
     let Reply::Peers(peers) = json_reply(&sock_a, &["peers"]) else {
         panic!("peers")
     };
-    let b = peers
-        .peers
-        .iter()
-        .find(|p| p.ip == b_ip)
-        .expect("B tallied")
-        .tally;
+    let b = tally_of(&peers, b_ip);
     assert_eq!((b.requests, b.accepts, b.rejects), (4, 3, 1), "{peers:?}");
     assert_eq!(
         peers.recent.last().map(|r| r.outcome.as_str()),
@@ -470,4 +460,14 @@ fn hostile_clients_cost_nothing(sock: &Path) {
         raw_answer(&mut s),
         Some(Outcome::Ok(Reply::List(_)))
     ));
+}
+
+/// `ip`'s tallies in a `peers` answer (the test fails when the peer is not listed).
+fn tally_of(peers: &iwpm_control::proto::PeersReport, ip: IpAddr) -> iwpm_core::PeerTally {
+    peers
+        .peers
+        .iter()
+        .find(|p| p.ip == ip)
+        .expect("B tallied")
+        .tally
 }
