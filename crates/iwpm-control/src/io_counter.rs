@@ -5,10 +5,11 @@
 //! match, so a counter added here and not counted there does not compile.
 //!
 //! A new counter of the shell: one line of the list below, its field in iwpmd's
-//! `IoCounters` and its arm in `IoCounters::get` (both in `crates/iwpmd/src/io_counters.rs`;
-//! either one missing does not compile). A new restart counter: its line here (`Restart`),
-//! its name in `IoCounters::get`'s arm of the counters held elsewhere, and its value in
-//! `Restart::counters` (`crates/iwpmd/src/restart.rs`). The lab and `iwpmctl metrics` read
+//! `IoCounters` and its arm in `IoCounters::get` and `HeldElsewhere::get` (all in
+//! `crates/iwpmd/src/io_counters.rs`; any one missing does not compile). A new restart
+//! counter: its line here (`Restart`), its field in `RestartCounts` and its arms there, and
+//! its value in `Restart::counts` (`crates/iwpmd/src/restart.rs`, a struct literal: missing,
+//! it does not compile). The lab and `iwpmctl metrics` read
 //! every name from here; the docs name no IO counter one by one.
 
 use std::fmt;

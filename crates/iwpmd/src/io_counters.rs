@@ -80,7 +80,7 @@ impl IoCounters {
             IoCounter::ReserveNoPort => reserve_no_port,
             IoCounter::Dumps => dumps,
             IoCounter::DumpsCoalesced => dumps_coalesced,
-            // The reservations' level (the shell adds it) and the restart machinery's.
+            // The reservations' level and the restart machinery's: `HeldElsewhere`.
             IoCounter::PortsHeld
             | IoCounter::FdStoreSent
             | IoCounter::FdStoreFailed
@@ -95,6 +95,81 @@ impl IoCounters {
         IoCounter::ALL
             .iter()
             .filter_map(|&c| Some((c.name(), self.get(c)?)))
+    }
+
+    /// Every counter of the `io counters` line, the shell's and those held elsewhere, in
+    /// [`IoCounter::ALL`] order (one absent from both is not printed).
+    pub fn with<'a>(
+        &'a self,
+        elsewhere: &'a HeldElsewhere,
+    ) -> impl Iterator<Item = (&'static str, u64)> + 'a {
+        IoCounter::ALL.iter().filter_map(move |&c| {
+            let value = self.get(c).or_else(|| elsewhere.get(c))?;
+            Some((c.name(), value))
+        })
+    }
+}
+
+/// The [`IoCounter`]s held outside [`IoCounters`]: the reservations' level (the shell's
+/// port table) and the restart machinery's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldElsewhere {
+    /// Ports reserved now.
+    pub ports_held: u64,
+    /// The restart machinery's counters.
+    pub restart: RestartCounts,
+}
+
+/// The restart machinery's counters ([`iwpm_control::IoPresence::Restart`]), each `None`
+/// while its part (the FD store, the state file) is off. `Restart::counts` fills it with a
+/// struct literal, so a field added here and not counted there does not compile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RestartCounts {
+    /// File descriptors handed to the service manager's FD store.
+    pub fd_store_sent: Option<u64>,
+    /// FD-store messages that failed.
+    pub fd_store_failed: Option<u64>,
+    /// State files written.
+    pub state_writes: Option<u64>,
+    /// State-file writes that failed.
+    pub state_write_errors: Option<u64>,
+}
+
+impl HeldElsewhere {
+    /// The value of `counter`, `None` for [`IoCounters`]' own. Exhaustive like
+    /// [`IoCounters::get`], so a new [`IoCounter`] is mapped in both before it compiles.
+    pub fn get(&self, counter: IoCounter) -> Option<u64> {
+        let HeldElsewhere {
+            ports_held,
+            restart:
+                RestartCounts {
+                    fd_store_sent,
+                    fd_store_failed,
+                    state_writes,
+                    state_write_errors,
+                },
+        } = *self;
+        match counter {
+            IoCounter::PortsHeld => Some(ports_held),
+            IoCounter::FdStoreSent => fd_store_sent,
+            IoCounter::FdStoreFailed => fd_store_failed,
+            IoCounter::StateWrites => state_writes,
+            IoCounter::StateWriteErrors => state_write_errors,
+            IoCounter::KernelRx
+            | IoCounter::KernelTx
+            | IoCounter::KernelTxErrors
+            | IoCounter::KernelTxQueued
+            | IoCounter::KernelTruncated
+            | IoCounter::KernelForeign
+            | IoCounter::KernelOverruns
+            | IoCounter::PeerRx
+            | IoCounter::PeerTx
+            | IoCounter::PeerTxDropped
+            | IoCounter::ReserveNoFd
+            | IoCounter::ReserveNoPort
+            | IoCounter::Dumps
+            | IoCounter::DumpsCoalesced => None,
+        }
     }
 }
 
@@ -151,5 +226,45 @@ mod tests {
             None,
             "the shell adds ports_held"
         );
+    }
+
+    #[test]
+    fn the_line_has_every_counter_in_list_order() {
+        let c = IoCounters {
+            kernel_rx: 1,
+            ..IoCounters::default()
+        };
+        let elsewhere = HeldElsewhere {
+            ports_held: 2,
+            restart: RestartCounts {
+                fd_store_sent: Some(3),
+                fd_store_failed: Some(4),
+                state_writes: Some(5),
+                state_write_errors: Some(6),
+            },
+        };
+        let pairs: Vec<_> = c.with(&elsewhere).collect();
+        let names: Vec<_> = pairs.iter().map(|&(name, _)| name).collect();
+        let all: Vec<_> = IoCounter::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(names, all);
+        assert_eq!(
+            pairs[14..],
+            [
+                ("ports_held", 2),
+                ("fd_store_sent", 3),
+                ("fd_store_failed", 4),
+                ("state_writes", 5),
+                ("state_write_errors", 6)
+            ]
+        );
+        for &counter in IoCounter::ALL {
+            let mine = c.get(counter).is_some();
+            let theirs = elsewhere.get(counter).is_some();
+            assert!(mine != theirs, "{counter:?}: held in exactly one place");
+        }
+        let off = HeldElsewhere::default();
+        let names: Vec<_> = c.with(&off).map(|(name, _)| name).collect();
+        assert_eq!(names.len(), 15, "without the restart machinery: {names:?}");
+        assert_eq!(names.last(), Some(&"ports_held"));
     }
 }

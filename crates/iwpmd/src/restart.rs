@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::io_counters::RestartCounts;
 use iwpm_control::render::count as counted;
-use iwpm_control::IoCounter;
 use iwpm_core::state_file::SavedMapping;
 use iwpm_core::Core;
 
@@ -244,19 +244,16 @@ impl Restart {
         }
     }
 
-    /// `name=value` pairs for the dump: the [`IoCounter`]s printed only when ports are kept
-    /// across restarts ([`iwpm_control::IoPresence::Restart`]).
-    pub fn counters(&self) -> Vec<(&'static str, u64)> {
-        let mut v = Vec::new();
-        if let Some(f) = &self.fd_store {
-            v.push((IoCounter::FdStoreSent.name(), f.sent));
-            v.push((IoCounter::FdStoreFailed.name(), f.failed));
+    /// The restart machinery's counters for the dump's `io counters` line.
+    pub fn counts(&self) -> RestartCounts {
+        let fd = self.fd_store.as_ref();
+        let state = self.state.as_ref();
+        RestartCounts {
+            fd_store_sent: fd.map(|f| f.sent),
+            fd_store_failed: fd.map(|f| f.failed),
+            state_writes: state.map(|s| s.writes),
+            state_write_errors: state.map(|s| s.write_errors),
         }
-        if let Some(s) = &self.state {
-            v.push((IoCounter::StateWrites.name(), s.writes));
-            v.push((IoCounter::StateWriteErrors.name(), s.write_errors));
-        }
-        v
     }
 
     fn status(&self, text: &str) {

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use iwpm_control::IoCounter;
+use crate::io_counters::HeldElsewhere;
 
 use crate::dump_writer::{self, DumpText};
 
@@ -54,13 +54,10 @@ impl Shell {
 
     /// The `io counters` line of a dump (SIGUSR1's and the control socket's).
     pub(super) fn io_counters_line(&self) -> String {
-        let held = u64::try_from(self.reservations.len()).unwrap_or(u64::MAX);
-        let extra = self.restart.counters();
-        let pairs = self
-            .counters
-            .iter()
-            .chain([(IoCounter::PortsHeld.name(), held)])
-            .chain(extra);
-        dump_writer::pairs_line("io counters", pairs)
+        let elsewhere = HeldElsewhere {
+            ports_held: u64::try_from(self.reservations.len()).unwrap_or(u64::MAX),
+            restart: self.restart.counts(),
+        };
+        dump_writer::pairs_line("io counters", self.counters.with(&elsewhere))
     }
 }
