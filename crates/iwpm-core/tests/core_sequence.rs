@@ -1,4 +1,4 @@
-//! The state-machine fuzzing driver (`iwpm_core::fuzzing`) on the stable toolchain: replays
+//! The state-machine fuzzing driver (`iwpm_testkit::model`) on the stable toolchain: replays
 //! the committed cargo-fuzz corpus `fuzz/corpus/core_sequence/` and the reproducers in
 //! `fuzz/artifacts-found/core_sequence/`, and runs proptest-generated op sequences through
 //! the same driver and checks.
@@ -8,7 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use iwpm_core::fuzzing::{core_sequence, decode, encode, Driver, Op, Setup};
+use iwpm_testkit::model::{core_sequence, decode, encode, Driver, Op, Setup};
 use proptest::prelude::*;
 
 fn fuzz_dir() -> PathBuf {

@@ -1,4 +1,4 @@
-//! Restart from the state file (`Core::restore`) reconciled with the kernel's MAPINFO
+//! Restart from the state file (`Core::handle_restore`) reconciled with the kernel's MAPINFO
 //! replay: a complete replay sets the kernel's counts and frees what it does not list, a
 //! truncated one keeps the saved counts, an empty one frees everything, and recorded ports
 //! are reserved exactly once (a replayed record never binds a restored port again).
@@ -25,15 +25,16 @@ fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
 /// A core that restored `table` and whose kernel answered HELLO(4) (replay window open).
 fn restored(table: &[SavedMapping]) -> Host {
     let mut h = Host::new(config(), Instant::now());
-    let report = h.core.restore(h.now, table, &mut h.ports);
+    let report = h.core.handle_restore(h.now, table, &mut h.ports);
     assert_eq!(report.restored, table.len(), "{report:?}");
     assert!(h.core.recovering());
     h.start_answered();
     h
 }
 
+/// What settling did since the last look (the core settles within its `handle_*` calls).
 fn settle(h: &mut Host) -> SettleReport {
-    let r = h.core.handle_recovery_end(h.now, &mut h.ports);
+    let r = h.core.poll_settled().unwrap_or_default();
     h.pump();
     r
 }
@@ -169,7 +170,7 @@ fn a_saved_port_taken_meanwhile_fails_that_mapping_only() {
     h.ports
         .fail_next
         .push_back(iwpm_core::ReserveError::AddrInUse);
-    let r = h.core.restore(h.now, &table(), &mut h.ports);
+    let r = h.core.handle_restore(h.now, &table(), &mut h.ports);
     assert_eq!((r.restored, r.failed), (3, 1), "{r:?}");
     assert_eq!(h.refcount("0.0.0.0:5000"), None);
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
@@ -184,7 +185,7 @@ fn state_file_corpus_replays_clean() {
     let mut valid = 0;
     for entry in std::fs::read_dir(&dir).expect("fuzz/corpus/state_file") {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-        iwpm_core::fuzzing::state_file(&bytes);
+        iwpm_testkit::model::state_file(&bytes);
         valid += usize::from(iwpm_core::state_file::StateFile::decode(&bytes).is_ok());
         n += 1;
     }

@@ -2,3 +2,5 @@
 //!
 //! Nothing here ships: the crate is `publish = false` and only tests, benches, the fuzz
 //! targets and the lab depend on it.
+
+pub mod model;
