@@ -253,3 +253,51 @@ fn a_replayed_identity_record_replaces_the_restored_connector_it_contradicts() {
     settle(&mut h);
     h.core.check_invariants().unwrap();
 }
+
+/// References taken or dropped by ordinary requests while the replay runs stand, whatever
+/// the replay decides: a listener ADDed again during a truncated replay keeps both
+/// references, and one REMOVEd before a complete replay ends loses its own. (Settling
+/// used to set the replay's count outright: the second listener's reference was lost, so
+/// the first REMOVE freed the port under it. Found by the core fuzzer's `Restore` op.)
+#[test]
+fn requests_during_the_replay_keep_their_references() {
+    let table = [
+        saved("0.0.0.0:5000", "0.0.0.0:40020", 1),
+        saved("10.0.0.1:4000", "10.0.0.1:40010", 2),
+    ];
+    let mut h = restored(&table);
+    h.mapinfo_records(&[
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+    ]);
+    h.reg_pid();
+    h.kernel_in.clear();
+    let seq = h.add("0.0.0.0:5000", Some(0));
+    let _ = h.expect_add_reply(seq);
+    assert_eq!(h.refcount("0.0.0.0:5000"), Some(2));
+    h.advance(Duration::from_secs(10));
+    let r = settle(&mut h);
+    assert_eq!((r.kept, r.freed), (2, 0), "{r:?}");
+    assert_eq!(
+        h.refcount("0.0.0.0:5000"),
+        Some(2),
+        "the new listener's reference"
+    );
+
+    let mut h = restored(&table);
+    h.mapinfo_records(&[
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+    ]);
+    h.remove("10.0.0.1:4000");
+    h.mapinfo_num(3);
+    let r = settle(&mut h);
+    assert_eq!(r.confirmed, 2, "{r:?}");
+    assert_eq!(
+        h.refcount("10.0.0.1:4000"),
+        Some(1),
+        "one of two users went"
+    );
+    h.core.check_invariants().unwrap();
+}
