@@ -101,6 +101,14 @@ pub struct Driver {
     remote_infos: u64,
     /// Ops played.
     steps: u64,
+    /// Daemon restarts so far ([`Op::Restore`]).
+    restarts: u32,
+    /// Clients the core sent a MAPINFO request to, until a restart's kernel answers them.
+    mapinfo_asked: Vec<u8>,
+    /// HANDLE_ERRs the core sent so far.
+    handle_errs: u64,
+    /// ACK_NUM of the last MAPINFO_NUM reply.
+    last_ack_num: Option<u32>,
 }
 
 impl Driver {
@@ -127,6 +135,10 @@ impl Driver {
             acked: HashSet::new(),
             remote_infos: 0,
             steps: 0,
+            restarts: 0,
+            mapinfo_asked: Vec::new(),
+            handle_errs: 0,
+            last_ack_num: None,
         };
         d.core.start(d.now);
         d.pump(Ctx::Input);

@@ -433,6 +433,14 @@ impl Driver {
                 ));
             }
         }
+        match &msg {
+            DaemonMsg::MapInfo(_) if self.mapinfo_asked.len() < 4 => {
+                self.mapinfo_asked.push(client)
+            }
+            DaemonMsg::MapInfoNum(r) => self.last_ack_num = Some(r.ack_num),
+            DaemonMsg::HandleErr(_) => self.handle_errs += 1,
+            _ => {}
+        }
         let (seq, ok_op) = match &msg {
             DaemonMsg::RegPid(r) => (r.seq, RDMA_NL_IWPM_REG_PID),
             DaemonMsg::AddMapping(r) => (r.seq, RDMA_NL_IWPM_ADD_MAPPING),
