@@ -98,6 +98,12 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         flags: 0,
         seq: 0,
     };
+    let remove = |local| Op::Remove { client: 0, local };
+    let reg_pid = Op::RegPid {
+        client: 0,
+        lib: 0,
+        seq: 0,
+    };
     let grant = Op::Answer { kind: 0, port: 0 };
     let auto = Setup {
         caps: 0xff,
@@ -330,15 +336,8 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                         from: 1,
                     },
                     Op::Restore { how: 0 },
-                    Op::RegPid {
-                        client: 0,
-                        lib: 0,
-                        seq: 0,
-                    },
-                    Op::Remove {
-                        client: 0,
-                        local: 4,
-                    },
+                    reg_pid.clone(),
+                    remove(4),
                     add(0, 0, 0),
                 ],
             ),
@@ -351,16 +350,9 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                     add(0, 0, 0),
                     add(4, 0, 0),
                     Op::Restore { how: 1 },
-                    Op::RegPid {
-                        client: 0,
-                        lib: 0,
-                        seq: 0,
-                    },
+                    reg_pid.clone(),
                     add(0, 0, 0),
-                    Op::Remove {
-                        client: 0,
-                        local: 4,
-                    },
+                    remove(4),
                     Op::AdvanceLong { secs: 15 },
                 ],
             ),

@@ -76,12 +76,6 @@ impl Driver {
                 records,
             } => {
                 let client = client_of(*client);
-                let env = Envelope {
-                    client,
-                    flags: NLM_F_MULTI,
-                    seq: 0,
-                    pid: 0,
-                };
                 let mut b = Vec::new();
                 for [l, m, f] in records {
                     let local = local_addr(*l);
@@ -96,13 +90,13 @@ impl Driver {
                         2 => Some(IWPM_FLAGS_NO_PORT_MAP),
                         _ => None,
                     };
-                    let rec = KernelMsg::MapInfo(MapInfoRecord {
+                    let rec = MapInfoRecord {
                         local_addr: local,
                         mapped_addr: mapped,
                         flags,
                         unknown: vec![],
-                    });
-                    encode_kernel_msg(&env, &rec, &mut b);
+                    };
+                    encode_record(client, rec, &mut b);
                 }
                 if done & 1 != 0 {
                     encode_done(0, 0, NLM_F_MULTI, None, &mut b);
@@ -505,4 +499,16 @@ impl Driver {
             _ => *self.kref.entry(ep).or_default() += 1,
         }
     }
+}
+
+/// Appends one MAPINFO record of `client`'s replay (header seq 0, `NLM_F_MULTI`, as the
+/// kernel sends them).
+pub(super) fn encode_record(client: u8, rec: MapInfoRecord, out: &mut Vec<u8>) {
+    let env = Envelope {
+        client,
+        flags: NLM_F_MULTI,
+        seq: 0,
+        pid: 0,
+    };
+    encode_kernel_msg(&env, &KernelMsg::MapInfo(rec), out);
 }

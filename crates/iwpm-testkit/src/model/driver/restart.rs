@@ -18,12 +18,11 @@
 
 use iwpm_core::state_file::{SavedMapping, StateFile};
 use iwpm_core::Core;
-use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION, NLM_F_MULTI};
-use iwpm_proto::netlink::{
-    encode_kernel_msg, Envelope, KernelMsg, MapInfoNumRequest, MapInfoRecord,
-};
+use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION};
+use iwpm_proto::netlink::{KernelMsg, MapInfoNumRequest, MapInfoRecord};
 use iwpm_proto::sockaddr::Endpoint;
 
+use super::kernel::encode_record;
 use super::{Ctx, Driver, Op};
 use crate::model::pools::{fail, GRANT_BASE, GRANT_PORTS};
 use crate::model::FakePorts;
@@ -145,14 +144,8 @@ impl Driver {
         let mut sent = 0u32;
         let mut refused = 0u32;
         for (_, ep, rec) in replay.iter().filter(|(c, _, _)| *c == client) {
-            let env = Envelope {
-                client,
-                flags: NLM_F_MULTI,
-                seq: 0,
-                pid: 0,
-            };
             let mut b = Vec::new();
-            encode_kernel_msg(&env, &KernelMsg::MapInfo(rec.clone()), &mut b);
+            encode_record(client, rec.clone(), &mut b);
             let errors = self.handle_errs;
             self.kernel_datagram(&b, false);
             sent += 1;
