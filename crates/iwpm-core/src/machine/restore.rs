@@ -24,8 +24,6 @@
 //!   mapping for it (an empty table is answered with a bare DONE): its restored mappings
 //!   are freed.
 //! * Restored mappings of a client we never asked to replay keep their saved counts.
-//! * References that requests take or drop while the replay runs (an ADD for the same
-//!   address, a REMOVE) are kept on top of what the replay decides.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -243,7 +241,7 @@ impl Core {
             if refs.confirmed > 0 {
                 report.replayed += 1;
             }
-            let replayed = match end {
+            let count = match end {
                 Some(true) => refs.confirmed,
                 Some(false) if !any_records => 0,
                 // A connection ended while no daemon was registered sends no REMOVE: a
@@ -252,11 +250,6 @@ impl Core {
                 _ if refs.connector => refs.confirmed,
                 _ => refs.saved.max(refs.confirmed),
             };
-            // The references ADD, QUERY and REMOVE took or dropped since the restore stand
-            // whatever the replay says: the replay alone leaves max(saved, confirmed).
-            let current = self.table.get(id).map_or(0, |m| m.refcount);
-            let since = i64::from(current) - i64::from(refs.saved.max(refs.confirmed));
-            let count = u32::try_from((i64::from(replayed) + since).max(0)).unwrap_or(u32::MAX);
             if count == 0 {
                 if let Some(m) = self.table.get_mut(id) {
                     m.refcount = 1;

@@ -27,7 +27,8 @@
 //!   from the owner takes exactly one reference;
 //! * across a daemon restart ([`Op::Restore`], `driver/restart.rs`): the new core, restored
 //!   from the old one's state file and settled by the kernel's replay within its own
-//!   `handle_*` calls, keeps every reference the kernel was told of, and all of the above;
+//!   `handle_*` calls, keeps every reference the kernel was told of (but those taken while
+//!   it recovers: a known defect, see `restart.rs`), and all of the above;
 //! * the peer side: every datagram sent decodes, leaves on a socket of its family; a
 //!   timer-driven REQUEST/ACCEPT is a retransmission of one first sent less than
 //!   `exchange_lifetime` ago, at most `max_retransmits` times, and no REQUEST is resent
