@@ -1,4 +1,4 @@
-//! Fuzz target: the state-machine driver `iwpm_core::fuzzing::core_sequence` (arbitrary
+//! Fuzz target: the state-machine driver `iwpm_testkit::model::core_sequence` (arbitrary
 //! sequences of kernel messages, peer datagrams, timer runs and reservation answers against
 //! one `Core`, with its invariants checked after every step). The committed corpus in
 //! `fuzz/corpus/core_sequence/` is replayed on stable by
@@ -6,5 +6,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    iwpm_core::fuzzing::core_sequence(data);
+    iwpm_testkit::model::core_sequence(data);
 });

@@ -6,9 +6,13 @@
 //! [`Core::poll_action`] / [`Core::poll_timeout`]. The same core therefore runs under the
 //! real kernel, the kernel emulator, the fuzzer and virtual-clock simulations.
 //!
-//! Port reservations are synchronous: the shell lends its [`PortReservations`] to
-//! [`Core::handle_kernel_datagram`], and a mapping reserves its TCP port when it is created
-//! and releases it when its last reference goes, within that call.
+//! Port reservations are synchronous: the shell lends its [`PortReservations`] to the
+//! inputs that create or free mappings ([`Core::handle_kernel_datagram`],
+//! [`Core::handle_restore`], [`Core::handle_timeout`]), and a mapping reserves its TCP port
+//! when it is created and releases it when its last reference goes, within that call.
+//! Restart recovery (the state file, then the kernel's MAPINFO replay) is settled inside
+//! those calls too, so the shell's only duties are the `handle_*` inputs, draining
+//! [`Core::poll_action`] after each, and waking up at [`Core::poll_timeout`].
 //!
 //! Deliberate differences from the C daemon are listed in the module docs of
 //! `machine::kernel`, `machine::recovery`, `machine::peer` and `exchange`; in short: refcounts
@@ -29,8 +33,6 @@ mod clients;
 mod config;
 mod cookie;
 mod exchange;
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing;
 pub mod int_hash;
 mod machine;
 mod peer_allow;

@@ -1,4 +1,4 @@
-//! The state-machine fuzzing driver (`iwpm_core::fuzzing`) on the stable toolchain: replays
+//! The state-machine fuzzing driver (`iwpm_testkit::model`) on the stable toolchain: replays
 //! the committed cargo-fuzz corpus `fuzz/corpus/core_sequence/` and the reproducers in
 //! `fuzz/artifacts-found/core_sequence/`, and runs proptest-generated op sequences through
 //! the same driver and checks.
@@ -8,7 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use iwpm_core::fuzzing::{core_sequence, decode, encode, Driver, Op, Setup};
+use iwpm_testkit::model::{core_sequence, decode, encode, Driver, Op, Setup};
 use proptest::prelude::*;
 
 fn fuzz_dir() -> PathBuf {
@@ -96,6 +96,12 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         local,
         remote,
         flags: 0,
+        seq: 0,
+    };
+    let remove = |local| Op::Remove { client: 0, local };
+    let reg_pid = Op::RegPid {
+        client: 0,
+        lib: 0,
         seq: 0,
     };
     let grant = Op::Answer { kind: 0, port: 0 };
@@ -316,6 +322,68 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         (
+            "restart-replay",
+            encode(
+                auto,
+                &[
+                    add(0, 0, 0),
+                    add(0, 0, 0),
+                    add(10, 3, 0),
+                    query(7, 0),
+                    Op::Accept {
+                        pick: 0,
+                        port: 1,
+                        from: 1,
+                    },
+                    Op::Restore { how: 0 },
+                    reg_pid.clone(),
+                    remove(4),
+                    add(0, 0, 0),
+                ],
+            ),
+        ),
+        (
+            "restart-window",
+            encode(
+                auto,
+                &[
+                    add(0, 0, 0),
+                    add(4, 0, 0),
+                    Op::Restore { how: 1 },
+                    reg_pid.clone(),
+                    add(0, 0, 0),
+                    remove(4),
+                    Op::AdvanceLong { secs: 15 },
+                ],
+            ),
+        ),
+        (
+            "restart-kernel-plays",
+            encode(
+                auto,
+                &[
+                    add(4, 0, 0),
+                    query(13, 0),
+                    Op::Answer { kind: 3, port: 0 },
+                    Op::Restore { how: 2 },
+                    Op::Hello { abi: 4 },
+                    Op::MapInfo {
+                        client: 0,
+                        done: 1,
+                        records: vec![[4, 0, 0], [4, 0, 0], [13, 0x85, 0]],
+                    },
+                    Op::MapInfoNum {
+                        client: 2,
+                        send_num: 1,
+                    },
+                    Op::MapInfoNum {
+                        client: 0,
+                        send_num: 3,
+                    },
+                ],
+            ),
+        ),
+        (
             "garbage",
             encode(
                 auto,
@@ -405,6 +473,42 @@ fn driver_sees_a_full_exchange() {
     d.finish();
 }
 
+#[test]
+fn driver_restarts_settle_within_the_cores_own_calls() {
+    // A restart restores the table and the kernel's replay settles it: nothing but
+    // `handle_*` is called, so a core that left settling to its caller stays recovering.
+    let mut d = Driver::new(Setup {
+        caps: 0xff,
+        mode: 1,
+        limits: 0x7f,
+    });
+    // 0.0.0.0:4000 twice (a wildcard is shared), 10.0.0.1:4001 once.
+    let add = |local| Op::Add {
+        client: 0,
+        local,
+        flags: 0,
+        seq: 0,
+    };
+    d.step(&add(0));
+    d.step(&add(0));
+    d.step(&add(4));
+    d.step(&Op::Restore { how: 0 });
+    assert!(!d.core().recovering(), "settled by the MAPINFO_NUM");
+    let mut counts: Vec<u32> = d.core().mappings().map(|m| m.refcount).collect();
+    counts.sort();
+    assert_eq!(
+        counts,
+        [1, 2],
+        "the kernel's references, through the restart"
+    );
+    d.step(&Op::Restore { how: 1 });
+    assert!(d.core().recovering(), "the replay window is open");
+    d.step(&Op::AdvanceLong { secs: 15 });
+    assert!(!d.core().recovering(), "settled by the window's timeout");
+    assert_eq!(d.core().mappings().count(), 2);
+    d.finish();
+}
+
 // ----- proptest -----
 
 fn op() -> impl Strategy<Value = Op> {
@@ -447,6 +551,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (b(), any::<u16>()).prop_map(|(kind, port)| Op::Answer { kind, port }),
         1 => (b(), b(), any::<u16>())
             .prop_map(|(pick, ok, port)| Op::AnswerUnknown { pick, ok, port }),
+        2 => b().prop_map(|how| Op::Restore { how }),
     ]
 }
 

@@ -490,14 +490,14 @@ fn timer_bursts_are_sliced() {
     }
     h.peer_out.clear();
     h.now += SEC * 2;
-    h.core.handle_timeout(h.now);
+    h.core.handle_timeout(h.now, &mut h.ports);
     h.pump();
     assert_eq!(h.peer_out.len(), 1024, "one slice per call");
     assert!(
         h.core.poll_timeout().is_some_and(|t| t <= h.now),
         "more due at once"
     );
-    h.core.handle_timeout(h.now);
+    h.core.handle_timeout(h.now, &mut h.ports);
     h.pump();
     assert_eq!(h.peer_out.len(), 1500, "the rest on the next call");
 }

@@ -2,6 +2,8 @@
 //! with a REJECT and nothing for its kernel, repeated until the deadline when nobody
 //! answers.
 
+mod common;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -88,7 +90,7 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
     let (result, now) = loop {
         let now = a.poll_timeout().expect("probe has no timer");
         assert!(now <= t0 + Duration::from_millis(1500));
-        a.handle_timeout(now);
+        a.handle_timeout(now, &mut common::Ports::default());
         requests += peer_sends(&mut a).len();
         if let Some(r) = a.poll_probe_result() {
             break (r, now);

@@ -1,4 +1,4 @@
-//! Restart from the state file (`Core::restore`) reconciled with the kernel's MAPINFO
+//! Restart from the state file (`Core::handle_restore`) reconciled with the kernel's MAPINFO
 //! replay: a complete replay sets the kernel's counts and frees what it does not list, a
 //! truncated one keeps the saved counts, an empty one frees everything, and recorded ports
 //! are reserved exactly once (a replayed record never binds a restored port again).
@@ -25,15 +25,16 @@ fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
 /// A core that restored `table` and whose kernel answered HELLO(4) (replay window open).
 fn restored(table: &[SavedMapping]) -> Host {
     let mut h = Host::new(config(), Instant::now());
-    let report = h.core.restore(h.now, table, &mut h.ports);
+    let report = h.core.handle_restore(h.now, table, &mut h.ports);
     assert_eq!(report.restored, table.len(), "{report:?}");
     assert!(h.core.recovering());
     h.start_answered();
     h
 }
 
+/// What settling did since the last look (the core settles within its `handle_*` calls).
 fn settle(h: &mut Host) -> SettleReport {
-    let r = h.core.handle_recovery_end(h.now, &mut h.ports);
+    let r = h.core.poll_settled().unwrap_or_default();
     h.pump();
     r
 }
@@ -169,7 +170,7 @@ fn a_saved_port_taken_meanwhile_fails_that_mapping_only() {
     h.ports
         .fail_next
         .push_back(iwpm_core::ReserveError::AddrInUse);
-    let r = h.core.restore(h.now, &table(), &mut h.ports);
+    let r = h.core.handle_restore(h.now, &table(), &mut h.ports);
     assert_eq!((r.restored, r.failed), (3, 1), "{r:?}");
     assert_eq!(h.refcount("0.0.0.0:5000"), None);
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
@@ -184,7 +185,7 @@ fn state_file_corpus_replays_clean() {
     let mut valid = 0;
     for entry in std::fs::read_dir(&dir).expect("fuzz/corpus/state_file") {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-        iwpm_core::fuzzing::state_file(&bytes);
+        iwpm_testkit::model::state_file(&bytes);
         valid += usize::from(iwpm_core::state_file::StateFile::decode(&bytes).is_ok());
         n += 1;
     }
@@ -251,4 +252,81 @@ fn a_replayed_identity_record_replaces_the_restored_connector_it_contradicts() {
     assert_eq!(h.core.stats().mapinfo_conflicts, 0);
     settle(&mut h);
     h.core.check_invariants().unwrap();
+}
+
+/// Known, not fixed: settling sets a restored mapping to the replay's count outright, so a
+/// reference taken while the replay runs (a listener ADDed again on the same wildcard
+/// during a truncated replay's window) is lost, and the first REMOVE frees the port under
+/// the other listener; a REMOVE before a complete replay's MAPINFO_NUM is undone. Keeping
+/// every change on top of the replay's count is not right either: a REMOVE that arrives
+/// before the records is already missing from them. The fix needs to know which changes
+/// the kernel's snapshot saw. Found by the core fuzzer's `Restore` op (seed
+/// `restart-window`), whose kernel ledger leaves such references out.
+#[test]
+#[ignore = "known finding: references taken or dropped during the replay are overwritten by settling"]
+fn known_requests_during_the_replay_keep_their_references() {
+    let table = [
+        saved("0.0.0.0:5000", "0.0.0.0:40020", 1),
+        saved("10.0.0.1:4000", "10.0.0.1:40010", 2),
+    ];
+    let mut h = restored(&table);
+    h.mapinfo_records(&[
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+    ]);
+    h.reg_pid();
+    h.kernel_in.clear();
+    let seq = h.add("0.0.0.0:5000", Some(0));
+    let _ = h.expect_add_reply(seq);
+    assert_eq!(h.refcount("0.0.0.0:5000"), Some(2));
+    h.advance(Duration::from_secs(10));
+    let r = settle(&mut h);
+    assert_eq!((r.kept, r.freed), (2, 0), "{r:?}");
+    assert_eq!(
+        h.refcount("0.0.0.0:5000"),
+        Some(2),
+        "the new listener's reference"
+    );
+
+    let mut h = restored(&table);
+    h.mapinfo_records(&[
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+    ]);
+    h.remove("10.0.0.1:4000");
+    h.mapinfo_num(3);
+    let r = settle(&mut h);
+    assert_eq!(r.confirmed, 2, "{r:?}");
+    assert_eq!(
+        h.refcount("10.0.0.1:4000"),
+        Some(1),
+        "one of two users went"
+    );
+    h.core.check_invariants().unwrap();
+}
+
+/// Known, not fixed: a MAPINFO record flagged NO_PORT_MAP whose mapped port is not its
+/// local port (no kernel of ours sends one) becomes a mapping that the state file writes
+/// but refuses to read back, so after the next restart the whole file is ignored and every
+/// mapping waits for the replay alone. Either the record or the writer should give way.
+/// Found by the core fuzzer's `Restore` op, which models the ignored file as `iwpmd`
+/// does.
+#[test]
+#[ignore = "known finding: one odd replayed record makes the whole state file unreadable"]
+fn known_a_no_port_map_record_with_another_port_keeps_the_state_file_readable() {
+    let mut h = restored(&[]);
+    h.mapinfo_records(&[(
+        "10.0.0.1:4000",
+        "10.0.0.1:40000",
+        Some(iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP),
+    )]);
+    let file = iwpm_core::state_file::StateFile {
+        host: "h".into(),
+        boot_id: "b".into(),
+        mappings: h.core.saved_mappings(),
+    };
+    assert_eq!(file.mappings.len(), 1);
+    let back = iwpm_core::state_file::StateFile::decode(&file.encode());
+    assert!(back.is_ok(), "{back:?}");
 }

@@ -165,7 +165,7 @@ impl Sim {
                     let now = self.now;
                     let h = self.host(i);
                     if h.core.poll_timeout().is_some_and(|t| t <= now) {
-                        h.core.handle_timeout(now);
+                        h.core.handle_timeout(now, &mut h.ports);
                         h.pump();
                     }
                 }

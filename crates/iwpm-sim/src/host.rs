@@ -4,9 +4,9 @@
 //!
 //! What the real shell (`crates/iwpmd/src/shell.rs`) does around the core is done here
 //! the same way: every action is executed in order (kernel messages go to the kernel at
-//! once, as a netlink `sendmsg` does), the kernel's answers are fed back, restart recovery
-//! is settled after every batch (`handle_recovery_end`), and the state file is rewritten
-//! 200 ms after the table's generation moved.
+//! once, as a netlink `sendmsg` does), the kernel's answers are fed back (the core settles
+//! restart recovery within them), and the state file is rewritten 200 ms after the
+//! table's generation moved.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -184,7 +184,7 @@ impl Host {
         if !self.state_file.is_empty() {
             let file = StateFile::decode(&self.state_file)?;
             // What restore could not do shows up in the invariants (leaks, unmapped).
-            let _report = core.restore(t, &file.mappings, &mut ports);
+            let _report = core.handle_restore(t, &file.mappings, &mut ports);
         }
         core.start(t);
         self.daemon = Some(Daemon {

@@ -338,7 +338,7 @@ impl World {
         let t = host.local(self.base, self.now);
         if let Some(d) = host.daemon.as_mut() {
             if d.core.poll_timeout().is_some_and(|due| due <= t) {
-                d.core.handle_timeout(t);
+                d.core.handle_timeout(t, &mut d.ports);
             }
         }
         if host.kernel.poll_timeout().is_some_and(|due| due <= t) {
@@ -348,8 +348,7 @@ impl World {
     }
 
     /// Runs host `h` until it has nothing left to do now: the daemon's actions, the
-    /// kernel's answers, finished mappings; then recovery settling, the state file and its
-    /// next wake-up.
+    /// kernel's answers, finished mappings; then the state file and its next wake-up.
     pub(crate) fn pump(&mut self, h: usize) {
         self.touched.insert(h);
         loop {
@@ -370,16 +369,7 @@ impl World {
                 self.map_done(h, token, result);
             }
             if !progressed {
-                let host = &mut self.hosts[h];
-                let t = host.local(self.base, self.now);
-                let settled = host
-                    .daemon
-                    .as_mut()
-                    .map(|d| d.core.handle_recovery_end(t, &mut d.ports))
-                    .unwrap_or_default();
-                if settled == iwpm_core::SettleReport::default() {
-                    break;
-                }
+                break;
             }
         }
         let host = &mut self.hosts[h];

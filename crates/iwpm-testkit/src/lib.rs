@@ -9,13 +9,15 @@
 //! [`fs`] (scratch directories and socket paths), [`host`] (what this host can do, and
 //! skipping when it cannot). For the codec's own tests: [`netlink_bytes`] (messages built
 //! and taken apart by hand) and [`netlink_strategies`] (proptest strategies of every
-//! message). [`prelude`] brings the daemon-side helpers in with one `use`.
+//! message). [`model`]: the core's model driver (an op grammar the fuzzer and the
+//! property tests share) and [`model::FakePorts`], the fake port reservations. [`prelude`] brings the daemon-side helpers in with one `use`.
 
 pub mod daemon;
 pub mod fake_kernel;
 pub mod fs;
 pub mod host;
 pub mod load;
+pub mod model;
 pub mod net;
 pub mod netlink_bytes;
 pub mod netlink_strategies;

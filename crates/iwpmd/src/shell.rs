@@ -274,7 +274,13 @@ impl Shell {
             }
             let now = Instant::now();
             if self.core.poll_timeout().is_some_and(|d| d <= now) {
-                self.core.handle_timeout(now);
+                let mut ports = LentPorts::new(
+                    &mut self.reservations,
+                    &mut self.counters,
+                    &mut self.warn_resource,
+                    now,
+                );
+                self.core.handle_timeout(now, &mut ports);
                 self.flush(now);
             }
             self.control_turn(now);
@@ -336,8 +342,7 @@ impl Shell {
         self.after_batch(now);
     }
 
-    /// Executes every queued action and settles a finished restart recovery (which must
-    /// happen before the next input is handled).
+    /// Executes every queued action.
     fn send_actions(&mut self, now: Instant) {
         while let Some(action) = self.core.poll_action() {
             match action {
@@ -353,13 +358,6 @@ impl Shell {
                 Action::Ready => self.on_ready(),
             }
         }
-        let mut ports = LentPorts::new(
-            &mut self.reservations,
-            &mut self.counters,
-            &mut self.warn_resource,
-            now,
-        );
-        self.core.handle_recovery_end(now, &mut ports);
     }
 
     /// Restores the previous daemon's ports and mappings (FD store, state file) before
@@ -378,7 +376,7 @@ impl Shell {
             &mut self.warn_resource,
             now,
         );
-        let report = self.core.restore(now, &saved, &mut ports);
+        let report = self.core.handle_restore(now, &saved, &mut ports);
         tracing::info!(
             restored = report.restored,
             failed = report.failed,

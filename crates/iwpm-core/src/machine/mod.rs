@@ -5,10 +5,14 @@
 //!
 //! # Reservations are synchronous
 //!
-//! The shell lends its [`PortReservations`] to [`Core::handle_kernel_datagram`], the only
-//! input that creates or frees mappings. A handler that needs a TCP port binds it on the
-//! spot, as the C daemon's synchronous `bind()` does, so every mapping is made in one step
-//! and processing is strictly sequential and deterministic.
+//! The shell lends its [`PortReservations`] to the inputs that create or free mappings:
+//! [`Core::handle_kernel_datagram`] (kernel requests and the MAPINFO replay),
+//! [`Core::handle_restore`] (the previous daemon's state file) and [`Core::handle_timeout`]
+//! (a replay window that closes frees the restored mappings the kernel did not list). A
+//! handler that needs a TCP port binds it on the spot, as the C daemon's synchronous
+//! `bind()` does, so every mapping is made in one step and processing is strictly
+//! sequential and deterministic. Restored mappings are settled (`restore.rs`) at the end
+//! of the call that ends their replay: nothing is left for the shell to call afterwards.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -176,6 +180,7 @@ impl Core {
     ) {
         self.last_now = now;
         self.process_kernel_datagram(now, datagram, ports);
+        self.settle_recovery(ports);
         self.sync_gauges(now);
     }
 
@@ -208,12 +213,14 @@ impl Core {
         self.sync_gauges(now);
     }
 
-    /// Runs every timer due at or before `now`.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    /// Runs every timer due at or before `now`. A replay window that closes settles the
+    /// restored mappings it was for; those freed release their ports through `ports`.
+    pub fn handle_timeout(&mut self, now: Instant, ports: &mut dyn PortReservations) {
         self.last_now = now;
         self.handshake_timeout(now);
         self.run_exchange_timers(now);
         self.run_probe_timers(now);
+        self.settle_recovery(ports);
         self.sync_gauges(now);
     }
 

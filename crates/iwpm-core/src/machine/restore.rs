@@ -5,7 +5,7 @@
 //! while no daemon ran); the replay is the kernel's truth but stops at ~227 records per
 //! client (`docs/protocol.md` §5.4). So:
 //!
-//! * [`Core::restore`] inserts every saved mapping at once, with its saved reference count,
+//! * [`Core::handle_restore`] inserts every saved mapping at once, with its saved reference count,
 //!   reserving exactly the saved port (a shell holding that port already, from the systemd
 //!   FD store, hands over that socket instead of binding again).
 //! * A replayed record identical to a restored mapping *confirms* one of its saved
@@ -48,7 +48,7 @@ pub(crate) struct RestoredRefs {
     connector: bool,
 }
 
-/// Restore bookkeeping, alive from [`Core::restore`] to the end of the recovery.
+/// Restore bookkeeping, alive from [`Core::handle_restore`] to the end of the recovery.
 #[derive(Debug, Default)]
 pub(crate) struct RestoreState {
     /// Restored mappings not settled yet.
@@ -59,9 +59,11 @@ pub(crate) struct RestoreState {
     ended: Vec<(u8, bool)>,
     /// The shell waits for the end of the recovery (see [`Core::watch_recovery_end`]).
     watched: bool,
+    /// What settling did since [`Core::poll_settled`] last asked.
+    settled: Option<SettleReport>,
 }
 
-/// What [`Core::restore`] did.
+/// What [`Core::handle_restore`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RestoreReport {
     /// Mappings inserted (their ports held again).
@@ -72,7 +74,8 @@ pub struct RestoreReport {
     pub skipped: usize,
 }
 
-/// What the end of a recovery did with the restored mappings (see the module docs).
+/// What the end of a recovery did with the restored mappings (see the module docs), from
+/// [`Core::poll_settled`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SettleReport {
     /// Restored mappings the replay confirmed, now with the kernel's reference count.
@@ -85,15 +88,25 @@ pub struct SettleReport {
     pub replayed: usize,
 }
 
+impl std::ops::AddAssign for SettleReport {
+    fn add_assign(&mut self, other: SettleReport) {
+        self.confirmed += other.confirmed;
+        self.kept += other.kept;
+        self.freed += other.freed;
+        self.replayed += other.replayed;
+    }
+}
+
 fn addr(sa: SocketAddr) -> Option<Addr> {
     Addr::parse(SockAddrStorage::from_socket_addr(sa))
 }
 
 impl Core {
-    /// Restores the previous daemon's mappings (call before [`Core::start`]): each one gets
-    /// its saved reference count and, unless NO_PORT_MAP, exactly its saved port through
-    /// `ports`. The kernel's replay then confirms or corrects them (module docs).
-    pub fn restore(
+    /// The previous daemon's mappings, read back from its state file (give them before
+    /// [`Core::start`]): each one gets its saved reference count and, unless NO_PORT_MAP,
+    /// exactly its saved port through `ports`. The kernel's replay then confirms or corrects
+    /// them, and the `handle_*` call that ends the replay settles them (module docs).
+    pub fn handle_restore(
         &mut self,
         now: Instant,
         saved: &[SavedMapping],
@@ -150,6 +163,7 @@ impl Core {
             );
             report.restored += 1;
         }
+        self.settle_recovery(ports);
         self.sync_gauges(now);
         report
     }
@@ -192,18 +206,21 @@ impl Core {
         self.generation
     }
 
-    /// Settles restored mappings whose replay has ended (module docs); call after every
-    /// `handle_*` (it is cheap when nothing is due). Ports of freed mappings are released
-    /// through `ports`.
-    pub fn handle_recovery_end(
-        &mut self,
-        now: Instant,
-        ports: &mut dyn PortReservations,
-    ) -> SettleReport {
+    /// What settling restored mappings did (module docs) since the last call; `None` if
+    /// nothing was settled. Optional: settling happens within the `handle_*` call that ends
+    /// a replay (and logs its outcome); this only reports it, e.g. to tests.
+    pub fn poll_settled(&mut self) -> Option<SettleReport> {
+        self.restore.settled.take()
+    }
+
+    /// Settles restored mappings whose replay has ended (module docs); run at the end of
+    /// every `handle_*` that may end a replay (cheap when nothing is due). Ports of freed
+    /// mappings are released through `ports`.
+    pub(super) fn settle_recovery(&mut self, ports: &mut dyn PortReservations) {
         let mut report = SettleReport::default();
         if self.restore.pending.is_empty() {
             self.restore.ended.clear();
-            return report;
+            return;
         }
         let ended = std::mem::take(&mut self.restore.ended);
         let all_over = self.is_ready() && self.mapinfo_windows.is_empty();
@@ -259,9 +276,11 @@ impl Core {
                 replayed = report.replayed,
                 "restored mappings settled against the kernel's replay"
             );
+            *self
+                .restore
+                .settled
+                .get_or_insert_with(SettleReport::default) += report;
         }
-        self.sync_gauges(now);
-        report
     }
 
     /// A replayed record identical to mapping `id`: true if it confirmed a restored

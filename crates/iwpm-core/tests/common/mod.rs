@@ -3,13 +3,11 @@
 //! virtual clock.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{
-    Action, Core, CoreConfig, PeerSocket, PortReservations, ReservationId, ReserveError,
-};
+use iwpm_core::{Action, Core, CoreConfig, PeerSocket};
 use iwpm_proto::consts::{NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     decode_daemon_datagram, encode_done, encode_error, encode_kernel_msg, DaemonFrame, DaemonMsg,
@@ -46,103 +44,10 @@ pub struct Sent {
     pub raw: Vec<u8>,
 }
 
-/// The fake shell's port reservations: grants the next free port (or the asked one if
-/// free), fails on demand, and checks that every release names a held reservation.
-#[derive(Debug)]
-pub struct Ports {
-    /// Reservations held (granted, not yet released).
-    pub held: BTreeMap<ReservationId, SocketAddr>,
-    pub next_port: u16,
-    next_id: u64,
-    /// Failures to return for the next reservations, oldest first.
-    pub fail_next: VecDeque<ReserveError>,
-    /// Ports to grant, whatever was asked, for the next reservations (a misbehaving shell).
-    pub force_port: VecDeque<u16>,
-    /// How many held reservations use each port (so a grant is O(1) at 50k held).
-    in_use: HashMap<u16, u32>,
-    /// Every bind address asked for, in order.
-    pub binds: Vec<SocketAddr>,
-    pub releases: usize,
-    /// Reservations answered Ok / Err.
-    pub granted: u64,
-    pub refused: u64,
-}
-
-impl Default for Ports {
-    fn default() -> Self {
-        Ports {
-            held: BTreeMap::new(),
-            next_port: 40_000,
-            next_id: 0,
-            fail_next: VecDeque::new(),
-            force_port: VecDeque::new(),
-            in_use: HashMap::new(),
-            binds: Vec::new(),
-            releases: 0,
-            granted: 0,
-            refused: 0,
-        }
-    }
-}
-
-impl Ports {
-    fn grant(&mut self, bind: SocketAddr) -> Result<u16, ReserveError> {
-        if let Some(e) = self.fail_next.pop_front() {
-            return Err(e);
-        }
-        assert!(bind.ip().is_unspecified(), "reservations bind the wildcard");
-        if let Some(p) = self.force_port.pop_front() {
-            return Ok(p);
-        }
-        let in_use = |p: u16| self.in_use.get(&p).is_some_and(|n| *n > 0);
-        if bind.port() == 0 {
-            // the lowest free port from `next_port` up, wrapping to 1024 after 65535
-            for _ in 0..=u16::MAX {
-                let p = self.next_port;
-                if !in_use(p) {
-                    return Ok(p);
-                }
-                self.next_port = if p == u16::MAX { 1024 } else { p + 1 };
-            }
-            Err(ReserveError::AddrInUse)
-        } else if in_use(bind.port()) {
-            Err(ReserveError::AddrInUse)
-        } else {
-            Ok(bind.port())
-        }
-    }
-}
-
-impl PortReservations for Ports {
-    fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
-        self.binds.push(bind);
-        match self.grant(bind) {
-            Ok(port) => {
-                self.next_id += 1;
-                let id = ReservationId(self.next_id);
-                let mut a = bind;
-                a.set_port(port);
-                self.held.insert(id, a);
-                *self.in_use.entry(port).or_default() += 1;
-                self.granted += 1;
-                Ok((id, port))
-            }
-            Err(e) => {
-                self.refused += 1;
-                Err(e)
-            }
-        }
-    }
-
-    fn release(&mut self, id: ReservationId) {
-        let held = self.held.remove(&id);
-        assert!(held.is_some(), "release of {id:?} not held");
-        if let Some(n) = held.and_then(|a| self.in_use.get_mut(&a.port())) {
-            *n -= 1;
-        }
-        self.releases += 1;
-    }
-}
+/// The fake shell's port reservations (shared with the fuzz driver): grants the next free
+/// port (or the asked one if free), fails on demand, and checks that every release names a
+/// held reservation.
+pub use iwpm_testkit::model::FakePorts as Ports;
 
 pub struct Host {
     pub core: Core,
@@ -458,7 +363,7 @@ impl Host {
                 break;
             }
             self.now = self.now.max(t);
-            self.core.handle_timeout(self.now);
+            self.core.handle_timeout(self.now, &mut self.ports);
             self.pump();
         }
         self.now = end;
