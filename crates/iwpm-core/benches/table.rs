@@ -7,9 +7,7 @@
 //!
 //! No bench framework: a plain `harness = false` main keeps CI's compile time unchanged.
 
-#[path = "../tests/common/mod.rs"]
-#[allow(unreachable_pub)]
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::hint::black_box;
 use std::time::Instant;

@@ -2,7 +2,7 @@
 //! make the core do — and the bound. One test per threat; each fails on a core without the
 //! defence (see `docs/HARDENING.md`).
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! kernel request at most once and in time, and leave nothing held once every mapping is
 //! removed.
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! Netlink side: handshake, ABI, registration, ADD/QUERY/REMOVE semantics, errors, caps.
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::time::{Duration, Instant};
 

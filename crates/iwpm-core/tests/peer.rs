@@ -1,7 +1,7 @@
 //! Peer protocol: active and passive state machines, retransmission and expiry on a virtual
 //! clock, duplicates and late messages, caps.
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::time::Duration;
 

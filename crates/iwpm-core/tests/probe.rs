@@ -2,7 +2,7 @@
 //! with a REJECT and nothing for its kernel, repeated until the deadline when nobody
 //! answers.
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

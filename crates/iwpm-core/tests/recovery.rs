@@ -1,7 +1,7 @@
 //! MAPINFO restart recovery: re-reserving recorded ports, duplicates restoring refcounts,
 //! conflicts, failures, and the MAPINFO_NUM acknowledgement.
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::time::Instant;
 

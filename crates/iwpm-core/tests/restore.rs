@@ -3,7 +3,7 @@
 //! truncated one keeps the saved counts, an empty one frees everything, and recorded ports
 //! are reserved exactly once (a replayed record never binds a restored port again).
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::time::{Duration, Instant};
 

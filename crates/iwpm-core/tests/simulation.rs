@@ -1,7 +1,7 @@
 //! Deterministic simulation: cores wired together over a virtual UDP network with delay and
 //! loss, on a virtual clock, doing the full REQUEST / ACCEPT / ACK exchange.
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};

@@ -2,7 +2,7 @@
 //! their ages, exchanges in flight with their retransmissions, and the per-peer tallies and
 //! recent outcomes (accepted, rejected, timed out).
 
-mod common;
+use iwpm_testkit::core_host as common;
 
 use std::time::Duration;
 

@@ -12,6 +12,7 @@
 //! message). [`model`]: the core's model driver (an op grammar the fuzzer and the
 //! property tests share) and [`model::FakePorts`], the fake port reservations. [`prelude`] brings the daemon-side helpers in with one `use`.
 
+pub mod core_host;
 pub mod daemon;
 pub mod fake_kernel;
 pub mod fs;

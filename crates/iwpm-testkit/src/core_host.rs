@@ -1,7 +1,7 @@
 //! Test harness: one [`Core`] plus a fake shell ([`Ports`]), a scripted kernel side
 //! (encodes with the proto codec, decodes what the core sends with the kernel's rules) and a
-//! virtual clock.
-#![allow(dead_code)]
+//! virtual clock. iwpm-core's integration tests and its table bench drive the core
+//! through it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -47,8 +47,10 @@ pub struct Sent {
 /// The fake shell's port reservations (shared with the fuzz driver): grants the next free
 /// port (or the asked one if free), fails on demand, and checks that every release names a
 /// held reservation.
-pub use iwpm_testkit::model::FakePorts as Ports;
+pub use crate::model::FakePorts as Ports;
 
+/// One core under test: its clock, the kernel side's queue and the fake shell.
+#[derive(Debug)]
 pub struct Host {
     pub core: Core,
     pub now: Instant,
