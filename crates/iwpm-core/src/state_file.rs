@@ -327,9 +327,9 @@ fn mapping_line(line: usize, body: &str) -> Result<SavedMapping, StateFileError>
     if local.is_ipv4() != mapped.is_ipv4() {
         return Err(bad("local and mapped families differ"));
     }
-    if no_port_map && local.port() != mapped.port() {
-        return Err(bad("NO_PORT_MAP mapping with another port"));
-    }
+    // (A NO_PORT_MAP mapping whose mapped port differs from its local one is kept: the
+    // kernel's replay can hand one back, the table holds it, and refusing it here would make
+    // the whole file unreadable at the next start. No socket holds its port either way.)
     if !no_port_map && mapped.port() == 0 {
         return Err(bad("mapped port 0"));
     }
