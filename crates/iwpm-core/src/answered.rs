@@ -33,7 +33,7 @@ pub(crate) struct AnsweredSeqs {
 }
 
 impl AnsweredSeqs {
-    pub fn new(window: Duration) -> Self {
+    pub(crate) fn new(window: Duration) -> Self {
         AnsweredSeqs {
             window,
             epoch: None,
@@ -43,7 +43,7 @@ impl AnsweredSeqs {
     }
 
     /// True the first time (client, seq) is seen within the window.
-    pub fn first_time(&mut self, now: Instant, client: u8, seq: u32) -> bool {
+    pub(crate) fn first_time(&mut self, now: Instant, client: u8, seq: u32) -> bool {
         let (epoch, last) = *self.epoch.get_or_insert((now, now));
         if now.saturating_duration_since(last) >= self.window {
             self.set.clear();

@@ -48,11 +48,11 @@ fn idx(client: u8) -> usize {
 }
 
 impl Clients {
-    pub fn is_registered(&self, client: u8) -> bool {
+    pub(crate) fn is_registered(&self, client: u8) -> bool {
         self.info[idx(client)].is_some()
     }
 
-    pub fn register(&mut self, client: u8, info: ClientInfo) -> Registration {
+    pub(crate) fn register(&mut self, client: u8, info: ClientInfo) -> Registration {
         let slot = &mut self.info[idx(client)];
         if let Some(old) = slot {
             if old.ulib_name.as_bytes() != info.ulib_name.as_bytes() {
@@ -63,12 +63,12 @@ impl Clients {
         Registration::Ok
     }
 
-    pub fn info(&self, client: u8) -> Option<&ClientInfo> {
+    pub(crate) fn info(&self, client: u8) -> Option<&ClientInfo> {
         self.info.get(usize::from(client))?.as_ref()
     }
 
     /// Header seq for the next message to `client`: a per-client counter from 0, wrapping.
-    pub fn next_seq(&mut self, client: u8) -> u32 {
+    pub(crate) fn next_seq(&mut self, client: u8) -> u32 {
         let c = &mut self.seq[idx(client)];
         let s = *c;
         *c = c.wrapping_add(1);
@@ -76,18 +76,18 @@ impl Clients {
     }
 
     /// The seq the next message to `client` will carry.
-    pub fn peek_seq(&self, client: u8) -> u32 {
+    pub(crate) fn peek_seq(&self, client: u8) -> u32 {
         self.seq[idx(client)]
     }
 
     /// Counts one accepted MAPINFO record of `client`.
-    pub fn count_mapinfo(&mut self, client: u8) {
+    pub(crate) fn count_mapinfo(&mut self, client: u8) {
         let c = &mut self.mapinfo_acks[idx(client)];
         *c = c.wrapping_add(1);
     }
 
     /// Records accepted since the last call (the ACK_NUM of the batch a MAPINFO_NUM closes).
-    pub fn take_mapinfo_acks(&mut self, client: u8) -> u32 {
+    pub(crate) fn take_mapinfo_acks(&mut self, client: u8) -> u32 {
         std::mem::take(&mut self.mapinfo_acks[idx(client)])
     }
 }

@@ -120,7 +120,7 @@ pub(crate) struct Binding {
 
 impl Binding {
     /// The binding of an ACCEPT we answer `req` (from `from`) with, answering `ap`.
-    pub fn of_request(from: SocketAddr, req: &PeerMessage, ap: SocketAddr) -> Self {
+    pub(crate) fn of_request(from: SocketAddr, req: &PeerMessage, ap: SocketAddr) -> Self {
         Binding {
             from,
             handle: req.assoc_handle,
@@ -130,7 +130,7 @@ impl Binding {
     }
 
     /// The binding an ACK (from `from`) claims.
-    pub fn of_ack(from: SocketAddr, ack: &PeerMessage) -> Self {
+    pub(crate) fn of_ack(from: SocketAddr, ack: &PeerMessage) -> Self {
         Binding {
             from,
             handle: ack.assoc_handle,
@@ -153,7 +153,7 @@ pub(crate) struct CookieJar {
 impl CookieJar {
     /// Keys derived from the shell's secret (`handle_key`, 32 random bytes); epochs count
     /// from `now`.
-    pub fn new(secret: &[u8; 32], now: Instant) -> Self {
+    pub(crate) fn new(secret: &[u8; 32], now: Instant) -> Self {
         let (k, rest) = secret.split_at(16);
         let mut h = keyed(k);
         h.write(b"iwpmd echo cookie base key");
@@ -172,7 +172,7 @@ impl CookieJar {
     }
 
     /// A key for other keyed hashes of the core (per-source buckets), apart from the cookies'.
-    pub fn bucket_key(&self) -> [u8; 16] {
+    pub(crate) fn bucket_key(&self) -> [u8; 16] {
         let mut h = keyed(&self.base);
         h.write(b"per-source buckets");
         h.finish128().as_bytes()
@@ -203,7 +203,7 @@ impl CookieJar {
     /// Marks `accept` (about to be sent for `binding`) with the cookie: for IPv4 the
     /// returned echo bytes (write them with [`PeerMessage::encode_with_echo`]); for IPv6
     /// `pmtime` and `version` are set and the echo is zeros.
-    pub fn mark(
+    pub(crate) fn mark(
         &mut self,
         now: Instant,
         accept: &mut PeerMessage,
@@ -232,7 +232,7 @@ impl CookieJar {
     }
 
     /// Checks the cookie an ACK echoes (`ack` decoded from `datagram`, from `binding.from`).
-    pub fn verify(
+    pub(crate) fn verify(
         &mut self,
         now: Instant,
         ack: &PeerMessage,

@@ -60,7 +60,7 @@ pub(crate) enum ExchangeKey {
 pub(crate) struct SourceKey(IpAddr);
 
 impl SourceKey {
-    pub fn of(ip: IpAddr) -> Self {
+    pub(crate) fn of(ip: IpAddr) -> Self {
         match ip {
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) => SourceKey(IpAddr::V4(v4)),
@@ -158,7 +158,7 @@ pub(crate) struct Exchange {
 }
 
 impl Exchange {
-    pub fn new(
+    pub(crate) fn new(
         key: ExchangeKey,
         mapping: MappingId,
         (via, to): (PeerSocket, SocketAddr),
@@ -177,14 +177,14 @@ impl Exchange {
     }
 
     /// True while waiting for the other side (REQUEST retransmitting, or ACCEPT not ACKed).
-    pub fn is_waiting(&self) -> bool {
+    pub(crate) fn is_waiting(&self) -> bool {
         match &self.kind {
             ExchangeKind::Active(q) => matches!(q.state, ActiveState::Requesting { .. }),
             ExchangeKind::Passive(p) => !p.confirmed,
         }
     }
 
-    pub fn expires(&self) -> Instant {
+    pub(crate) fn expires(&self) -> Instant {
         self.expires
     }
 
@@ -222,32 +222,32 @@ pub(crate) struct Exchanges {
 }
 
 impl Exchanges {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Local (active) exchanges.
-    pub fn active_len(&self) -> usize {
+    pub(crate) fn active_len(&self) -> usize {
         self.active
     }
 
     /// Remote (passive) exchanges.
-    pub fn passive_len(&self) -> usize {
+    pub(crate) fn passive_len(&self) -> usize {
         self.unconfirmed.len() + self.confirmed.len()
     }
 
     /// Remote exchanges no ACK has confirmed yet.
-    pub fn unconfirmed_len(&self) -> usize {
+    pub(crate) fn unconfirmed_len(&self) -> usize {
         self.unconfirmed.len()
     }
 
     /// Unconfirmed remote exchanges from `source`.
-    pub fn unconfirmed_from(&self, source: SourceKey) -> u32 {
+    pub(crate) fn unconfirmed_from(&self, source: SourceKey) -> u32 {
         self.per_source.get(&source).copied().unwrap_or(0)
     }
 
     /// The oldest unconfirmed passive exchange from `source`.
-    pub fn oldest_unconfirmed_from(&self, source: SourceKey) -> Option<ExchangeId> {
+    pub(crate) fn oldest_unconfirmed_from(&self, source: SourceKey) -> Option<ExchangeId> {
         self.by_source
             .range((source, ExchangeId(0))..)
             .next()
@@ -256,25 +256,25 @@ impl Exchanges {
     }
 
     /// Every exchange (unordered), for snapshots.
-    pub fn iter(&self) -> impl Iterator<Item = &Exchange> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Exchange> {
         self.entries.values()
     }
 
-    pub fn find(&self, key: &ExchangeKey) -> Option<ExchangeId> {
+    pub(crate) fn find(&self, key: &ExchangeKey) -> Option<ExchangeId> {
         self.keys.get(key).copied()
     }
 
-    pub fn get(&self, id: ExchangeId) -> Option<&Exchange> {
+    pub(crate) fn get(&self, id: ExchangeId) -> Option<&Exchange> {
         self.entries.get(&id)
     }
 
-    pub fn get_mut(&mut self, id: ExchangeId) -> Option<&mut Exchange> {
+    pub(crate) fn get_mut(&mut self, id: ExchangeId) -> Option<&mut Exchange> {
         self.entries.get_mut(&id)
     }
 
     /// Inserts `ex`; its first timer is `first_timer` (capped at its expiry). The key must
     /// be free.
-    pub fn insert(&mut self, mut ex: Exchange, first_timer: Instant) -> ExchangeId {
+    pub(crate) fn insert(&mut self, mut ex: Exchange, first_timer: Instant) -> ExchangeId {
         self.next_id += 1;
         let id = ExchangeId(self.next_id);
         ex.timer = first_timer.min(ex.expires);
@@ -300,7 +300,7 @@ impl Exchanges {
     /// one (it only absorbs late duplicates), else the oldest one not confirmed. A confirmed
     /// exchange needs a verified ACK, so an attacker cannot fill the table with them to push
     /// out the exchanges still waiting for a real peer's ACK.
-    pub fn eviction_candidate(&self) -> Option<ExchangeId> {
+    pub(crate) fn eviction_candidate(&self) -> Option<ExchangeId> {
         self.confirmed
             .first()
             .or_else(|| self.unconfirmed.first())
@@ -308,7 +308,7 @@ impl Exchanges {
     }
 
     /// Marks a passive exchange confirmed (its ACK came). Returns false if it was already.
-    pub fn confirm(&mut self, id: ExchangeId) -> bool {
+    pub(crate) fn confirm(&mut self, id: ExchangeId) -> bool {
         let Some(ex) = self.entries.get_mut(&id) else {
             return false;
         };
@@ -328,7 +328,7 @@ impl Exchanges {
 
     /// The active exchange got its answer: no more retransmissions; it lives on until its
     /// expiry to re-ACK duplicates.
-    pub fn answered(&mut self, id: ExchangeId, state: ActiveState) {
+    pub(crate) fn answered(&mut self, id: ExchangeId, state: ActiveState) {
         let Some(ex) = self.entries.get_mut(&id) else {
             return;
         };
@@ -340,7 +340,7 @@ impl Exchanges {
     }
 
     /// As [`Exchanges::answered`], with the exchange's timer at `at` instead of its end.
-    pub fn answered_until(&mut self, id: ExchangeId, state: ActiveState, at: Instant) {
+    pub(crate) fn answered_until(&mut self, id: ExchangeId, state: ActiveState, at: Instant) {
         self.answered(id, state);
         self.move_timer(id, at);
     }
@@ -363,7 +363,7 @@ impl Exchanges {
         }
     }
 
-    pub fn remove(&mut self, id: ExchangeId) -> Option<Exchange> {
+    pub(crate) fn remove(&mut self, id: ExchangeId) -> Option<Exchange> {
         let ex = self.entries.remove(&id)?;
         self.keys.remove(&ex.key);
         self.timers.remove(&(ex.timer, id));
@@ -388,7 +388,7 @@ impl Exchanges {
     }
 
     /// Removes every exchange of a mapping being freed; returns how many.
-    pub fn remove_for_mapping(&mut self, mapping: MappingId) -> usize {
+    pub(crate) fn remove_for_mapping(&mut self, mapping: MappingId) -> usize {
         // Most mappings (every listener of a listen storm) never had an exchange.
         if self.by_mapping.is_empty() {
             return 0;
@@ -402,13 +402,13 @@ impl Exchanges {
     }
 
     /// Next timer, if any.
-    pub fn next_timer(&self) -> Option<Instant> {
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
         self.timers.first().map(|(at, _)| *at)
     }
 
     /// Pops the earliest timer due at or before `now` (its exchange stays, timer-less until
     /// [`Exchanges::rearm`] or [`Exchanges::remove`]).
-    pub fn pop_due(&mut self, now: Instant) -> Option<Due> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Due> {
         let &(at, id) = self.timers.first()?;
         if at > now {
             return None;
@@ -418,7 +418,7 @@ impl Exchanges {
     }
 
     /// Re-arms an exchange whose timer was popped (capped at its expiry).
-    pub fn rearm(&mut self, id: ExchangeId, at: Instant) {
+    pub(crate) fn rearm(&mut self, id: ExchangeId, at: Instant) {
         if let Some(ex) = self.entries.get_mut(&id) {
             ex.timer = at.min(ex.expires);
             self.timers.insert((ex.timer, id));
@@ -426,7 +426,10 @@ impl Exchanges {
     }
 
     /// Checks keys, mapping index, timers and budgets against the entries.
-    pub fn check(&self, mapping_exists: impl Fn(MappingId) -> bool) -> Result<(), &'static str> {
+    pub(crate) fn check(
+        &self,
+        mapping_exists: impl Fn(MappingId) -> bool,
+    ) -> Result<(), &'static str> {
         if self.keys.len() != self.entries.len() {
             return Err("exchange key index size differs");
         }
@@ -485,13 +488,13 @@ pub(crate) struct HandleGen {
 }
 
 impl HandleGen {
-    pub fn new(key: [u8; 32]) -> Self {
+    pub(crate) fn new(key: [u8; 32]) -> Self {
         HandleGen {
             rng: ChaCha20Rng::from_seed(key),
         }
     }
 
-    pub fn next_handle(&mut self) -> u64 {
+    pub(crate) fn next_handle(&mut self) -> u64 {
         loop {
             let h = self.rng.next_u64();
             if h != 0 {

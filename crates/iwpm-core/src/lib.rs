@@ -21,6 +21,7 @@
 //! limited, HANDLE_ERR code 0 is never sent, each kernel request is answered at most once
 //! and never after the kernel gave up, and memory is bounded by `max_mappings` /
 //! `max_exchanges`.
+#![warn(unreachable_pub)]
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]

@@ -67,7 +67,7 @@ impl PeerBook {
     /// The tally of `ip`, created if new. When the map is full, the least recently seen
     /// half goes in one pass: a flood of new (spoofed) sources then costs O(1) amortised
     /// per datagram, not a scan of the map each.
-    pub fn tally(&mut self, ip: IpAddr, now: Instant) -> &mut PeerTally {
+    pub(crate) fn tally(&mut self, ip: IpAddr, now: Instant) -> &mut PeerTally {
         if !self.peers.contains_key(&ip) && self.peers.len() >= MAX_PEERS {
             let mut seen: Vec<Instant> = self.peers.values().map(|(_, t)| *t).collect();
             let mid = seen.len() / 2;
@@ -80,7 +80,7 @@ impl PeerBook {
         &mut entry.0
     }
 
-    pub fn finished(&mut self, ex: RecentExchange) {
+    pub(crate) fn finished(&mut self, ex: RecentExchange) {
         if self.recent.len() >= RECENT_LEN {
             self.recent.pop_front();
         }
@@ -88,12 +88,12 @@ impl PeerBook {
     }
 
     /// Every tallied peer with when it was last seen.
-    pub fn peers(&self) -> impl Iterator<Item = (IpAddr, PeerTally, Instant)> + '_ {
+    pub(crate) fn peers(&self) -> impl Iterator<Item = (IpAddr, PeerTally, Instant)> + '_ {
         self.peers.iter().map(|(ip, (t, seen))| (*ip, *t, *seen))
     }
 
     /// Finished exchanges, oldest first.
-    pub fn recent(&self) -> impl Iterator<Item = &RecentExchange> {
+    pub(crate) fn recent(&self) -> impl Iterator<Item = &RecentExchange> {
         self.recent.iter()
     }
 }

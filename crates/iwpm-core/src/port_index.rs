@@ -84,7 +84,7 @@ pub(crate) struct PortIndex {
 
 impl PortIndex {
     /// Adds `id`, whose address on this side is `ip`:`port`.
-    pub fn insert(
+    pub(crate) fn insert(
         &mut self,
         port: u16,
         ip: IpAddr,
@@ -117,7 +117,7 @@ impl PortIndex {
     }
 
     /// Removes `id` (address `ip`:`port` on this side).
-    pub fn remove(&mut self, port: u16, ip: IpAddr, id: MappingId) {
+    pub(crate) fn remove(&mut self, port: u16, ip: IpAddr, id: MappingId) {
         let Some(entries) = self.ports.get_mut(&port) else {
             return;
         };
@@ -151,7 +151,7 @@ impl PortIndex {
     }
 
     /// The newest entry on `port` that `lookup` accepts for `ip`.
-    pub fn newest(
+    pub(crate) fn newest(
         &self,
         lookup: Lookup,
         port: u16,
@@ -170,7 +170,7 @@ impl PortIndex {
     }
 
     /// Number of ids held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ports
             .values()
             .map(|e| match e {
@@ -182,7 +182,7 @@ impl PortIndex {
     }
 
     /// True if `id` is held under `port` with address `ip`.
-    pub fn contains(&self, port: u16, ip: IpAddr, id: MappingId) -> bool {
+    pub(crate) fn contains(&self, port: u16, ip: IpAddr, id: MappingId) -> bool {
         match self.ports.get(&port) {
             Some(PortEntries::One(x)) => *x == id,
             Some(PortEntries::Few(v)) => v.contains(&(id, ip)),

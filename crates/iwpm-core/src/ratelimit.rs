@@ -83,7 +83,7 @@ pub(crate) struct LogLimiter {
 }
 
 impl LogLimiter {
-    pub fn new(interval: Duration) -> Self {
+    pub(crate) fn new(interval: Duration) -> Self {
         LogLimiter {
             interval,
             kinds: HashMap::new(),
@@ -91,7 +91,7 @@ impl LogLimiter {
     }
 
     /// `Some(suppressed_since_last)` when a line of `kind` may be emitted now.
-    pub fn allow(&mut self, now: Instant, kind: LogKind) -> Option<u64> {
+    pub(crate) fn allow(&mut self, now: Instant, kind: LogKind) -> Option<u64> {
         let interval = self.interval;
         self.kinds
             .entry(kind)

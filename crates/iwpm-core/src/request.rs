@@ -26,12 +26,12 @@ pub(crate) struct Addr {
 
 impl Addr {
     /// `None` for a non-IP family.
-    pub fn parse(raw: SockAddrStorage) -> Option<Self> {
+    pub(crate) fn parse(raw: SockAddrStorage) -> Option<Self> {
         raw.endpoint().map(|ep| Addr { raw, ep })
     }
 
     /// The wildcard address of this family with `port`: what reservations bind to (as C).
-    pub fn wildcard_with_port(&self, port: u16) -> SocketAddr {
+    pub(crate) fn wildcard_with_port(&self, port: u16) -> SocketAddr {
         match self.ep.ip {
             IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
             IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
@@ -45,12 +45,12 @@ pub(crate) struct Abi(pub u16);
 
 impl Abi {
     /// ABI 3 messages carry no FLAGS attribute; later ones do.
-    pub fn has_flags(self) -> bool {
+    pub(crate) fn has_flags(self) -> bool {
         self.0 > IWPM_UABI_VERSION_MIN
     }
 
     /// The FLAGS a message carried, or 0 where this ABI has none.
-    pub fn flags(self, flags: Option<u32>) -> u32 {
+    pub(crate) fn flags(self, flags: Option<u32>) -> u32 {
         if self.has_flags() {
             flags.unwrap_or(0)
         } else {

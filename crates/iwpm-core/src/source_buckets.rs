@@ -26,7 +26,7 @@ pub(crate) struct SourceBuckets {
 
 impl SourceBuckets {
     /// `per_sec` tokens per second (burst as large) for each source.
-    pub fn per_second(per_sec: u32, key: [u8; 16], now: Instant) -> Self {
+    pub(crate) fn per_second(per_sec: u32, key: [u8; 16], now: Instant) -> Self {
         SourceBuckets {
             key,
             slots: vec![TokenBucket::per_second(per_sec, now); SLOTS],
@@ -34,7 +34,7 @@ impl SourceBuckets {
     }
 
     /// Takes one of `source`'s tokens if it has one.
-    pub fn take(&mut self, now: Instant, source: SourceKey) -> bool {
+    pub(crate) fn take(&mut self, now: Instant, source: SourceKey) -> bool {
         let mut h = SipHasher13::new_with_key(&self.key);
         source.hash(&mut h);
         let slot = (h.finish() % SLOTS as u64) as usize;

@@ -12,10 +12,10 @@ use iwpm_proto::consts::op::{self, RDMA_NL_IWPM_NUM_OPS};
 use iwpm_proto::peer::PeerMsgType;
 
 /// Number of iwpm ops (array size of the per-op counters).
-pub const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
+pub(crate) const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
 
 /// Peer message kinds, in wire order (REQUEST, ACCEPT, ACK, REJECT).
-pub const NUM_PEER_TYPES: usize = 4;
+pub(crate) const NUM_PEER_TYPES: usize = 4;
 
 /// All counters. Gauges (`mappings`, `exchanges_active`; [`CounterKind::Gauge`] in the list
 /// below) reflect the current state; the rest only grow (wrapping).

@@ -86,7 +86,7 @@ fn all_zero(bytes: &[u8]) -> bool {
 impl Mapping {
     /// A mapping with one reference. `local` and `mapped` must be IPv4 or IPv6 (the core
     /// only maps addresses whose endpoint it could read).
-    pub fn new(
+    pub(crate) fn new(
         local: &SockAddrStorage,
         mapped: &SockAddrStorage,
         owner: u8,
@@ -110,7 +110,7 @@ impl Mapping {
     /// A mapping with one reference whose mapped address is `local` with `mapped_port`
     /// (a reserved port, or the local port itself for NO_PORT_MAP): what ADD and QUERY
     /// create, without comparing two 128-byte blocks.
-    pub fn new_local(
+    pub(crate) fn new_local(
         local: &SockAddrStorage,
         mapped_port: u16,
         owner: u8,
@@ -165,12 +165,12 @@ impl Mapping {
     }
 
     /// The shell's reserved TCP socket (`None` for NO_PORT_MAP).
-    pub fn reservation(&self) -> Option<ReservationId> {
+    pub(crate) fn reservation(&self) -> Option<ReservationId> {
         (!self.no_port_map).then_some(ReservationId(self.reservation))
     }
 
     /// The local address as received.
-    pub fn local(&self) -> SockAddrStorage {
+    pub(crate) fn local(&self) -> SockAddrStorage {
         let mut raw = SockAddrStorage::default();
         raw.0[..ADDR_HEAD].copy_from_slice(&self.local_head);
         if let Some(u) = &self.unusual {
@@ -184,7 +184,7 @@ impl Mapping {
     }
 
     /// The mapped address.
-    pub fn mapped(&self) -> SockAddrStorage {
+    pub(crate) fn mapped(&self) -> SockAddrStorage {
         match self.other_mapped() {
             Some(m) => *m,
             None => self.local().with_port(self.mapped_port),
@@ -192,18 +192,18 @@ impl Mapping {
     }
 
     /// The local IP and port.
-    pub fn local_ep(&self) -> Endpoint {
+    pub(crate) fn local_ep(&self) -> Endpoint {
         endpoint_of(&self.local_head)
     }
 
     /// The local address as a socket address (IPv4/IPv6 with flowinfo and scope id), read
     /// from the inline head without rebuilding the 128 bytes.
-    pub fn local_socket_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn local_socket_addr(&self) -> Option<SocketAddr> {
         socket_addr_from_head(&self.local_head)
     }
 
     /// The mapped address as a socket address; see [`Mapping::local_socket_addr`].
-    pub fn mapped_socket_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn mapped_socket_addr(&self) -> Option<SocketAddr> {
         match self.other_mapped() {
             Some(m) => m.to_socket_addr(),
             None => self.local_socket_addr().map(|mut a| {
@@ -214,7 +214,7 @@ impl Mapping {
     }
 
     /// The mapped IP and port.
-    pub fn mapped_ep(&self) -> Endpoint {
+    pub(crate) fn mapped_ep(&self) -> Endpoint {
         match self.other_mapped() {
             Some(m) => endpoint_of(&m.0),
             None => Endpoint {
@@ -290,11 +290,11 @@ pub(crate) struct MappingTable {
 }
 
 impl MappingTable {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }
 
-    pub fn insert(&mut self, m: Mapping) -> MappingId {
+    pub(crate) fn insert(&mut self, m: Mapping) -> MappingId {
         self.next_seq = self.next_seq.wrapping_add(1);
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -320,7 +320,7 @@ impl MappingTable {
         id
     }
 
-    pub fn remove(&mut self, id: MappingId) -> Option<Mapping> {
+    pub(crate) fn remove(&mut self, id: MappingId) -> Option<Mapping> {
         self.get(id)?;
         let slot = self.slots.get_mut(id.slot())?;
         let m = slot.take()?;
@@ -331,11 +331,11 @@ impl MappingTable {
         Some(m)
     }
 
-    pub fn get(&self, id: MappingId) -> Option<&Mapping> {
+    pub(crate) fn get(&self, id: MappingId) -> Option<&Mapping> {
         live_in(&self.slots, id)
     }
 
-    pub fn get_mut(&mut self, id: MappingId) -> Option<&mut Mapping> {
+    pub(crate) fn get_mut(&mut self, id: MappingId) -> Option<&mut Mapping> {
         match self.slots.get_mut(id.slot()) {
             Some(Some(m)) if m.seq == id.seq() => Some(m),
             _ => None,
@@ -351,17 +351,17 @@ impl MappingTable {
     }
 
     /// C's loose look-up by local address.
-    pub fn loose_local(&self, ep: &Endpoint) -> Option<MappingId> {
+    pub(crate) fn loose_local(&self, ep: &Endpoint) -> Option<MappingId> {
         self.newest(Side::Local, Lookup::Loose, ep)
     }
 
     /// C's exact look-up by local address.
-    pub fn exact_local(&self, ep: &Endpoint) -> Option<MappingId> {
+    pub(crate) fn exact_local(&self, ep: &Endpoint) -> Option<MappingId> {
         self.newest(Side::Local, Lookup::Exact, ep)
     }
 
     /// C's loose look-up by mapped address.
-    pub fn loose_mapped(&self, ep: &Endpoint) -> Option<MappingId> {
+    pub(crate) fn loose_mapped(&self, ep: &Endpoint) -> Option<MappingId> {
         self.newest(Side::Mapped, Lookup::Loose, ep)
     }
 
@@ -374,13 +374,13 @@ impl MappingTable {
     }
 
     /// Newest first, as the C dump lists them.
-    pub fn iter(&self) -> impl Iterator<Item = (MappingId, &Mapping)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (MappingId, &Mapping)> {
         let mut all: Vec<(MappingId, &Mapping)> = self.entries().collect();
         all.sort_unstable_by_key(|(id, _)| std::cmp::Reverse(*id));
         all.into_iter()
     }
 
-    pub fn view(id: MappingId, m: &Mapping) -> MappingView {
+    pub(crate) fn view(id: MappingId, m: &Mapping) -> MappingView {
         let local_endpoint = m.local_ep();
         MappingView {
             id,
@@ -399,7 +399,7 @@ impl MappingTable {
     }
 
     /// Checks that both indexes describe exactly the stored entries.
-    pub fn check(&self) -> Result<(), &'static str> {
+    pub(crate) fn check(&self) -> Result<(), &'static str> {
         let live = self.slots.iter().flatten().count();
         if live != self.len() {
             return Err("slot count differs from table size");

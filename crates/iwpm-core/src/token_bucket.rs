@@ -15,7 +15,7 @@ pub(crate) struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket.
-    pub fn new(capacity: u32, period: Duration, now: Instant) -> Self {
+    pub(crate) fn new(capacity: u32, period: Duration, now: Instant) -> Self {
         TokenBucket {
             capacity,
             tokens: capacity,
@@ -25,7 +25,7 @@ impl TokenBucket {
     }
 
     /// A full bucket holding `per_sec` tokens, refilled at `per_sec` per second.
-    pub fn per_second(per_sec: u32, now: Instant) -> Self {
+    pub(crate) fn per_second(per_sec: u32, now: Instant) -> Self {
         let period = Duration::from_secs(1)
             .checked_div(per_sec.max(1))
             .unwrap_or(Duration::from_secs(1));
@@ -60,7 +60,7 @@ impl TokenBucket {
     }
 
     /// Takes one token if there is one.
-    pub fn take(&mut self, now: Instant) -> bool {
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
         self.refill(now);
         if self.tokens == 0 {
             return false;
@@ -70,12 +70,12 @@ impl TokenBucket {
     }
 
     /// Gives a token back (capped at the capacity).
-    pub fn refund(&mut self) {
+    pub(crate) fn refund(&mut self) {
         self.tokens = (self.tokens + 1).min(self.capacity);
     }
 
     /// Tokens available at `now`.
-    pub fn available(&mut self, now: Instant) -> u32 {
+    pub(crate) fn available(&mut self, now: Instant) -> u32 {
         self.refill(now);
         self.tokens
     }
@@ -83,11 +83,11 @@ impl TokenBucket {
     /// Most tokens the bucket holds.
     /// Tokens left as of the last refill (no clock read): changes only when one is taken
     /// or refunded, or on a refill.
-    pub fn tokens_before_refill(&self) -> u32 {
+    pub(crate) fn tokens_before_refill(&self) -> u32 {
         self.tokens
     }
 
-    pub fn capacity(&self) -> u32 {
+    pub(crate) fn capacity(&self) -> u32 {
         self.capacity
     }
 }

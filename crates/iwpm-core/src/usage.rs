@@ -49,18 +49,18 @@ pub(crate) enum UsageChange {
 
 impl Usage {
     /// Whether some resource is at its limit (above 80 %, not yet back under 70 %).
-    pub fn any_high(&self) -> bool {
+    pub(crate) fn any_high(&self) -> bool {
         self.high.contains(&true)
     }
 
     /// Whether `used` of `max` is at the warning level (80 %); never for `max` 0 (no
     /// limit).
-    pub fn is_high(used: u64, max: u64) -> bool {
+    pub(crate) fn is_high(used: u64, max: u64) -> bool {
         max > 0 && used * 10 >= max * 8
     }
 
     /// Compares `levels(resource) = (used, max)` with the thresholds; returns changes.
-    pub fn update(&mut self, levels: impl Fn(Resource) -> (u64, u64)) -> Vec<UsageChange> {
+    pub(crate) fn update(&mut self, levels: impl Fn(Resource) -> (u64, u64)) -> Vec<UsageChange> {
         let mut changes = Vec::new();
         for (i, r) in Resource::ALL.into_iter().enumerate() {
             let (used, max) = levels(r);

@@ -504,10 +504,10 @@ impl Core {
 /// Codes used here, re-exported under short names.
 mod code {
     use super::err;
-    pub const INVALID: u16 = err::IWPM_INVALID_NLMSG_ERR;
-    pub const CREATE: u16 = err::IWPM_CREATE_MAPPING_ERR;
-    pub const DUPLICATE: u16 = err::IWPM_DUPLICATE_MAPPING_ERR;
-    pub const LIB_INFO: u16 = err::IWPM_USER_LIB_INFO_ERR;
-    pub const REJECT: u16 = err::IWPM_REMOTE_QUERY_REJECT;
-    pub const VERSION: u16 = err::IWPM_VERSION_MISMATCH_ERR;
+    pub(super) const INVALID: u16 = err::IWPM_INVALID_NLMSG_ERR;
+    pub(super) const CREATE: u16 = err::IWPM_CREATE_MAPPING_ERR;
+    pub(super) const DUPLICATE: u16 = err::IWPM_DUPLICATE_MAPPING_ERR;
+    pub(super) const LIB_INFO: u16 = err::IWPM_USER_LIB_INFO_ERR;
+    pub(super) const REJECT: u16 = err::IWPM_REMOTE_QUERY_REJECT;
+    pub(super) const VERSION: u16 = err::IWPM_VERSION_MISMATCH_ERR;
 }

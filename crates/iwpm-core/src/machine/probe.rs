@@ -24,7 +24,7 @@ use crate::action::PeerSocket;
 /// Most probes in flight.
 pub const MAX_PROBES: usize = 16;
 /// Interval between a probe's REQUESTs.
-pub const PROBE_RESEND: Duration = Duration::from_millis(300);
+pub(super) const PROBE_RESEND: Duration = Duration::from_millis(300);
 /// Longest wait a probe may ask for.
 pub const PROBE_MAX_WAIT: Duration = Duration::from_secs(10);
 
@@ -93,7 +93,7 @@ pub(crate) struct Probes {
 }
 
 impl Probes {
-    pub fn next_timer(&self) -> Option<Instant> {
+    pub(super) fn next_timer(&self) -> Option<Instant> {
         self.running
             .iter()
             .map(|p| p.next_send.min(p.deadline))
