@@ -193,8 +193,8 @@ impl Shell {
                     flags.push("no_port_map".to_owned());
                 }
                 MappingEntry {
-                    local: SocketAddr::new(m.local.ip, m.local.port),
-                    mapped: SocketAddr::new(m.mapped.ip, m.mapped.port),
+                    local: SocketAddr::from(m.local),
+                    mapped: SocketAddr::from(m.mapped),
                     owner_client: m.owner_client,
                     owner_device: clients
                         .iter()
@@ -229,7 +229,7 @@ impl Shell {
                     ExchangeSide::Confirmed => "confirmed",
                 }
                 .to_owned(),
-                local: e.local.map(|l| SocketAddr::new(l.ip, l.port)),
+                local: e.local.map(SocketAddr::from),
                 retransmissions: e.retransmissions,
                 age_ms: millis(e.age),
                 expires_in_ms: millis(e.expires_in),
