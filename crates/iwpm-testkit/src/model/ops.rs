@@ -194,9 +194,7 @@ macro_rules! ops {
     ),* $(,)?) => {
         /// One step. Fields are raw fuzz bytes, interpreted when played (indices are taken
         /// modulo the size of small address pools so that operations collide often).
-        // Each field is a raw fuzz byte that its variant's doc describes; one doc line per
-        // byte would only repeat the name.
-        #[allow(missing_docs)]
+        // (Each field is a raw fuzz byte that its variant's doc describes.)
         #[derive(Clone, Debug, PartialEq, Eq)]
         pub enum Op {
             $( $(#[$doc])* $name $({ $($field: $ty),* })? ),*
