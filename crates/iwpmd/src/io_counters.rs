@@ -90,7 +90,9 @@ impl IoCounters {
         Some(*value)
     }
 
-    /// The shell's counters as `(name, value)`, in [`IoCounter::ALL`] order.
+    /// The shell's own counters as `(name, value)`, in [`IoCounter::ALL`] order (the
+    /// tests' view; the dump and `status` read [`IoCounters::with`]).
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         IoCounter::ALL
             .iter()

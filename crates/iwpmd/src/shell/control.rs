@@ -24,6 +24,7 @@ use mio::event::Event;
 use super::Shell;
 use crate::control_server::{ConnId, ControlServer};
 use crate::dump_writer;
+use crate::io_counters::{HeldElsewhere, RestartCounts};
 use crate::logging;
 
 /// A probe's default wait: the answer must come well within the 2 s an operator waits.
@@ -141,13 +142,16 @@ impl Shell {
             None => (Duration::ZERO, String::new(), 0),
         };
         let stats = self.core.stats();
-        let held = self.reservations.len() as u64;
         let core_counters: BTreeMap<String, u64> =
             stats.iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        // (status has never carried the restart machinery's counters; the dump line does)
+        let elsewhere = HeldElsewhere {
+            restart: RestartCounts::default(),
+            ..self.held_elsewhere()
+        };
         let io_counters: BTreeMap<String, u64> = self
             .counters
-            .iter()
-            .chain([(IoCounter::PortsHeld.name(), held)])
+            .with(&elsewhere)
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
         let gauges = gauge_names();
@@ -169,7 +173,7 @@ impl Shell {
                 })
                 .collect(),
             mappings: stats.mappings,
-            ports_held: held,
+            ports_held: elsewhere.ports_held,
             exchanges: stats.exchanges_active,
             control_clients: control_clients as u64,
             core_counters,

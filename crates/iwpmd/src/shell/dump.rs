@@ -54,10 +54,14 @@ impl Shell {
 
     /// The `io counters` line of a dump (SIGUSR1's and the control socket's).
     pub(super) fn io_counters_line(&self) -> String {
-        let elsewhere = HeldElsewhere {
+        dump_writer::pairs_line("io counters", self.counters.with(&self.held_elsewhere()))
+    }
+
+    /// The IO counters the shell's [`crate::io_counters::IoCounters`] does not hold.
+    pub(super) fn held_elsewhere(&self) -> HeldElsewhere {
+        HeldElsewhere {
             ports_held: u64::try_from(self.reservations.len()).unwrap_or(u64::MAX),
             restart: self.restart.counts(),
-        };
-        dump_writer::pairs_line("io counters", self.counters.with(&elsewhere))
+        }
     }
 }
