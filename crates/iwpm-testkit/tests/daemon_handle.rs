@@ -7,7 +7,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use iwpm_testkit::daemon::{Daemon, Log, EVENT_LOOP_LINE, WAIT};
-use iwpm_testkit::net::free_udp_port_on;
 
 /// `sh -c SCRIPT` with stderr piped, as the daemon commands are.
 fn sh(script: &str) -> Command {
@@ -87,16 +86,4 @@ fn an_exit_is_seen_without_a_signal() {
     let status = d.wait_exit(WAIT).expect("exited");
     assert_eq!(status.code(), Some(3));
     assert_eq!(d.try_exit(), Some(status));
-}
-
-#[test]
-fn a_free_port_binds_on_every_address_asked() {
-    let ips = [
-        std::net::Ipv4Addr::LOCALHOST,
-        std::net::Ipv4Addr::new(127, 0, 0, 2),
-    ];
-    let port = free_udp_port_on(&ips);
-    for ip in ips {
-        std::net::UdpSocket::bind((ip, port)).expect("free a moment ago");
-    }
 }
