@@ -254,17 +254,15 @@ fn a_replayed_identity_record_replaces_the_restored_connector_it_contradicts() {
     h.core.check_invariants().unwrap();
 }
 
-/// Known, not fixed: settling sets a restored mapping to the replay's count outright, so a
-/// reference taken while the replay runs (a listener ADDed again on the same wildcard
-/// during a truncated replay's window) is lost, and the first REMOVE frees the port under
-/// the other listener; a REMOVE before a complete replay's MAPINFO_NUM is undone. Keeping
-/// every change on top of the replay's count is not right either: a REMOVE that arrives
-/// before the records is already missing from them. The fix needs to know which changes
-/// the kernel's snapshot saw. Found by the core fuzzer's `Restore` op (seed
-/// `restart-window`), whose kernel ledger leaves such references out.
+/// Requests that arrive while restored mappings wait to be settled keep their effect: an
+/// ADD sharing a restored wildcard listener during a truncated replay's window, and a
+/// REMOVE after the records of a complete replay, both change the settled count. A REMOVE
+/// read before any record was already missing from the kernel's replay, so it does not
+/// count twice against a replayed count, but it does against the state file's count of a
+/// listener the truncated replay never reached. Found by the core fuzzer's `Restore` op
+/// (seed `restart-window`).
 #[test]
-#[ignore = "known finding: references taken or dropped during the replay are overwritten by settling"]
-fn known_requests_during_the_replay_keep_their_references() {
+fn requests_during_the_replay_keep_their_references() {
     let table = [
         saved("0.0.0.0:5000", "0.0.0.0:40020", 1),
         saved("10.0.0.1:4000", "10.0.0.1:40010", 2),
@@ -287,7 +285,9 @@ fn known_requests_during_the_replay_keep_their_references() {
         Some(2),
         "the new listener's reference"
     );
+    assert_eq!(h.refcount("10.0.0.1:4000"), Some(2), "the saved count");
 
+    // (a REMOVE after the records of a complete replay)
     let mut h = restored(&table);
     h.mapinfo_records(&[
         ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
@@ -304,14 +304,38 @@ fn known_requests_during_the_replay_keep_their_references() {
         "one of two users went"
     );
     h.core.check_invariants().unwrap();
+
+    // (a REMOVE before the records: the complete replay already lacks it)
+    let mut h = restored(&table);
+    h.remove("10.0.0.1:4000");
+    assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
+    h.mapinfo_records(&[
+        ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
+        ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
+    ]);
+    h.mapinfo_num(2);
+    let r = settle(&mut h);
+    assert_eq!((r.confirmed, r.freed), (2, 0), "{r:?}");
+    assert_eq!(h.refcount("10.0.0.1:4000"), Some(1), "not dropped twice");
+    h.core.check_invariants().unwrap();
+
+    // (a REMOVE before a truncated replay that never reached the listener: the state
+    // file's count loses it)
+    let mut h = restored(&table);
+    h.remove("10.0.0.1:4000");
+    h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
+    h.advance(Duration::from_secs(10));
+    let r = settle(&mut h);
+    assert_eq!((r.kept, r.freed), (2, 0), "{r:?}");
+    assert_eq!(h.refcount("10.0.0.1:4000"), Some(1), "saved 2, one removed");
+    h.core.check_invariants().unwrap();
 }
 
-/// Known, not fixed: a MAPINFO record flagged NO_PORT_MAP whose mapped port is not its
-/// local port (no kernel of ours sends one) becomes a mapping that the state file writes
-/// but refuses to read back, so after the next restart the whole file is ignored and every
-/// mapping waits for the replay alone. Either the record or the writer should give way.
-/// Found by the core fuzzer's `Restore` op, which models the ignored file as `iwpmd`
-/// does.
+/// A MAPINFO record flagged NO_PORT_MAP whose mapped port is not its local port (no
+/// kernel of ours sends one) once became a mapping that the state file wrote but refused
+/// to read back, so after the next restart the whole file was ignored and every mapping
+/// waited for the replay alone. The reader now keeps such a line. Found by the core
+/// fuzzer's `Restore` op, which models the ignored file as `iwpmd` does.
 #[test]
 fn a_no_port_map_record_with_another_port_keeps_the_state_file_readable() {
     let mut h = restored(&[]);

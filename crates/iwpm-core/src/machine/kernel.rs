@@ -221,7 +221,7 @@ impl Core {
                 .get(id)
                 .is_some_and(|m| m.local_ep().is_wildcard() && m.local_ep() == local.ep);
             if shared {
-                self.add_ref(id);
+                self.add_requested_ref(id);
                 self.reply_add(req, local.raw, id);
             } else {
                 self.send_handle_err(req.client, req.seq, code::DUPLICATE);
@@ -279,7 +279,7 @@ impl Core {
                 self.mapping_failed(now, req, "QUERY_MAPPING resolved to a wildcard");
                 return;
             }
-            self.add_ref(id);
+            self.add_requested_ref(id);
             self.resolve_query(now, query, id);
             return;
         }
@@ -310,7 +310,7 @@ impl Core {
             );
             return;
         }
-        self.unref_mapping(id, ports);
+        self.remove_requested_ref(id, client, ports);
     }
 
     fn on_mapinfo_num(&mut self, req: Request, n: MapInfoNumRequest) {

@@ -51,6 +51,7 @@ impl Core {
             );
             return;
         }
+        self.replay_built(client);
         let flags = self.abi.flags(rec.flags);
         let (Some(local), Some(mapped)) =
             (Addr::parse(rec.local_addr), Addr::parse(rec.mapped_addr))

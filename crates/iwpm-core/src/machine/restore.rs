@@ -24,6 +24,21 @@
 //!   mapping for it (an empty table is answered with a bare DONE): its restored mappings
 //!   are freed.
 //! * Restored mappings of a client we never asked to replay keep their saved counts.
+//!
+//! Kernel requests that arrive while a mapping waits to be settled change its count on
+//! top of what settling decides, as far as the kernel's replay cannot already reflect
+//! them. The kernel builds its replay inside our MAPINFO request's `sendmsg`, so every
+//! record precedes, in our socket, whatever the kernel sends after that moment:
+//!
+//! * an ADD or QUERY that shares a restored mapping always counts: the kernel records its
+//!   reference only once our answer wakes the waiting caller, and we answer only after
+//!   sending the MAPINFO request, so the replay never holds it;
+//! * a REMOVE read after the client's first record (or once its window is closed) counts
+//!   against the replay: the kernel dropped that reference from its table just before
+//!   sending the REMOVE, after the replay was built;
+//! * a REMOVE read before any record was dropped from the kernel's table before the
+//!   replay was built: a replayed count already lacks it, so it counts only against the
+//!   state file's count (a truncated replay of a listener, or a client not asked).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -46,6 +61,21 @@ pub(crate) struct RestoredRefs {
     confirmed: u32,
     /// A connector: kept only as far as the replay confirms it.
     connector: bool,
+    /// References ADD or QUERY requests took while the mapping waited (module docs).
+    added: u32,
+    /// References REMOVEs dropped before the replay was built (the replay lacks them).
+    removed_before: u32,
+    /// References REMOVEs dropped after the replay was built (the replay holds them).
+    removed_after: u32,
+}
+
+impl RestoredRefs {
+    /// `base`, the count the replay or the state file vouches for, with the requests that
+    /// came later on top (module docs).
+    fn with_requests(&self, base: u32) -> u32 {
+        base.saturating_add(self.added)
+            .saturating_sub(self.removed_after)
+    }
 }
 
 /// Restore bookkeeping, alive from [`Core::handle_restore`] to the end of the recovery.
@@ -55,6 +85,8 @@ pub(crate) struct RestoreState {
     pending: IntMap<MappingId, RestoredRefs>,
     /// Replay records accepted per client since the restore.
     records: HashMap<u8, u32>,
+    /// Clients whose replay the kernel has built: a record or the end of the replay seen.
+    built: Vec<u8>,
     /// Clients whose replay finished: true = complete (MAPINFO_NUM).
     ended: Vec<(u8, bool)>,
     /// The shell waits for the end of the recovery (see [`Core::watch_recovery_end`]).
@@ -157,8 +189,8 @@ impl Core {
                 id,
                 RestoredRefs {
                     saved: s.refcount,
-                    confirmed: 0,
                     connector: s.connector,
+                    ..RestoredRefs::default()
                 },
             );
             report.restored += 1;
@@ -241,15 +273,18 @@ impl Core {
             if refs.confirmed > 0 {
                 report.replayed += 1;
             }
-            let count = match end {
+            let count = refs.with_requests(match end {
                 Some(true) => refs.confirmed,
                 Some(false) if !any_records => 0,
                 // A connection ended while no daemon was registered sends no REMOVE: a
                 // connector the replay did not list is taken as gone (as C, which knows
                 // only the replay). Listeners keep the state file's word.
                 _ if refs.connector => refs.confirmed,
-                _ => refs.saved.max(refs.confirmed),
-            };
+                _ => refs
+                    .saved
+                    .saturating_sub(refs.removed_before)
+                    .max(refs.confirmed),
+            });
             if count == 0 {
                 if let Some(m) = self.table.get_mut(id) {
                     m.refcount = 1;
@@ -326,6 +361,46 @@ impl Core {
         self.restore.watched = true;
     }
 
+    /// An ADD or QUERY took a reference of mapping `id`: one more, also for settling if
+    /// `id` is a restored mapping not settled yet (module docs).
+    pub(super) fn add_requested_ref(&mut self, id: MappingId) {
+        self.add_ref(id);
+        if let Some(refs) = self.restore.pending.get_mut(&id) {
+            refs.added = refs.added.saturating_add(1);
+        }
+    }
+
+    /// A REMOVE drops one reference of mapping `id`, owned by `client`; settling a
+    /// restored one later keeps it dropped (module docs).
+    pub(super) fn remove_requested_ref(
+        &mut self,
+        id: MappingId,
+        client: u8,
+        ports: &mut dyn PortReservations,
+    ) {
+        let built = self.restore.built.contains(&client);
+        if let Some(refs) = self.restore.pending.get_mut(&id) {
+            let n = if built {
+                &mut refs.removed_after
+            } else {
+                &mut refs.removed_before
+            };
+            *n = n.saturating_add(1);
+        }
+        self.unref_mapping(id, ports);
+        if self.table.get(id).is_none() {
+            self.restore.pending.remove(&id);
+        }
+    }
+
+    /// The kernel has built `client`'s replay: one of its records, or the end of it, is
+    /// here. Later REMOVEs count against the replay (module docs).
+    pub(super) fn replay_built(&mut self, client: u8) {
+        if !self.restore.pending.is_empty() && !self.restore.built.contains(&client) {
+            self.restore.built.push(client);
+        }
+    }
+
     /// Counts a replayed record of `client` for the end-of-replay decision.
     pub(super) fn count_replayed(&mut self, client: u8) {
         if !self.restore.pending.is_empty() {
@@ -335,6 +410,7 @@ impl Core {
 
     /// The replay of `client` ended (`complete` = its MAPINFO_NUM arrived).
     pub(super) fn replay_ended(&mut self, client: u8, complete: bool) {
+        self.replay_built(client);
         if !self.restore.pending.is_empty() {
             self.restore.ended.push((client, complete));
         }

@@ -31,9 +31,6 @@ struct Request {
     /// built the message itself.
     local: Option<SockAddrStorage>,
     answers: u32,
-    /// Sent while a restarted core recovered: its reference may be lost when the recovery
-    /// settles (a known defect, see `restart.rs`), so the ledger does not count it.
-    uncounted: bool,
 }
 
 /// Bounded list of recent items.

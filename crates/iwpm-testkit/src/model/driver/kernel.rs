@@ -298,7 +298,6 @@ impl Driver {
 
     /// Records every frame of a datagram about to be sent, as the kernel would.
     pub(super) fn account_kernel(&mut self, b: &[u8], opaque: bool) {
-        let recovering = self.restarts > 0 && self.core.recovering();
         for f in frames(b) {
             let Ok(Frame::Msg(header, payload)) = f else {
                 continue;
@@ -312,7 +311,6 @@ impl Driver {
                 sent_at: self.now,
                 local: None,
                 answers: 0,
-                uncounted: false,
             });
             if matches!(
                 op,
@@ -322,7 +320,6 @@ impl Driver {
                 if r.count == 1 {
                     r.op = op;
                     r.sent_at = self.now;
-                    r.uncounted = recovering;
                 }
                 r.local = None;
             } else {
@@ -472,7 +469,6 @@ impl Driver {
             fail(format!("answer after the reply deadline: {msg:?}"));
         }
         let local = req.local;
-        let uncounted = req.uncounted;
         let (addr, mapped) = match &msg {
             DaemonMsg::AddMapping(r) if r.err == 0 => (r.addr, r.mapped_addr),
             DaemonMsg::QueryMapping(r) if r.err == 0 => (r.local_addr, r.mapped_local_addr),
@@ -497,9 +493,6 @@ impl Driver {
                 "success answer for {ep} but the mapping is {:?}",
                 other.map(|m| (m.mapped_endpoint, m.refcount))
             )),
-        }
-        if uncounted {
-            return;
         }
         match self.debt.get_mut(&ep) {
             Some(d) if *d > 0 => *d -= 1,

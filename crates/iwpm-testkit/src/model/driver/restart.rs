@@ -12,11 +12,9 @@
 //! next ops (`how % 3 == 2`), nothing tells the kernel which of its references the new
 //! core kept, so the ledger starts empty.
 //!
-//! A known defect is left out of the checks: settling sets a restored mapping to the
-//! replay's count outright, so a reference that an ADD or QUERY took while the recovery
-//! ran is lost (and one a REMOVE dropped comes back); the ledger does not count the
-//! references of requests sent while a restarted core recovers (`known_*` in
-//! `crates/iwpm-core/tests/restore.rs`).
+//! The ledger counts every request, those sent while the new core recovers included: a
+//! reference an ADD or QUERY takes, or a REMOVE drops, before the restored mappings are
+//! settled must survive the settling.
 //!
 //! Not modelled: ports handed over through the systemd FD store (`iwpmd` only), and
 //! a kernel that replays more than it was told of (a success answer the driver could not
@@ -100,8 +98,7 @@ impl Driver {
 
     /// The old core's table, through the bytes of a state file. A file that does not read
     /// back is ignored, as `iwpmd` ignores a corrupt one: nothing is restored, and the
-    /// replay alone rebuilds the table (a known defect: `known_*` in
-    /// `crates/iwpm-core/tests/restore.rs`).
+    /// replay alone rebuilds the table.
     fn state_file_round_trip(&self) -> Vec<SavedMapping> {
         let file = StateFile {
             host: "model".into(),
