@@ -55,9 +55,19 @@ pub struct CoreConfig {
     /// entries plus one per interval (about 1 KiB of kernel memory per second), and legitimate
     /// traffic stays in eager mode while fewer than one ACK per interval is lost.
     pub remote_info_refill: Duration,
+    /// REMOTE_INFOs that one source's (IPv4 address, IPv6 /64) verified ACKs may release
+    /// or return the budget token of, at once: the burst of a real host, which proved its
+    /// address. 2048 serves an MPI job's 1000 concurrent connects from one host twice over.
+    pub remote_info_source_burst: u32,
+    /// The same, refilled per second after the burst. A real host that completes exchanges
+    /// and never connects thus pins at most `remote_info_source_burst` kernel entries plus
+    /// this many per second.
+    pub remote_info_source_rate: u32,
     /// REJECTs sent per second at most (burst as large); beyond, REQUESTs for unknown
     /// addresses are dropped silently (the peer's kernel then times out instead of failing
-    /// fast).
+    /// fast). A REJECT is smaller than the REQUEST it answers and each source has its own
+    /// rate below, so this only caps the work: a real host loses its REJECT only when more
+    /// than `max_rejects_per_sec / max_rejects_per_sec_per_source` sources flood at once.
     pub max_rejects_per_sec: u32,
     /// REJECTs sent per second at most to one source (IPv4 address, IPv6 /64), within the
     /// global `max_rejects_per_sec`: one flooding host cannot take every other host's fast
@@ -99,7 +109,9 @@ impl Default for CoreConfig {
             peer_source_quota: 256,
             remote_info_budget: 128,
             remote_info_refill: Duration::from_secs(1),
-            max_rejects_per_sec: 100,
+            remote_info_source_burst: 2_048,
+            remote_info_source_rate: 128,
+            max_rejects_per_sec: 10_000,
             max_rejects_per_sec_per_source: 20,
             peer_allow: PeerAllow::default(),
             log_interval: Duration::from_secs(5),

@@ -98,6 +98,20 @@ impl RemoteInfoPlan {
     }
 }
 
+/// Where an ACCEPT carries its cookie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// A 24-byte block: an IPv4 message's unused address bytes, or (IPv6) the extension
+    /// block that our own active side announced it echoes. A 128-bit MAC.
+    Block,
+    /// An IPv6 message to a peer that did not announce the extension (rdma-core): only
+    /// `pmtime` and the version bits come back, 10 bits of MAC.
+    TenBits,
+}
+
+/// How long an ACK can verify after its ACCEPT was marked, at most: two epochs.
+pub(crate) const COOKIE_LIFETIME: Duration = Duration::from_secs(2 * EPOCH.as_secs());
+
 /// What a verified ACK tells: the plan its ACCEPT was sent with and, for IPv4, the mapped
 /// `cp` port of the REQUEST.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,13 +185,6 @@ impl CookieJar {
         jar
     }
 
-    /// A key for other keyed hashes of the core (per-source buckets), apart from the cookies'.
-    pub(crate) fn bucket_key(&self) -> [u8; 16] {
-        let mut h = keyed(&self.base);
-        h.write(b"per-source buckets");
-        h.finish128().as_bytes()
-    }
-
     fn epoch_key(&self, epoch: u64) -> [u8; 16] {
         let mut h = keyed(&self.base);
         h.write(b"epoch");
@@ -200,21 +207,22 @@ impl CookieJar {
         self.epoch = epoch;
     }
 
-    /// Marks `accept` (about to be sent for `binding`) with the cookie: for IPv4 the
-    /// returned echo bytes (write them with [`PeerMessage::encode_with_echo`]); for IPv6
-    /// `pmtime` and `version` are set and the echo is zeros.
+    /// Marks `accept` (about to be sent for `binding`) with the cookie, in `room`: for
+    /// [`Room::Block`] the returned 24 bytes are the cookie (write them into the IPv4 unused
+    /// bytes with [`PeerMessage::encode_with_echo`], or into the extension block); for
+    /// [`Room::TenBits`] `pmtime` and `version` are set and the block is zeros.
     pub(crate) fn mark(
         &mut self,
         now: Instant,
         accept: &mut PeerMessage,
         binding: &Binding,
-        plan: RemoteInfoPlan,
-        mapped_cp_port: u16,
+        (plan, mapped_cp_port): (RemoteInfoPlan, u16),
+        room: Room,
     ) -> Ipv4Echo {
         self.rotate(now);
         let mut echo = [0u8; IPV4_ECHO_LEN];
-        match accept.ip_version {
-            IpVersion::V4 => {
+        match room {
+            Room::Block => {
                 echo[PORT_AT..EPOCH_AT].copy_from_slice(&mapped_cp_port.to_be_bytes());
                 echo[EPOCH_AT] = self.epoch as u8;
                 echo[FLAGS_AT] = plan.code();
@@ -222,7 +230,7 @@ impl CookieJar {
                 let mac = mac(&self.current, binding, &echo[MAC_LEN..]);
                 echo[..MAC_LEN].copy_from_slice(&mac);
             }
-            IpVersion::V6 => {
+            Room::TenBits => {
                 let mac = mac(&self.current, binding, &[]);
                 accept.pmtime = mac[0];
                 accept.version = mac[1] & 0b11;
@@ -231,17 +239,19 @@ impl CookieJar {
         echo
     }
 
-    /// Checks the cookie an ACK echoes (`ack` decoded from `datagram`, from `binding.from`).
+    /// Checks the cookie an ACK (`ack`, from `binding.from`) echoes: `block` is the 24-byte
+    /// cookie block it carried (an IPv4 ACK's unused bytes, or an IPv6 ACK's extension
+    /// block), `None` for an IPv6 ACK without one, whose ten bits are checked instead.
     pub(crate) fn verify(
         &mut self,
         now: Instant,
         ack: &PeerMessage,
-        echo: &Ipv4Echo,
+        block: Option<&Ipv4Echo>,
         binding: &Binding,
     ) -> Option<Verified> {
         self.rotate(now);
-        match ack.ip_version {
-            IpVersion::V4 => {
+        match block {
+            Some(echo) => {
                 if echo[FORMAT_AT] != FORMAT_V1 {
                     return None;
                 }
@@ -261,7 +271,8 @@ impl CookieJar {
                     mapped_cp_port: u16::from_be_bytes([echo[PORT_AT], echo[PORT_AT + 1]]),
                 })
             }
-            IpVersion::V6 => {
+            None if ack.ip_version == IpVersion::V4 => None,
+            None => {
                 let matches = |key: &[u8; 16]| {
                     let mac = mac(key, binding, &[]);
                     ack.pmtime == mac[0] && ack.version == mac[1] & 0b11
@@ -274,6 +285,18 @@ impl CookieJar {
                 )
             }
         }
+    }
+
+    /// A 64-bit name of an exchange's binding, under a key of its own: what the core
+    /// remembers of an exchange whose cookie already released its REMOTE_INFO.
+    pub(crate) fn fingerprint(&self, b: &Binding) -> u64 {
+        let mut h = keyed(&self.base);
+        h.write(b"spent");
+        write_addr(&mut h, b.from);
+        h.write_u64(b.handle);
+        write_addr(&mut h, b.cp);
+        write_addr(&mut h, b.ap);
+        h.finish128().h1
     }
 }
 
@@ -376,9 +399,20 @@ mod tests {
         let mut jar = CookieJar::new(&[9; 32], t0);
         let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
         let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::OnAck, 41234);
+        let echo = jar.mark(
+            t0,
+            &mut acc,
+            &b,
+            (RemoteInfoPlan::OnAck, 41234),
+            Room::Block,
+        );
         let (ack, echo) = echoed_ack(&acc, &echo);
-        let got = jar.verify(t0 + EPOCH, &ack, &echo, &Binding::of_ack(b.from, &ack));
+        let got = jar.verify(
+            t0 + EPOCH,
+            &ack,
+            Some(&echo),
+            &Binding::of_ack(b.from, &ack),
+        );
         assert_eq!(
             got,
             Some(Verified {
@@ -394,16 +428,28 @@ mod tests {
         let mut jar = CookieJar::new(&[9; 32], t0);
         let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
         let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::OnAck, 41234);
+        let echo = jar.mark(
+            t0,
+            &mut acc,
+            &b,
+            (RemoteInfoPlan::OnAck, 41234),
+            Room::Block,
+        );
         assert!(plans_remote_info_on_ack(&echo) && !is_delivery_notice(&echo));
         let notice = delivery_notice(&echo);
         assert!(is_delivery_notice(&notice) && !plans_remote_info_on_ack(&notice));
         // rdma-core answers the notice (a duplicate ACCEPT to it) with an ACK echoing it.
         let (ack, echoed) = echoed_ack(&acc, &notice);
-        let got = jar.verify(t0, &ack, &echoed, &Binding::of_ack(b.from, &ack));
+        let got = jar.verify(t0, &ack, Some(&echoed), &Binding::of_ack(b.from, &ack));
         assert_eq!(got.map(|v| v.plan), Some(Some(RemoteInfoPlan::OnAck)));
         // Other plans announce no notice.
-        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::SentAtOnce, 41234);
+        let echo = jar.mark(
+            t0,
+            &mut acc,
+            &b,
+            (RemoteInfoPlan::SentAtOnce, 41234),
+            Room::Block,
+        );
         assert!(!plans_remote_info_on_ack(&echo));
         assert!(!plans_remote_info_on_ack(&[0; IPV4_ECHO_LEN]));
     }
@@ -414,27 +460,33 @@ mod tests {
         let mut jar = CookieJar::new(&[9; 32], t0);
         let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
         let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::NotNeeded, 5000);
+        let echo = jar.mark(
+            t0,
+            &mut acc,
+            &b,
+            (RemoteInfoPlan::NotNeeded, 5000),
+            Room::Block,
+        );
         let (ack, good) = echoed_ack(&acc, &echo);
         let bind = Binding::of_ack(b.from, &ack);
         // Blind: written from the REQUEST alone, zero padding.
-        assert_eq!(jar.verify(t0, &ack, &[0; IPV4_ECHO_LEN], &bind), None);
+        assert_eq!(jar.verify(t0, &ack, Some(&[0; IPV4_ECHO_LEN]), &bind), None);
         // Any flipped bit of the echo, the plan and port included.
         for i in 0..IPV4_ECHO_LEN {
             let mut bad = good;
             bad[i] ^= 0x40;
-            assert_eq!(jar.verify(t0, &ack, &bad, &bind), None, "byte {i}");
+            assert_eq!(jar.verify(t0, &ack, Some(&bad), &bind), None, "byte {i}");
         }
         // Another source port, handle or cp.
         let other = Binding {
             from: sa("10.0.0.1:3936"),
             ..bind
         };
-        assert_eq!(jar.verify(t0, &ack, &good, &other), None);
+        assert_eq!(jar.verify(t0, &ack, Some(&good), &other), None);
         let other = Binding { handle: 8, ..bind };
-        assert_eq!(jar.verify(t0, &ack, &good, &other), None);
+        assert_eq!(jar.verify(t0, &ack, Some(&good), &other), None);
         // Two epochs later the key is gone.
-        assert_eq!(jar.verify(t0 + EPOCH * 2, &ack, &good, &bind), None);
+        assert_eq!(jar.verify(t0 + EPOCH * 2, &ack, Some(&good), &bind), None);
     }
 
     #[test]
@@ -443,11 +495,17 @@ mod tests {
         let mut jar = CookieJar::new(&[3; 32], t0);
         let (req, b) = exchange("[fd00::1]:5000", "[fd00::2]:4000");
         let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(t0, &mut acc, &b, RemoteInfoPlan::SentAtOnce, 0);
+        let echo = jar.mark(
+            t0,
+            &mut acc,
+            &b,
+            (RemoteInfoPlan::SentAtOnce, 0),
+            Room::TenBits,
+        );
         assert_eq!(echo, [0; IPV4_ECHO_LEN]);
-        let (ack, echo) = echoed_ack(&acc, &echo);
+        let (ack, _) = echoed_ack(&acc, &echo);
         let bind = Binding::of_ack(b.from, &ack);
-        assert!(jar.verify(t0 + EPOCH, &ack, &echo, &bind).is_some());
+        assert!(jar.verify(t0 + EPOCH, &ack, None, &bind).is_some());
         // The blind guess (the REQUEST's pmtime and version, 0) passes only by chance: out
         // of 1024 handles, about 2 in 1024 (two epochs) may pass.
         let passed = (0..1024u64)
@@ -459,9 +517,64 @@ mod tests {
                     version: 0,
                     ..ack
                 };
-                jar.verify(t0 + EPOCH, &blind, &echo, &bind).is_some()
+                jar.verify(t0 + EPOCH, &blind, None, &bind).is_some()
             })
             .count();
         assert!(passed < 12, "{passed} of 1024 blind IPv6 ACKs passed");
+    }
+
+    #[test]
+    fn an_ipv6_cookie_in_the_extension_block_is_full_strength() {
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new(&[3; 32], t0);
+        let (req, b) = exchange("[fd00::1]:5000", "[fd00::2]:4000");
+        let mut acc = PeerMessage::accept_for(&req, b.ap);
+        let block = jar.mark(
+            t0,
+            &mut acc,
+            &b,
+            (RemoteInfoPlan::OnAck, 45000),
+            Room::Block,
+        );
+        assert_eq!(
+            (acc.pmtime, acc.version),
+            (0, 0),
+            "the ten bits stay unused"
+        );
+        let ack = PeerMessage::ack_for(&acc);
+        let bind = Binding::of_ack(b.from, &ack);
+        assert_eq!(
+            jar.verify(t0, &ack, Some(&block), &bind),
+            Some(Verified {
+                plan: Some(RemoteInfoPlan::OnAck),
+                mapped_cp_port: 45000
+            })
+        );
+        for i in 0..IPV4_ECHO_LEN {
+            let mut bad = block;
+            bad[i] ^= 0x10;
+            assert_eq!(jar.verify(t0, &ack, Some(&bad), &bind), None, "byte {i}");
+        }
+        // Without the block, the ten bits of an unmarked ACCEPT do not carry the plan:
+        // whatever they verify by chance releases nothing (no plan).
+        assert!(jar
+            .verify(t0, &ack, None, &bind)
+            .is_none_or(|v| v.plan.is_none()));
+    }
+
+    #[test]
+    fn fingerprints_name_the_binding() {
+        let t0 = Instant::now();
+        let jar = CookieJar::new(&[3; 32], t0);
+        let (_, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
+        assert_eq!(jar.fingerprint(&b), jar.fingerprint(&b));
+        assert_ne!(
+            jar.fingerprint(&b),
+            jar.fingerprint(&Binding { handle: 8, ..b })
+        );
+        assert_ne!(
+            jar.fingerprint(&b),
+            CookieJar::new(&[4; 32], t0).fingerprint(&b)
+        );
     }
 }

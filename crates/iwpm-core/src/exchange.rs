@@ -113,11 +113,11 @@ pub(crate) struct ActiveQuery {
 pub(crate) enum RemoteInfo {
     /// Sent when the REQUEST came, on a budget token the ACK gives back.
     SentOnToken,
-    /// No token was left: sent when (if) the ACK proves the peer real.
-    AwaitingAck {
-        owner: u8,
-        msg: Box<QueryMappingReply>,
-    },
+    /// No token was left, and the peer's cookie has no room for the mapped `cp` port (an
+    /// IPv6 peer without the extension block): sent when (if) the ACK proves the peer
+    /// real. Only the port is held; the rest is in the key and the mapping, so a held
+    /// entry stays small.
+    AwaitingAck { mapped_cp_port: u16 },
     /// Settled: token returned, or sent on the ACK.
     Settled,
 }
@@ -218,6 +218,11 @@ pub(crate) struct Exchanges {
     per_source: HashMap<SourceKey, u32>,
     /// The same, oldest first within each source (what the source quota evicts).
     by_source: BTreeSet<(SourceKey, ExchangeId)>,
+    /// Confirmed passive exchanges, oldest first within each source (a source makes room
+    /// among its own).
+    confirmed_by_source: BTreeSet<(SourceKey, ExchangeId)>,
+    /// Unconfirmed passive exchanges holding a REMOTE_INFO for their ACK, oldest first.
+    held: BTreeSet<ExchangeId>,
     next_id: u64,
 }
 
@@ -248,11 +253,27 @@ impl Exchanges {
 
     /// The oldest unconfirmed passive exchange from `source`.
     pub(crate) fn oldest_unconfirmed_from(&self, source: SourceKey) -> Option<ExchangeId> {
-        self.by_source
-            .range((source, ExchangeId(0))..)
-            .next()
-            .filter(|(s, _)| *s == source)
-            .map(|(_, id)| *id)
+        first_of(&self.by_source, source)
+    }
+
+    /// The oldest confirmed passive exchange from `source`.
+    pub(crate) fn oldest_confirmed_from(&self, source: SourceKey) -> Option<ExchangeId> {
+        first_of(&self.confirmed_by_source, source)
+    }
+
+    /// The oldest unconfirmed passive exchange of any source.
+    pub(crate) fn oldest_unconfirmed(&self) -> Option<ExchangeId> {
+        self.unconfirmed.first().copied()
+    }
+
+    /// Unconfirmed passive exchanges holding a REMOTE_INFO for their ACK.
+    pub(crate) fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The oldest of them.
+    pub(crate) fn oldest_held(&self) -> Option<ExchangeId> {
+        self.held.first().copied()
     }
 
     /// Every exchange (unordered), for snapshots.
@@ -285,26 +306,19 @@ impl Exchanges {
             ExchangeKind::Active(_) => self.active += 1,
             ExchangeKind::Passive(p) if p.confirmed => {
                 self.confirmed.insert(id);
+                self.confirmed_by_source.insert((p.source, id));
             }
             ExchangeKind::Passive(p) => {
                 self.unconfirmed.insert(id);
                 *self.per_source.entry(p.source).or_default() += 1;
                 self.by_source.insert((p.source, id));
+                if matches!(p.remote_info, RemoteInfo::AwaitingAck { .. }) {
+                    self.held.insert(id);
+                }
             }
         }
         self.entries.insert(id, ex);
         id
-    }
-
-    /// The passive exchange to evict when the passive budget is full: the oldest confirmed
-    /// one (it only absorbs late duplicates), else the oldest one not confirmed. A confirmed
-    /// exchange needs a verified ACK, so an attacker cannot fill the table with them to push
-    /// out the exchanges still waiting for a real peer's ACK.
-    pub(crate) fn eviction_candidate(&self) -> Option<ExchangeId> {
-        self.confirmed
-            .first()
-            .or_else(|| self.unconfirmed.first())
-            .copied()
     }
 
     /// Marks a passive exchange confirmed (its ACK came). Returns false if it was already.
@@ -321,7 +335,9 @@ impl Exchanges {
         p.confirmed = true;
         let source = p.source;
         self.unconfirmed.remove(&id);
+        self.held.remove(&id);
         self.confirmed.insert(id);
+        self.confirmed_by_source.insert((source, id));
         self.forget_source(source, id);
         true
     }
@@ -375,8 +391,11 @@ impl Exchanges {
         }
         match &ex.kind {
             ExchangeKind::Active(_) => self.active -= 1,
-            ExchangeKind::Passive(_) => {
-                self.confirmed.remove(&id);
+            ExchangeKind::Passive(p) => {
+                self.held.remove(&id);
+                if self.confirmed.remove(&id) {
+                    self.confirmed_by_source.remove(&(p.source, id));
+                }
                 if self.unconfirmed.remove(&id) {
                     if let Some(source) = ex.unconfirmed_source() {
                         self.forget_source(source, id);
@@ -450,6 +469,12 @@ impl Exchanges {
         if self.by_source.len() != self.unconfirmed.len() {
             return Err("per-source order differs from unconfirmed exchanges");
         }
+        if self.confirmed_by_source.len() != self.confirmed.len() {
+            return Err("per-source order differs from confirmed exchanges");
+        }
+        if !self.held.is_subset(&self.unconfirmed) {
+            return Err("a held REMOTE_INFO on a confirmed exchange");
+        }
         for (id, ex) in &self.entries {
             if self.keys.get(&ex.key) != Some(id) {
                 return Err("exchange key index points elsewhere");
@@ -472,10 +497,22 @@ impl Exchanges {
                 if !listed {
                     return Err("passive exchange missing from its eviction list");
                 }
+                let held = !p.confirmed && matches!(p.remote_info, RemoteInfo::AwaitingAck { .. });
+                if held != self.held.contains(id) {
+                    return Err("held REMOTE_INFO index differs");
+                }
             }
         }
         Ok(())
     }
+}
+
+/// The first (oldest) id of `source` in a per-source order.
+fn first_of(set: &BTreeSet<(SourceKey, ExchangeId)>, source: SourceKey) -> Option<ExchangeId> {
+    set.range((source, ExchangeId(0))..)
+        .next()
+        .filter(|(s, _)| *s == source)
+        .map(|(_, id)| *id)
 }
 
 /// Association handles: a ChaCha20 stream keyed by the shell's 32 random bytes. Without the
@@ -581,8 +618,11 @@ mod tests {
             x.unconfirmed_from(SourceKey::of("10.0.0.2".parse().unwrap())),
             1
         );
-        // A confirmed exchange needs a verified ACK: it goes before one still waiting.
-        assert_eq!(x.eviction_candidate(), Some(a), "confirmed first");
+        assert_eq!(
+            x.oldest_confirmed_from(SourceKey::of("10.0.0.2".parse().unwrap())),
+            Some(a)
+        );
+        assert_eq!(x.oldest_unconfirmed(), Some(b));
         x.check(|_| true).unwrap();
         assert_eq!(x.remove_for_mapping(MappingId(1)), 2);
         assert!(x.get(a).is_none());

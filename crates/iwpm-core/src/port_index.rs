@@ -9,8 +9,12 @@
 //! addresses) keeps them by IP and in id order, so neither look-up scans the port.
 //!
 //! * *exact*: same IP (and so family) on the port;
-//! * *loose*: same IP, or the entry is a wildcard, or the searched address is a wildcard
-//!   (so `0.0.0.0:P` also matches an IPv6 entry on port P, as in C).
+//! * *loose*: same IP, or the entry is a wildcard of the searched address's family, or the
+//!   searched address is a wildcard (so `0.0.0.0:P` also matches an IPv6 entry on port P,
+//!   as in C). A wildcard entry never answers for the other family: the kernel never
+//!   connects an IPv6 peer to an IPv4-wildcard listener or the other way round (siw and
+//!   the iWARP adapters listen per address family), so a REMOTE_INFO sent for such a pair
+//!   would stay in the kernel unconsumed (C answers it, and leaks that entry).
 //!
 //! When several entries match, the newest (largest id) wins.
 
@@ -28,14 +32,26 @@ const CROWDED_AT: usize = 16;
 pub(crate) enum Lookup {
     /// Family, IP and port equal.
     Exact,
-    /// Equal, or either side a wildcard.
+    /// Equal, or the entry a wildcard of the same family, or the searched address a
+    /// wildcard.
     Loose,
 }
 
 impl Lookup {
     fn accepts(self, entry: IpAddr, searched: IpAddr) -> bool {
         entry == searched
-            || (self == Lookup::Loose && (entry.is_unspecified() || searched.is_unspecified()))
+            || (self == Lookup::Loose
+                && ((entry.is_unspecified() && entry.is_ipv4() == searched.is_ipv4())
+                    || searched.is_unspecified()))
+    }
+}
+
+/// The wildcard address of `ip`'s family.
+fn wildcard_of(ip: IpAddr) -> IpAddr {
+    if ip.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
     }
 }
 
@@ -52,14 +68,7 @@ impl Crowded {
         match lookup {
             Lookup::Exact => on(ip),
             Lookup::Loose if ip.is_unspecified() => self.all.last().copied(),
-            Lookup::Loose => [
-                on(ip),
-                on(Ipv4Addr::UNSPECIFIED.into()),
-                on(Ipv6Addr::UNSPECIFIED.into()),
-            ]
-            .into_iter()
-            .flatten()
-            .max(),
+            Lookup::Loose => on(ip).max(on(wildcard_of(ip))),
         }
     }
 }
@@ -247,6 +256,8 @@ mod tests {
                 x.newest(Lookup::Exact, 5000, first, ip_of),
                 Some(MappingId(1))
             );
+            // ... but never for the other family.
+            assert_eq!(x.newest(Lookup::Loose, 5000, ip("fd00::1"), ip_of), None);
             assert_eq!(x.len(), n as usize + 1);
             assert!(x.contains(5000, ip("0.0.0.0"), MappingId(1000)));
             x.remove(5000, ip("0.0.0.0"), MappingId(1000));

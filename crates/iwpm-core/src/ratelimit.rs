@@ -26,6 +26,8 @@ pub(crate) enum LogKind {
     WrongSource,
     RemoteInfoBudget,
     UnverifiedAck,
+    SourceCapped,
+    Replayed,
     Unsolicited,
     Overrun,
 }

@@ -133,6 +133,18 @@ pub struct Stats {
     pub remote_info_deferred: u64,
     /// REMOTE_INFOs sent on an ACK after being held back.
     pub remote_info_on_ack: u64,
+    /// Verified ACKs past their source's allowance (`remote_info_source_burst` and
+    /// `remote_info_source_rate`): no REMOTE_INFO released, no budget token returned.
+    pub remote_info_source_capped: u64,
+    /// Verified ACKs of an exchange whose REMOTE_INFO an earlier ACK already released
+    /// (a re-ACK or a replay; nothing released again).
+    pub peer_acks_replayed: u64,
+    /// Ten-bit (IPv6, no extension block) ACKs dropped unchecked: their source failed
+    /// too many checks in the last second.
+    pub peer_acks_over_rate: u64,
+    /// REMOTE_INFOs held for an IPv6 ACK and dropped: the ACK failed, or newer ones took
+    /// the room (`peer_source_quota`, or all held entries at once).
+    pub remote_info_held_dropped: u64,
     /// QUERYs for a listener on our own IP answered from our table (no UDP to ourselves).
     pub local_answers: u64,
     /// Passive exchanges alive now (gauge; part of `exchanges_active`).
@@ -512,6 +524,10 @@ counters! {
     RejectsSuppressed => rejects_suppressed: Total,
     RemoteInfoDeferred => remote_info_deferred: Total,
     RemoteInfoOnAck => remote_info_on_ack: Total,
+    RemoteInfoSourceCapped => remote_info_source_capped: Total,
+    PeerAcksReplayed => peer_acks_replayed: Total,
+    PeerAcksOverRate => peer_acks_over_rate: Total,
+    RemoteInfoHeldDropped => remote_info_held_dropped: Total,
     LocalAnswers => local_answers: Total,
     PeerExchangesActive => peer_exchanges_active: Gauge,
     PeerExchangesUnconfirmed => peer_exchanges_unconfirmed: Gauge,

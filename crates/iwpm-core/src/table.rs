@@ -486,10 +486,11 @@ mod tests {
         );
         assert_eq!(
             t.loose_local(&ep("10.9.9.9:5000")),
-            Some(w),
-            "cross-family wildcard"
+            None,
+            "a wildcard answers only its own family (the kernel connects no other)"
         );
-        assert_eq!(t.exact_local(&ep("10.9.9.9:5000")), None);
+        assert_eq!(t.loose_local(&ep("[fd00::9]:5000")), Some(w), "wildcard");
+        assert_eq!(t.exact_local(&ep("[fd00::9]:5000")), None);
         assert_eq!(t.loose_mapped(&ep("10.0.0.1:40000")), Some(a));
         assert_eq!(t.loose_mapped(&ep("[2001:db8::1]:50000")), Some(w));
         t.check().unwrap();

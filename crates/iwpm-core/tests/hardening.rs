@@ -217,7 +217,8 @@ fn blind_acks_pin_no_kernel_memory() {
         pinned <= 2 * (8 + 1),
         "{pinned} REMOTE_INFOs pinned by blind pairs"
     );
-    assert!(h.core.stats().peer_acks_unverified >= 9_900);
+    let st = h.core.stats();
+    assert!(st.peer_acks_unverified + st.peer_acks_over_rate >= 9_900);
     assert_eq!(h.core.stats().remote_info_not_needed, 5_000);
     // Only the IPv6 port-mapped REQUESTs hold state (their cookie has no room for the
     // mapped port), within one source's quota.
@@ -551,4 +552,338 @@ fn a_delivery_notice_and_its_echoed_acks_end_after_one_resend() {
     assert_eq!(st.remote_info_notices_sent, 2);
     assert_eq!(st.peer_acks_unverified, 0, "ACKs of a notice verify");
     assert_eq!(st.remote_info_on_ack, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Every bound on IPv6 too (docs/HARDENING.md, "Bounds per family"). Each test below fails
+// on a core whose eviction refunded REMOTE_INFO tokens, whose ten-bit cookies could be
+// swept, or that had no per-source allowance (3bede92); the figure it failed with is in
+// its comment.
+
+/// The port-mapped REQUEST a spoofer sends from the /64 `net` (host `i` in it).
+fn spoofed_v6(net: u32, i: u32, ap: &str) -> (PeerMessage, String) {
+    let ip = format!("fd66:{:x}:{:x}::{:x}", net >> 16, net & 0xffff, 1 + i);
+    let req = PeerMessage::request(
+        u64::from(net) << 32 | u64::from(i),
+        addr(&format!("[{ip}]:5000")),
+        addr(&format!("[{ip}]:45000")),
+        addr(ap),
+    );
+    (req, format!("[{ip}]:3935"))
+}
+
+/// The ledger (A): a REMOTE_INFO token comes back only with a verified ACK or the refill,
+/// never when its exchange is evicted, since the kernel keeps the entry. 64 000 spoofed
+/// IPv6 REQUESTs in the port-mapped shape, 320 per /64, never ACKed, 1000 a second: at most the
+/// budget plus one per second. (3bede92: 12 800, one per five datagrams.) The same through
+/// a full table (3bede92, table of 1024: 12 544 of 100 000).
+#[test]
+fn eviction_returns_no_remote_info_token() {
+    for (max_peer_exchanges, total) in [(65_536, 16_000u32), (256, 20_000)] {
+        let mut h = Host::booted_with(CoreConfig {
+            max_peer_exchanges,
+            ..config()
+        });
+        h.invariant_stride = 997;
+        listener(&mut h, "[fd00::2]:4000");
+        let budget = h.core.config().remote_info_budget as usize;
+        let per_sec = 1_000;
+        for k in 0..total {
+            let (req, from) = spoofed_v6(k / 320, k % 320, "[fd00::2]:4000");
+            h.peer(PeerSocket::V6Listener, &from, &req);
+            h.peer_out.clear();
+            if k % per_sec == per_sec - 1 {
+                h.advance(SEC);
+            }
+        }
+        let secs = (total / per_sec) as usize;
+        let pinned = remote_infos(&mut h);
+        assert!(
+            pinned <= budget + secs + 1,
+            "table {max_peer_exchanges}: {pinned} REMOTE_INFOs for {total} spoofed REQUESTs \
+             (the ledger allows {budget} + {secs})"
+        );
+    }
+}
+
+/// A wildcard listener answers only REQUESTs of its own family: the kernel never connects
+/// an IPv6 peer to `0.0.0.0:P` (or IPv4 to `[::]:P`), so a REMOTE_INFO sent for one would
+/// never be consumed. (3bede92: an IPv4-wildcard listener took 1 280 REMOTE_INFOs for
+/// 6 400 spoofed IPv6 REQUESTs.)
+#[test]
+fn a_wildcard_listener_answers_only_its_own_family() {
+    let mut h = Host::booted();
+    h.invariant_stride = 97;
+    listener(&mut h, "0.0.0.0:4000");
+    listener(&mut h, "[::]:4001");
+    for k in 0..6_400u32 {
+        let (req, from) = spoofed_v6(k / 320, k % 320, "[fd00::2]:4000");
+        h.peer(PeerSocket::V6Listener, &from, &req);
+        if k % 1_000 == 999 {
+            h.advance(SEC);
+        }
+    }
+    assert_eq!(remote_infos(&mut h), 0);
+    assert_eq!(sent(&mut h, PeerMsgType::Accept), 0);
+    let v4 = request(1, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4001");
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &v4);
+    assert_eq!(
+        sent(&mut h, PeerMsgType::Reject),
+        1,
+        "[::]:4001 is no IPv4 listener"
+    );
+    // Each family still answers its own.
+    let v4 = request(2, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &v4);
+    let v6 = request(3, "[fd00::1]:5000", "[fd00::1]:41000", "[fd00::2]:4001");
+    h.peer(PeerSocket::V6Listener, "[fd00::1]:3935", &v6);
+    assert_eq!(sent(&mut h, PeerMsgType::Accept), 2);
+    assert_eq!(remote_infos(&mut h), 2);
+}
+
+/// B: a ten-bit IPv6 cookie (rdma-core peers, no extension block) can be guessed, not
+/// swept: the first ACK that fails ends the exchange. 300 spoofed REQUESTs (budget spent,
+/// so each holds its REMOTE_INFO for the ACK), each followed by ACKs sweeping pmtime ×
+/// version: about 2 in 1024 first guesses pass. (3bede92: 300 of 300 released, 339 ACKs
+/// each on average.)
+#[test]
+fn a_ten_bit_cookie_cannot_be_swept() {
+    let mut h = Host::booted_with(CoreConfig {
+        remote_info_budget: 0,
+        ..config()
+    });
+    h.invariant_stride = 97;
+    listener(&mut h, "[fd00::2]:4000");
+    for k in 0..300u32 {
+        let (req, from) = spoofed_v6(k, 0, "[fd00::2]:4000");
+        h.peer(PeerSocket::V6Listener, &from, &req);
+        let accept = h.peer_out.pop_back().expect("an ACCEPT");
+        for guess in 0..1024u32 {
+            let ack = PeerMessage {
+                pmtime: guess as u8,
+                version: (guess >> 8) as u8,
+                ..PeerMessage::ack_for(&accept.msg)
+            };
+            h.peer(PeerSocket::V6Listener, &from, &ack);
+        }
+        if k % 20 == 19 {
+            h.advance(SEC);
+        }
+    }
+    let released = remote_infos(&mut h);
+    assert!(
+        released <= 5,
+        "{released} of 300 held REMOTE_INFOs released"
+    );
+}
+
+/// B: a source that fails ten-bit checks is checked at most 20 times a second.
+#[test]
+fn ten_bit_checks_are_metered_per_source() {
+    let mut h = Host::booted_with(CoreConfig {
+        remote_info_budget: 0,
+        ..config()
+    });
+    listener(&mut h, "[fd00::2]:4000");
+    for i in 0..1_000u32 {
+        let (req, from) = spoofed_v6(7, i % 200, "[fd00::2]:4000");
+        let req = PeerMessage {
+            assoc_handle: u64::from(i) + 1,
+            ..req
+        };
+        h.peer(PeerSocket::V6Listener, &from, &req);
+        let blind = PeerMessage::ack_for(&PeerMessage::accept_for(&req, addr("[fd00::2]:4000")));
+        h.peer(PeerSocket::V6Listener, &from, &blind);
+    }
+    let st = h.core.stats();
+    assert!(st.peer_acks_unverified <= 20 + 2, "{st:?}");
+    assert!(st.peer_acks_over_rate >= 970);
+}
+
+/// D: a real host (it receives UDP at its own address, reads our ACCEPTs and ACKs them
+/// right) pins at most its allowance: the budget, the refills, and its source's burst plus
+/// rate, however many REQUEST + ACK pairs it completes. (3bede92: one per pair, 20 000 of
+/// 20 000.)
+#[test]
+fn a_real_host_pins_at_most_its_allowance() {
+    let mut h = Host::booted();
+    h.invariant_stride = 997;
+    listener(&mut h, "10.0.0.2:4000");
+    let c = h.core.config().clone();
+    let (pairs, secs) = (6_000u32, 2u32);
+    for i in 0..pairs {
+        let port = 1_024 + (i % 30_000) as u16;
+        let req = request(
+            u64::from(i) + 1,
+            &format!("10.0.0.66:{port}"),
+            &format!("10.0.0.66:{}", port + 1),
+            "10.0.0.2:4000",
+        );
+        h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &req);
+        let accept = h.peer_out.pop_back().expect("an ACCEPT");
+        h.ack(PeerSocket::V4Listener, "10.0.0.66:3935", &accept);
+        h.peer_out.clear();
+        if i % (pairs / secs) == pairs / secs - 1 {
+            h.advance(SEC);
+        }
+    }
+    let pinned = remote_infos(&mut h);
+    let bound = (c.remote_info_budget
+        + secs
+        + c.remote_info_source_burst
+        + c.remote_info_source_rate * secs) as usize;
+    assert!(pinned <= bound, "{pinned} REMOTE_INFOs (bound {bound})");
+    assert!(h.core.stats().remote_info_source_capped > 0);
+    // Another host is untouched: its REMOTE_INFO goes at once.
+    let req = request(1, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
+    let accept = h.peer_out.pop_back().unwrap();
+    h.ack(PeerSocket::V4Listener, "10.0.0.1:3935", &accept);
+    assert_eq!(remote_infos(&mut h), 1, "the other host's REMOTE_INFO");
+}
+
+/// D: one source's confirmed exchanges never push out another source's (a confirmed
+/// exchange absorbs its late duplicate REQUESTs, which would otherwise take a token and
+/// send a second REMOTE_INFO).
+#[test]
+fn confirmed_exchanges_of_one_source_spare_the_others() {
+    let mut h = Host::booted_with(CoreConfig {
+        max_peer_exchanges: 64,
+        ..config()
+    });
+    listener(&mut h, "10.0.0.2:4000");
+    let first = request(1, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &first);
+    let accept = h.peer_out.pop_back().unwrap();
+    h.ack(PeerSocket::V4Listener, "10.0.0.1:3935", &accept);
+    assert_eq!(remote_infos(&mut h), 1);
+    for i in 0..1_000u64 {
+        let port = 2_000 + i as u16;
+        let req = request(
+            i + 10,
+            &format!("10.0.0.66:{port}"),
+            &format!("10.0.0.66:{}", port + 1),
+            "10.0.0.2:4000",
+        );
+        h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &req);
+        let accept = h.peer_out.pop_back().unwrap();
+        h.ack(PeerSocket::V4Listener, "10.0.0.66:3935", &accept);
+    }
+    h.kernel_in.clear();
+    h.peer_out.clear();
+    // The first host's REQUEST again (its ACK crossed a retransmission): absorbed.
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &first);
+    assert_eq!(remote_infos(&mut h), 0, "no second REMOTE_INFO");
+}
+
+/// E: a captured REQUEST + ACK whose cookie planned the REMOTE_INFO for the ACK, replayed
+/// from the victim's address once a second for as long as the cookie verifies, releases
+/// one REMOTE_INFO. (3bede92: 32.)
+#[test]
+fn a_replayed_cookie_releases_one_remote_info() {
+    let mut h = Host::booted_with(CoreConfig {
+        remote_info_budget: 0,
+        ..config()
+    });
+    listener(&mut h, "10.0.0.2:4000");
+    let req = request(1, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
+    let accept = h.peer_out.pop_back().unwrap();
+    let ack = ack_of(&accept);
+    let mut released = 0;
+    for _ in 0..40 {
+        h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
+        h.peer_raw(PeerSocket::V4Listener, "10.0.0.1:3935", &ack);
+        released += remote_infos(&mut h);
+        h.advance(SEC);
+    }
+    assert_eq!(released, 1, "REMOTE_INFOs from one cookie");
+    // With tokens to spend, the replayed REQUESTs take them, and the replayed ACK (whose
+    // cookie planned otherwise) gives none back: the ledger holds.
+    let mut h = Host::booted_with(CoreConfig {
+        remote_info_budget: 8,
+        remote_info_refill: SEC * 100,
+        ..config()
+    });
+    listener(&mut h, "10.0.0.2:4000");
+    let mut released = 0;
+    for round in 0..40 {
+        h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
+        if round == 0 {
+            let accept = h.peer_out.pop_back().unwrap();
+            h.ack(PeerSocket::V4Listener, "10.0.0.1:3935", &accept);
+        } else {
+            h.peer_raw(PeerSocket::V4Listener, "10.0.0.1:3935", &ack);
+        }
+        released += remote_infos(&mut h);
+        h.advance(SEC);
+    }
+    assert!(released <= 8 + 1, "{released} REMOTE_INFOs (budget 8)");
+}
+
+/// H: the state spoofed IPv6 REQUESTs can make us hold is bounded in count (and so in
+/// bytes): 10 000 port-mapped REQUESTs from as many /64s, budget spent, never ACKed.
+/// (3bede92: one exchange each, up to 65 536; +92 MB in a debug build at 70 000.)
+#[test]
+fn spoofed_ipv6_requests_hold_bounded_state() {
+    let mut h = Host::booted();
+    h.invariant_stride = 997;
+    listener(&mut h, "[fd00::2]:4000");
+    for k in 0..10_000u32 {
+        let (req, from) = spoofed_v6(k, 0, "[fd00::2]:4000");
+        h.peer(PeerSocket::V6Listener, &from, &req);
+        h.peer_out.clear();
+    }
+    let held = h.core.stats().peer_exchanges_active;
+    assert!(held <= 2_048 + 128, "{held} passive exchanges held");
+    h.kernel_in.clear();
+    // A real IPv6 peer's REQUEST is still answered, and its ACK still releases its
+    // REMOTE_INFO.
+    let req = request(1, "[fd00::1]:5000", "[fd00::1]:41000", "[fd00::2]:4000");
+    h.peer(PeerSocket::V6Listener, "[fd00::1]:3935", &req);
+    let accept = h.peer_out.pop_back().unwrap();
+    h.ack(PeerSocket::V6Listener, "[fd00::1]:3935", &accept);
+    assert_eq!(remote_infos(&mut h), 1);
+}
+
+/// I: a real host's REQUEST to a closed port gets its REJECT at once while 100 spoofed
+/// sources flood REQUESTs to closed ports; REJECT bytes never exceed REQUEST bytes.
+/// (3bede92: the flooders took the whole 100/s, the real host got none.)
+#[test]
+fn a_real_hosts_reject_survives_a_spoofed_flood() {
+    let mut h = Host::booted();
+    h.invariant_stride = 97;
+    let (mut bytes_in, mut bytes_out, mut real_rejects) = (0, 0, 0);
+    for tick in 0..10u32 {
+        for k in 0..2_000u32 {
+            let src = k % 100;
+            let ip = format!("10.66.{}.{}", src / 200, 1 + src % 200);
+            let req = request(
+                u64::from(k) + 1,
+                &format!("{ip}:5000"),
+                &format!("{ip}:5000"),
+                "10.0.0.2:9999",
+            );
+            bytes_in += req.encode().len();
+            h.peer(PeerSocket::V4Listener, &format!("{ip}:3935"), &req);
+            if k == 1_000 {
+                let real = request(7, "10.0.0.1:5000", "10.0.0.1:5000", "10.0.0.2:9998");
+                bytes_in += real.encode().len();
+                h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &real);
+                real_rejects += h
+                    .peer_out
+                    .iter()
+                    .filter(|s| s.to == addr("10.0.0.1:3935"))
+                    .count();
+            }
+        }
+        bytes_out += h.peer_out.iter().map(|s| s.raw.len()).sum::<usize>();
+        h.peer_out.clear();
+        h.advance(SEC / 10 * (1 + tick % 2));
+    }
+    assert_eq!(real_rejects, 10, "the real host's REJECTs");
+    assert!(
+        bytes_out <= bytes_in,
+        "{bytes_out} bytes out for {bytes_in} in"
+    );
 }

@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use iwpm_proto::consts::{err, NLM_F_REQUEST};
 use iwpm_proto::netlink::{encode_daemon_msg, DaemonMsg, Envelope, HandleErr};
@@ -33,8 +33,9 @@ use crate::exchange::{Exchanges, HandleGen};
 use crate::mapping_id::MappingId;
 use crate::peer_book::PeerBook;
 use crate::ratelimit::{LogKind, LogLimiter};
+use crate::released::Released;
 use crate::request::Abi;
-use crate::source_buckets::SourceBuckets;
+use crate::source_meter::{SourceMeter, MAX_SOURCES};
 use crate::stats::Stats;
 use crate::table::{Mapping, MappingTable, MappingView};
 use crate::token_bucket::TokenBucket;
@@ -80,7 +81,14 @@ pub struct Core {
     /// REJECTs we may send.
     reject_tokens: TokenBucket,
     /// REJECTs each source may have of `reject_tokens`.
-    reject_tokens_per_source: SourceBuckets,
+    reject_tokens_per_source: SourceMeter,
+    /// What each source's verified ACKs may release (REMOTE_INFOs) or return (budget
+    /// tokens): `remote_info_source_burst`, then `remote_info_source_rate` per second.
+    verified_allowance: SourceMeter,
+    /// Failed ten-bit (IPv6) ACK checks each source may have per second.
+    unverified_acks: SourceMeter,
+    /// Exchanges whose cookie already released their REMOTE_INFO.
+    released: Released,
     /// Keys of the echo cookies in our ACCEPTs.
     cookies: CookieJar,
     /// Clients whose MAPINFO replay we asked for, until when records are accepted.
@@ -115,6 +123,13 @@ struct GaugeLevels {
     remote_info_tokens: u32,
 }
 
+/// Failed ten-bit ACK checks a source may have per second: a blind guess at an IPv6
+/// cookie without the extension block passes about once in 512 tries.
+const UNVERIFIED_ACKS_PER_SEC: u32 = 20;
+/// Exchanges remembered as having released their REMOTE_INFO (`crate::released`): about
+/// 40 bytes each.
+const MAX_RELEASED: usize = 65_536;
+
 /// Spare output buffers kept at most (a burst of replies needs no more to be reused).
 const MAX_SPARE_BUFFERS: usize = 16;
 /// Capacity of a new output buffer: the largest reply (QUERY_MAPPING's, 560 bytes).
@@ -130,11 +145,16 @@ impl Core {
             TokenBucket::new(config.remote_info_budget, config.remote_info_refill, now);
         let reject_tokens = TokenBucket::per_second(config.max_rejects_per_sec, now);
         let cookies = CookieJar::new(&config.handle_key, now);
-        let reject_tokens_per_source = SourceBuckets::per_second(
-            config.max_rejects_per_sec_per_source,
-            cookies.bucket_key(),
-            now,
+        let reject_tokens_per_source =
+            SourceMeter::per_second(config.max_rejects_per_sec_per_source, MAX_SOURCES);
+        let verified_allowance = SourceMeter::new(
+            config.remote_info_source_burst,
+            Duration::from_secs(1)
+                .checked_div(config.remote_info_source_rate)
+                .unwrap_or(Duration::MAX),
+            MAX_SOURCES,
         );
+        let unverified_acks = SourceMeter::per_second(UNVERIFIED_ACKS_PER_SEC, MAX_SOURCES);
         Core {
             abi: Abi(config.max_abi),
             handles: HandleGen::new(config.handle_key),
@@ -151,6 +171,9 @@ impl Core {
             remote_info_tokens,
             reject_tokens,
             reject_tokens_per_source,
+            verified_allowance,
+            unverified_acks,
+            released: Released::new(MAX_RELEASED),
             cookies,
             mapinfo_windows: Vec::new(),
             last_resync: None,

@@ -52,12 +52,12 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use iwpm_proto::netlink::DaemonMsg;
-use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{ipv4_echo, IpVersion, Ipv4Echo, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::Endpoint;
 
 use super::Inbound;
 use crate::action::PeerSocket;
-use crate::cookie::{self, Binding, RemoteInfoPlan};
+use crate::cookie::{self, Binding, RemoteInfoPlan, Room, COOKIE_LIFETIME};
 use crate::exchange::{
     Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer, RemoteInfo, SourceKey,
 };
@@ -68,6 +68,11 @@ use crate::table::MappingRole;
 
 /// How often a duplicate ACK gets the delivery notice again.
 const NOTICE_RESENDS: u32 = 1;
+
+/// REMOTE_INFOs held for ten-bit (IPv6) ACKs at once, in all: each held entry is a few
+/// hundred bytes with its indexes, so a flood from any number of spoofed /64s costs at
+/// most about 2 MB (the oldest gives way; nothing was sent for it).
+const MAX_HELD: usize = 2_048;
 
 impl Core {
     /// A REQUEST: the ACCEPT carries an echo cookie (`crate::cookie`), so in the common
@@ -126,52 +131,58 @@ impl Core {
             self.exchanges.remove(xid);
             self.stats.peer_reused_handles += 1;
         }
-        let binding = Binding::of_request(from, msg, answer_ap);
-        let mut accept = PeerMessage::accept_for(msg, answer_ap);
+        let room = cookie_room(msg, rx.datagram);
+        let answer = Answer {
+            via,
+            binding: Binding::of_request(from, msg, answer_ap),
+            accept: PeerMessage::accept_for(msg, answer_ap),
+            room,
+        };
         if mapped_cp == msg.cp() {
             self.stats.remote_info_not_needed += 1;
-            self.stateless_accept(
-                now,
-                via,
-                &mut accept,
-                &binding,
-                RemoteInfoPlan::NotNeeded,
-                0,
-            );
+            self.stateless_accept(now, answer, (RemoteInfoPlan::NotNeeded, 0));
             return;
         }
         let source = SourceKey::of(from.ip());
         let Some((owner, remote_info)) = self.remote_info_for(id, msg.cp(), mapped_cp) else {
             return;
         };
-        let (plan, remote_info) = if self.remote_info_at_once(now, source) {
+        let remote_info = if self.remote_info_at_once(now, source) {
             // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
             // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
             // remote-info entry is reported with the peer's mapped address and leaks the
             // entry. (C gets this order by accident, through its sender thread.)
             self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-            (RemoteInfoPlan::SentAtOnce, RemoteInfo::SentOnToken)
+            RemoteInfo::SentOnToken
         } else {
             self.remote_info_waits(now, from);
-            if msg.ip_version == IpVersion::V4 {
-                let port = mapped_cp.port();
-                self.stateless_accept(now, via, &mut accept, &binding, RemoteInfoPlan::OnAck, port);
+            if room == Room::Block {
+                // The cookie carries the mapped `cp` port: nothing kept before the ACK.
+                self.stateless_accept(now, answer, (RemoteInfoPlan::OnAck, mapped_cp.port()));
                 return;
             }
-            if self.exchanges.unconfirmed_from(source) >= self.config.peer_source_quota {
-                self.evict_oldest_of(now, from, source);
+            if !self.room_to_hold(now, from, source) {
+                self.stateless_accept(now, answer, (RemoteInfoPlan::OnAck, 0));
+                return;
             }
-            let held = RemoteInfo::AwaitingAck {
-                owner,
-                msg: Box::new(remote_info),
-            };
-            (RemoteInfoPlan::OnAck, held)
+            RemoteInfo::AwaitingAck {
+                mapped_cp_port: mapped_cp.port(),
+            }
         };
-        self.make_room_for_passive();
+        let plan = match remote_info {
+            RemoteInfo::SentOnToken => RemoteInfoPlan::SentAtOnce,
+            _ => RemoteInfoPlan::OnAck,
+        };
+        let Answer {
+            via,
+            binding,
+            mut accept,
+            room,
+        } = answer;
         let echo = self
             .cookies
-            .mark(now, &mut accept, &binding, plan, mapped_cp.port());
-        let accept = accept.encode_with_echo(&echo);
+            .mark(now, &mut accept, &binding, (plan, mapped_cp.port()), room);
+        let accept = encode_accept(&accept, &echo, room);
         let ex = Exchange::new(
             key,
             id,
@@ -199,37 +210,56 @@ impl Core {
         self.listener_answer(msg.ap())
     }
 
-    /// Makes room for one more passive exchange: while the table is full, the oldest
-    /// confirmed exchange goes, else the oldest unconfirmed one, which gives its REMOTE_INFO
-    /// token back (or drops the REMOTE_INFO it held for the ACK, counted).
-    fn make_room_for_passive(&mut self) {
+    /// Makes room for one more passive exchange of `source` and says whether there is:
+    /// while the table is full, the source's own oldest confirmed exchange goes (it only
+    /// absorbs late duplicates), else the oldest unconfirmed one of any source. Another
+    /// source's confirmed exchange never gives way: it needed a verified ACK, so a host
+    /// cannot push out other hosts' records with its own. An evicted exchange gives no
+    /// budget token back: the REMOTE_INFO it sent is still in the kernel.
+    fn room_for_passive(&mut self, source: SourceKey) -> bool {
         while self.exchanges.passive_len() >= self.config.max_peer_exchanges.max(1) {
-            let Some(victim) = self.exchanges.eviction_candidate() else {
-                break;
+            let Some(victim) = self
+                .exchanges
+                .oldest_confirmed_from(source)
+                .or_else(|| self.exchanges.oldest_unconfirmed())
+            else {
+                return false;
             };
             self.evict(victim);
         }
+        true
     }
 
-    /// Makes room in `source`'s quota: its oldest unconfirmed exchange goes (its token
-    /// back, or its held REMOTE_INFO dropped). A source flooding REQUESTs it never ACKs thus
-    /// pushes out only its own oldest entries; a real peer's ACK comes within a round trip,
-    /// long before a quota's worth of newer REQUESTs from the same source.
-    fn evict_oldest_of(&mut self, now: Instant, from: SocketAddr, source: SourceKey) {
-        let Some(victim) = self.exchanges.oldest_unconfirmed_from(source) else {
-            return;
-        };
-        self.evict(victim);
-        self.stats.peer_quota_dropped += 1;
+    /// Makes room for one more held REMOTE_INFO of `source` (an IPv6 peer without the
+    /// extension block): at most `peer_source_quota` per source and [`MAX_HELD`] in all,
+    /// the oldest giving way. A source flooding REQUESTs it never ACKs thus pushes out only
+    /// held entries (nothing sent for them yet), and a real peer's ACK comes within a
+    /// round trip, long before a quota's worth of newer REQUESTs from the same source.
+    fn room_to_hold(&mut self, now: Instant, from: SocketAddr, source: SourceKey) -> bool {
         let quota = self.config.peer_source_quota;
-        self.warn(
-            now,
-            LogKind::Quota,
-            format_args!(
-                "REQUEST from {from}: its source holds {quota} exchanges waiting for an ACK; \
-                 the oldest one gives way"
-            ),
-        );
+        if quota == 0 {
+            return false;
+        }
+        if self.exchanges.unconfirmed_from(source) >= quota {
+            if let Some(victim) = self.exchanges.oldest_unconfirmed_from(source) {
+                self.evict(victim);
+                self.stats.peer_quota_dropped += 1;
+                self.warn(
+                    now,
+                    LogKind::Quota,
+                    format_args!(
+                        "REQUEST from {from}: its source holds {quota} exchanges waiting for \
+                         an ACK; the oldest one gives way"
+                    ),
+                );
+            }
+        }
+        if self.exchanges.held_len() >= MAX_HELD {
+            if let Some(victim) = self.exchanges.oldest_held() {
+                self.evict(victim);
+            }
+        }
+        self.exchanges.unconfirmed_from(source) < quota && self.room_for_passive(source)
     }
 
     fn evict(&mut self, victim: ExchangeId) {
@@ -238,10 +268,8 @@ impl Core {
         };
         self.stats.exchanges_evicted += 1;
         if let ExchangeKind::Passive(p) = ex.kind {
-            match p.remote_info {
-                RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
-                RemoteInfo::AwaitingAck { .. } => self.stats.remote_info_deferred += 1,
-                RemoteInfo::Settled => {}
+            if let RemoteInfo::AwaitingAck { .. } = p.remote_info {
+                self.stats.remote_info_held_dropped += 1;
             }
         }
     }
@@ -255,6 +283,8 @@ impl Core {
     /// real: a budget token is free, and the source holds fewer than its share.
     fn remote_info_at_once(&mut self, now: Instant, source: SourceKey) -> bool {
         self.exchanges.unconfirmed_from(source) < self.remote_info_share()
+            && self.remote_info_tokens.available(now) > 0
+            && self.room_for_passive(source)
             && self.remote_info_tokens.take(now)
     }
 
@@ -271,22 +301,18 @@ impl Core {
         );
     }
 
-    /// Sends `accept` with its cookie and keeps nothing: a retransmitted REQUEST gets the
+    /// Sends the ACCEPT with its cookie and keeps nothing: a retransmitted REQUEST gets the
     /// same ACCEPT again (one datagram out per datagram in, 48 bytes for 64).
-    fn stateless_accept(
-        &mut self,
-        now: Instant,
-        via: PeerSocket,
-        accept: &mut PeerMessage,
-        binding: &Binding,
-        plan: RemoteInfoPlan,
-        mapped_cp_port: u16,
-    ) {
-        let echo = self
-            .cookies
-            .mark(now, accept, binding, plan, mapped_cp_port);
+    fn stateless_accept(&mut self, now: Instant, answer: Answer, plan: (RemoteInfoPlan, u16)) {
+        let Answer {
+            via,
+            binding,
+            mut accept,
+            room,
+        } = answer;
+        let echo = self.cookies.mark(now, &mut accept, &binding, plan, room);
         self.stats.accepts_stateless += 1;
-        let accept = accept.encode_with_echo(&echo);
+        let accept = encode_accept(&accept, &echo, room);
         self.send_peer(via, binding.from, PeerMsgType::Accept, accept);
     }
 
@@ -339,77 +365,150 @@ impl Core {
     }
 
     /// An ACK counts only if it echoes the cookie of an ACCEPT we sent to its source: then
-    /// the peer is real (it received our ACCEPT there). Its exchange's REMOTE_INFO token
-    /// comes back, or the REMOTE_INFO held for it goes out; with no exchange, an IPv4
-    /// cookie that planned the REMOTE_INFO for this ACK carries the mapped `cp` port, and
-    /// a confirmed entry is kept so that a duplicate ACK sends no second one.
+    /// the peer is real (it received our ACCEPT there). Within its source's allowance, its
+    /// exchange's REMOTE_INFO token comes back or the REMOTE_INFO held for it goes out;
+    /// with no exchange, a cookie that planned the REMOTE_INFO for this ACK carries the
+    /// mapped `cp` port, and the exchange is remembered as released so that no later ACK
+    /// (a duplicate, or a replay) releases it again.
     pub(super) fn on_ack(&mut self, now: Instant, rx: Inbound<'_>) {
         let Inbound { from, msg, .. } = rx;
-        let binding = Binding::of_ack(from, msg);
-        let Some(verified) = self
-            .cookies
-            .verify(now, msg, &ipv4_echo(rx.datagram), &binding)
-        else {
-            self.count_warn(
-                now,
-                |s| &mut s.peer_acks_unverified,
-                LogKind::UnverifiedAck,
-                format_args!(
-                    "ACK from {from} dropped: it does not echo the cookie of an ACCEPT we sent \
-                     there (blind, tampered, stale, or from a peer that zeroes the bytes)"
-                ),
-            );
-            return;
-        };
+        let source = SourceKey::of(from.ip());
         let key = ExchangeKey::Passive {
             handle: msg.assoc_handle,
             from,
             ap: msg.ap().into(),
             cp: msg.cp().into(),
         };
+        let block = cookie_block(msg, rx.datagram);
+        // Ten bits can be guessed: a source that failed too many checks is not checked
+        // again until its rate refills (a 128-bit cookie needs no such meter).
+        if block.is_none() && self.unverified_acks.available(now, source) == 0 {
+            self.stats.peer_acks_over_rate += 1;
+            return;
+        }
+        let binding = Binding::of_ack(from, msg);
+        let Some(verified) = self.cookies.verify(now, msg, block.as_ref(), &binding) else {
+            self.unverified_ack(now, rx, key, block.is_none());
+            return;
+        };
         let Some(xid) = self.exchanges.find(&key) else {
             if verified.plan == Some(RemoteInfoPlan::OnAck) {
-                self.remote_info_on_verified_ack(now, from, msg, key, verified.mapped_cp_port);
-                self.send_delivery_notice(rx.via, from, msg, rx.datagram);
+                self.remote_info_on_verified_ack(now, rx, key, &binding, verified.mapped_cp_port);
             }
             return;
         };
+        let expected = match self.exchanges.get(xid).map(|ex| &ex.kind) {
+            Some(ExchangeKind::Passive(p)) if !p.confirmed => plan_of(&p.remote_info),
+            Some(ExchangeKind::Passive(_)) => verified.plan,
+            _ => return,
+        };
+        // An exchange answers one ACCEPT: an ACK whose cookie planned otherwise answers
+        // an earlier association with the same key (replayed), and confirms nothing.
+        if verified.plan.is_some_and(|plan| Some(plan) != expected) {
+            self.stats.peer_acks_replayed += 1;
+            return;
+        }
         if !self.exchanges.confirm(xid) {
             self.stats.peer_duplicates += 1;
             // The ACK again: our notice may be lost (our active side re-ACKs while it
             // waits). Once more at most: rdma-core ACKs every ACCEPT, the notice included.
             if verified.plan == Some(RemoteInfoPlan::OnAck) && self.take_notice_resend(xid) {
-                self.send_delivery_notice(rx.via, from, msg, rx.datagram);
+                self.send_delivery_notice(rx, block.as_ref());
             }
             return;
         }
-        let Some(ex) = self.exchanges.get_mut(xid) else {
-            return;
-        };
-        let ExchangeKind::Passive(p) = &mut ex.kind else {
+        let Some(ExchangeKind::Passive(p)) = self.exchanges.get_mut(xid).map(|ex| &mut ex.kind)
+        else {
             return;
         };
         p.confirmed_at = Some(now);
-        match std::mem::replace(&mut p.remote_info, RemoteInfo::Settled) {
+        let settled = std::mem::replace(&mut p.remote_info, RemoteInfo::Settled);
+        if settled == RemoteInfo::Settled {
+            return;
+        }
+        if !self.within_allowance(now, from, source) {
+            if let RemoteInfo::AwaitingAck { .. } = settled {
+                self.stats.remote_info_held_dropped += 1;
+            }
+            return;
+        }
+        match settled {
             RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
-            RemoteInfo::AwaitingAck { owner, msg } => {
-                self.stats.remote_info_on_ack += 1;
-                self.send_kernel(owner, DaemonMsg::RemoteInfo(*msg));
+            RemoteInfo::AwaitingAck { mapped_cp_port } => {
+                let Some(ex) = self.exchanges.get(xid) else {
+                    return;
+                };
+                let mapped_cp = SocketAddr::new(msg.cp_ip, mapped_cp_port);
+                if let Some((owner, remote_info)) =
+                    self.remote_info_for(ex.mapping, msg.cp(), mapped_cp)
+                {
+                    self.stats.remote_info_on_ack += 1;
+                    self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+                }
             }
             RemoteInfo::Settled => {}
         }
     }
 
-    /// The REMOTE_INFO a stateless IPv4 ACCEPT deferred to its (verified) ACK, and the
-    /// confirmed entry that absorbs the ACK's duplicates.
+    /// An ACK whose cookie did not verify: counted, and it ends the unconfirmed exchange it
+    /// names (its held REMOTE_INFO dropped, its token not returned), so each guess at a
+    /// ten-bit cookie costs the guesser a REQUEST: the cookie can be guessed, not swept.
+    fn unverified_ack(&mut self, now: Instant, rx: Inbound<'_>, key: ExchangeKey, ten_bits: bool) {
+        let from = rx.from;
+        if ten_bits {
+            self.unverified_acks.take(now, SourceKey::of(from.ip()));
+        }
+        self.count_warn(
+            now,
+            |s| &mut s.peer_acks_unverified,
+            LogKind::UnverifiedAck,
+            format_args!(
+                "ACK from {from} dropped: it does not echo the cookie of an ACCEPT we sent \
+                 there (blind, tampered, stale, or from a peer that zeroes the bytes)"
+            ),
+        );
+        let Some(xid) = self.exchanges.find(&key) else {
+            return;
+        };
+        if self.exchanges.get(xid).is_some_and(|ex| ex.is_waiting()) {
+            self.evict(xid);
+        }
+    }
+
+    /// May `source`'s verified ACK release a REMOTE_INFO (or return a token) now? Takes one
+    /// of its allowance; says so, rate-limited, when there is none.
+    fn within_allowance(&mut self, now: Instant, from: SocketAddr, source: SourceKey) -> bool {
+        if self.verified_allowance.take(now, source) {
+            return true;
+        }
+        let (burst, rate) = (
+            self.config.remote_info_source_burst,
+            self.config.remote_info_source_rate,
+        );
+        self.count_warn(
+            now,
+            |s| &mut s.remote_info_source_capped,
+            LogKind::SourceCapped,
+            format_args!(
+                "verified ACK from {from}: its source had {burst} REMOTE_INFOs released \
+                 (then {rate} per second); no more until its allowance refills"
+            ),
+        );
+        false
+    }
+
+    /// The REMOTE_INFO a stateless ACCEPT deferred to its (verified) ACK, once per
+    /// exchange, and the confirmed entry that absorbs the ACK's duplicates.
     fn remote_info_on_verified_ack(
         &mut self,
         now: Instant,
-        from: SocketAddr,
-        ack: &PeerMessage,
+        rx: Inbound<'_>,
         key: ExchangeKey,
+        binding: &Binding,
         mapped_cp_port: u16,
     ) {
+        let Inbound { from, msg: ack, .. } = rx;
+        let source = SourceKey::of(from.ip());
         // The ACK's ap is the mapped address we answered with.
         let Some(id) = self.table.loose_mapped(&Endpoint::from(ack.ap())) else {
             self.stats.peer_unmatched += 1;
@@ -423,13 +522,39 @@ impl Core {
             self.stats.peer_unmatched += 1;
             return;
         }
+        let fingerprint = self.cookies.fingerprint(binding);
+        if self.released.contains(now, fingerprint) {
+            self.count_warn(
+                now,
+                |s| &mut s.peer_acks_replayed,
+                LogKind::Replayed,
+                format_args!(
+                    "ACK from {from}: its exchange already released its REMOTE_INFO \
+                     (a duplicate or a replay)"
+                ),
+            );
+            return;
+        }
         let mapped_cp = SocketAddr::new(ack.cp_ip, mapped_cp_port);
         let Some((owner, remote_info)) = self.remote_info_for(id, ack.cp(), mapped_cp) else {
             return;
         };
+        if !self.within_allowance(now, from, source) {
+            return;
+        }
+        if !self
+            .released
+            .record(now, fingerprint, now + COOKIE_LIFETIME)
+        {
+            self.stats.remote_info_source_capped += 1;
+            return;
+        }
         self.stats.remote_info_on_ack += 1;
         self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-        self.make_room_for_passive();
+        self.send_delivery_notice(rx, cookie_block(ack, rx.datagram).as_ref());
+        if !self.room_for_passive(source) {
+            return;
+        }
         let ex = Exchange::new(
             key,
             id,
@@ -448,7 +573,7 @@ impl Core {
                 // (here: how often a duplicate ACK may get the delivery notice again)
                 resends_left: NOTICE_RESENDS,
                 next_resend: now,
-                source: SourceKey::of(from.ip()),
+                source,
                 confirmed: true,
                 confirmed_at: Some(now),
                 remote_info: RemoteInfo::Settled,
@@ -460,24 +585,19 @@ impl Core {
 
     /// The ACCEPT once more, marked as the delivery notice: the REMOTE_INFO that waited for
     /// this (verified) ACK is in the kernel (`crate::cookie`), so the active side may let its
-    /// kernel connect. Built from the ACK, which echoes every byte of our ACCEPT.
-    fn send_delivery_notice(
-        &mut self,
-        via: PeerSocket,
-        to: SocketAddr,
-        ack: &PeerMessage,
-        datagram: &[u8],
-    ) {
-        if ack.ip_version != IpVersion::V4 {
+    /// kernel connect. Built from the ACK, which echoes every byte of our ACCEPT; only a
+    /// cookie block has room for the mark.
+    fn send_delivery_notice(&mut self, rx: Inbound<'_>, block: Option<&Ipv4Echo>) {
+        let Some(block) = block else {
             return;
-        }
+        };
         let notice = PeerMessage {
             msg_type: PeerMsgType::Accept,
-            ..*ack
+            ..*rx.msg
         };
-        let bytes = notice.encode_with_echo(&cookie::delivery_notice(&ipv4_echo(datagram)));
+        let bytes = encode_accept(&notice, &cookie::delivery_notice(block), Room::Block);
         self.stats.remote_info_notices_sent += 1;
-        self.send_peer(via, to, PeerMsgType::Accept, bytes);
+        self.send_peer(rx.via, rx.from, PeerMsgType::Accept, bytes);
     }
 
     /// May a duplicate ACK of this confirmed exchange get the notice again? (Once.)
@@ -489,5 +609,48 @@ impl Core {
             }
             _ => false,
         }
+    }
+}
+
+/// What an ACCEPT in the making needs: where it leaves, what its cookie binds, and where
+/// the cookie goes.
+struct Answer {
+    via: PeerSocket,
+    binding: Binding,
+    accept: PeerMessage,
+    room: Room,
+}
+
+/// The plan an exchange's ACCEPT was marked with, as its REMOTE_INFO state says.
+fn plan_of(remote_info: &RemoteInfo) -> Option<RemoteInfoPlan> {
+    match remote_info {
+        RemoteInfo::SentOnToken => Some(RemoteInfoPlan::SentAtOnce),
+        RemoteInfo::AwaitingAck { .. } => Some(RemoteInfoPlan::OnAck),
+        RemoteInfo::Settled => None,
+    }
+}
+
+/// Where the ACCEPT for `req` (received as `datagram`) carries its cookie: in a 24-byte
+/// block for IPv4 (the unused address bytes); for IPv6 only in ten bits.
+fn cookie_room(req: &PeerMessage, _datagram: &[u8]) -> Room {
+    match req.ip_version {
+        IpVersion::V4 => Room::Block,
+        IpVersion::V6 => Room::TenBits,
+    }
+}
+
+/// The cookie block an ACK echoes, if it has room for one.
+fn cookie_block(ack: &PeerMessage, datagram: &[u8]) -> Option<Ipv4Echo> {
+    match ack.ip_version {
+        IpVersion::V4 => Some(ipv4_echo(datagram)),
+        IpVersion::V6 => None,
+    }
+}
+
+/// An ACCEPT's bytes with its cookie where `room` says.
+fn encode_accept(accept: &PeerMessage, block: &Ipv4Echo, room: Room) -> Vec<u8> {
+    match room {
+        Room::Block => accept.encode_with_echo(block),
+        Room::TenBits => accept.encode(),
     }
 }
