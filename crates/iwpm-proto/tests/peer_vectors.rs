@@ -226,7 +226,10 @@ fn ext_accept_and_ack_match_vectors_both_ways() {
     let accept = PeerMessage::accept_for(&req, sa("[fd00::2]:40123"));
     let accept_bytes = vector("ext-v1-ipv6-accept.hex");
     assert_eq!(accept.encode_with_extension(&ext), accept_bytes);
-    assert_eq!(accept_bytes[..PEER_SHORT_LEN], vector("ipv6-accept.hex")[..]);
+    assert_eq!(
+        accept_bytes[..PEER_SHORT_LEN],
+        vector("ipv6-accept.hex")[..]
+    );
     assert!(accept_bytes[PEER_SHORT_LEN..PEER_REQUEST_LEN]
         .iter()
         .all(|&b| b == 0));
