@@ -16,6 +16,27 @@
 //! [`PeerExtension::KNOWN_FLAGS`] (so a caller cannot send a bit a later version would give a
 //! meaning), and [`peer_extension`] hands them over as received (unknown bits are visible,
 //! but [`PeerExtension::can_echo`] looks at bit 0 only).
+//!
+//! ```
+//! use iwpm_proto::peer::{peer_extension, PeerExtension, PeerMessage, PEER_EXTENDED_LEN};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let req = PeerMessage::request(
+//!     7,
+//!     "[fd00::1]:5000".parse()?,
+//!     "[fd00::1]:41234".parse()?,
+//!     "[fd00::2]:4000".parse()?,
+//! );
+//! let offer = PeerExtension { flags: PeerExtension::CAN_ECHO, cookie: [0; 24] };
+//! let datagram = req.encode_with_extension(&offer);
+//! assert_eq!(datagram.len(), PEER_EXTENDED_LEN);
+//! assert_eq!(PeerMessage::decode(&datagram)?, req); // a REQUEST keeps its mapped cp IP
+//! assert!(peer_extension(&datagram).is_some_and(|e| e.can_echo()));
+//! // What rdma-core reads: the first 64 bytes, the same REQUEST, no block.
+//! assert_eq!(PeerMessage::decode(&datagram[..64])?, req);
+//! assert_eq!(peer_extension(&datagram[..64]), None);
+//! # Ok(())
+//! # }
+//! ```
 
 use super::{PeerError, PeerMessage, IPV4_ECHO_LEN, PEER_REQUEST_LEN};
 
