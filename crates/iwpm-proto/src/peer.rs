@@ -84,8 +84,8 @@
 //!
 //! `mapped_cp_ip` is `Some` exactly when the datagram was 64 or 96 bytes long, whatever its
 //! type, so that decoding is lossless (`decode(encode(m)) == m` for every message; the
-//! extended form keeps the 64-byte field, see [`PeerMessage::encode_with_extension`]). The C daemon
-//! reads the field only in REQUESTs; so should callers. For a 48-byte REQUEST the C daemon
+//! extended form always carries the field, see [`PeerMessage::encode_with_extension`]).
+//! The C daemon reads the field only in REQUESTs; so should callers. For a 48-byte REQUEST the C daemon
 //! reads its mapped address from uninitialised memory; what to use instead is the caller's
 //! choice (`cp()` with `reserved_port` is the natural stand-in).
 
@@ -202,9 +202,9 @@ impl IpVersion {
     }
 }
 
-/// Why a datagram is not a peer message. The C daemon drops a bad IP nibble and a datagram
-/// shorter than 64 bytes but for 48 too (with a WARNING each); a longer one it truncates to
-/// 64 bytes and reads.
+/// Why a datagram is not a peer message. The C daemon also drops (with a WARNING) a bad IP
+/// nibble and every length below 64 but 48; a longer datagram it truncates to its first 64
+/// bytes and reads, so it never rejects one for its length or its extension block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum PeerError {
     /// The datagram is not 48, 64 or 96 bytes long (longer ones included, unlike C).
