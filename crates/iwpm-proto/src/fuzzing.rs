@@ -13,7 +13,11 @@
 use crate::config::parse_config_bytes;
 use crate::consts::{IWPM_UABI_VERSION, IWPM_UABI_VERSION_MIN};
 use crate::netlink::{decode_datagram, frames, DaemonMsg, Frame, KernelMsg, NetlinkMessage};
-use crate::peer::PeerMessage;
+use crate::peer::{
+    peer_extension, IpVersion, PeerError, PeerExtension, PeerMessage, IPV4_ECHO_LEN,
+    PEER_EXTENDED_LEN, PEER_REQUEST_LEN,
+};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Netlink datagram: framing, both receivers' rules, both ABIs, and the re-encode round
 /// trip of everything that decoded.
@@ -51,16 +55,74 @@ where
     }
 }
 
-/// Peer UDP datagram: decode, and the round trip of what decoded.
+/// Peer UDP datagram: decode, the round trip of what decoded, in the plain form and in the
+/// extended form (with the datagram's own extension block if it has one, else one made from
+/// its last bytes), and the extension block's reader.
 pub fn peer_datagram(data: &[u8]) {
-    if let Ok(msg) = PeerMessage::decode(data) {
+    let ext = peer_extension(data);
+    let decoded = PeerMessage::decode(data);
+    let block_ok =
+        data.len() == PEER_EXTENDED_LEN && !matches!(decoded, Err(PeerError::BadExtension { .. }));
+    assert_eq!(
+        ext.is_some(),
+        block_ok,
+        "peer_extension and decode disagree about the block"
+    );
+    if let Ok(msg) = decoded {
         let bytes = msg.encode();
         let again = PeerMessage::decode(&bytes).expect("re-encoded peer message must decode");
         if msg.is_consistent() {
             assert_eq!(again, msg, "peer round trip");
         }
         assert_eq!(again.encode(), bytes, "peer encoding must be canonical");
+        peer_extended_round_trip(&msg, &ext.unwrap_or_else(|| extension_from(data)));
     }
+}
+
+/// `decode(encode_with_extension(m, e))` is `m` with `mapped_cp_ip` made `Some` (the
+/// unspecified address when it was `None`); `peer_extension` gives `e` back with its flags
+/// masked; the first 64 bytes are what rdma-core would read, the same message.
+fn peer_extended_round_trip(msg: &PeerMessage, ext: &PeerExtension) {
+    let bytes = msg.encode_with_extension(ext);
+    assert_eq!(bytes.len(), PEER_EXTENDED_LEN, "extended length");
+    let again = PeerMessage::decode(&bytes).expect("extended peer message must decode");
+    let expected = PeerMessage {
+        mapped_cp_ip: Some(msg.mapped_cp_ip.unwrap_or(match msg.ip_version {
+            IpVersion::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpVersion::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        })),
+        ..*msg
+    };
+    if msg.is_consistent() {
+        assert_eq!(again, expected, "extended peer round trip");
+    }
+    assert_eq!(
+        PeerMessage::decode(&bytes[..PEER_REQUEST_LEN]).as_ref(),
+        Ok(&again),
+        "the first 64 bytes of an extended message are the same message"
+    );
+    let masked = PeerExtension {
+        flags: ext.flags & PeerExtension::KNOWN_FLAGS,
+        ..*ext
+    };
+    assert_eq!(peer_extension(&bytes), Some(masked), "extension round trip");
+    assert_eq!(
+        again.encode_with_extension(&masked),
+        bytes,
+        "extended encoding must be canonical"
+    );
+}
+
+/// An extension made of the input's last bytes (flags, then the cookie), so every decoded
+/// datagram also drives the extended encoder with fuzzed flags and cookies.
+fn extension_from(data: &[u8]) -> PeerExtension {
+    let mut tail = data.iter().rev().copied();
+    let flags = tail.next().unwrap_or(0);
+    let mut cookie = [0u8; IPV4_ECHO_LEN];
+    for (c, b) in cookie.iter_mut().zip(tail) {
+        *c = b;
+    }
+    PeerExtension { flags, cookie }
 }
 
 /// `iwpmd.conf` text: parse, and check every diagnostic names a line that exists.

@@ -4,7 +4,7 @@
 //!   every op in the direction(s) it travels, with the validation rules of the kernel and of
 //!   rdma-core's `iwpmd`.
 //! * [`peer`]: the daemon-to-daemon UDP protocol on port 3935 (64-byte REQUEST, 48-byte
-//!   ACCEPT/ACK/REJECT).
+//!   ACCEPT/ACK/REJECT, and the 96-byte form with the iwpmd-rs extension block).
 //! * [`config`]: `/etc/iwpmd.conf`, accepting and rejecting what the C parser does.
 //! * [`sockaddr`]: `struct sockaddr_storage` as Linux lays it out.
 //!

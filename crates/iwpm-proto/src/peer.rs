@@ -12,10 +12,20 @@
 //! | 8 | 8 | `assoc_handle` |
 //! | 16 | 16 | `cp_ip` |
 //! | 32 | 16 | `ap_ip` |
-//! | 48 | 16 | `mapped_cp_ip` (64-byte form only) |
+//! | 48 | 16 | `mapped_cp_ip` (64- and 96-byte forms) |
+//! | 64 | 32 | iwpmd-rs extension block (96-byte form only, see [`PeerExtension`]) |
 //!
-//! REQUEST travels as 64 bytes ([`PEER_REQUEST_LEN`]); ACCEPT, ACK and REJECT as the first
-//! 48 ([`PEER_SHORT_LEN`]). An IPv4 address fills the first 4 bytes of its 16-byte field.
+//! | length | form | sent by |
+//! |---|---|---|
+//! | 48 ([`PEER_SHORT_LEN`]) | ACCEPT, ACK, REJECT (and pre-2014 REQUESTs) | everyone |
+//! | 64 ([`PEER_REQUEST_LEN`]) | REQUEST | everyone |
+//! | 96 ([`PEER_EXTENDED_LEN`]) | any type, 64-byte form + extension block | iwpmd-rs only ([`PeerMessage::encode_with_extension`]) |
+//!
+//! An IPv4 address fills the first 4 bytes of its 16-byte field.
+//!
+//! The codec is written by hand rather than derived: the layout depends on the IP nibble
+//! (4 or 16 address bytes), the length decides which fields exist, and bytes a field does
+//! not use must be read past and written as zeros, byte for byte as the golden vectors fix.
 //!
 //! # Where we differ from the C daemon, on purpose
 //!
@@ -27,14 +37,18 @@
 //!   field are read, as the C daemon does, so garbage from a C peer is accepted and dropped.
 //!   Consequently `encode(decode(b)) == b` holds only for *canonical* input (padding zero);
 //!   for any input, `encode(decode(b))` equals `b` with the IPv4 padding zeroed.
-//! * **Oversize datagrams are rejected.** The C daemon receives into a 64-byte buffer, so a
-//!   longer datagram is truncated by the kernel and accepted as its first 64 bytes. We reject
-//!   every length other than 48 and 64 with [`PeerError::BadLength`]. To see oversize
-//!   datagrams at all, the IO layer must receive into a buffer of more than 64 bytes.
+//! * **Oversize datagrams are rejected, but for the extended form.** The C daemon receives
+//!   into a 64-byte buffer, so a longer datagram is truncated by the kernel and accepted as
+//!   its first 64 bytes (which is why a C peer never sees our extension block). We accept
+//!   48, 64 and 96 bytes; a 96-byte datagram must carry a version-1 extension block
+//!   ([`PeerError::BadExtension`] otherwise), and every other length is
+//!   [`PeerError::BadLength`]. To see oversize datagrams at all, the IO layer must receive
+//!   into a buffer of more than 96 bytes.
 //!
-//! Kept from the C daemon: nothing but the length and the IP nibble is validated (not the
-//! version bits, not the type against the length); a 48-byte REQUEST (sent by pre-2014
-//! peers) is accepted with `mapped_cp_ip == None`.
+//! Kept from the C daemon: nothing but the length and the IP nibble (and, for 96 bytes, the
+//! extension block's magic and version) is validated (not the version bits, not the type
+//! against the length); a 48-byte REQUEST (sent by pre-2014 peers) is accepted with
+//! `mapped_cp_ip == None`.
 //!
 //! # Use
 //!
@@ -68,14 +82,21 @@
 //!
 //! # The 64-byte field outside REQUEST
 //!
-//! `mapped_cp_ip` is `Some` exactly when the datagram was 64 bytes long, whatever its type,
-//! so that decoding is lossless (`decode(encode(m)) == m` for every message). The C daemon
-//! reads the field only in REQUESTs; so should callers. For a 48-byte REQUEST the C daemon
+//! `mapped_cp_ip` is `Some` exactly when the datagram was 64 or 96 bytes long, whatever its
+//! type, so that decoding is lossless (`decode(encode(m)) == m` for every message; the
+//! extended form always carries the field, see [`PeerMessage::encode_with_extension`]).
+//! The C daemon reads the field only in REQUESTs; so should callers. For a 48-byte REQUEST the C daemon
 //! reads its mapped address from uninitialised memory; what to use instead is the caller's
 //! choice (`cp()` with `reserved_port` is the natural stand-in).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+mod extension;
+
+pub use extension::{
+    peer_extension, PeerExtension, EXT_MAGIC, EXT_VERSION, PEER_EXTENDED_LEN, PEER_EXT_LEN,
+};
 
 /// Length of a REQUEST on the wire (with the mapped address field).
 pub const PEER_REQUEST_LEN: usize = 64;
@@ -181,12 +202,15 @@ impl IpVersion {
     }
 }
 
-/// Why a datagram is not a peer message. Both are dropped by the C daemon too (with a
-/// WARNING each).
+/// Why a datagram is not a peer message. The C daemon also drops (with a WARNING) a bad IP
+/// nibble and every length below 64 but 48; a longer datagram it truncates to its first 64
+/// bytes and reads, so it never rejects one for its length or its extension block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum PeerError {
-    /// The datagram is neither 48 nor 64 bytes long (longer ones included, unlike C).
-    #[error("peer message of {len} bytes (expected {PEER_SHORT_LEN} or {PEER_REQUEST_LEN})")]
+    /// The datagram is not 48, 64 or 96 bytes long (longer ones included, unlike C).
+    #[error(
+        "peer message of {len} bytes (expected {PEER_SHORT_LEN}, {PEER_REQUEST_LEN} or {PEER_EXTENDED_LEN})"
+    )]
     BadLength {
         /// Length of the datagram.
         len: usize,
@@ -196,6 +220,18 @@ pub enum PeerError {
     BadIpVersion {
         /// Low nibble of byte 0.
         nibble: u8,
+    },
+    /// A 96-byte datagram whose last 32 bytes are not a version-1 extension block: the
+    /// length is ours, the block is not (a later version, or a stranger).
+    #[error(
+        "{PEER_EXTENDED_LEN}-byte peer message without an extension block v{EXT_VERSION} \
+         (magic {magic:02x?}, version {version})"
+    )]
+    BadExtension {
+        /// Bytes 64..68 (expected [`EXT_MAGIC`]).
+        magic: [u8; 4],
+        /// Byte 68 (expected [`EXT_VERSION`]).
+        version: u8,
     },
 }
 
@@ -226,17 +262,24 @@ pub struct PeerMessage {
     pub cp_ip: IpAddr,
     /// Accepting side's IP (unmapped in REQUEST/REJECT, mapped in ACCEPT/ACK).
     pub ap_ip: IpAddr,
-    /// Connecting side's mapped IP: `Some` iff the message is (or was received as) 64 bytes.
+    /// Connecting side's mapped IP: `Some` iff the message is (or was received as) 64 bytes,
+    /// or 96 with the extension block.
     pub mapped_cp_ip: Option<IpAddr>,
 }
 
 impl PeerMessage {
-    /// Parses one datagram. Only the length (48 or 64) and the IP nibble (4 or 6) are
-    /// checked, in that order.
+    /// Parses one datagram. Only the length (48, 64 or 96), for 96 bytes the extension
+    /// block's magic and version, and the IP nibble (4 or 6) are checked, in that order.
+    /// The block's flags and cookie are not part of the message: read them with
+    /// [`peer_extension`].
     pub fn decode(bytes: &[u8]) -> Result<PeerMessage, PeerError> {
         let len = bytes.len();
-        if len != PEER_SHORT_LEN && len != PEER_REQUEST_LEN {
-            return Err(PeerError::BadLength { len });
+        match len {
+            PEER_SHORT_LEN | PEER_REQUEST_LEN => {}
+            PEER_EXTENDED_LEN => {
+                extension::read_block(&bytes[PEER_REQUEST_LEN..])?;
+            }
+            _ => return Err(PeerError::BadLength { len }),
         }
         let magic = bytes[0];
         let nibble = magic & 0x0f;
@@ -245,7 +288,7 @@ impl PeerMessage {
         let be16 = |at: usize| u16::from_be_bytes([bytes[at], bytes[at + 1]]);
         let mut handle = [0u8; 8];
         handle.copy_from_slice(&bytes[8..16]);
-        let mapped_cp_ip = (len == PEER_REQUEST_LEN)
+        let mapped_cp_ip = (len >= PEER_REQUEST_LEN)
             .then(|| read_ip(ip_version, &bytes[MAPPED_CP_IP_OFFSET..][..ADDR_FIELD_LEN]));
         Ok(PeerMessage {
             version: magic >> 6,

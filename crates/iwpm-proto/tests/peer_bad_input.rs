@@ -4,7 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use iwpm_proto::peer::{
-    IpVersion, PeerError, PeerMessage, PeerMsgType, PEER_REQUEST_LEN, PEER_SHORT_LEN,
+    peer_extension, IpVersion, PeerError, PeerMessage, PeerMsgType, EXT_MAGIC, EXT_VERSION,
+    PEER_EXTENDED_LEN, PEER_REQUEST_LEN, PEER_SHORT_LEN,
 };
 
 fn datagram(len: usize, magic: u8) -> Vec<u8> {
@@ -15,11 +16,23 @@ fn datagram(len: usize, magic: u8) -> Vec<u8> {
     b
 }
 
+/// A 96-byte datagram with a valid v1 extension block (flags and cookie zero).
+fn extended(magic: u8) -> Vec<u8> {
+    let mut b = datagram(PEER_EXTENDED_LEN, magic);
+    b[64..68].copy_from_slice(&EXT_MAGIC);
+    b[68] = EXT_VERSION;
+    b
+}
+
 #[test]
-fn every_length_but_48_and_64_is_bad_length() {
+fn every_length_but_48_64_and_96_is_bad_length() {
     for len in 0..=128usize {
-        let r = PeerMessage::decode(&datagram(len, 0x04));
-        if len == PEER_SHORT_LEN || len == PEER_REQUEST_LEN {
+        let mut b = datagram(len, 0x04);
+        if len == PEER_EXTENDED_LEN {
+            b = extended(0x04);
+        }
+        let r = PeerMessage::decode(&b);
+        if [PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN].contains(&len) {
             assert!(r.is_ok(), "len {len}");
         } else {
             assert_eq!(r, Err(PeerError::BadLength { len }), "len {len}");
@@ -28,9 +41,134 @@ fn every_length_but_48_and_64_is_bad_length() {
 }
 
 #[test]
+fn lengths_between_and_beyond_the_extended_form_are_bad_length() {
+    // A valid block at offset 64 does not help any other length: 65..=95 and 97.. are
+    // BadLength whatever they carry.
+    for len in (65..=95).chain(97..=200).chain([1500, 65507]) {
+        let mut b = datagram(len, 0x06);
+        let end = len.min(PEER_EXTENDED_LEN);
+        let block = extended(0x06);
+        b[64..end].copy_from_slice(&block[64..end]);
+        assert_eq!(
+            PeerMessage::decode(&b),
+            Err(PeerError::BadLength { len }),
+            "len {len}"
+        );
+        assert_eq!(peer_extension(&b), None, "len {len}");
+    }
+}
+
+#[test]
+fn extended_datagram_with_bad_magic_is_bad_extension() {
+    for (at, value) in [(64, b'i'), (65, 0x00), (66, 0xff), (67, b'Z')] {
+        for first in [0x04u8, 0x06, 0x16, 0x05] {
+            let mut b = extended(first);
+            b[at] = value;
+            let mut magic = EXT_MAGIC;
+            magic[at - 64] = value;
+            assert_eq!(
+                PeerMessage::decode(&b),
+                Err(PeerError::BadExtension {
+                    magic,
+                    version: EXT_VERSION
+                }),
+                "byte {at} = {value:#04x}, first byte {first:#04x}"
+            );
+            assert_eq!(peer_extension(&b), None);
+        }
+    }
+    // All zeros: a 96-byte datagram of nobody's.
+    assert_eq!(
+        PeerMessage::decode(&datagram(PEER_EXTENDED_LEN, 0x04)),
+        Err(PeerError::BadExtension {
+            magic: [0; 4],
+            version: 0
+        })
+    );
+}
+
+#[test]
+fn extended_datagram_with_other_version_is_bad_extension() {
+    for version in (0u8..=255).filter(|&v| v != EXT_VERSION) {
+        let mut b = extended(0x26);
+        b[68] = version;
+        assert_eq!(
+            PeerMessage::decode(&b),
+            Err(PeerError::BadExtension {
+                magic: EXT_MAGIC,
+                version
+            }),
+            "version {version}"
+        );
+        assert_eq!(peer_extension(&b), None);
+    }
+}
+
+#[test]
+fn extension_is_checked_after_length_and_before_ip_version() {
+    let mut b = extended(0x05);
+    assert_eq!(
+        PeerMessage::decode(&b),
+        Err(PeerError::BadIpVersion { nibble: 5 })
+    );
+    b[68] = 2;
+    assert_eq!(
+        PeerMessage::decode(&b),
+        Err(PeerError::BadExtension {
+            magic: EXT_MAGIC,
+            version: 2
+        })
+    );
+}
+
+#[test]
+fn extension_flags_and_reserved_bytes_are_not_checked() {
+    // Unknown flag bits and reserved bytes 70..72 are ignored on read: the datagram
+    // decodes, and peer_extension hands the flags over as received.
+    let mut b = extended(0x06);
+    b[69] = 0xff;
+    b[70..72].copy_from_slice(&[0xa5, 0x5a]);
+    b[72..96].fill(0xc3);
+    let m = PeerMessage::decode(&b).unwrap();
+    assert_eq!(m.ip_version, IpVersion::V6);
+    let ext = peer_extension(&b).unwrap();
+    assert_eq!(ext.flags, 0xff);
+    assert!(ext.can_echo());
+    assert_eq!(ext.cookie, [0xc3; 24]);
+    b[69] = 0xfe;
+    assert!(!peer_extension(&b).unwrap().can_echo());
+}
+
+#[test]
+fn extended_datagram_keeps_the_mapped_field() {
+    let mut b = extended(0x14);
+    b[48..52].copy_from_slice(&[192, 0, 2, 9]);
+    let m = PeerMessage::decode(&b).unwrap();
+    assert_eq!(m.msg_type, PeerMsgType::Accept);
+    assert_eq!(
+        m.mapped_cp_ip,
+        Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9)))
+    );
+    // What the C daemon would read: the first 64 bytes, the same message.
+    assert_eq!(PeerMessage::decode(&b[..PEER_REQUEST_LEN]), Ok(m));
+}
+
+#[test]
+fn peer_extension_of_other_lengths_is_none() {
+    let b = extended(0x06);
+    for len in [0, 1, 48, 64, 72, 95] {
+        assert_eq!(peer_extension(&b[..len]), None, "len {len}");
+    }
+    let mut long = b.clone();
+    long.push(0);
+    assert_eq!(peer_extension(&long), None);
+    assert!(peer_extension(&b).is_some());
+}
+
+#[test]
 fn oversize_datagrams_are_rejected_not_truncated() {
     // Intentional difference: the C daemon would accept these as their first 64 bytes.
-    for len in [65, 100, 128, 1500, 65507] {
+    for len in [65, 95, 97, 100, 128, 1500, 65507] {
         assert_eq!(
             PeerMessage::decode(&datagram(len, 0x04)),
             Err(PeerError::BadLength { len })
@@ -52,10 +190,12 @@ fn length_is_checked_before_ip_version() {
 
 #[test]
 fn every_nibble_but_4_and_6_is_bad_ip_version() {
-    for len in [PEER_SHORT_LEN, PEER_REQUEST_LEN] {
+    for len in [PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN] {
         for high in [0x00u8, 0x10, 0x20, 0x30, 0xf0] {
             for nibble in 0u8..16 {
-                let r = PeerMessage::decode(&datagram(len, high | nibble));
+                let mut b = extended(high | nibble);
+                b.truncate(len);
+                let r = PeerMessage::decode(&b);
                 match nibble {
                     4 => assert_eq!(r.unwrap().ip_version, IpVersion::V4),
                     6 => assert_eq!(r.unwrap().ip_version, IpVersion::V6),
@@ -128,7 +268,15 @@ fn ipv4_padding_garbage_is_ignored() {
 fn errors_display_the_offending_value() {
     assert_eq!(
         PeerError::BadLength { len: 7 }.to_string(),
-        "peer message of 7 bytes (expected 48 or 64)"
+        "peer message of 7 bytes (expected 48, 64 or 96)"
+    );
+    assert_eq!(
+        PeerError::BadExtension {
+            magic: *b"IWRT",
+            version: 1
+        }
+        .to_string(),
+        "96-byte peer message without an extension block v1 (magic [49, 57, 52, 54], version 1)"
     );
     assert_eq!(
         PeerError::BadIpVersion { nibble: 5 }.to_string(),

@@ -1,10 +1,12 @@
 //! Property tests of the peer codec: lossless round trips for every message type and both
-//! IP versions, canonicalisation of arbitrary datagrams, and no panics on any input.
+//! IP versions, in the plain and the extended (96-byte) form, canonicalisation of arbitrary
+//! datagrams, and no panics on any input.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use iwpm_proto::peer::{
-    IpVersion, PeerError, PeerMessage, PeerMsgType, PEER_REQUEST_LEN, PEER_SHORT_LEN,
+    peer_extension, IpVersion, PeerError, PeerExtension, PeerMessage, PeerMsgType, EXT_MAGIC,
+    EXT_VERSION, PEER_EXTENDED_LEN, PEER_REQUEST_LEN, PEER_SHORT_LEN,
 };
 use proptest::prelude::*;
 
@@ -81,8 +83,105 @@ fn valid_datagram() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// A 96-byte datagram with a valid IP nibble, a v1 extension block (any flags, reserved
+/// bytes and cookie) and arbitrary other bytes.
+fn valid_extended_datagram() -> impl Strategy<Value = Vec<u8>> {
+    (prop_oneof![Just(4u8), Just(6u8)],).prop_flat_map(|(nibble,)| {
+        proptest::collection::vec(any::<u8>(), PEER_EXTENDED_LEN).prop_map(move |mut b| {
+            b[0] = (b[0] & 0xf0) | nibble;
+            b[64..68].copy_from_slice(&EXT_MAGIC);
+            b[68] = EXT_VERSION;
+            b
+        })
+    })
+}
+
+fn extension() -> impl Strategy<Value = PeerExtension> {
+    (any::<u8>(), any::<[u8; 24]>()).prop_map(|(flags, cookie)| PeerExtension { flags, cookie })
+}
+
+fn unspecified(v: IpVersion) -> IpAddr {
+    match v {
+        IpVersion::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpVersion::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+/// The IPv4 padding of a 64- or 96-byte datagram zeroed (the 64-byte form's bytes only).
+fn zero_ipv4_padding(b: &mut [u8]) {
+    b[20..32].fill(0);
+    b[36..48].fill(0);
+    if b.len() >= PEER_REQUEST_LEN {
+        b[52..64].fill(0);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// The extended round trip: `decode(encode_with_extension(m, e))` is `m` with
+    /// `mapped_cp_ip` made `Some` (the unspecified address of its family when it was
+    /// `None`), the first 64 bytes are the 64-byte form of that message, and
+    /// `peer_extension` gives `e` back with its flags masked to the bits v1 defines.
+    #[test]
+    fn extended_form_round_trips(m in message(), e in extension()) {
+        let bytes = m.encode_with_extension(&e);
+        prop_assert_eq!(bytes.len(), PEER_EXTENDED_LEN);
+        let expected = PeerMessage {
+            mapped_cp_ip: Some(m.mapped_cp_ip.unwrap_or(unspecified(m.ip_version))),
+            ..m
+        };
+        prop_assert_eq!(PeerMessage::decode(&bytes), Ok(expected));
+        prop_assert_eq!(bytes[..PEER_REQUEST_LEN].to_vec(), expected.encode());
+        // What rdma-core reads (the first 64 bytes) is the same message.
+        prop_assert_eq!(PeerMessage::decode(&bytes[..PEER_REQUEST_LEN]), Ok(expected));
+        prop_assert_eq!(
+            peer_extension(&bytes),
+            Some(PeerExtension { flags: e.flags & PeerExtension::KNOWN_FLAGS, ..e })
+        );
+        prop_assert_eq!(&bytes[64..68], &EXT_MAGIC[..]);
+        prop_assert_eq!(bytes[68], EXT_VERSION);
+        prop_assert_eq!(bytes[69] & !PeerExtension::KNOWN_FLAGS, 0);
+        prop_assert_eq!(&bytes[70..72], &[0u8, 0][..]);
+        prop_assert_eq!(&bytes[72..], &e.cookie[..]);
+    }
+
+    /// With flags holding only `CAN_ECHO` (set or not), the block round-trips exactly.
+    #[test]
+    fn extension_with_known_flags_round_trips_exactly(
+        m in message(),
+        can_echo in any::<bool>(),
+        cookie in any::<[u8; 24]>(),
+    ) {
+        let e = PeerExtension {
+            flags: if can_echo { PeerExtension::CAN_ECHO } else { 0 },
+            cookie,
+        };
+        let got = peer_extension(&m.encode_with_extension(&e));
+        prop_assert_eq!(got, Some(e));
+        prop_assert_eq!(got.map(|g| g.can_echo()), Some(can_echo));
+    }
+
+    #[test]
+    fn valid_extended_datagrams_canonicalise(b in valid_extended_datagram()) {
+        let m = PeerMessage::decode(&b).unwrap();
+        prop_assert!(m.is_consistent());
+        prop_assert!(m.mapped_cp_ip.is_some());
+        prop_assert_eq!(PeerMessage::decode(&b[..PEER_REQUEST_LEN]), Ok(m));
+        let ext = peer_extension(&b).unwrap();
+        prop_assert_eq!(ext.flags, b[69]);
+        prop_assert_eq!(&ext.cookie[..], &b[72..]);
+        let again = m.encode_with_extension(&ext);
+        // Canonical: IPv4 padding, unknown flag bits and reserved bytes zeroed.
+        let mut canonical = b.clone();
+        if m.ip_version == IpVersion::V4 {
+            zero_ipv4_padding(&mut canonical);
+        }
+        canonical[69] &= PeerExtension::KNOWN_FLAGS;
+        canonical[70..72].fill(0);
+        prop_assert_eq!(&again, &canonical);
+        prop_assert_eq!(PeerMessage::decode(&again), Ok(m));
+    }
 
     #[test]
     fn decode_encode_round_trips(m in message()) {
@@ -104,6 +203,10 @@ proptest! {
         if b.len() == PEER_REQUEST_LEN {
             prop_assert!(b[52..64].iter().all(|&x| x == 0));
         }
+        let x = m.encode_with_extension(&PeerExtension::default());
+        for r in [20..32, 36..48, 52..64] {
+            prop_assert!(x[r].iter().all(|&x| x == 0));
+        }
     }
 
     #[test]
@@ -118,30 +221,43 @@ proptest! {
             prop_assert_eq!(&again, &b);
         } else {
             let mut canonical = b.clone();
-            canonical[20..32].fill(0);
-            canonical[36..48].fill(0);
-            if b.len() == PEER_REQUEST_LEN {
-                canonical[52..64].fill(0);
-            }
+            zero_ipv4_padding(&mut canonical);
             prop_assert_eq!(&again, &canonical);
         }
         prop_assert_eq!(PeerMessage::decode(&again), Ok(m));
     }
 
     #[test]
-    fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+    fn arbitrary_bytes_never_panic(
+        b in prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..200),
+            valid_extended_datagram(),
+        ]
+    ) {
+        let ext = peer_extension(&b);
         match PeerMessage::decode(&b) {
             Ok(m) => {
-                prop_assert!(b.len() == PEER_SHORT_LEN || b.len() == PEER_REQUEST_LEN);
+                prop_assert!([PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN]
+                    .contains(&b.len()));
                 prop_assert!(m.is_consistent());
+                prop_assert_eq!(ext.is_some(), b.len() == PEER_EXTENDED_LEN);
             }
             Err(PeerError::BadLength { len }) => {
                 prop_assert_eq!(len, b.len());
-                prop_assert!(len != PEER_SHORT_LEN && len != PEER_REQUEST_LEN);
+                prop_assert!(![PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN]
+                    .contains(&len));
+                prop_assert_eq!(ext, None);
             }
             Err(PeerError::BadIpVersion { nibble }) => {
                 prop_assert_eq!(nibble, b[0] & 0x0f);
                 prop_assert!(nibble != 4 && nibble != 6);
+            }
+            Err(PeerError::BadExtension { magic, version }) => {
+                prop_assert_eq!(b.len(), PEER_EXTENDED_LEN);
+                prop_assert_eq!(&magic[..], &b[64..68]);
+                prop_assert_eq!(version, b[68]);
+                prop_assert!(magic != EXT_MAGIC || version != EXT_VERSION);
+                prop_assert_eq!(ext, None);
             }
         }
     }

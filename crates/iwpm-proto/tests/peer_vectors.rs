@@ -2,13 +2,17 @@
 //!
 //! `c-*.hex` are real datagrams of the C daemon taken from the rig's strace captures (each
 //! file names its capture line, kept in `tests/vectors/captures/*.excerpt`); the others are
-//! hand-built from `docs/protocol.md` §6 and say so. Format: `#` starts a comment, the rest
-//! is hex byte pairs separated by whitespace.
+//! hand-built from `docs/protocol.md` §6 and say so; `ext-*.hex` are 96-byte datagrams with
+//! the iwpmd-rs extension block (§6.13), hand-built (`ext-bad-*.hex` must not decode).
+//! Format: `#` starts a comment, the rest is hex byte pairs separated by whitespace.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use iwpm_proto::peer::{IpVersion, PeerMessage, PeerMsgType, PEER_REQUEST_LEN, PEER_SHORT_LEN};
+use iwpm_proto::peer::{
+    peer_extension, IpVersion, PeerError, PeerExtension, PeerMessage, PeerMsgType, EXT_MAGIC,
+    EXT_VERSION, PEER_EXTENDED_LEN, PEER_REQUEST_LEN, PEER_SHORT_LEN,
+};
 
 fn vectors_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/peer")
@@ -140,14 +144,19 @@ fn answers_echo_version_and_pmtime() {
     );
 }
 
-#[test]
-fn ipv6_exchange_matches_vectors() {
-    let req = PeerMessage::request(
+/// The REQUEST of `ipv6-request.hex` (and of `ext-v1-ipv6-request.hex`).
+fn ipv6_request() -> PeerMessage {
+    PeerMessage::request(
         0xfedc_ba98_7654_3210,
         sa("[fd00::1]:5000"),
         sa("[fd00::9]:41234"),
         sa("[fd00::2]:4000"),
-    );
+    )
+}
+
+#[test]
+fn ipv6_exchange_matches_vectors() {
+    let req = ipv6_request();
     let req_bytes = vector("ipv6-request.hex");
     assert_eq!(req.encode(), req_bytes);
     let d = PeerMessage::decode(&req_bytes).unwrap();
@@ -171,6 +180,128 @@ fn ipv6_exchange_matches_vectors() {
     let reject_bytes = vector("ipv6-reject.hex");
     assert_eq!(reject.encode(), reject_bytes);
     assert_eq!(PeerMessage::decode(&reject_bytes).unwrap(), reject);
+}
+
+// ------------------------------------------- extension block (docs/protocol.md §6.13)
+
+/// The cookie of `ext-v1-ipv6-accept.hex`: an arbitrary pattern, 0xc0..=0xd7.
+fn ext_cookie() -> [u8; 24] {
+    std::array::from_fn(|i| 0xc0 + i as u8)
+}
+
+#[test]
+fn ext_request_matches_vector_both_ways() {
+    let bytes = vector("ext-v1-ipv6-request.hex");
+    assert_eq!(bytes.len(), PEER_EXTENDED_LEN);
+    let req = ipv6_request();
+    let offer = PeerExtension {
+        flags: PeerExtension::CAN_ECHO,
+        cookie: [0; 24],
+    };
+    assert_eq!(req.encode_with_extension(&offer), bytes);
+    // The first 64 bytes are the plain IPv6 REQUEST: what rdma-core reads.
+    assert_eq!(bytes[..PEER_REQUEST_LEN], vector("ipv6-request.hex")[..]);
+
+    let d = PeerMessage::decode(&bytes).unwrap();
+    assert_eq!(d, req);
+    assert_eq!(d.msg_type, PeerMsgType::Request);
+    assert_eq!(d.ip_version, IpVersion::V6);
+    assert_eq!(d.cp(), sa("[fd00::1]:5000"));
+    assert_eq!(d.ap(), sa("[fd00::2]:4000"));
+    assert_eq!(d.mapped_cp(), Some(sa("[fd00::9]:41234")));
+    assert_eq!(d.assoc_handle, 0xfedc_ba98_7654_3210);
+    let ext = peer_extension(&bytes).unwrap();
+    assert_eq!(ext, offer);
+    assert!(ext.can_echo());
+    assert_eq!(d.encode_with_extension(&ext), bytes);
+}
+
+#[test]
+fn ext_accept_and_ack_match_vectors_both_ways() {
+    let req = ipv6_request();
+    let ext = PeerExtension {
+        flags: PeerExtension::CAN_ECHO,
+        cookie: ext_cookie(),
+    };
+    let accept = PeerMessage::accept_for(&req, sa("[fd00::2]:40123"));
+    let accept_bytes = vector("ext-v1-ipv6-accept.hex");
+    assert_eq!(accept.encode_with_extension(&ext), accept_bytes);
+    assert_eq!(
+        accept_bytes[..PEER_SHORT_LEN],
+        vector("ipv6-accept.hex")[..]
+    );
+    assert!(accept_bytes[PEER_SHORT_LEN..PEER_REQUEST_LEN]
+        .iter()
+        .all(|&b| b == 0));
+
+    // Decoding gives the ACCEPT with the 64-byte field present: the unspecified address.
+    let d = PeerMessage::decode(&accept_bytes).unwrap();
+    assert_eq!(
+        d,
+        PeerMessage {
+            mapped_cp_ip: Some(v6("::")),
+            ..accept
+        }
+    );
+    assert_eq!(d.msg_type, PeerMsgType::Accept);
+    assert_eq!(d.cp(), sa("[fd00::1]:5000"));
+    assert_eq!(d.ap(), sa("[fd00::2]:40123"));
+    assert_eq!(d.reserved_port, 0);
+    assert_eq!(peer_extension(&accept_bytes), Some(ext));
+    assert_eq!(d.encode_with_extension(&ext), accept_bytes);
+
+    // The ACK: the same bytes with magic 0x26, the block echoed.
+    let ack_bytes = vector("ext-v1-ipv6-ack.hex");
+    let mut expected = accept_bytes.clone();
+    assert_eq!(expected[0], 0x16);
+    expected[0] = 0x26;
+    assert_eq!(ack_bytes, expected);
+    let ack = PeerMessage::ack_for(&accept);
+    assert_eq!(ack.encode_with_extension(&ext), ack_bytes);
+    let d = PeerMessage::decode(&ack_bytes).unwrap();
+    assert_eq!(d.msg_type, PeerMsgType::Ack);
+    assert_eq!(d.ap(), sa("[fd00::2]:40123"));
+    assert_eq!(d.assoc_handle, 0xfedc_ba98_7654_3210);
+    assert_eq!(peer_extension(&ack_bytes), Some(ext));
+    assert_eq!(d.encode_with_extension(&ext), ack_bytes);
+}
+
+#[test]
+fn ext_bad_magic_vector_is_bad_extension() {
+    let bytes = vector("ext-bad-magic.hex");
+    assert_eq!(bytes.len(), PEER_EXTENDED_LEN);
+    assert_eq!(
+        PeerMessage::decode(&bytes),
+        Err(PeerError::BadExtension {
+            magic: *b"iwrs",
+            version: EXT_VERSION
+        })
+    );
+    assert_eq!(peer_extension(&bytes), None);
+    // Only the magic differs from the valid REQUEST.
+    let mut fixed = bytes.clone();
+    fixed[64..68].copy_from_slice(&EXT_MAGIC);
+    assert_eq!(fixed, vector("ext-v1-ipv6-request.hex"));
+}
+
+#[test]
+fn ext_vectors_state_their_provenance() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(vectors_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("ext-") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("# Provenance: hand-built, iwpmd-rs extension v1")),
+            "{name}: no provenance line"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 4, "extension vector count changed: update this test");
 }
 
 // ---------------------------------------------------------------- real C datagrams
@@ -296,17 +427,32 @@ fn every_vector_decodes_and_reencodes_canonically() {
             continue;
         }
         let bytes = parse_hex(&std::fs::read_to_string(&path).unwrap());
+        n += 1;
+        let name = path.file_name().unwrap().to_string_lossy();
+        if name.starts_with("ext-bad-") {
+            assert!(
+                matches!(
+                    PeerMessage::decode(&bytes),
+                    Err(PeerError::BadExtension { .. })
+                ),
+                "{path:?}"
+            );
+            continue;
+        }
         let msg = PeerMessage::decode(&bytes).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         assert!(msg.is_consistent());
         let canonical = match msg.ip_version {
             IpVersion::V4 => zero_ipv4_padding(&bytes),
             IpVersion::V6 => bytes.clone(),
         };
-        assert_eq!(msg.encode(), canonical, "{path:?}");
+        let again = match peer_extension(&bytes) {
+            Some(ext) => msg.encode_with_extension(&ext),
+            None => msg.encode(),
+        };
+        assert_eq!(again, canonical, "{path:?}");
         assert_eq!(PeerMessage::decode(&canonical).unwrap(), msg);
-        n += 1;
     }
-    assert_eq!(n, 18, "vector count changed: update this test");
+    assert_eq!(n, 22, "vector count changed: update this test");
 }
 
 // ---------------------------------------------------------------- provenance
