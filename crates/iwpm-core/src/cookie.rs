@@ -47,7 +47,9 @@ use std::hash::Hasher;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use iwpm_proto::peer::{IpVersion, Ipv4Echo, PeerMessage, IPV4_ECHO_LEN};
+use iwpm_proto::peer::{
+    ipv4_echo, peer_extension, IpVersion, Ipv4Echo, PeerExtension, PeerMessage, IPV4_ECHO_LEN,
+};
 use siphasher::sip128::{Hasher128, SipHasher24};
 
 /// How long one cookie key is the current one.
@@ -330,7 +332,35 @@ fn mac(key: &[u8; 16], b: &Binding, trailer: &[u8]) -> [u8; MAC_LEN] {
     h.finish128().as_bytes()
 }
 
-/// Does an ACCEPT's IPv4 echo say its REMOTE_INFO waits for our ACK (so a delivery notice
+/// The 24-byte cookie block `datagram` (decoded as `msg`) carries: an IPv4 message's
+/// unused address bytes, or an IPv6 message's extension block (`docs/protocol.md` §6.13);
+/// `None` for an IPv6 message without one (rdma-core's).
+pub(crate) fn block_of(msg: &PeerMessage, datagram: &[u8]) -> Option<Ipv4Echo> {
+    match msg.ip_version {
+        IpVersion::V4 => Some(ipv4_echo(datagram)),
+        IpVersion::V6 => peer_extension(datagram).map(|e| e.cookie),
+    }
+}
+
+/// Does this IPv6 REQUEST announce that its sender echoes a cookie block (an iwpmd-rs
+/// active side)? An IPv4 one needs no announcement: rdma-core echoes the unused bytes.
+pub(crate) fn announces_block(datagram: &[u8]) -> bool {
+    peer_extension(datagram).is_some_and(|e| e.can_echo())
+}
+
+/// `msg`'s bytes with `block` where its family keeps a cookie: an IPv4 message's unused
+/// address bytes, an IPv6 message's extension block (flagged: we echo such blocks too).
+pub(crate) fn encode_with_block(msg: &PeerMessage, block: &Ipv4Echo) -> Vec<u8> {
+    match msg.ip_version {
+        IpVersion::V4 => msg.encode_with_echo(block),
+        IpVersion::V6 => msg.encode_with_extension(&PeerExtension {
+            flags: PeerExtension::CAN_ECHO,
+            cookie: *block,
+        }),
+    }
+}
+
+/// Does an ACCEPT's cookie block say its REMOTE_INFO waits for our ACK (so a delivery notice
 /// will follow)? Read without a key: the cookie is the peer's, only its MAC is secret.
 pub(crate) fn plans_remote_info_on_ack(echo: &Ipv4Echo) -> bool {
     echo[FORMAT_AT] == FORMAT_V1

@@ -887,3 +887,64 @@ fn a_real_hosts_reject_survives_a_spoofed_flood() {
         "{bytes_out} bytes out for {bytes_in} in"
     );
 }
+
+/// C: an MPI job's 1000 port-mapped IPv6 connects from one host running our daemon, every
+/// REQUEST read before the first ACK, each get exactly one REMOTE_INFO: the REQUEST's
+/// extension block announces that the ACK will echo a full cookie, so nothing is held
+/// before the ACK and no quota stands in the way; REMOTE_INFOs that waited for their ACK
+/// are each followed by a delivery notice. (3bede92: 320 of 1000.) An rdma-core REQUEST
+/// (no block) still gets the ten-bit cookie.
+#[test]
+fn a_burst_of_1000_ipv6_connects_from_one_of_our_peers_is_served_in_full() {
+    use iwpm_proto::peer::{PeerExtension, IPV4_ECHO_LEN};
+    let mut h = Host::booted();
+    h.invariant_stride = 97;
+    listener(&mut h, "[fd00::2]:4000");
+    let announce = PeerExtension {
+        flags: PeerExtension::CAN_ECHO,
+        cookie: [0; IPV4_ECHO_LEN],
+    };
+    let mut accepts = Vec::new();
+    for i in 0..1_000u64 {
+        let port = 20_000 + i as u16;
+        let req = request(
+            i + 1,
+            &format!("[fd00::1]:{port}"),
+            &format!("[fd00::1]:{}", port + 20_000),
+            "[fd00::2]:4000",
+        );
+        h.peer_raw(
+            PeerSocket::V6Listener,
+            "[fd00::1]:47000",
+            &req.encode_with_extension(&announce),
+        );
+        accepts.push(h.peer_out.pop_back().expect("an ACCEPT"));
+    }
+    h.no_peer();
+    assert!(
+        accepts.iter().all(|a| a.raw.len() == 96),
+        "cookies in the block"
+    );
+    let at_once = remote_infos(&mut h);
+    for acc in &accepts {
+        h.ack(PeerSocket::V6Listener, "[fd00::1]:47000", acc);
+        h.ack(PeerSocket::V6Listener, "[fd00::1]:47000", acc);
+    }
+    let mut infos = Vec::new();
+    while let Some((_, m)) = h.kernel_in.pop_front() {
+        if let DaemonMsg::RemoteInfo(r) = m {
+            infos.push(r.remote_addr);
+        }
+    }
+    infos.sort_by_key(|a| a.port());
+    infos.dedup();
+    assert_eq!(at_once + infos.len(), 1_000, "one REMOTE_INFO per connect");
+    let st = h.core.stats();
+    assert_eq!(st.peer_acks_unverified, 0);
+    // A notice per REMOTE_INFO sent on its ACK, and once more for its duplicate ACK.
+    assert_eq!(st.remote_info_notices_sent, 2 * (1_000 - at_once) as u64);
+    // rdma-core's REQUEST: no block, a ten-bit cookie in pmtime and version.
+    let req = request(9_999, "[fd00::3]:5000", "[fd00::3]:45000", "[fd00::2]:4000");
+    h.peer(PeerSocket::V6Listener, "[fd00::3]:3935", &req);
+    assert_eq!(h.peer_out.pop_back().unwrap().raw.len(), 48);
+}

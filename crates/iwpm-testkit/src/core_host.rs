@@ -412,5 +412,9 @@ impl Host {
 /// The ACK an active side builds from `accept`: every byte echoed, the type changed.
 pub fn ack_of(accept: &Sent) -> Vec<u8> {
     let msg = PeerMessage::decode(&accept.raw).expect("an ACCEPT we sent decodes");
-    PeerMessage::ack_for(&msg).encode_with_echo(&iwpm_proto::peer::ipv4_echo(&accept.raw))
+    let ack = PeerMessage::ack_for(&msg);
+    match iwpm_proto::peer::peer_extension(&accept.raw) {
+        Some(ext) => ack.encode_with_extension(&ext),
+        None => ack.encode_with_echo(&iwpm_proto::peer::ipv4_echo(&accept.raw)),
+    }
 }

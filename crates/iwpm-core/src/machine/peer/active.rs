@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use iwpm_proto::netlink::{DaemonMsg, QueryMappingReply};
-use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{PeerMessage, PeerMsgType, IPV4_ECHO_LEN};
 use iwpm_proto::sockaddr::SockAddrStorage;
 
 use super::Inbound;
@@ -117,8 +117,13 @@ impl Core {
             return;
         };
         let handle = self.handles.next_handle();
-        let request =
-            PeerMessage::request(handle, local_ep.into(), mapped_ep.into(), remote_sa).encode();
+        // An IPv6 REQUEST carries the extension block, announcing that we echo a cookie
+        // block (`docs/protocol.md` §6.13): our passive peers then answer statelessly with
+        // a full cookie; rdma-core reads the first 64 bytes only.
+        let request = cookie::encode_with_block(
+            &PeerMessage::request(handle, local_ep.into(), mapped_ep.into(), remote_sa),
+            &[0; IPV4_ECHO_LEN],
+        );
         let mut to = remote_sa;
         to.set_port(self.config.peer_port);
         let via = PeerSocket::client_for(&to);
@@ -205,8 +210,8 @@ impl Core {
         let ExchangeKind::Active(q) = &mut ex.kind else {
             return;
         };
-        let echo = ipv4_echo(datagram);
-        let notice = msg.ip_version == IpVersion::V4 && cookie::is_delivery_notice(&echo);
+        let block = cookie::block_of(msg, datagram);
+        let notice = block.is_some_and(|b| cookie::is_delivery_notice(&b));
         match &mut q.state {
             // A notice after the wait ran out says nothing new.
             ActiveState::Acked { .. } if notice => {
@@ -275,7 +280,10 @@ impl Core {
         // it has it, and a passive peer short of REMOTE_INFO budget sends REMOTE_INFO on
         // this ACK, which must beat our connection there. It echoes every byte of the
         // ACCEPT that carries no field, as rdma-core's does: the passive side's cookie.
-        let ack = PeerMessage::ack_for(msg).encode_with_echo(&echo);
+        let ack = match &block {
+            Some(block) => cookie::encode_with_block(&PeerMessage::ack_for(msg), block),
+            None => PeerMessage::ack_for(msg).encode(),
+        };
         self.send_peer(via, from, PeerMsgType::Ack, ack.clone());
         let reply = QueryMappingReply {
             seq: kernel_seq,
@@ -288,7 +296,7 @@ impl Core {
         };
         // The peer's REMOTE_INFO waits for this ACK: hold the answer (the kernel connects
         // as soon as it has it) until the peer says its kernel has the REMOTE_INFO.
-        if msg.ip_version == IpVersion::V4 && cookie::plans_remote_info_on_ack(&echo) {
+        if block.is_some_and(|b| cookie::plans_remote_info_on_ack(&b)) {
             self.stats.query_replies_held += 1;
             let held = ActiveState::AwaitingNotice {
                 ack,

@@ -52,7 +52,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use iwpm_proto::netlink::DaemonMsg;
-use iwpm_proto::peer::{ipv4_echo, IpVersion, Ipv4Echo, PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{IpVersion, Ipv4Echo, PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::Endpoint;
 
 use super::Inbound;
@@ -379,7 +379,7 @@ impl Core {
             ap: msg.ap().into(),
             cp: msg.cp().into(),
         };
-        let block = cookie_block(msg, rx.datagram);
+        let block = cookie::block_of(msg, rx.datagram);
         // Ten bits can be guessed: a source that failed too many checks is not checked
         // again until its rate refills (a 128-bit cookie needs no such meter).
         if block.is_none() && self.unverified_acks.available(now, source) == 0 {
@@ -551,7 +551,7 @@ impl Core {
         }
         self.stats.remote_info_on_ack += 1;
         self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-        self.send_delivery_notice(rx, cookie_block(ack, rx.datagram).as_ref());
+        self.send_delivery_notice(rx, cookie::block_of(ack, rx.datagram).as_ref());
         if !self.room_for_passive(source) {
             return;
         }
@@ -631,26 +631,20 @@ fn plan_of(remote_info: &RemoteInfo) -> Option<RemoteInfoPlan> {
 }
 
 /// Where the ACCEPT for `req` (received as `datagram`) carries its cookie: in a 24-byte
-/// block for IPv4 (the unused address bytes); for IPv6 only in ten bits.
-fn cookie_room(req: &PeerMessage, _datagram: &[u8]) -> Room {
+/// block for IPv4 (the unused address bytes) and for an IPv6 peer that announced it echoes
+/// one (the extension block); else, IPv6 from rdma-core, in ten bits.
+fn cookie_room(req: &PeerMessage, datagram: &[u8]) -> Room {
     match req.ip_version {
         IpVersion::V4 => Room::Block,
+        IpVersion::V6 if cookie::announces_block(datagram) => Room::Block,
         IpVersion::V6 => Room::TenBits,
-    }
-}
-
-/// The cookie block an ACK echoes, if it has room for one.
-fn cookie_block(ack: &PeerMessage, datagram: &[u8]) -> Option<Ipv4Echo> {
-    match ack.ip_version {
-        IpVersion::V4 => Some(ipv4_echo(datagram)),
-        IpVersion::V6 => None,
     }
 }
 
 /// An ACCEPT's bytes with its cookie where `room` says.
 fn encode_accept(accept: &PeerMessage, block: &Ipv4Echo, room: Room) -> Vec<u8> {
     match room {
-        Room::Block => accept.encode_with_echo(block),
+        Room::Block => cookie::encode_with_block(accept, block),
         Room::TenBits => accept.encode(),
     }
 }
