@@ -10,9 +10,10 @@
 //!        + (IPv6 exchanges blind-ACKed) / 128 + 4        (only if there were any)
 //! ```
 //!
-//! A *verified* ACK echoes every byte of an ACCEPT the daemon really sent to the ACK's
-//! source; the simulator sees every ACCEPT a daemon sends, so it knows exactly which ACKs
-//! are. Each exchange (source, handle, cp, ap) counts once however often its ACK comes (a
+//! A *verified* ACK echoes every byte of an ACCEPT the daemon sent to the ACK's source and
+//! that source received (the simulator delivers every datagram, so it knows exactly which
+//! ACKs were built from a received ACCEPT; an ACCEPT sent to a spoofed address reaches
+//! nobody, and an ACK matching it was a guess). Each exchange (source, handle, cp, ap) counts once however often its ACK comes (a
 //! replayed ACK adds nothing). A token taken for a REMOTE_INFO sent at once comes back only
 //! on a verified ACK, and a REMOTE_INFO that waited for an ACK goes out only on one, so one
 //! verified ACK releases at most one REMOTE_INFO.
@@ -65,6 +66,13 @@ pub(crate) struct Ledger {
     blind_v6: BTreeSet<Binding>,
 }
 
+impl Ledger {
+    /// IPv6 exchanges blind-ACKed so far.
+    pub(crate) fn blind_len(&self) -> usize {
+        self.blind_v6.len()
+    }
+}
+
 /// The source an address counts for: the IPv4 address, or the IPv6 /64.
 pub(crate) fn source_of(ip: IpAddr) -> IpAddr {
     match ip {
@@ -105,8 +113,8 @@ impl World {
         }
     }
 
-    /// A peer datagram host `h`'s daemon sends: ACCEPTs are recorded for the ledger and
-    /// checked for their family; the hostile host sniffs what it replays.
+    /// A peer datagram host `h`'s daemon sends: ACCEPTs are checked for their family; the
+    /// hostile host sniffs what it replays.
     pub(crate) fn daemon_sends(&mut self, h: usize, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
         let Ok(m) = PeerMessage::decode(bytes) else {
             return;
@@ -115,11 +123,6 @@ impl World {
         if m.msg_type != PeerMsgType::Accept {
             return;
         }
-        self.ledgers[h]
-            .accepts
-            .entry(binding(to, &m))
-            .or_default()
-            .insert(bytes.to_vec());
         // A listener answers REQUESTs of its own family only.
         let listener = self.hosts[h].cm.listeners.iter().find_map(|(port, l)| match &l.state {
             crate::cm::ListenState::Listening { map, .. } => map
@@ -138,6 +141,26 @@ impl World {
                 );
                 self.violate(ViolationKind::Family, Some(h), detail);
             }
+        }
+    }
+
+    /// A datagram delivered to `to`, a receiving address (a fleet host, the hostile host's
+    /// own, the rdma-core-like peer's): an ACCEPT from a daemon is one its ACK may echo.
+    /// ACCEPTs sent to spoofed addresses reach nobody, so an ACK echoing one of those was
+    /// guessed, however right the guess.
+    pub(crate) fn ledger_delivered(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+        let Some(h) = self.host_index(from.ip()) else {
+            return;
+        };
+        let Ok(m) = PeerMessage::decode(bytes) else {
+            return;
+        };
+        if m.msg_type == PeerMsgType::Accept {
+            self.ledgers[h]
+                .accepts
+                .entry(binding(to, &m))
+                .or_default()
+                .insert(bytes.to_vec());
         }
     }
 

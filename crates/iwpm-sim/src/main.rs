@@ -186,6 +186,13 @@ fn sweep(a: &Args) -> bool {
         total.remote_info_missed,
         total.hostile
     );
+    println!(
+        "  rdma-core-like peer: {} connects reached their listener, {} found their REMOTE_INFO; ledger: {} REMOTE_INFOs for peer REQUESTs, {} verified ACKs",
+        total.rdma_peer_connects,
+        total.rdma_peer_found,
+        total.remote_info_for_peers,
+        total.verified_acks
+    );
     failed == 0
 }
 

@@ -389,7 +389,7 @@ impl Scenario {
     /// The `burst` profile: host 1 makes 1000 concurrent connects to host 0's IPv4 listener
     /// (port [`JOB_PORT`]) and 1000 to its IPv6 one (`JOB_PORT + 1`), both hosts port
     /// mapped; the seed picks the listeners' shapes (specific or wildcard) and the spread
-    /// (100-300 ms).
+    /// (0.1-0.6 ms).
     pub fn burst(seed: u64) -> Scenario {
         let mut r = Rng::new(seed, 1);
         let mut items = Vec::new();
@@ -403,10 +403,12 @@ impl Scenario {
                 what: What::Listen { host: 0, port },
             });
         }
-        let spread = r.range(100, 300);
+        // Concurrent: each family's 1000 connects start within a few milliseconds (every
+        // rank of a job calling connect at once), so the REQUESTs arrive before the ACKs.
+        let spread_us = r.range(100, 600);
         for id in 1..=2000u32 {
             let port = JOB_PORT + u16::from(id > 1000);
-            let at = ms(1_000 + r.below(spread));
+            let at = ms(1_000) + Duration::from_micros(r.below(spread_us));
             items.push(Item {
                 at,
                 what: What::Connect {
@@ -800,7 +802,9 @@ impl Gen {
                 }
                 if x.chance(30) {
                     let target = x.below(hosts as u64) as usize;
-                    let at = ms(x.range(0, 3_000));
+                    // After the job's listeners are up (by 300 ms); a drain runs from 100 ms
+                    // before.
+                    let at = ms(x.range(500, 3_000));
                     let lasts = ms(3_000);
                     let port = JOB_PORT;
                     let what = match x.below(5) {
@@ -811,7 +815,8 @@ impl Gen {
                             lasts,
                         },
                         1 => {
-                            self.push(at, What::Drain { target, port, v6: true, lasts: ms(6_000) });
+                            let drain = at - ms(100);
+                            self.push(drain, What::Drain { target, port, v6: true, lasts: ms(6_000) });
                             What::CookieSweep {
                                 target,
                                 port,
@@ -828,7 +833,7 @@ impl Gen {
                         },
                         3 => {
                             let lasts = ms(30_000);
-                            self.push(at, What::Drain { target, port, v6: false, lasts });
+                            self.push(at - ms(100), What::Drain { target, port, v6: false, lasts });
                             What::Replay {
                                 victim: (target + 1) % hosts,
                                 target,
@@ -868,6 +873,8 @@ impl Gen {
                     }
                     3 => {
                         kind.v6 = true;
+                        // The drain starts once the job's listeners are up (by 300 ms).
+                        let at = at + ms(400);
                         self.push(at, What::Drain { target: 0, port, v6: true, lasts: ms(20_000) });
                         self.push(at + ms(500), What::CookieSweep { target: 0, port, rate: 2_000, lasts });
                     }
@@ -876,7 +883,7 @@ impl Gen {
                         self.push(at, What::RealPairs { target: 0, port, v6, rate: 2_000, lasts });
                     }
                     5 => {
-                        let (port, lasts) = (JOB_PORT, ms(35_000));
+                        let (port, lasts, at) = (JOB_PORT, ms(35_000), at + ms(400));
                         self.push(at, What::Drain { target: 0, port, v6: false, lasts });
                         self.push(at, What::Replay { victim: 1, target: 0, port, lasts });
                     }

@@ -317,6 +317,14 @@ impl World {
             self.stats.remote_info_found += h.kernel.stats().remote_info_hits;
             self.stats.remote_info_missed += h.kernel.stats().remote_info_misses;
         }
+        if std::env::var_os("IWPM_SIM_DEBUG").is_some() {
+            for (i, h) in self.hosts.iter().enumerate() {
+                if let Some(d) = h.daemon.as_ref() {
+                    let st = d.core.stats();
+                    eprintln!("host {i}: ledger sent {} verified {} blind6 {:?}; core on_ack {} deferred {} unverified {} evicted {} quota_dropped {}", self.ledgers[i].sent, self.ledgers[i].verified.len(), self.ledgers[i].blind_len(), st.remote_info_on_ack, st.remote_info_deferred, st.peer_acks_unverified, st.exchanges_evicted, st.peer_quota_dropped);
+                }
+            }
+        }
         for l in &self.ledgers {
             self.stats.remote_info_for_peers += l.sent;
             self.stats.verified_acks += l.verified.len() as u64;
@@ -542,6 +550,17 @@ impl World {
     }
 
     fn deliver_udp(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+        let receiver = [
+            IpAddr::V4(HOSTILE_IP),
+            IpAddr::V6(HOSTILE_IP6),
+            IpAddr::V4(PEER_IP),
+            IpAddr::V6(PEER_IP6),
+        ]
+        .contains(&to.ip())
+            || self.host_index(to.ip()).is_some();
+        if receiver {
+            self.ledger_delivered(from, to, bytes);
+        }
         if to.ip() == IpAddr::V4(HOSTILE_IP) || to.ip() == IpAddr::V6(HOSTILE_IP6) {
             self.hostile_receive(from, to, bytes);
             return;
