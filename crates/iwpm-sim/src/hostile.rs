@@ -112,7 +112,8 @@ impl World {
                 ..
             } => {
                 let v6 = self.scenario.kind_of(port).v6;
-                let (Some(v), Some(ap)) = (self.hosts.get(victim), self.target_ap(target, port, v6))
+                let (Some(v), Some(ap)) =
+                    (self.hosts.get(victim), self.target_ap(target, port, v6))
                 else {
                     return;
                 };
@@ -266,7 +267,9 @@ impl World {
         }
         let next = match it.what {
             What::Drain { .. } if k < 191 => Duration::from_millis(u64::from(k + 1) / 2),
-            What::Drain { .. } => Duration::from_millis(95) + Duration::from_millis(250) * (k - 190),
+            What::Drain { .. } => {
+                Duration::from_millis(95) + Duration::from_millis(250) * (k - 190)
+            }
             _ => Duration::from_secs(u64::from(k) + 1) / rate.max(1),
         };
         if next < lasts {
@@ -305,7 +308,11 @@ impl World {
                 "a real host's REQUEST for host {target}'s closed port {port} (sent at {:.3}s) got no REJECT within 1 s while {REJECT_SOURCES} spoofed sources flood",
                 sent.as_secs_f64()
             );
-            self.violate(crate::check::ViolationKind::RejectLate, Some(target), detail);
+            self.violate(
+                crate::check::ViolationKind::RejectLate,
+                Some(target),
+                detail,
+            );
         }
     }
 
@@ -381,10 +388,7 @@ impl World {
         // listeners it targets, so the IP and the planned port identify it.
         let asked = self.scenario.items.iter().find_map(|i| match i.what {
             What::BlindPairs { target, port, .. }
-                if self
-                    .hosts
-                    .get(target)
-                    .is_some_and(|t| t.owns(msg.ap_ip)) =>
+                if self.hosts.get(target).is_some_and(|t| t.owns(msg.ap_ip)) =>
             {
                 Some(SocketAddr::new(msg.ap_ip, port))
             }

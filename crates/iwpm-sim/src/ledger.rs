@@ -115,7 +115,13 @@ impl World {
 
     /// A peer datagram host `h`'s daemon sends: ACCEPTs are checked for their family; the
     /// hostile host sniffs what it replays.
-    pub(crate) fn daemon_sends(&mut self, h: usize, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+    pub(crate) fn daemon_sends(
+        &mut self,
+        h: usize,
+        from: SocketAddr,
+        to: SocketAddr,
+        bytes: &[u8],
+    ) {
         let Ok(m) = PeerMessage::decode(bytes) else {
             return;
         };
@@ -124,14 +130,18 @@ impl World {
             return;
         }
         // A listener answers REQUESTs of its own family only.
-        let listener = self.hosts[h].cm.listeners.iter().find_map(|(port, l)| match &l.state {
-            crate::cm::ListenState::Listening { map, .. } => map
-                .m_local
-                .to_socket_addr()
-                .filter(|a| a.port() == m.ap_port)
-                .map(|_| *port),
-            crate::cm::ListenState::Mapping => None,
-        });
+        let listener = self.hosts[h]
+            .cm
+            .listeners
+            .iter()
+            .find_map(|(port, l)| match &l.state {
+                crate::cm::ListenState::Listening { map, .. } => map
+                    .m_local
+                    .to_socket_addr()
+                    .filter(|a| a.port() == m.ap_port)
+                    .map(|_| *port),
+                crate::cm::ListenState::Mapping => None,
+            });
         if let Some(port) = listener {
             let kind = self.scenario.kind_of(port);
             if kind.v6 != (m.ip_version == IpVersion::V6) {

@@ -181,7 +181,11 @@ pub struct ListenKind {
 impl fmt::Display for ListenKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let fam = if self.v6 { "v6" } else { "v4" };
-        let shape = if self.wildcard { "wildcard" } else { "specific" };
+        let shape = if self.wildcard {
+            "wildcard"
+        } else {
+            "specific"
+        };
         write!(f, "{fam} {shape}")
     }
 }
@@ -307,8 +311,8 @@ impl Profile {
             Profile::Fleet,
             Profile::Burst,
         ]
-            .into_iter()
-            .find(|p| p.name() == name)
+        .into_iter()
+        .find(|p| p.name() == name)
     }
 }
 
@@ -798,7 +802,15 @@ impl Gen {
                     let at = ms(x.range(600, 2_500));
                     let n = x.range(1, 4) as u32;
                     let (port, v6) = (JOB_PORT, kind.v6);
-                    self.push(at, What::RdmaPeer { target, port, v6, n });
+                    self.push(
+                        at,
+                        What::RdmaPeer {
+                            target,
+                            port,
+                            v6,
+                            n,
+                        },
+                    );
                 }
                 if x.chance(30) {
                     let target = x.below(hosts as u64) as usize;
@@ -816,7 +828,15 @@ impl Gen {
                         },
                         1 => {
                             let drain = at - ms(100);
-                            self.push(drain, What::Drain { target, port, v6: true, lasts: ms(6_000) });
+                            self.push(
+                                drain,
+                                What::Drain {
+                                    target,
+                                    port,
+                                    v6: true,
+                                    lasts: ms(6_000),
+                                },
+                            );
                             What::CookieSweep {
                                 target,
                                 port,
@@ -833,7 +853,15 @@ impl Gen {
                         },
                         3 => {
                             let lasts = ms(30_000);
-                            self.push(at - ms(100), What::Drain { target, port, v6: false, lasts });
+                            self.push(
+                                at - ms(100),
+                                What::Drain {
+                                    target,
+                                    port,
+                                    v6: false,
+                                    lasts,
+                                },
+                            );
                             What::Replay {
                                 victim: (target + 1) % hosts,
                                 target,
@@ -864,39 +892,118 @@ impl Gen {
                 match x.below(7) {
                     0 => {}
                     1 => {
-                        kind = ListenKind { v6: true, wildcard: false };
-                        self.push(at, What::SpoofV6 { target: 0, port, rate: 2_000, lasts });
+                        kind = ListenKind {
+                            v6: true,
+                            wildcard: false,
+                        };
+                        self.push(
+                            at,
+                            What::SpoofV6 {
+                                target: 0,
+                                port,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
                     }
                     2 => {
-                        kind = ListenKind { v6: false, wildcard: true };
-                        self.push(at, What::SpoofV6 { target: 0, port, rate: 2_000, lasts });
+                        kind = ListenKind {
+                            v6: false,
+                            wildcard: true,
+                        };
+                        self.push(
+                            at,
+                            What::SpoofV6 {
+                                target: 0,
+                                port,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
                     }
                     3 => {
                         kind.v6 = true;
                         // The drain starts once the job's listeners are up (by 300 ms).
                         let at = at + ms(400);
-                        self.push(at, What::Drain { target: 0, port, v6: true, lasts: ms(20_000) });
-                        self.push(at + ms(500), What::CookieSweep { target: 0, port, rate: 2_000, lasts });
+                        self.push(
+                            at,
+                            What::Drain {
+                                target: 0,
+                                port,
+                                v6: true,
+                                lasts: ms(20_000),
+                            },
+                        );
+                        self.push(
+                            at + ms(500),
+                            What::CookieSweep {
+                                target: 0,
+                                port,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
                     }
                     4 => {
                         let v6 = kind.v6;
-                        self.push(at, What::RealPairs { target: 0, port, v6, rate: 2_000, lasts });
+                        self.push(
+                            at,
+                            What::RealPairs {
+                                target: 0,
+                                port,
+                                v6,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
                     }
                     5 => {
                         let (port, lasts, at) = (JOB_PORT, ms(35_000), at + ms(400));
-                        self.push(at, What::Drain { target: 0, port, v6: false, lasts });
-                        self.push(at, What::Replay { victim: 1, target: 0, port, lasts });
+                        self.push(
+                            at,
+                            What::Drain {
+                                target: 0,
+                                port,
+                                v6: false,
+                                lasts,
+                            },
+                        );
+                        self.push(
+                            at,
+                            What::Replay {
+                                victim: 1,
+                                target: 0,
+                                port,
+                                lasts,
+                            },
+                        );
                     }
                     _ => {
                         let lasts = ms(4_000);
-                        self.push(at + ms(2_000), What::RejectFlood { target: 0, port: CLOSED_PORT, rate: 1_000, lasts });
+                        self.push(
+                            at + ms(2_000),
+                            What::RejectFlood {
+                                target: 0,
+                                port: CLOSED_PORT,
+                                rate: 1_000,
+                                lasts,
+                            },
+                        );
                     }
                 }
                 if kind != ListenKind::default() {
                     families.insert(port, kind);
                 }
                 let at = ms(x.range(2_000, 4_000));
-                self.push(at, What::RdmaPeer { target: 2, port, v6: kind.v6, n: 10 });
+                self.push(
+                    at,
+                    What::RdmaPeer {
+                        target: 2,
+                        port,
+                        v6: kind.v6,
+                        n: 10,
+                    },
+                );
             }
             Profile::Burst => {}
         }
@@ -904,6 +1011,32 @@ impl Gen {
 }
 
 impl Scenario {
+    /// The scenario without the attacks of findings A-I (the rdma-core-like peer, IPv6
+    /// and wildcard listeners stay): what CI sweeps run while the core in this tree still
+    /// has those findings open (`tests/seeds.rs`, `CORE_FIXES_FINDINGS_A_TO_I`).
+    pub fn without_findings_attacks(&self) -> Scenario {
+        let new_attack = |w: &What| {
+            matches!(
+                w,
+                What::SpoofV6 { .. }
+                    | What::CookieSweep { .. }
+                    | What::RealPairs { .. }
+                    | What::Replay { .. }
+                    | What::RejectFlood { .. }
+                    | What::Drain { .. }
+            )
+        };
+        Scenario {
+            items: self
+                .items
+                .iter()
+                .filter(|i| !new_attack(&i.what))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// The scenario as it was before IPv6: every listener IPv4 on its host's address, and
     /// only the items an IPv4-only fleet had (what the step-9 regression seeds check).
     pub fn ipv4_only(&self) -> Scenario {
@@ -920,7 +1053,12 @@ impl Scenario {
             )
         };
         Scenario {
-            items: self.items.iter().filter(|i| old(&i.what)).cloned().collect(),
+            items: self
+                .items
+                .iter()
+                .filter(|i| old(&i.what))
+                .cloned()
+                .collect(),
             families: BTreeMap::new(),
             ..self.clone()
         }
