@@ -10,8 +10,8 @@ use iwpm_sim::plan::{Profile, Scenario};
 use iwpm_sim::{run, scale, shrink};
 
 const USAGE: &str = "usage:
-  iwpm-sim --seed S [--profile sweep|attack|fleet] [--keep I,J,..] [--print]
-  iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet]
+  iwpm-sim --seed S [--profile sweep|attack|fleet|burst] [--keep I,J,..] [--print]
+  iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet|burst]
   iwpm-sim --scale [--hosts 10,100,1000] [--fanout K] [--checked]
 A failing seed is shrunk and printed with the --seed/--keep line that replays it.";
 
