@@ -28,6 +28,13 @@ pub enum ViolationKind {
     /// REMOTE_INFO entries no legitimate connection accounts for beyond the budget, or
     /// legitimate ones never consumed.
     RemoteInfo,
+    /// A daemon sent its kernel more REMOTE_INFOs for peer REQUESTs than the ledger allows
+    /// (`crate::ledger`).
+    Ledger,
+    /// A listener answered a REQUEST of the other address family.
+    Family,
+    /// A real host's REQUEST for a closed port got no REJECT within 1 s.
+    RejectLate,
     /// The emulated kernel saw a protocol violation (`iwpm_kernel_emu::Violation`).
     Protocol,
     /// `Core::check_invariants` failed.
@@ -92,26 +99,26 @@ impl World {
     }
 
     /// REMOTE_INFOs host `h`'s kernel may hold that no legitimate connection accounts for:
-    /// each daemon start's budget, plus one token per refill interval of host time.
+    /// what the ledger allows the daemon to have sent for peer REQUESTs at all (each daemon
+    /// start's budget, one token per refill interval of host time, one per verified ACK
+    /// within the per-source cap, the blind IPv6 allowance; `crate::ledger`).
     fn remote_info_allowance(&self, h: usize) -> usize {
-        let host = &self.hosts[h];
-        let Some(d) = host.daemon.as_ref() else {
+        if self.hosts[h].daemon.is_none() {
             return usize::MAX;
-        };
-        let c = d.core.config();
-        let elapsed = self.now + host.offset;
-        let refills = (elapsed.as_nanos() / c.remote_info_refill.as_nanos().max(1)) as usize;
-        c.remote_info_budget as usize * host.incarnation as usize + refills + 1
+        }
+        usize::try_from(self.ledger_allowance(h)).unwrap_or(usize::MAX)
     }
 
-    /// An entry's connecting side is a legitimate daemon's mapped address (fleet IP, port
-    /// in the reservation range); everything else came from the hostile host.
-    fn legit_entry(&self, e: &iwpm_kernel_emu::kernel::RemoteInfoEntry) -> bool {
+    /// An entry's connecting side is a legitimate peer's mapped address (a fleet IP of
+    /// either family, or the rdma-core-like peer's, with a port in the reservation range);
+    /// everything else came from the hostile host, whose REQUESTs claim mapped ports below
+    /// that range.
+    pub(crate) fn legit_entry(&self, e: &iwpm_kernel_emu::kernel::RemoteInfoEntry) -> bool {
         e.mapped_remote.to_socket_addr().is_some_and(|a| {
-            let legit_ip = match a.ip() {
-                std::net::IpAddr::V4(ip) => crate::host::host_of(ip, self.hosts.len()).is_some(),
-                std::net::IpAddr::V6(_) => false,
-            };
+            let ip = a.ip();
+            let legit_ip = self.host_index(ip).is_some()
+                || ip == std::net::IpAddr::V4(crate::world::PEER_IP)
+                || ip == std::net::IpAddr::V6(crate::world::PEER_IP6);
             legit_ip && MAPPED_PORTS.contains(&a.port())
         })
     }
@@ -164,9 +171,11 @@ impl World {
                 .filter(|e| !self.legit_entry(e))
                 .count();
             if stray > allowance {
-                self.violate(ViolationKind::RemoteInfo, Some(h), format!("the kernel holds {stray} REMOTE_INFO entries no legitimate connection accounts for ({total} in all), more than the budget allows ({allowance})"));
+                self.violate(ViolationKind::RemoteInfo, Some(h), format!("the kernel holds {stray} REMOTE_INFO entries no legitimate connection accounts for ({total} in all), more than the ledger allows ({allowance})"));
+                return;
             }
         }
+        self.check_ledger(h);
     }
 
     /// After the teardown and the settling time: nothing is left anywhere.

@@ -162,7 +162,17 @@ impl World {
         if self.hosts[h].cm.listeners.contains_key(&port) {
             return;
         }
-        let local = SocketAddr::from((self.hosts[h].ip, port));
+        let kind = self.scenario.kind_of(port);
+        let ip = if kind.wildcard {
+            if kind.v6 {
+                std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            } else {
+                std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            }
+        } else {
+            self.hosts[h].addr(kind.v6)
+        };
+        let local = SocketAddr::new(ip, port);
         self.hosts[h].cm.listeners.insert(
             port,
             Listener {
@@ -221,8 +231,9 @@ impl World {
             );
             return;
         };
-        let local = SocketAddr::from((self.hosts[from].ip, eph));
-        let remote = SocketAddr::from((self.hosts[to].ip, port));
+        let v6 = self.scenario.kind_of(port).v6;
+        let local = SocketAddr::new(self.hosts[from].addr(v6), eph);
+        let remote = SocketAddr::new(self.hosts[to].addr(v6), port);
         self.conns.insert(
             id,
             ConnPlan {
@@ -348,7 +359,8 @@ impl World {
             );
         }
         let port_mapped = self.hosts[h].port_mapped;
-        let remote = SocketAddr::from((self.hosts[plan.to].ip, plan.port));
+        let v6 = self.scenario.kind_of(plan.port).v6;
+        let remote = SocketAddr::new(self.hosts[plan.to].addr(v6), plan.port);
         let Some(a) = self.hosts[h].cm.active.get_mut(&id) else {
             return;
         };
@@ -361,10 +373,7 @@ impl World {
         if let Some(p) = self.conns.get_mut(&id) {
             p.wire_src = Some(wire_src);
         }
-        let target = match wire_dst.ip() {
-            std::net::IpAddr::V4(ip) => crate::host::host_of(ip, self.hosts.len()),
-            std::net::IpAddr::V6(_) => None,
-        };
+        let target = self.host_index(wire_dst.ip());
         match target {
             Some(to) => self.send_wire(
                 h,
@@ -442,7 +451,8 @@ impl World {
                 ListenState::Listening { map, wire_local }
                     if wire_local.port() == wire_dst.port()
                         && (wire_local.ip() == wire_dst.ip()
-                            || wire_local.ip().is_unspecified()) =>
+                            || (wire_local.ip().is_unspecified()
+                                && wire_local.is_ipv6() == wire_dst.is_ipv6())) =>
                 {
                     Some((*port, map.m_local))
                 }

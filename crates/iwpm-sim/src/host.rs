@@ -9,7 +9,7 @@
 //! table's generation moved.
 
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use iwpm_core::state_file::StateFile;
@@ -58,8 +58,10 @@ pub struct HostCounters {
 pub struct Host {
     /// Index in the fleet.
     pub idx: usize,
-    /// Its one IPv4 address.
+    /// Its IPv4 address.
     pub ip: Ipv4Addr,
+    /// Its IPv6 address (each host in its own /64, [`ip6_of`]).
+    pub ip6: Ipv6Addr,
     /// Hardware-like device (mapped addresses on the wire), else siw-like NO_PORT_MAP.
     pub port_mapped: bool,
     /// The emulated kernel; daemon addresses are incarnation numbers.
@@ -121,12 +123,54 @@ pub fn host_of(ip: Ipv4Addr, hosts: usize) -> Option<usize> {
     (idx < hosts).then_some(idx)
 }
 
+/// The fleet's IPv6 address of host `idx`: `fd00:0:<hi>:<lo>::1`, with `idx + 1` in the
+/// two 16-bit groups, so every host has a /64 of its own (the core groups IPv6 sources by
+/// /64).
+pub fn ip6_of(idx: usize) -> Ipv6Addr {
+    let n = idx as u32 + 1;
+    Ipv6Addr::new(0xfd00, 0, (n >> 16) as u16, n as u16, 0, 0, 0, 1)
+}
+
+/// The host owning the IPv6 address `ip`, if it is a fleet address below `hosts`.
+pub fn host_of6(ip: Ipv6Addr, hosts: usize) -> Option<usize> {
+    let s = ip.segments();
+    if s[0] != 0xfd00 || s[1] != 0 || s[4..] != [0, 0, 0, 1] {
+        return None;
+    }
+    let n = (u32::from(s[2]) << 16) | u32::from(s[3]);
+    let idx = n.checked_sub(1)? as usize;
+    (idx < hosts).then_some(idx)
+}
+
+/// The host owning `ip` (either family).
+pub fn host_of_ip(ip: IpAddr, hosts: usize) -> Option<usize> {
+    match ip {
+        IpAddr::V4(v4) => host_of(v4, hosts),
+        IpAddr::V6(v6) => host_of6(v6, hosts),
+    }
+}
+
 impl Host {
+    /// This host's address of the family `v6` names.
+    pub fn addr(&self, v6: bool) -> IpAddr {
+        if v6 {
+            IpAddr::V6(self.ip6)
+        } else {
+            IpAddr::V4(self.ip)
+        }
+    }
+
+    /// True if `ip` is one of this host's addresses.
+    pub fn owns(&self, ip: IpAddr) -> bool {
+        ip == IpAddr::V4(self.ip) || ip == IpAddr::V6(self.ip6)
+    }
+
     /// A host whose kernel just loaded, no daemon yet.
     pub fn new(idx: usize, port_mapped: bool, seed: u64) -> Self {
         Host {
             idx,
             ip: ip_of(idx),
+            ip6: ip6_of(idx),
             port_mapped,
             kernel: KernelIwpm::new(KernelConfig::default()),
             daemon: None,
@@ -264,13 +308,13 @@ impl Host {
 
     /// The peer socket address a daemon action leaves from.
     pub fn peer_source(&self, via: iwpm_core::PeerSocket) -> SocketAddr {
+        use iwpm_core::PeerSocket;
         let port = match via {
-            iwpm_core::PeerSocket::V4Listener | iwpm_core::PeerSocket::V6Listener => {
-                iwpm_proto::consts::IWPM_PEER_PORT
-            }
+            PeerSocket::V4Listener | PeerSocket::V6Listener => iwpm_proto::consts::IWPM_PEER_PORT,
             _ => CLIENT_PORT,
         };
-        SocketAddr::from((self.ip, port))
+        let v6 = matches!(via, PeerSocket::V6Listener | PeerSocket::V6Client);
+        SocketAddr::new(self.addr(v6), port)
     }
 }
 
@@ -285,5 +329,10 @@ mod tests {
         }
         assert_eq!(ip_of(0), Ipv4Addr::new(10, 0, 0, 1));
         assert_eq!(host_of(Ipv4Addr::new(10, 255, 255, 1), 1000), None);
+        for i in [0, 1, 65_534, 65_535, 70_000] {
+            assert_eq!(host_of6(ip6_of(i), 100_000), Some(i), "{i}");
+        }
+        assert_eq!(ip6_of(0), "fd00:0:0:1::1".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(host_of6("fd00:0:0:1::2".parse().unwrap(), 10), None);
     }
 }

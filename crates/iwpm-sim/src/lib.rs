@@ -31,6 +31,8 @@ pub mod check;
 mod cm;
 pub mod host;
 mod hostile;
+mod ledger;
+mod peer;
 pub mod plan;
 pub mod ports;
 pub mod rng;

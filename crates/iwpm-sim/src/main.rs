@@ -10,8 +10,8 @@ use iwpm_sim::plan::{Profile, Scenario};
 use iwpm_sim::{run, scale, shrink};
 
 const USAGE: &str = "usage:
-  iwpm-sim --seed S [--profile sweep|attack|fleet] [--keep I,J,..] [--print]
-  iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet]
+  iwpm-sim --seed S [--profile sweep|attack|fleet|burst] [--keep I,J,..] [--print]
+  iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet|burst]
   iwpm-sim --scale [--hosts 10,100,1000] [--fanout K] [--checked]
 A failing seed is shrunk and printed with the --seed/--keep line that replays it.";
 
@@ -185,6 +185,13 @@ fn sweep(a: &Args) -> bool {
         total.remote_info_found,
         total.remote_info_missed,
         total.hostile
+    );
+    println!(
+        "  rdma-core-like peer: {} connects reached their listener, {} found their REMOTE_INFO; ledger: {} REMOTE_INFOs for peer REQUESTs, {} verified ACKs",
+        total.rdma_peer_connects,
+        total.rdma_peer_found,
+        total.remote_info_for_peers,
+        total.verified_acks
     );
     failed == 0
 }

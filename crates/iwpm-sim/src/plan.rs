@@ -6,6 +6,7 @@
 //! (`iwpm-sim --seed S --keep 3,7,12`). Network randomness (which datagram a loss window
 //! drops) comes from a separate stream of the same seed.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -99,6 +100,94 @@ pub enum What {
         rate: u32,
         lasts: Duration,
     },
+    /// Finding A: never-ACKed port-mapped IPv6 REQUESTs from spoofed sources, a new /64
+    /// every [`crate::hostile::PER_SLASH64`] datagrams, asking for `target`'s IPv6 address
+    /// and `port` (whose listener may be IPv6, or an IPv4 wildcard asked over IPv6).
+    SpoofV6 {
+        target: usize,
+        port: u16,
+        rate: u32,
+        lasts: Duration,
+    },
+    /// Finding B: one IPv6 REQUEST from the hostile host's own address, then ACKs sweeping
+    /// `pmtime` 0..=255 × version 0..=3 (the 10-bit IPv6 cookie), then the next REQUEST;
+    /// `rate` datagrams per second.
+    CookieSweep {
+        target: usize,
+        port: u16,
+        rate: u32,
+        lasts: Duration,
+    },
+    /// Finding D: the hostile host as a real host (it reads the ACCEPTs sent to its own
+    /// address and ACKs them with their bytes), `rate` REQUEST+ACK pairs per second, never
+    /// connecting.
+    RealPairs {
+        target: usize,
+        port: u16,
+        v6: bool,
+        rate: u32,
+        lasts: Duration,
+    },
+    /// Finding E: never-ACKed REQUESTs from spoofed IPv4 sources drain `target`'s
+    /// REMOTE_INFO budget (so `victim`'s own connects get REMOTE_INFO-on-ACK cookies); the
+    /// first such REQUEST+ACK pair of `victim` is captured and replayed from its address
+    /// once a second.
+    Replay {
+        victim: usize,
+        target: usize,
+        port: u16,
+        lasts: Duration,
+    },
+    /// Finding I: [`crate::hostile::REJECT_SOURCES`] spoofed sources flood REQUESTs for the
+    /// closed `port` of `target`; halfway through, a real host (the rdma-core-like peer's
+    /// address) asks for it once and must get its REJECT within 1 s.
+    RejectFlood {
+        target: usize,
+        port: u16,
+        rate: u32,
+        lasts: Duration,
+    },
+    /// Never-ACKed port-mapped REQUESTs from spoofed sources (64 per source: each within
+    /// its share of the budget, never evicted by the per-source quota), 192 at once, then
+    /// 4 a second: `target`'s REMOTE_INFO budget stays spent, so REMOTE_INFOs wait for ACKs
+    /// (the setting of findings B and E).
+    Drain {
+        target: usize,
+        port: u16,
+        v6: bool,
+        lasts: Duration,
+    },
+    /// An rdma-core-like peer (no core: a hand-written actor, `crate::peer`) connects `n`
+    /// times to `target`'s listener `port` over 1 s: REQUEST, then on the ACCEPT it lets
+    /// its kernel connect and ACKs with the ACCEPT's bytes.
+    RdmaPeer {
+        target: usize,
+        port: u16,
+        v6: bool,
+        n: u32,
+    },
+}
+
+/// The address family and shape of the listeners on one port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenKind {
+    /// IPv6 (`[host ip6]:port` or `[::]:port`), else IPv4.
+    pub v6: bool,
+    /// Bound on the wildcard address of its family; connects still target the host's
+    /// specific address of that family.
+    pub wildcard: bool,
+}
+
+impl fmt::Display for ListenKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fam = if self.v6 { "v6" } else { "v4" };
+        let shape = if self.wildcard {
+            "wildcard"
+        } else {
+            "specific"
+        };
+        write!(f, "{fam} {shape}")
+    }
 }
 
 impl What {
@@ -112,6 +201,13 @@ impl What {
                 | What::Close { .. }
                 | What::Squat { .. }
                 | What::BlindPairs { .. }
+                | What::SpoofV6 { .. }
+                | What::CookieSweep { .. }
+                | What::RealPairs { .. }
+                | What::Replay { .. }
+                | What::RejectFlood { .. }
+                | What::RdmaPeer { .. }
+                | What::Drain { .. }
         )
     }
 
@@ -146,7 +242,14 @@ impl What {
                 Scope::Host(h) => vec![*h],
             },
             What::Squat { victim, target, .. } => vec![*victim, *target],
-            What::BlindPairs { target, .. } => vec![*target],
+            What::BlindPairs { target, .. }
+            | What::SpoofV6 { target, .. }
+            | What::CookieSweep { target, .. }
+            | What::RealPairs { target, .. }
+            | What::RejectFlood { target, .. }
+            | What::RdmaPeer { target, .. }
+            | What::Drain { target, .. } => vec![*target],
+            What::Replay { victim, target, .. } => vec![*victim, *target],
             What::Close { .. } | What::Partition { .. } => vec![],
         }
     }
@@ -184,6 +287,9 @@ pub enum Profile {
     /// Bigger fleets for long sweeps: 3-6 hosts, 2-8 ranks (up to 47 ranks, so a host
     /// can hold more mappings than the kernel's replay limit of 227), more faults.
     Fleet,
+    /// A legitimate burst: host 1 makes 1000 concurrent port-mapped connects to host 0's
+    /// IPv4 listener and 1000 to its IPv6 one (ours ↔ ours, no faults, no attack).
+    Burst,
 }
 
 impl Profile {
@@ -193,14 +299,20 @@ impl Profile {
             Profile::Sweep => "sweep",
             Profile::Attack => "attack",
             Profile::Fleet => "fleet",
+            Profile::Burst => "burst",
         }
     }
 
     /// The profile of a command-line name.
     pub fn from_name(name: &str) -> Option<Profile> {
-        [Profile::Sweep, Profile::Attack, Profile::Fleet]
-            .into_iter()
-            .find(|p| p.name() == name)
+        [
+            Profile::Sweep,
+            Profile::Attack,
+            Profile::Fleet,
+            Profile::Burst,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
     }
 }
 
@@ -217,6 +329,8 @@ pub struct Scenario {
     pub port_mapped: Vec<bool>,
     /// Items in time order.
     pub items: Vec<Item>,
+    /// The listeners' family and shape per port (absent: IPv4, the host's address).
+    pub families: BTreeMap<u16, ListenKind>,
 }
 
 /// First listener port of the MPI job (rank r listens on `JOB_PORT + r`).
@@ -240,6 +354,7 @@ impl Scenario {
             }
             Profile::Attack => (3, 2),
             Profile::Fleet => (r.range(3, 6) as usize, r.range(2, 8) as usize),
+            Profile::Burst => return Scenario::burst(seed),
         };
         let port_mapped = (0..hosts)
             .map(|_| profile == Profile::Attack || r.chance(700))
@@ -253,15 +368,85 @@ impl Scenario {
         g.churn(hosts, profile);
         g.faults(hosts, profile);
         g.attacks(hosts, profile);
-        let mut items = g.items;
+        let mut items = std::mem::take(&mut g.items);
         items.sort_by_key(|i| i.at);
+        // What came after IPv4-only fleets (families, wildcards, the rdma-core-like peer,
+        // findings A-I) draws from a stream of its own and goes after the items above,
+        // so an old seed keeps its items, their order and their indices (`--keep` lines
+        // and the regression tests name items by index).
+        let mut x = Rng::new(seed, 4);
+        let mut families = families(&mut x, &items, profile);
+        g.extras(&mut x, hosts, profile, &mut families);
+        let mut extra = g.items;
+        extra.sort_by_key(|i| i.at);
+        items.extend(extra);
         Scenario {
             seed,
             hosts,
             ranks,
             port_mapped,
             items,
+            families,
         }
+    }
+
+    /// The `burst` profile: host 1 makes 1000 concurrent connects to host 0's IPv4 listener
+    /// (port [`JOB_PORT`]) and 1000 to its IPv6 one (`JOB_PORT + 1`), both hosts port
+    /// mapped; the seed picks the listeners' shapes (specific or wildcard) and the spread
+    /// (0.1-0.6 ms).
+    pub fn burst(seed: u64) -> Scenario {
+        let mut r = Rng::new(seed, 1);
+        let mut items = Vec::new();
+        let mut families = BTreeMap::new();
+        for (k, v6) in [(0, false), (1, true)] {
+            let port = JOB_PORT + k;
+            let wildcard = r.chance(500);
+            families.insert(port, ListenKind { v6, wildcard });
+            items.push(Item {
+                at: ms(100),
+                what: What::Listen { host: 0, port },
+            });
+        }
+        // Concurrent: each family's 1000 connects start within a few milliseconds (every
+        // rank of a job calling connect at once), so the REQUESTs arrive before the ACKs.
+        let spread_us = r.range(100, 600);
+        for id in 1..=2000u32 {
+            let port = JOB_PORT + u16::from(id > 1000);
+            let at = ms(1_000) + Duration::from_micros(r.below(spread_us));
+            items.push(Item {
+                at,
+                what: What::Connect {
+                    id,
+                    from: 1,
+                    to: 0,
+                    port,
+                },
+            });
+            items.push(Item {
+                at: ms(20_000),
+                what: What::Close { id },
+            });
+        }
+        for port in [JOB_PORT, JOB_PORT + 1] {
+            items.push(Item {
+                at: ms(22_000),
+                what: What::Unlisten { host: 0, port },
+            });
+        }
+        items.sort_by_key(|i| i.at);
+        Scenario {
+            seed,
+            hosts: 2,
+            ranks: 1,
+            port_mapped: vec![true, true],
+            items,
+            families,
+        }
+    }
+
+    /// The family and shape of `port`'s listeners.
+    pub fn kind_of(&self, port: u16) -> ListenKind {
+        self.families.get(&port).copied().unwrap_or_default()
     }
 
     /// The same scenario with only the items at `keep` (indices into `items`).
@@ -281,7 +466,15 @@ impl Scenario {
             .iter()
             .map(|i| {
                 i.at + match &i.what {
-                    What::Squat { lasts, .. } | What::BlindPairs { lasts, .. } => *lasts,
+                    What::Squat { lasts, .. }
+                    | What::BlindPairs { lasts, .. }
+                    | What::SpoofV6 { lasts, .. }
+                    | What::CookieSweep { lasts, .. }
+                    | What::RealPairs { lasts, .. }
+                    | What::Replay { lasts, .. }
+                    | What::RejectFlood { lasts, .. }
+                    | What::Drain { lasts, .. } => *lasts,
+                    What::RdmaPeer { .. } => Duration::from_secs(1),
                     w => w.window(),
                 }
             })
@@ -305,6 +498,14 @@ impl fmt::Display for Scenario {
             self.ranks,
             self.items.len()
         )?;
+        if !self.families.is_empty() {
+            let ports: Vec<String> = self
+                .families
+                .iter()
+                .map(|(p, k)| format!("{p} {k}"))
+                .collect();
+            writeln!(f, "  listeners: {}", ports.join(", "))?;
+        }
         for (i, it) in self.items.iter().enumerate() {
             writeln!(f, "  [{i:3}] t={:>9.3}s {:?}", it.at.as_secs_f64(), it.what)?;
         }
@@ -388,6 +589,7 @@ impl Gen {
             Profile::Sweep => self.r.below(4),
             Profile::Attack => 2,
             Profile::Fleet => self.r.below(8),
+            Profile::Burst => 0,
         };
         for k in 0..n {
             let host = self.r.below(hosts as u64) as usize;
@@ -429,7 +631,7 @@ impl Gen {
     fn faults(&mut self, hosts: usize, profile: Profile) {
         let n = match profile {
             Profile::Sweep => self.r.below(5),
-            Profile::Attack => 0,
+            Profile::Attack | Profile::Burst => 0,
             Profile::Fleet => self.r.below(10),
         };
         for _ in 0..n {
@@ -476,6 +678,7 @@ impl Gen {
 
     fn attacks(&mut self, hosts: usize, profile: Profile) {
         match profile {
+            Profile::Burst => {}
             Profile::Sweep | Profile::Fleet => {
                 if self.r.chance(200) {
                     let target = self.r.below(hosts as u64) as usize;
@@ -539,6 +742,325 @@ impl Gen {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The listeners' family and shape per port: one draw for the MPI job's ports (a job
+/// picks a family), one per churn port. IPv4 stays the majority (650 ‰) so old seeds keep
+/// their character; IPv6 and wildcards still come up in every few sweep seeds. The
+/// `attack` profile keeps the job's rank-0 port IPv4 (the step-9 attacks target it);
+/// [`Gen::extras`] picks rank 1's.
+fn families(x: &mut Rng, items: &[Item], profile: Profile) -> BTreeMap<u16, ListenKind> {
+    let draw = |x: &mut Rng| ListenKind {
+        v6: x.chance(350),
+        wildcard: x.chance(250),
+    };
+    let mut out = BTreeMap::new();
+    let job = draw(x);
+    let ports: std::collections::BTreeSet<u16> = items
+        .iter()
+        .filter_map(|i| match i.what {
+            What::Listen { port, .. } => Some(port),
+            _ => None,
+        })
+        .collect();
+    for port in ports {
+        let kind = if port >= CHURN_PORT {
+            draw(x)
+        } else if profile == Profile::Attack {
+            ListenKind::default()
+        } else {
+            job
+        };
+        if kind != ListenKind::default() {
+            out.insert(port, kind);
+        }
+    }
+    out
+}
+
+/// The closed port finding I's flood asks for (nobody listens there).
+pub const CLOSED_PORT: u16 = 8999;
+
+impl Gen {
+    /// The items that came with IPv6: the rdma-core-like peer, and findings A-I's attacks
+    /// (every `attack` seed draws one of them or none; 3 % of `sweep`/`fleet` seeds get one,
+    /// at lower rates).
+    fn extras(
+        &mut self,
+        x: &mut Rng,
+        hosts: usize,
+        profile: Profile,
+        families: &mut BTreeMap<u16, ListenKind>,
+    ) {
+        match profile {
+            Profile::Sweep | Profile::Fleet => {
+                let kind = families.get(&JOB_PORT).copied().unwrap_or_default();
+                if x.chance(100) {
+                    let target = x.below(hosts as u64) as usize;
+                    let at = ms(x.range(600, 2_500));
+                    let n = x.range(1, 4) as u32;
+                    let (port, v6) = (JOB_PORT, kind.v6);
+                    self.push(
+                        at,
+                        What::RdmaPeer {
+                            target,
+                            port,
+                            v6,
+                            n,
+                        },
+                    );
+                }
+                if x.chance(30) {
+                    let target = x.below(hosts as u64) as usize;
+                    // After the job's listeners are up (by 300 ms); a drain runs from 100 ms
+                    // before.
+                    let at = ms(x.range(500, 3_000));
+                    let lasts = ms(3_000);
+                    let port = JOB_PORT;
+                    let what = match x.below(5) {
+                        0 => What::SpoofV6 {
+                            target,
+                            port,
+                            rate: 500,
+                            lasts,
+                        },
+                        1 => {
+                            let drain = at - ms(100);
+                            self.push(
+                                drain,
+                                What::Drain {
+                                    target,
+                                    port,
+                                    v6: true,
+                                    lasts: ms(6_000),
+                                },
+                            );
+                            What::CookieSweep {
+                                target,
+                                port,
+                                rate: 1_000,
+                                lasts,
+                            }
+                        }
+                        2 => What::RealPairs {
+                            target,
+                            port,
+                            v6: kind.v6,
+                            rate: 1_000,
+                            lasts,
+                        },
+                        3 => {
+                            let lasts = ms(30_000);
+                            self.push(
+                                at - ms(100),
+                                What::Drain {
+                                    target,
+                                    port,
+                                    v6: false,
+                                    lasts,
+                                },
+                            );
+                            What::Replay {
+                                victim: (target + 1) % hosts,
+                                target,
+                                port,
+                                lasts,
+                            }
+                        }
+                        _ => What::RejectFlood {
+                            target,
+                            port: CLOSED_PORT,
+                            rate: 1_000,
+                            lasts,
+                        },
+                    };
+                    self.push(at, what);
+                }
+            }
+            Profile::Attack => {
+                // Rank 1's port (JOB_PORT + 1) is the new attacks' target on host 0 and the
+                // rdma-core-like peer's on host 2.
+                let port = JOB_PORT + 1;
+                let mut kind = ListenKind {
+                    v6: x.chance(500),
+                    wildcard: x.chance(300),
+                };
+                let at = ms(x.range(0, 400));
+                let lasts = ms(10_000);
+                match x.below(7) {
+                    0 => {}
+                    1 => {
+                        kind = ListenKind {
+                            v6: true,
+                            wildcard: false,
+                        };
+                        self.push(
+                            at,
+                            What::SpoofV6 {
+                                target: 0,
+                                port,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
+                    }
+                    2 => {
+                        kind = ListenKind {
+                            v6: false,
+                            wildcard: true,
+                        };
+                        self.push(
+                            at,
+                            What::SpoofV6 {
+                                target: 0,
+                                port,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
+                    }
+                    3 => {
+                        kind.v6 = true;
+                        // The drain starts once the job's listeners are up (by 300 ms).
+                        let at = at + ms(400);
+                        self.push(
+                            at,
+                            What::Drain {
+                                target: 0,
+                                port,
+                                v6: true,
+                                lasts: ms(20_000),
+                            },
+                        );
+                        self.push(
+                            at + ms(500),
+                            What::CookieSweep {
+                                target: 0,
+                                port,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
+                    }
+                    4 => {
+                        let v6 = kind.v6;
+                        self.push(
+                            at,
+                            What::RealPairs {
+                                target: 0,
+                                port,
+                                v6,
+                                rate: 2_000,
+                                lasts,
+                            },
+                        );
+                    }
+                    5 => {
+                        let (port, lasts, at) = (JOB_PORT, ms(35_000), at + ms(400));
+                        self.push(
+                            at,
+                            What::Drain {
+                                target: 0,
+                                port,
+                                v6: false,
+                                lasts,
+                            },
+                        );
+                        self.push(
+                            at,
+                            What::Replay {
+                                victim: 1,
+                                target: 0,
+                                port,
+                                lasts,
+                            },
+                        );
+                    }
+                    _ => {
+                        let lasts = ms(4_000);
+                        self.push(
+                            at + ms(2_000),
+                            What::RejectFlood {
+                                target: 0,
+                                port: CLOSED_PORT,
+                                rate: 1_000,
+                                lasts,
+                            },
+                        );
+                    }
+                }
+                if kind != ListenKind::default() {
+                    families.insert(port, kind);
+                }
+                let at = ms(x.range(2_000, 4_000));
+                self.push(
+                    at,
+                    What::RdmaPeer {
+                        target: 2,
+                        port,
+                        v6: kind.v6,
+                        n: 10,
+                    },
+                );
+            }
+            Profile::Burst => {}
+        }
+    }
+}
+
+impl Scenario {
+    /// The scenario without the attacks of findings A-I (the rdma-core-like peer, IPv6
+    /// and wildcard listeners stay): what CI sweeps run while the core in this tree still
+    /// has those findings open (`tests/seeds.rs`, `CORE_FIXES_FINDINGS_A_TO_I`).
+    pub fn without_findings_attacks(&self) -> Scenario {
+        let new_attack = |w: &What| {
+            matches!(
+                w,
+                What::SpoofV6 { .. }
+                    | What::CookieSweep { .. }
+                    | What::RealPairs { .. }
+                    | What::Replay { .. }
+                    | What::RejectFlood { .. }
+                    | What::Drain { .. }
+            )
+        };
+        Scenario {
+            items: self
+                .items
+                .iter()
+                .filter(|i| !new_attack(&i.what))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
+    }
+
+    /// The scenario as it was before IPv6: every listener IPv4 on its host's address, and
+    /// only the items an IPv4-only fleet had (what the step-9 regression seeds check).
+    pub fn ipv4_only(&self) -> Scenario {
+        let old = |w: &What| {
+            !matches!(
+                w,
+                What::SpoofV6 { .. }
+                    | What::CookieSweep { .. }
+                    | What::RealPairs { .. }
+                    | What::Replay { .. }
+                    | What::RejectFlood { .. }
+                    | What::RdmaPeer { .. }
+                    | What::Drain { .. }
+            )
+        };
+        Scenario {
+            items: self
+                .items
+                .iter()
+                .filter(|i| old(&i.what))
+                .cloned()
+                .collect(),
+            families: BTreeMap::new(),
+            ..self.clone()
         }
     }
 }

@@ -92,6 +92,7 @@ pub fn scenario(hosts: usize, fanout: Option<usize>, seed: u64) -> Scenario {
         ranks: 1,
         port_mapped: vec![true; hosts],
         items,
+        families: Default::default(),
     }
 }
 

@@ -3,24 +3,31 @@
 //! and the run loop that checks the invariants after every step.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use iwpm_core::{Action, PeerSocket};
 
 use crate::check::{Violation, ViolationKind};
 use crate::cm::WireMsg;
-use crate::host::{host_of, Host, CLIENT_PORT};
+use crate::host::{host_of_ip, Host, CLIENT_PORT};
+use crate::ledger::Ledger;
 use crate::plan::{Scenario, What};
 use crate::rng::Rng;
 
 /// The hostile host's address (it runs no daemon and no kernel).
 pub const HOSTILE_IP: Ipv4Addr = Ipv4Addr::new(10, 255, 255, 1);
+/// The hostile host's IPv6 address (a /64 of its own).
+pub const HOSTILE_IP6: Ipv6Addr = Ipv6Addr::new(0xfd66, 0, 0, 0, 0, 0, 0, 1);
+/// The rdma-core-like peer's addresses (a real host: it runs no core, `crate::peer`).
+pub const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 254, 254, 1);
+/// See [`PEER_IP`].
+pub const PEER_IP6: Ipv6Addr = Ipv6Addr::new(0xfd55, 0, 0, 0, 0, 0, 0, 1);
 /// One-way UDP latency between hosts, before jitter.
-const LATENCY: Duration = Duration::from_micros(100);
+pub(crate) const LATENCY: Duration = Duration::from_micros(100);
 /// Largest jitter added to [`LATENCY`] (a TCP/MPA set-up takes three one-way trips, so it
 /// is always slower than one datagram unless a fault delays that datagram).
-const JITTER_US: u64 = 50;
+pub(crate) const JITTER_US: u64 = 50;
 /// Quiet time after the last item before the fleet is torn down and checked.
 const SETTLE: Duration = Duration::from_secs(15);
 
@@ -43,6 +50,12 @@ pub(crate) enum Event {
     Restart(usize),
     /// The hostile host's `k`-th send of attack item `item`.
     Attack { item: usize, k: u32 },
+    /// The rdma-core-like peer's `k`-th connect of item `item` starts (its REQUEST).
+    PeerRequest { item: usize, k: u32 },
+    /// The rdma-core-like peer's connection (handle) reaches the passive host's iw_cm.
+    PeerConnect { handle: u64 },
+    /// Finding I's probe REQUEST of item `item` must have had its REJECT by now.
+    ProbeDeadline { item: usize },
     /// End of the run: every id is destroyed.
     Teardown,
 }
@@ -63,6 +76,9 @@ impl Event {
             Event::Restart(h) => 5 ^ ((*h as u64) << 8),
             Event::Attack { item, k } => 6 ^ ((*item as u64) << 8) ^ (u64::from(*k) << 32),
             Event::Teardown => 7,
+            Event::PeerRequest { item, k } => 8 ^ ((*item as u64) << 8) ^ (u64::from(*k) << 32),
+            Event::PeerConnect { handle } => 9 ^ (*handle << 8),
+            Event::ProbeDeadline { item } => 10 ^ ((*item as u64) << 8),
         }
     }
 }
@@ -94,6 +110,15 @@ pub struct RunStats {
     pub remote_info_found: u64,
     /// See `remote_info_found`.
     pub remote_info_missed: u64,
+    /// Connects of the rdma-core-like peer that reached the passive host's iw_cm, and how
+    /// many of them found their REMOTE_INFO there.
+    pub rdma_peer_connects: u64,
+    /// See `rdma_peer_connects`.
+    pub rdma_peer_found: u64,
+    /// REMOTE_INFOs daemons sent their kernels for peer REQUESTs (the ledger's left side).
+    pub remote_info_for_peers: u64,
+    /// ACKs that echoed an ACCEPT really sent to their source (distinct exchanges).
+    pub verified_acks: u64,
     /// A digest of every event's time and kind, and every datagram's bytes: equal digests
     /// mean the same run.
     pub digest: u64,
@@ -113,6 +138,10 @@ impl std::ops::AddAssign<&RunStats> for RunStats {
         self.replays_truncated += o.replays_truncated;
         self.remote_info_found += o.remote_info_found;
         self.remote_info_missed += o.remote_info_missed;
+        self.rdma_peer_connects += o.rdma_peer_connects;
+        self.rdma_peer_found += o.rdma_peer_found;
+        self.remote_info_for_peers += o.remote_info_for_peers;
+        self.verified_acks += o.verified_acks;
         self.digest = crate::rng::mix(self.digest ^ o.digest);
     }
 }
@@ -147,6 +176,11 @@ pub struct World {
     pub(crate) listen_plan: BTreeMap<(usize, u16), (Duration, Duration)>,
     /// The hostile host's view: a target listener's mapped address, from its ACCEPTs.
     pub(crate) hostile_learned: BTreeMap<SocketAddr, SocketAddr>,
+    /// Per host: what the REMOTE_INFO ledger counts (`crate::ledger`).
+    pub(crate) ledgers: Vec<Ledger>,
+    /// The hostile host's and the rdma-core-like peer's own state (`crate::hostile`,
+    /// `crate::peer`).
+    pub(crate) actors: crate::hostile::Actors,
     /// Hosts changed by the current step (checked after it).
     pub(crate) touched: BTreeSet<usize>,
     /// Invariant violations, in order (the run stops at the first one).
@@ -187,6 +221,8 @@ impl World {
             conns: BTreeMap::new(),
             listen_plan: BTreeMap::new(),
             hostile_learned: BTreeMap::new(),
+            ledgers: (0..scenario.hosts).map(|_| Ledger::default()).collect(),
+            actors: crate::hostile::Actors::default(),
             touched: BTreeSet::new(),
             violations: Vec::new(),
             known: Vec::new(),
@@ -281,6 +317,18 @@ impl World {
             self.stats.remote_info_found += h.kernel.stats().remote_info_hits;
             self.stats.remote_info_missed += h.kernel.stats().remote_info_misses;
         }
+        if std::env::var_os("IWPM_SIM_DEBUG").is_some() {
+            for (i, h) in self.hosts.iter().enumerate() {
+                if let Some(d) = h.daemon.as_ref() {
+                    let st = d.core.stats();
+                    eprintln!("host {i}: ledger sent {} verified {} blind6 {:?}; core on_ack {} deferred {} unverified {} evicted {} quota_dropped {}", self.ledgers[i].sent, self.ledgers[i].verified.len(), self.ledgers[i].blind_len(), st.remote_info_on_ack, st.remote_info_deferred, st.peer_acks_unverified, st.exchanges_evicted, st.peer_quota_dropped);
+                }
+            }
+        }
+        for l in &self.ledgers {
+            self.stats.remote_info_for_peers += l.sent;
+            self.stats.verified_acks += l.verified.len() as u64;
+        }
         (self.violations, self.known, self.stats)
     }
 
@@ -299,6 +347,9 @@ impl World {
                 }
             }
             Event::Attack { item, k } => self.attack(item, k),
+            Event::PeerRequest { item, k } => self.peer_request(item, k),
+            Event::PeerConnect { handle } => self.peer_connect(handle),
+            Event::ProbeDeadline { item } => self.probe_deadline(item),
             Event::Teardown => self.teardown(),
         }
     }
@@ -320,7 +371,15 @@ impl World {
                 self.hosts[host].offset += by;
                 self.wake(host);
             }
-            What::Squat { .. } | What::BlindPairs { .. } => self.attack(i, 0),
+            What::Squat { .. }
+            | What::BlindPairs { .. }
+            | What::SpoofV6 { .. }
+            | What::CookieSweep { .. }
+            | What::RealPairs { .. }
+            | What::Replay { .. }
+            | What::RejectFlood { .. }
+            | What::Drain { .. } => self.attack(i, 0),
+            What::RdmaPeer { .. } => self.peer_request(i, 0),
             // Network faults act when datagrams are sent (`self.faults`).
             What::Loss { .. }
             | What::Duplicate { .. }
@@ -388,6 +447,7 @@ impl World {
     fn daemon_action(&mut self, h: usize, action: Action) {
         match action {
             Action::ToKernel(bytes) => {
+                self.ledger_to_kernel(h, &bytes);
                 let host = &mut self.hosts[h];
                 host.counters.nl_to_kernel += 1;
                 let t = host.local(self.base, self.now);
@@ -400,17 +460,15 @@ impl World {
             Action::ToPeer { via, to, datagram } => {
                 let from = self.hosts[h].peer_source(via);
                 self.hosts[h].counters.udp_out += 1;
+                self.daemon_sends(h, from, to, &datagram);
                 self.send_udp(from, to, datagram);
             }
             Action::Ready => {}
         }
     }
 
-    fn host_index(&self, ip: std::net::IpAddr) -> Option<usize> {
-        match ip {
-            std::net::IpAddr::V4(v4) => host_of(v4, self.hosts.len()),
-            std::net::IpAddr::V6(_) => None,
-        }
+    pub(crate) fn host_index(&self, ip: IpAddr) -> Option<usize> {
+        host_of_ip(ip, self.hosts.len())
     }
 
     fn split_of(&self, a: Option<usize>, b: Option<usize>) -> Option<Duration> {
@@ -492,18 +550,38 @@ impl World {
     }
 
     fn deliver_udp(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
-        if to.ip() == std::net::IpAddr::V4(HOSTILE_IP) {
-            self.hostile_receive(from, bytes);
+        let receiver = [
+            IpAddr::V4(HOSTILE_IP),
+            IpAddr::V6(HOSTILE_IP6),
+            IpAddr::V4(PEER_IP),
+            IpAddr::V6(PEER_IP6),
+        ]
+        .contains(&to.ip())
+            || self.host_index(to.ip()).is_some();
+        if receiver {
+            self.ledger_delivered(from, to, bytes);
+        }
+        if to.ip() == IpAddr::V4(HOSTILE_IP) || to.ip() == IpAddr::V6(HOSTILE_IP6) {
+            self.hostile_receive(from, to, bytes);
+            return;
+        }
+        if to.ip() == IpAddr::V4(PEER_IP) || to.ip() == IpAddr::V6(PEER_IP6) {
+            self.peer_receive(from, to, bytes);
             return;
         }
         let Some(h) = self.host_index(to.ip()) else {
             return;
         };
-        let via = match to.port() {
-            p if p == iwpm_proto::consts::IWPM_PEER_PORT => PeerSocket::V4Listener,
-            CLIENT_PORT => PeerSocket::V4Client,
+        let via = match (to.port(), to.is_ipv6()) {
+            (iwpm_proto::consts::IWPM_PEER_PORT, false) => PeerSocket::V4Listener,
+            (iwpm_proto::consts::IWPM_PEER_PORT, true) => PeerSocket::V6Listener,
+            (CLIENT_PORT, false) => PeerSocket::V4Client,
+            (CLIENT_PORT, true) => PeerSocket::V6Client,
             _ => return,
         };
+        if self.hosts[h].daemon.is_some() && to.port() == iwpm_proto::consts::IWPM_PEER_PORT {
+            self.ledger_ack_in(h, from, bytes);
+        }
         let host = &mut self.hosts[h];
         let t = host.local(self.base, self.now);
         let Some(d) = host.daemon.as_mut() else {

@@ -51,6 +51,7 @@ fn scenario(items: Vec<Item>) -> Scenario {
         ranks: 1,
         port_mapped: vec![true, true],
         items,
+        families: Default::default(),
     }
 }
 
