@@ -114,13 +114,21 @@ impl World {
     /// everything else came from the hostile host, whose REQUESTs claim mapped ports below
     /// that range.
     pub(crate) fn legit_entry(&self, e: &iwpm_kernel_emu::kernel::RemoteInfoEntry) -> bool {
-        e.mapped_remote.to_socket_addr().is_some_and(|a| {
-            let ip = a.ip();
-            let legit_ip = self.host_index(ip).is_some()
-                || ip == std::net::IpAddr::V4(crate::world::PEER_IP)
-                || ip == std::net::IpAddr::V6(crate::world::PEER_IP6);
-            legit_ip && MAPPED_PORTS.contains(&a.port())
-        })
+        // A captured pair replayed (finding E) repeats a legitimate exchange: what it makes
+        // the daemon send beyond the first is the attacker's (counted by the ledger), so no
+        // entry of its connecting address is taken for a legitimate one left over.
+        let replayed = self.actors.captured.values().any(|(_, _, req, _)| {
+            iwpm_proto::peer::PeerMessage::decode(req)
+                .is_ok_and(|r| e.remote.to_socket_addr() == Some(r.cp()))
+        });
+        !replayed
+            && e.mapped_remote.to_socket_addr().is_some_and(|a| {
+                let ip = a.ip();
+                let legit_ip = self.host_index(ip).is_some()
+                    || ip == std::net::IpAddr::V4(crate::world::PEER_IP)
+                    || ip == std::net::IpAddr::V6(crate::world::PEER_IP6);
+                legit_ip && MAPPED_PORTS.contains(&a.port())
+            })
     }
 
     /// Per-step checks of host `h`.

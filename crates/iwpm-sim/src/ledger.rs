@@ -39,18 +39,6 @@ use crate::world::World;
 /// The exchange an ACCEPT or ACK belongs to: (its peer's address, handle, cp, ap).
 pub(crate) type Binding = (SocketAddr, u64, SocketAddr, SocketAddr);
 
-/// Verified ACKs one source may add before the per-source rate applies.
-///
-/// TODO(core fix): read `CoreConfig::remote_info_source_burst` once the field exists (the
-/// core in this tree has no per-source cap on verified ACKs yet); 2048 is its intended
-/// default.
-pub(crate) const SOURCE_BURST: u64 = 2048;
-/// Verified ACKs one source may add per second past [`SOURCE_BURST`].
-///
-/// TODO(core fix): read `CoreConfig::remote_info_source_rate` once the field exists; 128
-/// per second is its intended default.
-pub(crate) const SOURCE_RATE: u64 = 128;
-
 /// One host's ledger.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
@@ -213,7 +201,10 @@ impl World {
         let refills = (elapsed.as_nanos() / c.remote_info_refill.as_nanos().max(1)) as u64;
         let budget = u64::from(c.remote_info_budget) * u64::from(host.incarnation);
         let l = &self.ledgers[h];
-        let cap = SOURCE_BURST + SOURCE_RATE * elapsed.as_secs().saturating_add(1);
+        // A source's allowance: the burst per daemon start (a new daemon's meter is full),
+        // then the rate for the time elapsed.
+        let cap = u64::from(c.remote_info_source_burst) * u64::from(host.incarnation)
+            + u64::from(c.remote_info_source_rate) * elapsed.as_secs().saturating_add(1);
         let verified: u64 = l.per_source.values().map(|n| (*n).min(cap)).sum();
         let blind = l.blind_v6.len() as u64;
         let blind_allowance = if blind == 0 { 0 } else { blind / 128 + 4 };

@@ -1012,8 +1012,8 @@ impl Gen {
 
 impl Scenario {
     /// The scenario without the attacks of findings A-I (the rdma-core-like peer, IPv6
-    /// and wildcard listeners stay): what CI sweeps run while the core in this tree still
-    /// has those findings open (`tests/seeds.rs`, `CORE_FIXES_FINDINGS_A_TO_I`).
+    /// and wildcard listeners stay): what a seed shows of those alone
+    /// (`tests/findings.rs`).
     pub fn without_findings_attacks(&self) -> Scenario {
         let new_attack = |w: &What| {
             matches!(

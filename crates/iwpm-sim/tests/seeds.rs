@@ -33,13 +33,6 @@ const REGRESSIONS: &[(u64, Profile)] = &[
     (2864, Profile::Sweep),
 ];
 
-/// Flip to `true` when the core fix for findings A-I (the REMOTE_INFO ledger, per-source
-/// caps on verified ACKs, IPv6 cookie failures ending the exchange, listeners answering their
-/// own family, per-source REJECT fairness) is in this tree. Until then the sweeps below
-/// leave those attacks out (`Scenario::without_findings_attacks`), and `tests/findings.rs`
-/// checks that the simulator finds each of them.
-pub const CORE_FIXES_FINDINGS_A_TO_I: bool = false;
-
 /// Fixed seeds of the sweep profile run on every CI pass.
 const FIXED: std::ops::Range<u64> = 0..200;
 
@@ -50,14 +43,10 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The scenario CI runs for `seed`: see [`CORE_FIXES_FINDINGS_A_TO_I`].
+/// The scenario CI runs for `seed`: every attack included (findings A-I are fixed in the
+/// core; `tests/findings.rs` keeps one seed of each).
 fn scenario_of(seed: u64, profile: Profile) -> Scenario {
-    let s = Scenario::generate(seed, profile);
-    if CORE_FIXES_FINDINGS_A_TO_I {
-        s
-    } else {
-        s.without_findings_attacks()
-    }
+    Scenario::generate(seed, profile)
 }
 
 /// Runs one seed; on failure, the shrunk reproduction as the panic message.
