@@ -36,6 +36,8 @@
 //! | `max_peer_exchanges` | extension | most remote (accepting) peer exchanges held (default 65536; the oldest confirmed is evicted first) |
 //! | `peer_source_quota` | extension | most remote exchanges waiting for their ACK per source address (default 256; only port-mapped IPv6 peers hold one; the oldest gives way) |
 //! | `remote_info_budget` | extension | most REMOTE_INFO entries sent to the kernel before a peer's ACK verified (default 128; half at most per source) |
+//! | `remote_info_source_burst` | extension | REMOTE_INFOs one source's verified ACKs may release (or return the budget token of) at once (default 2048) |
+//! | `remote_info_source_rate` | extension | the same per second after the burst (default 128) |
 //! | `state_file` | extension | absolute path of the restart state file, or `none` (default `/run/iwpmd/state`) |
 //!
 //! Extension values are strict: the whole value (surrounding whitespace aside) must parse,
@@ -110,6 +112,10 @@ pub struct ExtraConfig {
     pub peer_source_quota: Option<u32>,
     /// `remote_info_budget`.
     pub remote_info_budget: Option<u32>,
+    /// `remote_info_source_burst`.
+    pub remote_info_source_burst: Option<u32>,
+    /// `remote_info_source_rate`.
+    pub remote_info_source_rate: Option<u32>,
     /// `state_file`: `Some(None)` for `none`, `Some(Some(path))` for a path.
     pub state_file: Option<Option<std::path::PathBuf>>,
 }
@@ -194,6 +200,10 @@ config_keys! {
     PeerSourceQuota => "peer_source_quota", Extension;
     /// `remote_info_budget` (extension).
     RemoteInfoBudget => "remote_info_budget", Extension;
+    /// `remote_info_source_burst` (extension).
+    RemoteInfoSourceBurst => "remote_info_source_burst", Extension;
+    /// `remote_info_source_rate` (extension).
+    RemoteInfoSourceRate => "remote_info_source_rate", Extension;
     /// `state_file` (extension).
     StateFile => "state_file", Extension;
 }
@@ -655,13 +665,23 @@ impl Parser {
             | ConfigKey::MaxExchanges
             | ConfigKey::MaxPeerExchanges
             | ConfigKey::PeerSourceQuota
-            | ConfigKey::RemoteInfoBudget => {
+            | ConfigKey::RemoteInfoBudget
+            | ConfigKey::RemoteInfoSourceBurst
+            | ConfigKey::RemoteInfoSourceRate => {
                 let n = value
                     .iter()
                     .all(u8::is_ascii_digit)
                     .then(|| text.parse::<u32>().ok())
                     .flatten()
-                    .filter(|n| *n > 0 || key == ConfigKey::RemoteInfoBudget);
+                    .filter(|n| {
+                        *n > 0
+                            || matches!(
+                                key,
+                                ConfigKey::RemoteInfoBudget
+                                    | ConfigKey::RemoteInfoSourceBurst
+                                    | ConfigKey::RemoteInfoSourceRate
+                            )
+                    });
                 let Some(n) = n else {
                     self.diags.push(invalid("a whole number within 32 bits"));
                     return;
@@ -672,6 +692,8 @@ impl Parser {
                     ConfigKey::MaxExchanges => &mut extra.max_exchanges,
                     ConfigKey::MaxPeerExchanges => &mut extra.max_peer_exchanges,
                     ConfigKey::PeerSourceQuota => &mut extra.peer_source_quota,
+                    ConfigKey::RemoteInfoSourceBurst => &mut extra.remote_info_source_burst,
+                    ConfigKey::RemoteInfoSourceRate => &mut extra.remote_info_source_rate,
                     _ => &mut extra.remote_info_budget,
                 };
                 *slot = Some(n);

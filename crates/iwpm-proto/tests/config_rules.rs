@@ -653,6 +653,8 @@ fn key_table() {
             "max_peer_exchanges",
             "peer_source_quota",
             "remote_info_budget",
+            "remote_info_source_burst",
+            "remote_info_source_rate",
             "state_file"
         ]
     );

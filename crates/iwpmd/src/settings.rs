@@ -123,6 +123,8 @@ impl Settings {
                     max_peer_exchanges,
                     peer_source_quota,
                     remote_info_budget,
+                    remote_info_source_burst,
+                    remote_info_source_rate,
                     state_file,
                 },
         } = config;
@@ -160,6 +162,12 @@ impl Settings {
         }
         if let Some(v) = remote_info_budget {
             core.remote_info_budget = v;
+        }
+        if let Some(v) = remote_info_source_burst {
+            core.remote_info_source_burst = v;
+        }
+        if let Some(v) = remote_info_source_rate {
+            core.remote_info_source_rate = v;
         }
         if let Some(v) = state_file {
             self.configured_state_file = Some(v);
@@ -271,6 +279,12 @@ mod tests {
                 ConfigKey::RemoteInfoBudget => {
                     ("remote_info_budget=7", &|s| s.core.remote_info_budget == 7)
                 }
+                ConfigKey::RemoteInfoSourceBurst => ("remote_info_source_burst=7", &|s| {
+                    s.core.remote_info_source_burst == 7
+                }),
+                ConfigKey::RemoteInfoSourceRate => ("remote_info_source_rate=7", &|s| {
+                    s.core.remote_info_source_rate == 7
+                }),
                 ConfigKey::StateFile => ("state_file=none", &|s| {
                     s.configured_state_file == Some(None)
                 }),
