@@ -14,7 +14,7 @@
 #                  flood, forge, pairs and trickle (C and ours side by side in one boot) and
 #                  restart-load (ours, then C, compared in one table) always run
 #   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,nlperm,
-#                  twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap (with zerogap-pm),
+#                  twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap (with zerogap-pm),
 #                  pm, pmops (port-mapped mode: the rig's patched kernels, RIG_PATCHES=1, the
 #                  default); and, not in the default list, pm-hold (with pm: ours as a
 #                  port-mapped passive side with no REMOTE_INFO budget: every REMOTE_INFO
@@ -33,7 +33,7 @@
 # per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,forge,pairs,trickle,privdrop,zerogap,pm,pmops"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap,pm,pmops"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) KERNELS="$2"; shift 2 ;;
@@ -59,7 +59,7 @@ if [ "${RIG_ALL_ONE:-0}" != 1 ]; then
   flock -n 8 || { echo "[run-all] waiting for another run-all on $RIG_TOP" >&2; flock -w 3600 8 || { echo "[run-all] gave up waiting" >&2; exit 1; }; }
   T0=$(date +%s); TOP_SUMMARY="$RIG_TOP/summary.txt"
   # results of the layout before per-kernel folders would only mislead
-  rm -rf "$RIG_TOP/share" "$RIG_TOP"/console-*.log "$RIG_TOP"/{cmtime,flood,forge,pairs,trickle,restart-load}.txt
+  rm -rf "$RIG_TOP/share" "$RIG_TOP"/console-*.log "$RIG_TOP"/{cmtime,flood,flood6,forge,pairs,trickle,restart-load}.txt
   : > "$TOP_SUMMARY"
   if [ -z "$OURS" ]; then
     (cd "$REPO" && cargo build --release -p iwpmd >&2) || { echo "FAIL setup: cargo build --release -p iwpmd" | tee -a "$TOP_SUMMARY"; exit 1; }
@@ -234,6 +234,9 @@ fi
 if want flood; then  # spoofed-REQUEST flood: ours, then C, in one boot (C reported, not checked)
   run1 flood 400 flood -m 2048 -e daemons=$RS,$C -e reference=$C
 fi
+if want flood6 && [ -n "$(rig_patches)" ]; then  # spoofed IPv6 port-mapped REQUESTs (specific and IPv4-wildcard listener), an IPv6 cookie sweep
+  run1 flood6 300 flood6 -m 2048 -e daemons=$RS,$C -e reference=$C -e portmap=1
+fi
 if want pairs; then  # blind REQUEST + ACK pairs, identity and port-mapped: ours, then C, in one boot
   run1 pairs 300 pairs -m 2048 -e daemons=$RS,$C -e reference=$C
 fi
@@ -247,8 +250,8 @@ if want trickle; then  # a never-ACKed REQUEST trickle from the connecting host 
   # A runs ours then C (rping servers), B runs the C iwpmd, times rping connects, trickles
   TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 480 -e daemons=$RS,$C -e reference=$C
 fi
-if [ -z "$(rig_patches)" ] && { want pm || want pmops; }; then
-  say "RIG_PATCHES=0: unpatched kernels, the port-mapped suites (pm, pmops, zerogap-pm) do not run"
+if [ -z "$(rig_patches)" ] && { want pm || want pmops || want flood6; }; then
+  say "RIG_PATCHES=0: unpatched kernels, the port-mapped suites (pm, pmops, zerogap-pm, flood6) do not run"
 fi
 if want pm && [ -n "$(rig_patches)" ]; then  # port-mapped mode: siw.port_map=1 on both VMs (patched kernel), every pairing
   # (server-client); figures per pairing in pm.txt
@@ -360,7 +363,7 @@ done
   done; } | tee -a "$SUMMARY" >> "$CMT"
 
 # ---- flood / forge / pairs / trickle comparison tables ------------------------------------------------------
-for t in flood:flood/flood-table.txt forge:forge-A/forge-table.txt pairs:pairs/pairs-table.txt trickle:trickle-B/trickle-table.txt; do
+for t in flood:flood/flood-table.txt flood6:flood6/flood6-table.txt forge:forge-A/forge-table.txt pairs:pairs/pairs-table.txt trickle:trickle-B/trickle-table.txt; do
   f="$SHARE/out/${t#*:}"; rm -f "$RES/${t%%:*}.txt"
   [ -s "$f" ] || continue
   cp "$f" "$RES/${t%%:*}.txt"

@@ -3,7 +3,7 @@
  * baked into the initramfs like rigtool. IPv4, and IPv6 for `flood request` and `request`
  * (the family is TARGET's; IPv6 endpoints are written [ADDR]:PORT).
  *
- *   rigflood flood request|garbage|pairs|pairs-pm TARGET COUNT [options]
+ *   rigflood flood request|garbage|pairs|pairs-pm|request-pm|sweep TARGET COUNT [options]
  *       COUNT datagrams (pairs: COUNT REQUEST + ACK pairs) to TARGET:3935 from ONE UDP socket.
  *       request: well-formed REQUESTs (magic 0x04, IPv6 0x06) for the accepting address -a,
  *                each with a random association handle; cp and mapped_cp carry the same
@@ -18,6 +18,16 @@
  *                read before the ACK goes out (answers are only drained and counted).
  *       pairs-pm: the same with a port-mapped connecting side: the REQUEST's reserved
  *                (mapped cp) port differs from its cp port; same IP.
+ *       request-pm: as request, in the port-mapped shape (mapped cp port != cp port, same
+ *                IP): a REQUEST that makes a port mapper hand its kernel a REMOTE_INFO.
+ *                With -S NETS (IPv6 only) each datagram comes from a spoofed source: the
+ *                -c address with its 4th 16-bit group set to the source's index, i.e. one
+ *                /64 per source, -K datagrams from each before the next (cp = the
+ *                source); sent with IPV6_FREEBIND and IPV6_PKTINFO, so no answer returns.
+ *       sweep:   IPv6 only; COUNT rounds of one port-mapped REQUEST followed by its 1024
+ *                blind ACKs, one for each pmtime (0..255) x version bits (0..3): a
+ *                sweep of a ten-bit echo cookie (docs/protocol.md §6.12). COUNT counts
+ *                rounds; 1025 datagrams each.
  *       A SIGTERM or SIGINT ends the send phase early (the result line is still printed),
  *       so a trickle can run "until the measurement is done".
  *       Every datagram that comes back is drained (non-blocking, during and after the
@@ -34,6 +44,8 @@
  *              -B N          datagrams per sendmmsg batch [32]; 1 = a smooth trickle
  *              -s SEED       PRNG seed [time ^ pid]
  *              -p PORT       destination port [3935]
+ *              -S NETS       request-pm over IPv6: rotate over NETS spoofed /64 sources [0: -b]
+ *              -K N          request-pm -S: datagrams per source before the next [320]
  *
  *   rigflood request TARGET CP_IP:CP_PORT MAPPED_IP:MAPPED_PORT AP_IP:AP_PORT [options]
  *       ONE REQUEST with exactly these addresses (a forged one when CP_IP is not the
@@ -321,7 +333,8 @@ static void print_counts(const struct counts *c, unsigned long sent)
 static int usage(void)
 {
 	fprintf(stderr,
-		"usage: rigflood flood request|garbage|pairs|pairs-pm TARGET COUNT [-b SRC] [-a IP:PORT]\n"
+		"usage: rigflood flood request|garbage|pairs|pairs-pm|request-pm|sweep TARGET COUNT\n"
+		"                      [-b SRC] [-a IP:PORT] [-S NETS] [-K PER_NET]\n"
 		"                      [-c IP] [-r RATE] [-l LINGER_MS] [-B BATCH] [-s SEED] [-p PORT]\n"
 		"       rigflood request TARGET CP_IP:PORT MAPPED_IP:PORT AP_IP:PORT [-b SRC]\n"
 		"                        [-H HANDLE] [-w WAIT_MS] [-p PORT]\n"
@@ -329,7 +342,18 @@ static int usage(void)
 	return 2;
 }
 
-enum mode { M_REQUEST, M_GARBAGE, M_PAIRS, M_PAIRS_PM };
+enum mode { M_REQUEST, M_GARBAGE, M_PAIRS, M_PAIRS_PM, M_REQUEST_PM, M_SWEEP };
+
+#ifndef IPV6_FREEBIND
+#define IPV6_FREEBIND 78
+#endif
+
+/* a mapped cp port that differs from cp port P */
+static uint16_t other_port(uint16_t p)
+{
+	uint16_t mp = 1024 + rnd() % 64000;
+	return mp != p ? mp : (p == 65023 ? 1024 : p + 1);
+}
 
 static int cmd_flood(int argc, char **argv)
 {
@@ -344,6 +368,10 @@ static int cmd_flood(int argc, char **argv)
 		mode = M_PAIRS;
 	else if (!strcmp(argv[2], "pairs-pm"))
 		mode = M_PAIRS_PM;
+	else if (!strcmp(argv[2], "request-pm"))
+		mode = M_REQUEST_PM;
+	else if (!strcmp(argv[2], "sweep"))
+		mode = M_SWEEP;
 	else
 		return usage();
 	int pairs = mode == M_PAIRS || mode == M_PAIRS_PM;
@@ -353,10 +381,11 @@ static int cmd_flood(int argc, char **argv)
 	double rate = 0;
 	long linger_ms = 0;
 	int batch = 32, port = PEER_PORT;
+	unsigned long nets = 0, per_net = 320;
 	rng_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
 	optind = 1; /* options follow COUNT: argv[4] plays the program name */
 	int o;
-	while ((o = getopt(argc - 4, argv + 4, "b:a:c:r:l:B:s:p:")) != -1) {
+	while ((o = getopt(argc - 4, argv + 4, "b:a:c:r:l:B:s:p:S:K:")) != -1) {
 		switch (o) {
 		case 'b': src = optarg; break;
 		case 'a': ap_s = optarg; break;
@@ -366,6 +395,8 @@ static int cmd_flood(int argc, char **argv)
 		case 'B': batch = atoi(optarg); break;
 		case 's': rng_state = strtoull(optarg, NULL, 0) | 1; break;
 		case 'p': port = atoi(optarg); break;
+		case 'S': nets = strtoul(optarg, NULL, 0); break;
+		case 'K': per_net = strtoul(optarg, NULL, 0); break;
 		default: return usage();
 		}
 	}
@@ -375,10 +406,18 @@ static int cmd_flood(int argc, char **argv)
 		batch = batch < 2 ? 2 : batch & ~1;
 	if (pairs)
 		count *= 2; /* datagrams */
+	if (mode == M_SWEEP)
+		count *= 1025; /* a REQUEST and its 1024 guesses per round */
+	if (per_net == 0)
+		per_net = 1;
 	struct ipa tgt;
 	if (parse_ip(target, &tgt))
 		return usage();
-	if (mode != M_REQUEST && tgt.fam != AF_INET) {
+	if ((mode == M_SWEEP || nets > 0) && tgt.fam != AF_INET6) {
+		fprintf(stderr, "flood %s%s is IPv6 only\n", argv[2], nets ? " -S" : "");
+		return 2;
+	}
+	if (mode != M_REQUEST && mode != M_REQUEST_PM && mode != M_SWEEP && tgt.fam != AF_INET) {
 		fprintf(stderr, "flood %s is IPv4 only\n", argv[2]);
 		return 2;
 	}
@@ -404,6 +443,11 @@ static int cmd_flood(int argc, char **argv)
 	int fd = open_socket(src, tgt.fam);
 	if (fd < 0)
 		return 1;
+	int one = 1;
+	if (nets > 0 && setsockopt(fd, IPPROTO_IPV6, IPV6_FREEBIND, &one, sizeof(one)) < 0) {
+		perror("IPV6_FREEBIND");
+		return 1;
+	}
 	struct sigaction sa = { .sa_handler = on_stop };
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -411,6 +455,13 @@ static int cmd_flood(int argc, char **argv)
 	static unsigned char bufs[MAX_BATCH][REQ_LEN];
 	struct iovec iov[MAX_BATCH];
 	struct mmsghdr msgs[MAX_BATCH];
+	static union {
+		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+		struct cmsghdr align;
+	} ctl[MAX_BATCH];
+	struct ipa spoofed = cp;
+	uint64_t sweep_h = 0;
+	uint16_t sweep_p = 0;
 	for (int i = 0; i < batch; i++) {
 		iov[i].iov_base = bufs[i];
 		iov[i].iov_len = REQ_LEN;
@@ -431,13 +482,45 @@ static int cmd_flood(int argc, char **argv)
 			} else if (mode == M_REQUEST) {
 				uint16_t p = 1024 + rnd() % 64000;
 				build_request(bufs[i], rnd(), &cp, p, &cp, p, &ap, ap_port);
+			} else if (mode == M_REQUEST_PM) {
+				uint16_t p = 1024 + rnd() % 64000;
+				const struct ipa *from = &cp;
+				if (nets > 0) {
+					unsigned long net = ((sent + i) / per_net) % nets;
+					spoofed.b[6] = net >> 8;
+					spoofed.b[7] = net;
+					from = &spoofed;
+					struct msghdr *h = &msgs[i].msg_hdr;
+					h->msg_control = ctl[i].buf;
+					h->msg_controllen = sizeof(ctl[i].buf);
+					struct cmsghdr *cm = CMSG_FIRSTHDR(h);
+					cm->cmsg_level = IPPROTO_IPV6;
+					cm->cmsg_type = IPV6_PKTINFO;
+					cm->cmsg_len = CMSG_LEN(sizeof(struct in6_pktinfo));
+					struct in6_pktinfo pi = { 0 };
+					memcpy(&pi.ipi6_addr, spoofed.b, 16);
+					memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
+				}
+				build_request(bufs[i], rnd(), from, p, from, other_port(p), &ap, ap_port);
+			} else if (mode == M_SWEEP) {
+				unsigned long k = (sent + i) % 1025;
+				if (k == 0) {
+					sweep_h = rnd();
+					sweep_p = 1024 + rnd() % 64000;
+					build_request(bufs[i], sweep_h, &cp, sweep_p, &cp, other_port(sweep_p),
+						      &ap, ap_port);
+					iov[i].iov_len = REQ_LEN;
+				} else {
+					unsigned g = k - 1;
+					build_ack(bufs[i], sweep_h, &cp, sweep_p, &ap, ap_port);
+					bufs[i][0] |= (g >> 8) << 6; /* version bits */
+					bufs[i][1] = g & 0xff;      /* pmtime */
+					iov[i].iov_len = ANS_LEN;
+				}
 			} else {
 				uint16_t p = 1024 + rnd() % 64000, mp = p;
-				if (mode == M_PAIRS_PM) {
-					mp = 1024 + rnd() % 64000;
-					if (mp == p)
-						mp = p == 65023 ? 1024 : p + 1;
-				}
+				if (mode == M_PAIRS_PM)
+					mp = other_port(p);
 				uint64_t h = rnd();
 				build_request(bufs[i], h, &cp, p, &cp, mp, &ap, ap_port);
 				iov[i].iov_len = REQ_LEN;
