@@ -15,6 +15,7 @@ use super::pools::{fail, GRANT_BASE, GRANT_PORTS};
 use super::FakePorts;
 
 mod kernel;
+mod ledger;
 mod peer;
 mod restart;
 
@@ -99,6 +100,8 @@ pub struct Driver {
     acked: HashSet<(u64, SocketAddr)>,
     /// REMOTE_INFOs the core sent so far.
     remote_infos: u64,
+    /// What peer datagrams may make the core tell its kernel.
+    ledger: ledger::Ledger,
     /// Ops played.
     steps: u64,
     /// Daemon restarts so far ([`Op::Restore`]).
@@ -134,6 +137,7 @@ impl Driver {
             origins: HashMap::new(),
             acked: HashSet::new(),
             remote_infos: 0,
+            ledger: ledger::Ledger::new(now),
             steps: 0,
             restarts: 0,
             mapinfo_asked: Vec::new(),

@@ -160,8 +160,13 @@ impl Driver {
     }
 
     pub(super) fn peer(&mut self, via: PeerSocket, from: SocketAddr, bytes: &[u8]) {
+        self.ledger.received(from, bytes);
+        let before = self.remote_infos;
         self.core.handle_peer_datagram(self.now, via, from, bytes);
         self.pump(Ctx::Input);
+        let n = self.remote_infos - before;
+        self.ledger
+            .remote_infos(n, self.now, &self.config, self.restarts + 1);
     }
 
     pub(super) fn on_to_peer(
@@ -209,6 +214,7 @@ impl Driver {
             }
             _ => {}
         }
+        self.ledger.sent(to, &msg, &datagram);
         match msg.msg_type {
             PeerMsgType::Request => self.sent_requests.push((msg, to)),
             PeerMsgType::Accept => self.sent_accepts.push((datagram.clone(), to)),
