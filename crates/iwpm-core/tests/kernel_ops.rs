@@ -184,6 +184,19 @@ fn header_seqs_count_per_client() {
     assert_eq!(env.seq, 3);
 }
 
+/// A reserved port equal to the local one would make the mapping look unmapped (the
+/// peer's REQUEST would then ask for no REMOTE_INFO): one more is drawn, the first released.
+#[test]
+fn a_mapped_port_never_equals_the_local_one() {
+    let mut h = Host::booted();
+    // The fake shell grants 40000 next: the local port of this listener.
+    let seq = h.add("10.0.0.1:40000", Some(0));
+    let mapped = h.expect_add_reply(seq);
+    assert_eq!(mapped, sa("10.0.0.1:40001"));
+    assert_eq!(h.ports.held.len(), 1);
+    assert_eq!(h.core.stats().reservations_released, 1);
+}
+
 #[test]
 fn add_reserves_a_port_and_remove_releases_it() {
     let mut h = Host::booted();

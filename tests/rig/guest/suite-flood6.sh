@@ -19,7 +19,7 @@
 #         specific listener followed by its 1024 blind ACKs (every pmtime x version bits:
 #         a sweep of a ten-bit cookie; `rigflood flood sweep`)
 # Figures per phase: kernel Slab/SUnreclaim growth (every REMOTE_INFO stays in the kernel
-# until a connection consumes it), datagrams read, daemon RSS growth; IPv6 rping times
+# until a connection consumes it), datagrams sent, daemon RSS growth; IPv6 rping times
 # quiet and during the spec flood.
 # Checks (every daemon but the reference one; the reference is reported only):
 #   slab6-spec, slab6-wild, slab6-sweep  SUnreclaim growth <= max(10 % of the reference's,
@@ -125,8 +125,6 @@ table_tags
     echo "-- $ph"
     burst_rows "${ph}_"
     row "datagrams sent" ${ph}_sent
-    row "datagrams read by the daemon (Udp In - answers)" ${ph}_read
-    row "UDP receive-buffer drops (RcvbufErrors)" ${ph}_rcvbuf_drops
     row "daemon RSS growth, kB" ${ph}_rss_kb
   done
   echo "-- whole run"

@@ -78,7 +78,16 @@ impl Core {
         let (reservation, port) = if flags & IWPM_FLAGS_NO_PORT_MAP != 0 {
             (None, local.ep.port)
         } else {
-            let (reservation, port) = self.reserve(now, ports, &local, None)?;
+            let (mut reservation, mut port) = self.reserve(now, ports, &local, None)?;
+            // A mapped port equal to the local one makes the mapping look unmapped to the
+            // peer (its REQUEST then asks for no REMOTE_INFO) and to anyone reading a dump;
+            // one more draw almost never repeats it (the first is released after it).
+            if port == local.ep.port {
+                if let Some((other, other_port)) = self.reserve(now, ports, &local, None) {
+                    self.release(ports, reservation);
+                    (reservation, port) = (other, other_port);
+                }
+            }
             (Some(reservation), port)
         };
         Some(self.insert_mapping(Mapping::new_local(
