@@ -173,16 +173,8 @@ impl Core {
             RemoteInfo::SentOnToken => RemoteInfoPlan::SentAtOnce,
             _ => RemoteInfoPlan::OnAck,
         };
-        let Answer {
-            via,
-            binding,
-            mut accept,
-            room,
-        } = answer;
-        let echo = self
-            .cookies
-            .mark(now, &mut accept, &binding, (plan, mapped_cp.port()), room);
-        let accept = encode_accept(&accept, &echo, room);
+        let via = answer.via;
+        let accept = self.cookied_accept(now, answer, (plan, mapped_cp.port()));
         let ex = Exchange::new(
             key,
             id,
@@ -304,16 +296,27 @@ impl Core {
     /// Sends the ACCEPT with its cookie and keeps nothing: a retransmitted REQUEST gets the
     /// same ACCEPT again (one datagram out per datagram in, 48 bytes for 64).
     fn stateless_accept(&mut self, now: Instant, answer: Answer, plan: (RemoteInfoPlan, u16)) {
+        let (via, to) = (answer.via, answer.binding.from);
+        let accept = self.cookied_accept(now, answer, plan);
+        self.stats.accepts_stateless += 1;
+        self.send_peer(via, to, PeerMsgType::Accept, accept);
+    }
+
+    /// The ACCEPT's bytes, its cookie (for `plan`) where `answer.room` says.
+    fn cookied_accept(
+        &mut self,
+        now: Instant,
+        answer: Answer,
+        plan: (RemoteInfoPlan, u16),
+    ) -> Vec<u8> {
         let Answer {
-            via,
             binding,
             mut accept,
             room,
+            ..
         } = answer;
         let echo = self.cookies.mark(now, &mut accept, &binding, plan, room);
-        self.stats.accepts_stateless += 1;
-        let accept = encode_accept(&accept, &echo, room);
-        self.send_peer(via, binding.from, PeerMsgType::Accept, accept);
+        encode_accept(&accept, &echo, room)
     }
 
     /// A REQUEST for no listener: REJECT, within the source's REJECT rate and the global
