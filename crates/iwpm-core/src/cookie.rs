@@ -417,6 +417,24 @@ mod tests {
         (req, Binding::of_request(from, &req, sa(ap)))
     }
 
+    const V4: (&str, &str) = ("10.0.0.1:5000", "10.0.0.2:4000");
+    const V6: (&str, &str) = ("[fd00::1]:5000", "[fd00::2]:4000");
+
+    /// One exchange between `cp_ap`, its ACCEPT marked by a jar keyed with `key` at `t0`.
+    fn marked(
+        key: u8,
+        (cp, ap): (&str, &str),
+        plan: (RemoteInfoPlan, u16),
+        room: Room,
+    ) -> (Instant, CookieJar, Binding, PeerMessage, Ipv4Echo) {
+        let t0 = Instant::now();
+        let mut jar = CookieJar::new(&[key; 32], t0);
+        let (req, b) = exchange(cp, ap);
+        let mut acc = PeerMessage::accept_for(&req, b.ap);
+        let echo = jar.mark(t0, &mut acc, &b, plan, room);
+        (t0, jar, b, acc, echo)
+    }
+
     /// The ACK the active side sends: our ACCEPT's bytes with the type changed.
     fn echoed_ack(accept: &PeerMessage, echo: &Ipv4Echo) -> (PeerMessage, Ipv4Echo) {
         let bytes = PeerMessage::ack_for(accept).encode_with_echo(echo);
@@ -425,17 +443,8 @@ mod tests {
 
     #[test]
     fn an_echoed_ipv4_cookie_verifies_with_its_plan_and_port() {
-        let t0 = Instant::now();
-        let mut jar = CookieJar::new(&[9; 32], t0);
-        let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
-        let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(
-            t0,
-            &mut acc,
-            &b,
-            (RemoteInfoPlan::OnAck, 41234),
-            Room::Block,
-        );
+        let (t0, mut jar, b, acc, echo) =
+            marked(9, V4, (RemoteInfoPlan::OnAck, 41234), Room::Block);
         let (ack, echo) = echoed_ack(&acc, &echo);
         let got = jar.verify(
             t0 + EPOCH,
@@ -454,17 +463,8 @@ mod tests {
 
     #[test]
     fn a_delivery_notice_is_recognised_and_its_ack_still_verifies() {
-        let t0 = Instant::now();
-        let mut jar = CookieJar::new(&[9; 32], t0);
-        let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
-        let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(
-            t0,
-            &mut acc,
-            &b,
-            (RemoteInfoPlan::OnAck, 41234),
-            Room::Block,
-        );
+        let (t0, mut jar, b, mut acc, echo) =
+            marked(9, V4, (RemoteInfoPlan::OnAck, 41234), Room::Block);
         assert!(plans_remote_info_on_ack(&echo) && !is_delivery_notice(&echo));
         let notice = delivery_notice(&echo);
         assert!(is_delivery_notice(&notice) && !plans_remote_info_on_ack(&notice));
@@ -486,17 +486,8 @@ mod tests {
 
     #[test]
     fn a_blind_or_tampered_or_stale_ipv4_ack_fails() {
-        let t0 = Instant::now();
-        let mut jar = CookieJar::new(&[9; 32], t0);
-        let (req, b) = exchange("10.0.0.1:5000", "10.0.0.2:4000");
-        let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(
-            t0,
-            &mut acc,
-            &b,
-            (RemoteInfoPlan::NotNeeded, 5000),
-            Room::Block,
-        );
+        let (t0, mut jar, b, acc, echo) =
+            marked(9, V4, (RemoteInfoPlan::NotNeeded, 5000), Room::Block);
         let (ack, good) = echoed_ack(&acc, &echo);
         let bind = Binding::of_ack(b.from, &ack);
         // Blind: written from the REQUEST alone, zero padding.
@@ -521,17 +512,8 @@ mod tests {
 
     #[test]
     fn an_ipv6_cookie_rides_in_pmtime_and_version() {
-        let t0 = Instant::now();
-        let mut jar = CookieJar::new(&[3; 32], t0);
-        let (req, b) = exchange("[fd00::1]:5000", "[fd00::2]:4000");
-        let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let echo = jar.mark(
-            t0,
-            &mut acc,
-            &b,
-            (RemoteInfoPlan::SentAtOnce, 0),
-            Room::TenBits,
-        );
+        let (t0, mut jar, b, acc, echo) =
+            marked(3, V6, (RemoteInfoPlan::SentAtOnce, 0), Room::TenBits);
         assert_eq!(echo, [0; IPV4_ECHO_LEN]);
         let (ack, _) = echoed_ack(&acc, &echo);
         let bind = Binding::of_ack(b.from, &ack);
@@ -555,17 +537,8 @@ mod tests {
 
     #[test]
     fn an_ipv6_cookie_in_the_extension_block_is_full_strength() {
-        let t0 = Instant::now();
-        let mut jar = CookieJar::new(&[3; 32], t0);
-        let (req, b) = exchange("[fd00::1]:5000", "[fd00::2]:4000");
-        let mut acc = PeerMessage::accept_for(&req, b.ap);
-        let block = jar.mark(
-            t0,
-            &mut acc,
-            &b,
-            (RemoteInfoPlan::OnAck, 45000),
-            Room::Block,
-        );
+        let (t0, mut jar, b, acc, block) =
+            marked(3, V6, (RemoteInfoPlan::OnAck, 45000), Room::Block);
         assert_eq!(
             (acc.pmtime, acc.version),
             (0, 0),

@@ -118,12 +118,7 @@ impl World {
                     return;
                 };
                 let vip = v.addr(v6);
-                let req = PeerMessage::request(
-                    handle,
-                    SocketAddr::new(vip, cp_port),
-                    SocketAddr::new(vip, mapped_port),
-                    ap,
-                );
+                let req = request_from(handle, vip, (cp_port, mapped_port), ap);
                 self.hostile_send(SocketAddr::new(vip, HOSTILE_PORT), ap.ip(), &req);
             }
             What::BlindPairs { target, port, .. } => {
@@ -131,17 +126,8 @@ impl World {
                 let Some(ap) = self.target_ap(target, port, v6) else {
                     return;
                 };
-                let me_ip = if v6 {
-                    IpAddr::V6(HOSTILE_IP6)
-                } else {
-                    IpAddr::V4(HOSTILE_IP)
-                };
-                let req = PeerMessage::request(
-                    handle,
-                    SocketAddr::new(me_ip, cp_port),
-                    SocketAddr::new(me_ip, mapped_port),
-                    ap,
-                );
+                let me_ip = hostile_ip(v6);
+                let req = request_from(handle, me_ip, (cp_port, mapped_port), ap);
                 let me = SocketAddr::new(me_ip, HOSTILE_PORT);
                 self.hostile_send(me, ap.ip(), &req);
                 // Blind: the ACK is written from our own REQUEST and the listener's mapped
@@ -156,12 +142,7 @@ impl World {
                     return;
                 };
                 let src = IpAddr::V6(spoofed6(0xfd77, k / PER_SLASH64, k % PER_SLASH64));
-                let req = PeerMessage::request(
-                    handle,
-                    SocketAddr::new(src, cp_port),
-                    SocketAddr::new(src, mapped_port),
-                    ap,
-                );
+                let req = request_from(handle, src, (cp_port, mapped_port), ap);
                 self.hostile_send(SocketAddr::new(src, HOSTILE_PORT), ap.ip(), &req);
             }
             What::CookieSweep { target, port, .. } => {
@@ -203,15 +184,11 @@ impl World {
                 let Some(ap) = self.target_ap(target, port, v6) else {
                     return;
                 };
-                let me_ip = if v6 {
-                    IpAddr::V6(HOSTILE_IP6)
-                } else {
-                    IpAddr::V4(HOSTILE_IP)
-                };
-                let req = PeerMessage::request(
+                let me_ip = hostile_ip(v6);
+                let req = request_from(
                     tagged(REAL_PAIRS_TAG, item, k),
-                    SocketAddr::new(me_ip, cp_port),
-                    SocketAddr::new(me_ip, mapped_port),
+                    me_ip,
+                    (cp_port, mapped_port),
                     ap,
                 );
                 // The ACK goes out when the ACCEPT comes (`hostile_receive`).
@@ -230,12 +207,7 @@ impl World {
                 } else {
                     IpAddr::V4(Ipv4Addr::new(10, 253, (k / 64 / 256) as u8, (k / 64) as u8))
                 };
-                let req = PeerMessage::request(
-                    handle,
-                    SocketAddr::new(src, cp_port),
-                    SocketAddr::new(src, mapped_port),
-                    ap,
-                );
+                let req = request_from(handle, src, (cp_port, mapped_port), ap);
                 self.hostile_send(SocketAddr::new(src, HOSTILE_PORT), ap.ip(), &req);
             }
             What::Replay { .. } => {
@@ -250,12 +222,7 @@ impl World {
                     return;
                 };
                 let src = IpAddr::V4(Ipv4Addr::new(10, 252, 0, (k % REJECT_SOURCES) as u8 + 1));
-                let req = PeerMessage::request(
-                    handle,
-                    SocketAddr::new(src, cp_port),
-                    SocketAddr::new(src, mapped_port),
-                    ap,
-                );
+                let req = request_from(handle, src, (cp_port, mapped_port), ap);
                 self.hostile_send(SocketAddr::new(src, HOSTILE_PORT), ap.ip(), &req);
                 if Duration::from_secs(u64::from(k)) / rate.max(1) >= lasts / 2
                     && !self.actors.probes.contains_key(&item)
@@ -397,5 +364,25 @@ impl World {
         if let Some(ap) = asked {
             self.hostile_learned.entry(ap).or_insert(msg.ap());
         }
+    }
+}
+
+/// A REQUEST for the listener `ap` whose connecting and mapped connecting addresses are on
+/// `ip`, at `ports` (cp port, mapped cp port).
+fn request_from(handle: u64, ip: IpAddr, ports: (u16, u16), ap: SocketAddr) -> PeerMessage {
+    PeerMessage::request(
+        handle,
+        SocketAddr::new(ip, ports.0),
+        SocketAddr::new(ip, ports.1),
+        ap,
+    )
+}
+
+/// The hostile host's own address in one family.
+fn hostile_ip(v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(HOSTILE_IP6)
+    } else {
+        IpAddr::V4(HOSTILE_IP)
     }
 }

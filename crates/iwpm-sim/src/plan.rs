@@ -193,22 +193,17 @@ impl fmt::Display for ListenKind {
 impl What {
     /// Faults explain a legitimate connect that fails or is slow; workload and attacks do not.
     pub fn is_fault(&self) -> bool {
-        !matches!(
-            self,
-            What::Listen { .. }
-                | What::Unlisten { .. }
-                | What::Connect { .. }
-                | What::Close { .. }
-                | What::Squat { .. }
-                | What::BlindPairs { .. }
-                | What::SpoofV6 { .. }
-                | What::CookieSweep { .. }
-                | What::RealPairs { .. }
-                | What::Replay { .. }
-                | What::RejectFlood { .. }
-                | What::RdmaPeer { .. }
-                | What::Drain { .. }
-        )
+        !(self.is_findings_attack()
+            || matches!(
+                self,
+                What::Listen { .. }
+                    | What::Unlisten { .. }
+                    | What::Connect { .. }
+                    | What::Close { .. }
+                    | What::Squat { .. }
+                    | What::BlindPairs { .. }
+                    | What::RdmaPeer { .. }
+            ))
     }
 
     /// How long the fault's effects may last after it starts (recovery included).
@@ -1010,27 +1005,31 @@ impl Gen {
     }
 }
 
+impl What {
+    /// An attack added for findings A-I (IPv6 bounds, the REMOTE_INFO ledger).
+    fn is_findings_attack(&self) -> bool {
+        matches!(
+            self,
+            What::SpoofV6 { .. }
+                | What::CookieSweep { .. }
+                | What::RealPairs { .. }
+                | What::Replay { .. }
+                | What::RejectFlood { .. }
+                | What::Drain { .. }
+        )
+    }
+}
+
 impl Scenario {
     /// The scenario without the attacks of findings A-I (the rdma-core-like peer, IPv6
     /// and wildcard listeners stay): what a seed shows of those alone
     /// (`tests/findings.rs`).
     pub fn without_findings_attacks(&self) -> Scenario {
-        let new_attack = |w: &What| {
-            matches!(
-                w,
-                What::SpoofV6 { .. }
-                    | What::CookieSweep { .. }
-                    | What::RealPairs { .. }
-                    | What::Replay { .. }
-                    | What::RejectFlood { .. }
-                    | What::Drain { .. }
-            )
-        };
         Scenario {
             items: self
                 .items
                 .iter()
-                .filter(|i| !new_attack(&i.what))
+                .filter(|i| !i.what.is_findings_attack())
                 .cloned()
                 .collect(),
             ..self.clone()
@@ -1040,23 +1039,13 @@ impl Scenario {
     /// The scenario as it was before IPv6: every listener IPv4 on its host's address, and
     /// only the items an IPv4-only fleet had (what the step-9 regression seeds check).
     pub fn ipv4_only(&self) -> Scenario {
-        let old = |w: &What| {
-            !matches!(
-                w,
-                What::SpoofV6 { .. }
-                    | What::CookieSweep { .. }
-                    | What::RealPairs { .. }
-                    | What::Replay { .. }
-                    | What::RejectFlood { .. }
-                    | What::RdmaPeer { .. }
-                    | What::Drain { .. }
-            )
-        };
         Scenario {
             items: self
                 .items
                 .iter()
-                .filter(|i| old(&i.what))
+                .filter(|i| {
+                    !i.what.is_findings_attack() && !matches!(i.what, What::RdmaPeer { .. })
+                })
                 .cloned()
                 .collect(),
             families: BTreeMap::new(),

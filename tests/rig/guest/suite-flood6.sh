@@ -71,9 +71,14 @@ port=7800
 for d in $DAEMONS; do
   IWPMD=$d; tag=$(basename "$d")
   start_iwpmd "" || { bad "start-$tag" "$d did not start"; continue; }
+  # (port-mapped: each listener appears on its mapped port, so wait for a new LISTEN
+  # socket rather than for :port, which never shows)
+  listen_snap /tmp/ls6
   rping -s -P -a "$IP6" -p $port > "$OUT/rping6-$tag-server.log" 2>&1 & sp=$!
+  new_listen /tmp/ls6 > /dev/null || log "no new listener for [$IP6]:$port after 10s"
+  listen_snap /tmp/ls6
   rping -s -P -a 0.0.0.0 -p $((port+1)) > "$OUT/rping6-$tag-wild-server.log" 2>&1 & wp=$!
-  wait_listen $port; wait_listen $((port+1))
+  new_listen /tmp/ls6 > /dev/null || log "no new listener for 0.0.0.0:$((port+1)) after 10s"
   qt=""; qf=0
   for i in 1 2; do rping6 $port "$OUT/rping6-$tag-quiet-$i.log"; qt="$qt $T1"; [ "$R1" = 0 ] || qf=$((qf+1)); done
   snap s
