@@ -253,6 +253,10 @@ impl Driver {
                         fail("Ready emitted twice");
                     }
                 }
+                Action::ProbeDone(_)
+                | Action::Settled(_)
+                | Action::RecoveryEnded
+                | Action::TableChanged { .. } => {}
             }
         }
     }

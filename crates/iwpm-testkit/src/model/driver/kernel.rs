@@ -282,7 +282,8 @@ impl Driver {
                 }
             }
         }
-        self.core
+        let _receipt = self
+            .core
             .handle_kernel_datagram(self.now, &b, &mut self.shell);
         self.pump(Ctx::Input);
     }
@@ -291,7 +292,8 @@ impl Driver {
     /// hold anything, a REMOVE included).
     pub(super) fn kernel_datagram(&mut self, b: &[u8], opaque: bool) {
         self.account_kernel(b, opaque);
-        self.core
+        let _receipt = self
+            .core
             .handle_kernel_datagram(self.now, b, &mut self.shell);
         self.pump(Ctx::Input);
     }
