@@ -56,6 +56,8 @@ impl Driver {
         self.acked.clear();
         self.ready = 0;
         self.mapinfo_asked.clear();
+        self.announced = (0, Vec::new());
+        self.recovery_ended = false;
 
         let previous = Previous {
             mappings: &saved,
