@@ -91,13 +91,17 @@ fn main() {
             for _ in 0..rounds {
                 let t = Instant::now();
                 for (add, remove) in &batch {
-                    h.core
-                        .handle_kernel_datagram(h.now, black_box(add), &mut h.ports);
+                    let receipt =
+                        h.core
+                            .handle_kernel_datagram(h.now, black_box(add), &mut h.ports);
+                    black_box(&receipt);
                     while let Some(a) = h.core.poll_action() {
                         black_box(a);
                     }
-                    h.core
-                        .handle_kernel_datagram(h.now, black_box(remove), &mut h.ports);
+                    let receipt =
+                        h.core
+                            .handle_kernel_datagram(h.now, black_box(remove), &mut h.ports);
+                    black_box(&receipt);
                     while let Some(a) = h.core.poll_action() {
                         black_box(a);
                     }

@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 
+use crate::machine::{ProbeResult, SettleReport};
+
 /// One of the four UDP sockets of the peer protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PeerSocket {
@@ -60,7 +62,8 @@ pub enum ReserveError {
     Other(i32),
 }
 
-/// Output of the core, drained with [`crate::Core::poll_action`].
+/// Output of the core, drained with [`crate::Core::poll_action`]: everything a caller must
+/// send or react to, in the order the core produced it. There is no other output queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Send one netlink datagram to the kernel (port id 0).
@@ -76,4 +79,46 @@ pub enum Action {
     },
     /// Start-up handshake done (sd_notify `READY=1`).
     Ready,
+    /// A probe ([`crate::Core::start_probe`]) finished: answer whoever asked.
+    ProbeDone(ProbeResult),
+    /// Restored mappings were settled against the kernel's replay (already logged by the
+    /// core; for callers that report or check it).
+    Settled(SettleReport),
+    /// Restart recovery is over, once per core: the handshake is done, every replay window
+    /// closed and every restored mapping settled. Ports the shell inherited and no mapping
+    /// claimed may be closed now. (The core wakes up for a window's end only when someone
+    /// waits for it, [`crate::Previous::inherited_ports`] or restored mappings; otherwise the
+    /// event may come with a later input.)
+    RecoveryEnded,
+    /// The mapping table changed (a mapping created or freed, or a reference count moved);
+    /// at most once per input call, after that call's other actions. What a state file
+    /// follows.
+    TableChanged {
+        /// Grows with every change: a snapshot taken now is current until it moves again.
+        generation: u64,
+        /// Mappings in the table now.
+        mappings: usize,
+    },
+}
+
+/// What [`crate::Core::handle_kernel_datagram`] made of one kernel datagram: what a shell
+/// reading the kernel link needs to decide whether to read on, without parsing the datagram
+/// again or counting its own sends.
+#[must_use = "the read loop decides with it whether to read the kernel link again"]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelReceipt {
+    /// The datagram opened with an acknowledgement (`NLMSG_DONE` or `NLMSG_ERROR`), the
+    /// kernel's answer to a message sent to it, rather than with a request.
+    pub acknowledgement: bool,
+    /// Messages the core queued for the kernel while handling it (its answers, and any
+    /// MAPINFO request a HELLO answer starts): each is acknowledged once sent.
+    pub answers: u32,
+}
+
+impl KernelReceipt {
+    /// A request the core did not answer (REMOVE_MAPPING, replayed records, a QUERY whose
+    /// answer waits for the peer): nothing of ours is due back for it.
+    pub fn unanswered_request(&self) -> bool {
+        !self.acknowledgement && self.answers == 0
+    }
 }

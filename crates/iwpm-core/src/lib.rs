@@ -6,13 +6,21 @@
 //! [`Core::poll_action`] / [`Core::poll_timeout`]. The same core therefore runs under the
 //! real kernel, the kernel emulator, the fuzzer and virtual-clock simulations.
 //!
+//! That is the caller's one obligation: after every input call ([`Core::start`] or
+//! [`Core::start_after_restart`], the `handle_*` calls, [`Core::start_probe`]), drain
+//! [`Core::poll_action`] until `None`, then wake up at [`Core::poll_timeout`]. Whatever
+//! the caller must react to is an [`Action`]: besides the datagrams to send, the end of
+//! the handshake, a finished probe, settled restored mappings, the end of the restart
+//! recovery and changes of the mapping table (what a state file follows). The one input
+//! whose result the caller needs at once, a kernel datagram, returns a [`KernelReceipt`]
+//! (what the datagram was and whether it was answered: when a read loop may stop).
+//!
 //! Port reservations are synchronous: the shell lends its [`PortReservations`] to the
 //! inputs that create or free mappings ([`Core::handle_kernel_datagram`],
-//! [`Core::handle_restore`], [`Core::handle_timeout`]), and a mapping reserves its TCP port
-//! when it is created and releases it when its last reference goes, within that call.
-//! Restart recovery (the state file, then the kernel's MAPINFO replay) is settled inside
-//! those calls too, so the shell's only duties are the `handle_*` inputs, draining
-//! [`Core::poll_action`] after each, and waking up at [`Core::poll_timeout`].
+//! [`Core::start_after_restart`], [`Core::handle_timeout`]), and a mapping reserves its TCP
+//! port when it is created and releases it when its last reference goes, within that
+//! call. Restart recovery (the state file, then the kernel's MAPINFO replay) is settled
+//! inside those calls too: nothing is left to call afterwards.
 //!
 //! Deliberate differences from the C daemon are listed in the module docs of
 //! `machine::kernel`, `machine::recovery`, `machine::peer` and `exchange`; in short: refcounts
@@ -51,12 +59,14 @@ mod table;
 mod token_bucket;
 mod usage;
 
-pub use crate::action::{Action, PeerSocket, PortReservations, ReservationId, ReserveError};
+pub use crate::action::{
+    Action, KernelReceipt, PeerSocket, PortReservations, ReservationId, ReserveError,
+};
 pub use crate::config::CoreConfig;
 pub use crate::machine::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
-    PeerSnapshot, ProbeError, ProbeId, ProbeOutcome, ProbeResult, RestoreReport, SettleReport,
-    MAX_PROBES, PROBE_MAX_WAIT,
+    PeerSnapshot, Previous, ProbeError, ProbeId, ProbeOutcome, ProbeResult, RestoreReport,
+    SettleReport, MAX_PROBES, PROBE_MAX_WAIT,
 };
 pub use crate::mapping_id::MappingId;
 pub use crate::peer_allow::PeerAllow;

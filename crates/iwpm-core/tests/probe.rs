@@ -7,7 +7,7 @@ use iwpm_testkit::core_host as common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, CoreConfig, PeerSocket, ProbeOutcome};
+use iwpm_core::{Action, Core, CoreConfig, PeerSocket, ProbeOutcome, ProbeResult};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
 fn core(now: Instant) -> Core {
@@ -23,15 +23,25 @@ fn core(now: Instant) -> Core {
     c
 }
 
-fn peer_sends(c: &mut Core) -> Vec<(PeerSocket, SocketAddr, Vec<u8>)> {
+/// A peer datagram the core sent: socket, destination, bytes.
+type PeerSend = (PeerSocket, SocketAddr, Vec<u8>);
+
+fn peer_sends(c: &mut Core) -> Vec<PeerSend> {
+    drain(c).0
+}
+
+/// The peer datagrams and the probe result among the core's actions.
+fn drain(c: &mut Core) -> (Vec<PeerSend>, Option<ProbeResult>) {
     let mut out = Vec::new();
+    let mut done = None;
     while let Some(a) = c.poll_action() {
         match a {
             Action::ToPeer { via, to, datagram } => out.push((via, to, datagram)),
+            Action::ProbeDone(r) => assert!(done.replace(r).is_none(), "two results"),
             other => panic!("unexpected action {other:?}"),
         }
     }
-    out
+    (out, done)
 }
 
 #[test]
@@ -64,7 +74,7 @@ fn probe_gets_a_reject_and_leaves_nothing_on_the_peer() {
 
     let t1 = t0 + Duration::from_millis(3);
     a.handle_peer_datagram(t1, *via, SocketAddr::new(b_ip, 3935), &answers[0].2);
-    let r = a.poll_probe_result().expect("no probe result");
+    let r = drain(&mut a).1.expect("no probe result");
     assert_eq!(r.id, id);
     assert_eq!(r.outcome, ProbeOutcome::Rejected);
     assert_eq!(r.elapsed, Duration::from_millis(3));
@@ -91,8 +101,9 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
         let now = a.poll_timeout().expect("probe has no timer");
         assert!(now <= t0 + Duration::from_millis(1500));
         a.handle_timeout(now, &mut common::Ports::default());
-        requests += peer_sends(&mut a).len();
-        if let Some(r) = a.poll_probe_result() {
+        let (sent, done) = drain(&mut a);
+        requests += sent.len();
+        if let Some(r) = done {
             break (r, now);
         }
     };
@@ -118,7 +129,7 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
         "192.0.2.77:3935".parse().unwrap(),
         &reject,
     );
-    assert!(a.poll_probe_result().is_none());
+    assert!(drain(&mut a).1.is_none());
     a.handle_peer_datagram(
         now,
         PeerSocket::V4Client,
@@ -126,7 +137,7 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
         &reject,
     );
     assert_eq!(
-        a.poll_probe_result().map(|r| (r.id, r.outcome)),
+        drain(&mut a).1.map(|r| (r.id, r.outcome)),
         Some((id2, ProbeOutcome::Rejected))
     );
 }

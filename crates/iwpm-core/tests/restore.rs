@@ -1,4 +1,4 @@
-//! Restart from the state file (`Core::handle_restore`) reconciled with the kernel's MAPINFO
+//! Restart from the state file (`Core::start_after_restart`) reconciled with the kernel's MAPINFO
 //! replay: a complete replay sets the kernel's counts and frees what it does not list, a
 //! truncated one keeps the saved counts, an empty one frees everything, and recorded ports
 //! are reserved exactly once (a replayed record never binds a restored port again).
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use iwpm_core::state_file::SavedMapping;
-use iwpm_core::SettleReport;
+use iwpm_core::{Previous, SettleReport};
 
 fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
     SavedMapping {
@@ -25,7 +25,10 @@ fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
 /// A core that restored `table` and whose kernel answered HELLO(4) (replay window open).
 fn restored(table: &[SavedMapping]) -> Host {
     let mut h = Host::new(config(), Instant::now());
-    let report = h.core.handle_restore(h.now, table, &mut h.ports);
+    let report = h.start_after_restart(Previous {
+        mappings: table,
+        inherited_ports: false,
+    });
     assert_eq!(report.restored, table.len(), "{report:?}");
     assert!(h.core.recovering());
     h.start_answered();
@@ -34,9 +37,8 @@ fn restored(table: &[SavedMapping]) -> Host {
 
 /// What settling did since the last look (the core settles within its `handle_*` calls).
 fn settle(h: &mut Host) -> SettleReport {
-    let r = h.core.poll_settled().unwrap_or_default();
     h.pump();
-    r
+    std::mem::take(&mut h.settled)
 }
 
 fn table() -> Vec<SavedMapping> {
@@ -170,7 +172,10 @@ fn a_saved_port_taken_meanwhile_fails_that_mapping_only() {
     h.ports
         .fail_next
         .push_back(iwpm_core::ReserveError::AddrInUse);
-    let r = h.core.handle_restore(h.now, &table(), &mut h.ports);
+    let r = h.start_after_restart(Previous {
+        mappings: &table(),
+        inherited_ports: false,
+    });
     assert_eq!((r.restored, r.failed), (3, 1), "{r:?}");
     assert_eq!(h.refcount("0.0.0.0:5000"), None);
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
@@ -199,11 +204,19 @@ fn watched_recovery_wakes_the_shell_at_the_window_end() {
     let mut h = restored(&[]);
     h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
     assert_eq!(h.core.poll_timeout(), None, "nobody waits");
-    h.core.watch_recovery_end();
+    let mut h = Host::new(config(), Instant::now());
+    h.start_after_restart(Previous {
+        mappings: &[],
+        inherited_ports: true,
+    });
+    h.start_answered();
+    h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
     let end = h.core.poll_timeout().expect("the window's end");
     assert!(h.core.recovering());
+    assert_eq!(h.recovery_ended, 0);
     h.advance(end - h.now);
     assert!(!h.core.recovering());
+    assert_eq!(h.recovery_ended, 1);
     assert_eq!(h.core.poll_timeout(), None);
 }
 

@@ -150,7 +150,7 @@ impl World {
             return;
         }
         // The table and the ledger change together: re-check them when the table did.
-        let generation = (host.incarnation, d.core.table_generation());
+        let generation = (host.incarnation, d.generation);
         if host.checked.get() != Some(generation) {
             host.checked.set(Some(generation));
             if let Err(e) = d.core.check_invariants() {

@@ -5,15 +5,15 @@
 //! What the real shell (`crates/iwpmd/src/shell.rs`) does around the core is done here
 //! the same way: every action is executed in order (kernel messages go to the kernel at
 //! once, as a netlink `sendmsg` does), the kernel's answers are fed back (the core settles
-//! restart recovery within them), and the state file is rewritten 200 ms after the
-//! table's generation moved.
+//! restart recovery within them), and the state file is rewritten 200 ms after the core
+//! announced a table change (`Action::TableChanged`).
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use iwpm_core::state_file::StateFile;
-use iwpm_core::{Core, CoreConfig};
+use iwpm_core::{Core, CoreConfig, Previous};
 use iwpm_kernel_emu::kernel::{KernelConfig, KernelIwpm, Link, SendError, SendMode};
 
 use crate::cm::Cm;
@@ -36,6 +36,8 @@ pub struct Daemon {
     pub write_due: Option<Duration>,
     /// Table generation last written.
     pub written: Option<u64>,
+    /// Table generation the core last announced (`Action::TableChanged`).
+    pub generation: u64,
 }
 
 /// Message counts of one host (what the scale table reports per host).
@@ -225,17 +227,23 @@ impl Host {
         let mut ports = FakePorts::new(
             (mix(self.seed ^ self.idx as u64 ^ u64::from(self.incarnation) << 32) % 20_000) as u16,
         );
-        if !self.state_file.is_empty() {
+        if self.state_file.is_empty() {
+            core.start(t);
+        } else {
             let file = StateFile::decode(&self.state_file)?;
+            let previous = Previous {
+                mappings: &file.mappings,
+                inherited_ports: false,
+            };
             // What restore could not do shows up in the invariants (leaks, unmapped).
-            let _report = core.handle_restore(t, &file.mappings, &mut ports);
+            let _report = core.start_after_restart(t, previous, &mut ports);
         }
-        core.start(t);
         self.daemon = Some(Daemon {
             core,
             ports,
             write_due: None,
             written: None,
+            generation: 0,
         });
         Ok(())
     }
@@ -268,17 +276,20 @@ impl Host {
         };
         let t = self.local(base, now);
         if let Some(d) = self.daemon.as_mut() {
-            d.core.handle_kernel_datagram(t, &bytes, &mut d.ports);
+            // Every queued datagram is fed: when a read loop may stop is the real shell's
+            // concern.
+            let _receipt = d.core.handle_kernel_datagram(t, &bytes, &mut d.ports);
         }
         true
     }
 
-    /// Notes the table generation (schedules a state-file write) and writes a due one.
+    /// Notes the announced table generation (schedules a state-file write) and writes a
+    /// due one.
     pub fn state_file_turn(&mut self, now: Duration) {
         let Some(d) = self.daemon.as_mut() else {
             return;
         };
-        let generation = d.core.table_generation();
+        let generation = d.generation;
         if d.written != Some(generation) && d.write_due.is_none() {
             d.write_due = Some(now + WRITE_DELAY);
         }

@@ -463,7 +463,12 @@ impl World {
                 self.daemon_sends(h, from, to, &datagram);
                 self.send_udp(from, to, datagram);
             }
-            Action::Ready => {}
+            Action::TableChanged { generation, .. } => {
+                if let Some(d) = self.hosts[h].daemon.as_mut() {
+                    d.generation = generation;
+                }
+            }
+            Action::Ready | Action::ProbeDone(_) | Action::Settled(_) | Action::RecoveryEnded => {}
         }
     }
 

@@ -7,7 +7,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, CoreConfig, PeerSocket};
+use iwpm_core::{
+    Action, Core, CoreConfig, KernelReceipt, PeerSocket, Previous, ProbeResult, RestoreReport,
+    SettleReport,
+};
 use iwpm_proto::consts::{NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
     decode_daemon_datagram, encode_done, encode_error, encode_kernel_msg, DaemonFrame, DaemonMsg,
@@ -68,6 +71,16 @@ pub struct Host {
     pub answered: HashSet<u32>,
     /// Order in which actions left the core: 'K' kernel datagram, 'P' peer datagram.
     pub order: String,
+    /// What the last kernel datagram handed in was, as the core said.
+    pub receipt: KernelReceipt,
+    /// Finished probes ([`Action::ProbeDone`]), oldest first.
+    pub probes_done: VecDeque<ProbeResult>,
+    /// What settling restored mappings did since a test last took it ([`Action::Settled`]).
+    pub settled: SettleReport,
+    /// [`Action::RecoveryEnded`] seen (at most once).
+    pub recovery_ended: u32,
+    /// The last [`Action::TableChanged`]: generation and mapping count.
+    pub table: (u64, usize),
     /// The core's invariants are checked after every this many pumps (1: each one). A
     /// flood of tens of thousands of datagrams sets it higher: each check walks the table.
     pub invariant_stride: u64,
@@ -88,6 +101,11 @@ impl Host {
             sent_at: HashMap::new(),
             answered: HashSet::new(),
             order: String::new(),
+            receipt: KernelReceipt::default(),
+            probes_done: VecDeque::new(),
+            settled: SettleReport::default(),
+            recovery_ended: 0,
+            table: (0, 0),
             invariant_stride: 1,
             pumps: 0,
         }
@@ -127,7 +145,18 @@ impl Host {
         assert!(matches!(msg, DaemonMsg::RegPid(_)));
     }
 
-    /// Drains every action.
+    /// Starts the core as a restarted daemon with `previous`'s mappings; what it sent is
+    /// drained.
+    pub fn start_after_restart(&mut self, previous: Previous<'_>) -> RestoreReport {
+        let report = self
+            .core
+            .start_after_restart(self.now, previous, &mut self.ports);
+        self.pump();
+        report
+    }
+
+    /// Drains every action, checking the table announcements: each moves the generation
+    /// forward, and the last one counts the table as it is.
     pub fn pump(&mut self) {
         while let Some(a) = self.core.poll_action() {
             match a {
@@ -164,11 +193,29 @@ impl Host {
                     });
                 }
                 Action::Ready => self.ready += 1,
+                Action::ProbeDone(result) => self.probes_done.push_back(result),
+                Action::Settled(report) => self.settled += report,
+                Action::RecoveryEnded => {
+                    self.recovery_ended += 1;
+                    assert_eq!(self.recovery_ended, 1, "RecoveryEnded twice");
+                }
+                Action::TableChanged {
+                    generation,
+                    mappings,
+                } => {
+                    assert!(generation > self.table.0, "generation did not move");
+                    self.table = (generation, mappings);
+                }
             }
         }
         self.pumps += 1;
         if self.pumps % self.invariant_stride.max(1) == 0 {
             self.core.check_invariants().unwrap();
+            assert_eq!(
+                self.table.1,
+                self.core.mappings().count(),
+                "the last TableChanged does not count the table"
+            );
         }
     }
 
@@ -240,7 +287,8 @@ impl Host {
     }
 
     pub fn kernel_raw(&mut self, bytes: &[u8]) {
-        self.core
+        self.receipt = self
+            .core
             .handle_kernel_datagram(self.now, bytes, &mut self.ports);
         self.pump();
     }

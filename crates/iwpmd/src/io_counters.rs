@@ -37,13 +37,6 @@ pub struct IoCounters {
 }
 
 impl IoCounters {
-    /// Sends to the kernel attempted so far, whatever became of them.
-    pub fn kernel_sends_attempted(&self) -> u64 {
-        self.kernel_tx + self.kernel_tx_errors + self.kernel_tx_queued
-    }
-}
-
-impl IoCounters {
     /// The shell's value of `counter`, `None` for the counters held elsewhere. The pattern
     /// has no `..` and the match no `_`, so a field added here, or a counter added to
     /// [`IoCounter`] (iwpm-control's list, which the tools read back), does not compile

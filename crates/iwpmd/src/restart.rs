@@ -48,6 +48,10 @@ pub struct Restart {
     status_due: Option<Instant>,
     inherited: Option<Inherited>,
     ready: bool,
+    /// Mappings in the core's table, as its last `TableChanged` said.
+    mappings: usize,
+    /// The core said its restart recovery is over (`RecoveryEnded`).
+    recovered: bool,
 }
 
 impl Restart {
@@ -91,6 +95,8 @@ impl Restart {
             status_due: None,
             inherited: Some(inherited),
             ready: false,
+            mappings: 0,
+            recovered: false,
         }
     }
 
@@ -144,24 +150,39 @@ impl Restart {
         saved
     }
 
+    /// The core's table changed (`Action::TableChanged`): what the state file and the
+    /// status line follow.
+    pub fn table_changed(&mut self, generation: u64, mappings: usize) {
+        self.mappings = mappings;
+        if let Some(s) = &mut self.state {
+            s.table_changed(generation);
+        }
+    }
+
+    /// The core's restart recovery is over (`Action::RecoveryEnded`): inherited ports no
+    /// mapping claimed may go.
+    pub fn recovery_ended(&mut self) {
+        self.recovered = true;
+    }
+
     /// After every input: FD store messages, state file scheduling, status line.
-    pub fn after_input(&mut self, now: Instant, core: &Core, held: &mut Reservations) {
+    pub fn after_input(&mut self, now: Instant, held: &mut Reservations) {
         if let (Some(store), Some(n)) = (&mut self.fd_store, &self.notifier) {
             store.sync(now, n, held);
         }
         if let Some(s) = &mut self.state {
-            s.note(now, core.table_generation());
+            s.note(now);
         }
-        self.refresh_status(now, core);
+        self.refresh_status(now);
     }
 
     /// `STATUS=serving N mappings` when N changed, at most every [`STATUS_INTERVAL`]; a
     /// change that comes too soon is sent by [`Restart::tick`].
-    fn refresh_status(&mut self, now: Instant, core: &Core) {
+    fn refresh_status(&mut self, now: Instant) {
         if !self.ready || self.notifier.is_none() {
             return;
         }
-        let count = usize::try_from(core.stats().mappings).unwrap_or(usize::MAX);
+        let count = self.mappings;
         match self.last_status {
             Some((_, n)) if n == count => self.status_due = None,
             Some((at, _)) if now.saturating_duration_since(at) < STATUS_INTERVAL => {
@@ -180,8 +201,8 @@ impl Restart {
 
     /// Inherited ports no mapping claimed once the recovery is over are closed (and taken
     /// out of the FD store).
-    pub fn release_unclaimed(&mut self, now: Instant, core: &Core, held: &mut Reservations) {
-        if held.unclaimed() == 0 || core.recovering() {
+    pub fn release_unclaimed(&mut self, now: Instant, held: &mut Reservations) {
+        if held.unclaimed() == 0 || !self.recovered {
             return;
         }
         let freed: Vec<SocketAddr> = held.release_unclaimed();
@@ -190,13 +211,13 @@ impl Restart {
             ports = ?freed.iter().take(16).map(SocketAddr::port).collect::<Vec<_>>(),
             "inherited ports no restored or replayed mapping claimed were released"
         );
-        self.after_input(now, core, held);
+        self.after_input(now, held);
     }
 
     /// The kernel handshake is done: `READY=1`.
-    pub fn on_ready(&mut self, now: Instant, core: &Core) {
+    pub fn on_ready(&mut self, now: Instant) {
         self.ready = true;
-        let count = usize::try_from(core.stats().mappings).unwrap_or(usize::MAX);
+        let count = self.mappings;
         self.last_status = Some((now, count));
         self.send(&format!(
             "READY=1\nSTATUS=serving {}",
@@ -229,7 +250,7 @@ impl Restart {
             s.tick(now, core);
         }
         if self.status_due.is_some_and(|d| d <= now) {
-            self.refresh_status(now, core);
+            self.refresh_status(now);
         }
     }
 

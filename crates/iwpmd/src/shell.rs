@@ -2,8 +2,9 @@
 //! level-triggered epoll set of two descriptors (`shell/waiter.rs`): the kernel link and
 //! the `mio::Poll` (edge-triggered epoll) that holds every other source (peer sockets,
 //! signals, helper wake-ups, control clients). Every datagram goes to the core, and after
-//! each input the core's actions are executed at once. Kernel input gets the port
-//! reservations lent for the call (binding is synchronous, as in C).
+//! each input the core's actions are executed at once: that, and waking up at its
+//! deadline, is all the core asks of the loop. Kernel input gets the port reservations
+//! lent for the call (binding is synchronous, as in C).
 //!
 //! Why the kernel link is outside mio: mio is edge-triggered, so a socket must be read
 //! until it would block before the loop may sleep. A REMOVE_MAPPING needs no answer and
@@ -24,7 +25,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, RateLimit};
+use iwpm_core::{Action, Core, Previous, RateLimit};
 use mio::{Events, Interest, Poll, Token, Waker};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
@@ -184,12 +185,33 @@ impl Shell {
         self.poll.registry()
     }
 
-    /// Starts the kernel handshake. A failure to send the first messages is fatal, as in
-    /// rdma-core (which exits when its HELLO cannot be sent).
+    /// Starts the kernel handshake, with the previous daemon's ports and mappings (FD
+    /// store, state file) taken over first, so the kernel's replay finds them held. A
+    /// failure to send the first messages is fatal, as in rdma-core (which exits when its
+    /// HELLO cannot be sent).
     pub fn start(&mut self) -> Result<(), SetupError> {
         let now = Instant::now();
-        self.restore(now);
-        self.core.start(now);
+        let saved = self.restart.take_over(&mut self.reservations);
+        let previous = Previous {
+            mappings: &saved,
+            inherited_ports: self.reservations.unclaimed() > 0,
+        };
+        let mut ports = LentPorts::new(
+            &mut self.reservations,
+            &mut self.counters,
+            &mut self.warn_resource,
+            now,
+        );
+        let report = self.core.start_after_restart(now, previous, &mut ports);
+        if !saved.is_empty() {
+            tracing::info!(
+                restored = report.restored,
+                failed = report.failed,
+                skipped = report.skipped,
+                took_ms = now.elapsed().as_secs_f64() * 1e3,
+                "mappings restored from the state file"
+            );
+        }
         let errors_before = self.counters.kernel_tx_errors;
         self.flush(now);
         if self.counters.kernel_tx_errors != errors_before {
@@ -356,43 +378,24 @@ impl Shell {
                     tx.send_peer(&mut out, now, via, to, &datagram);
                 }
                 Action::Ready => self.on_ready(),
+                Action::ProbeDone(result) => self.probe_done(&result),
+                // (the core logs it; nothing to do)
+                Action::Settled(_) => {}
+                Action::RecoveryEnded => self.restart.recovery_ended(),
+                Action::TableChanged {
+                    generation,
+                    mappings,
+                } => self.restart.table_changed(generation, mappings),
             }
         }
     }
 
-    /// Restores the previous daemon's ports and mappings (FD store, state file) before
-    /// the kernel is greeted, so the replay finds them held.
-    fn restore(&mut self, now: Instant) {
-        let saved = self.restart.take_over(&mut self.reservations);
-        if self.reservations.unclaimed() > 0 {
-            self.core.watch_recovery_end();
-        }
-        if saved.is_empty() {
-            return;
-        }
-        let mut ports = LentPorts::new(
-            &mut self.reservations,
-            &mut self.counters,
-            &mut self.warn_resource,
-            now,
-        );
-        let report = self.core.handle_restore(now, &saved, &mut ports);
-        tracing::info!(
-            restored = report.restored,
-            failed = report.failed,
-            skipped = report.skipped,
-            took_ms = now.elapsed().as_secs_f64() * 1e3,
-            "mappings restored from the state file"
-        );
-    }
-
-    /// After a batch of input: let the restart machinery see the changes (inherited ports
-    /// left unclaimed, FD store, state file, status); once per batch, not per datagram.
+    /// After a batch of input: let the restart machinery act on what the core announced
+    /// (inherited ports left unclaimed, FD store, state file, status); once per batch, not
+    /// per datagram.
     fn after_batch(&mut self, now: Instant) {
-        self.restart
-            .release_unclaimed(now, &self.core, &mut self.reservations);
-        self.restart
-            .after_input(now, &self.core, &mut self.reservations);
+        self.restart.release_unclaimed(now, &mut self.reservations);
+        self.restart.after_input(now, &mut self.reservations);
     }
 
     /// The kernel send path and what it sends through, borrowed apart from the rest.
@@ -415,7 +418,7 @@ impl Shell {
         self.ready_seen = true;
         tracing::info!(abi = self.core.abi(), "kernel handshake done; ready");
         if self.mode == RunMode::Systemd {
-            self.restart.on_ready(Instant::now(), &self.core);
+            self.restart.on_ready(Instant::now());
         }
     }
 }

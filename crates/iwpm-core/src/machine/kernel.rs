@@ -56,13 +56,18 @@ fn nul_terminated(s: &NlString) -> NlString {
 }
 
 impl Core {
+    /// Handles every message of `datagram`; true if it opened with an acknowledgement
+    /// (`NLMSG_DONE` or `NLMSG_ERROR`) rather than a request.
     pub(super) fn process_kernel_datagram(
         &mut self,
         now: Instant,
         datagram: &[u8],
         ports: &mut dyn PortReservations,
-    ) {
+    ) -> bool {
+        let mut acknowledgement = None;
         for item in frames(datagram) {
+            acknowledgement
+                .get_or_insert(matches!(item, Ok(Frame::Done { .. } | Frame::Error { .. })));
             match item {
                 Err(e) => {
                     self.count_warn(
@@ -82,6 +87,7 @@ impl Core {
                 Ok(Frame::Msg(header, payload)) => self.on_message(now, header, payload, ports),
             }
         }
+        acknowledgement.unwrap_or(false)
     }
 
     fn on_message(
@@ -372,9 +378,121 @@ impl Core {
 mod tests {
     use super::*;
 
+    use std::net::SocketAddr;
+
+    use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
+    use iwpm_proto::netlink::{encode_done, encode_kernel_msg, Envelope, Hello};
+
+    use crate::action::{Action, KernelReceipt, ReservationId, ReserveError};
+    use crate::config::CoreConfig;
+
     #[test]
     fn strings_are_echoed_as_strlen_plus_one() {
         assert_eq!(nul_terminated(&NlString::padded("siw0", 32)).0, b"siw0\0");
         assert_eq!(nul_terminated(&NlString(b"x".to_vec())).0, b"x\0");
+    }
+
+    /// Reservations are never asked for here (NO_PORT_MAP only).
+    struct NoPorts;
+
+    impl PortReservations for NoPorts {
+        fn reserve(&mut self, _: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
+            Err(ReserveError::AddrInUse)
+        }
+        fn release(&mut self, _: ReservationId) {}
+    }
+
+    /// Kernel requests with header seqs from 1, in one datagram.
+    fn requests(msgs: &[KernelMsg]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (seq, msg) in (1..).zip(msgs) {
+            let env = Envelope {
+                client: RDMA_NL_IWCM,
+                flags: NLM_F_REQUEST,
+                seq,
+                pid: 0,
+            };
+            encode_kernel_msg(&env, msg, &mut out);
+        }
+        out
+    }
+
+    fn add(local: &str) -> KernelMsg {
+        KernelMsg::AddMapping(ManageMappingRequest {
+            echo_seq: 0,
+            addr: SockAddrStorage::from_socket_addr(local.parse().unwrap()),
+            flags: Some(IWPM_FLAGS_NO_PORT_MAP),
+            unknown: vec![],
+        })
+    }
+
+    fn drain(core: &mut Core) -> Vec<Action> {
+        std::iter::from_fn(|| core.poll_action()).collect()
+    }
+
+    /// What a read loop decides with: whether the datagram was an acknowledgement and how
+    /// many messages answered it; and a table change is announced once per call, last.
+    #[test]
+    fn the_receipt_and_the_table_announcement_describe_the_whole_call() {
+        let now = Instant::now();
+        let config = CoreConfig {
+            netlink_pid: 7,
+            ..CoreConfig::default()
+        };
+        let mut core = Core::new(config, now);
+        core.start(now);
+        assert!(
+            matches!(drain(&mut core)[..], [Action::ToKernel(_)]),
+            "HELLO"
+        );
+        let hello = KernelMsg::Hello(Hello {
+            abi_version: 4,
+            unknown: vec![],
+        });
+        let r = core.handle_kernel_datagram(now, &requests(&[hello]), &mut NoPorts);
+        assert_eq!(r.answers, 1, "the MAPINFO request");
+        assert!(!r.acknowledgement && !r.unanswered_request());
+        drain(&mut core);
+
+        let mut done = Vec::new();
+        encode_done(0, 7, NLM_F_MULTI, Some(0), &mut done);
+        let r = core.handle_kernel_datagram(now, &done, &mut NoPorts);
+        assert_eq!(
+            r,
+            KernelReceipt {
+                acknowledgement: true,
+                answers: 0
+            }
+        );
+
+        let reg_pid = KernelMsg::RegPid(RegPidRequest {
+            echo_seq: 0,
+            if_name: NlString::padded("eth0", 16),
+            ibdev_name: NlString::padded("siw0", 32),
+            ulib_name: NlString::padded(IWPM_ULIB_NAME, 32),
+            unknown: vec![],
+        });
+        let batch = requests(&[reg_pid, add("10.0.0.1:4000"), add("10.0.0.1:4001")]);
+        let r = core.handle_kernel_datagram(now, &batch, &mut NoPorts);
+        assert_eq!((r.acknowledgement, r.answers), (false, 3));
+        let actions = drain(&mut core);
+        assert_eq!(actions.len(), 4, "{actions:?}");
+        assert!(matches!(
+            actions[3],
+            Action::TableChanged { mappings: 2, .. }
+        ));
+
+        let remove = KernelMsg::RemoveMapping(ManageMappingRequest {
+            echo_seq: 0,
+            addr: SockAddrStorage::from_socket_addr("10.0.0.9:1".parse().unwrap()),
+            flags: None,
+            unknown: vec![],
+        });
+        let r = core.handle_kernel_datagram(now, &requests(&[remove]), &mut NoPorts);
+        assert!(r.unanswered_request(), "{r:?}");
+        assert!(
+            drain(&mut core).is_empty(),
+            "an unknown REMOVE changes nothing"
+        );
     }
 }

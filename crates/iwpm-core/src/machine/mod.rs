@@ -1,18 +1,28 @@
 //! The [`Core`] struct: state, output queue and the helpers every handler shares. The
 //! handlers live in child modules, so the state stays private to them: `kernel` (netlink),
 //! `handshake` (HELLO, MAPINFO request), `recovery` (MAPINFO records), `reserve` (mapping
-//! creation), `peer` (UDP 3935) and `dump` (SIGUSR1).
+//! creation), `peer` (UDP 3935), `probe` (reachability probes), `restore` (the state
+//! file) and `dump` (SIGUSR1).
+//!
+//! # One obligation
+//!
+//! A caller feeds input (`start*`, `handle_*`, [`Core::start_probe`]), then drains
+//! [`Core::poll_action`] until `None` and waits until [`Core::poll_timeout`]. Everything it
+//! must react to is an [`Action`], in one queue, in the order it happened: sends, Ready,
+//! finished probes, settled restores, the end of the recovery, table changes. Every input
+//! call ends in `end_input`, which announces what the whole call did.
 //!
 //! # Reservations are synchronous
 //!
 //! The shell lends its [`PortReservations`] to the inputs that create or free mappings:
 //! [`Core::handle_kernel_datagram`] (kernel requests and the MAPINFO replay),
-//! [`Core::handle_restore`] (the previous daemon's state file) and [`Core::handle_timeout`]
-//! (a replay window that closes frees the restored mappings the kernel did not list). A
-//! handler that needs a TCP port binds it on the spot, as the C daemon's synchronous
-//! `bind()` does, so every mapping is made in one step and processing is strictly
-//! sequential and deterministic. Restored mappings are settled (`restore.rs`) at the end
-//! of the call that ends their replay: nothing is left for the shell to call afterwards.
+//! [`Core::start_after_restart`] (the previous daemon's state file) and
+//! [`Core::handle_timeout`] (a replay window that closes frees the restored mappings the
+//! kernel did not list). A handler that needs a TCP port binds it on the spot, as the C
+//! daemon's synchronous `bind()` does, so every mapping is made in one step and processing
+//! is strictly sequential and deterministic. Restored mappings are settled (`restore.rs`)
+//! at the end of the call that ends their replay: nothing is left for the shell to call
+//! afterwards.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -24,7 +34,7 @@ use iwpm_proto::netlink::{encode_daemon_msg, DaemonMsg, Envelope, HandleErr};
 use iwpm_proto::peer::PeerMsgType;
 use iwpm_proto::sockaddr::Endpoint;
 
-use crate::action::{Action, PeerSocket, PortReservations};
+use crate::action::{Action, KernelReceipt, PeerSocket, PortReservations};
 use crate::answered::AnsweredSeqs;
 use crate::clients::Clients;
 use crate::config::CoreConfig;
@@ -53,7 +63,7 @@ mod restore;
 mod snapshot;
 
 pub use probe::{ProbeError, ProbeId, ProbeOutcome, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT};
-pub use restore::{RestoreReport, SettleReport};
+pub use restore::{Previous, RestoreReport, SettleReport};
 pub use snapshot::{ClientSnapshot, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot};
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
@@ -102,8 +112,13 @@ pub struct Core {
     probes: probe::Probes,
     /// Restart restore from the state file, until the replay settles it.
     restore: restore::RestoreState,
-    /// Bumped on every table change (see [`Core::table_generation`]).
+    /// Bumped on every table change (see [`Action::TableChanged`]).
     generation: u64,
+    /// The generation the last [`Action::TableChanged`] announced.
+    announced_generation: u64,
+    /// Messages queued for the kernel so far: what a kernel datagram's answers are counted
+    /// from ([`KernelReceipt::answers`]).
+    kernel_queued: u64,
     /// Sent datagrams handed back by [`Core::recycle`], reused for the next ones: no
     /// allocation per reply.
     spare_buffers: Vec<Vec<u8>>,
@@ -136,7 +151,8 @@ const MAX_SPARE_BUFFERS: usize = 16;
 const OUT_BUFFER_CAPACITY: usize = 600;
 
 impl Core {
-    /// Creates an idle core; call [`Core::start`] to begin the kernel handshake.
+    /// Creates an idle core; call [`Core::start`] (or [`Core::start_after_restart`]) to
+    /// begin the kernel handshake.
     pub fn new(config: CoreConfig, now: Instant) -> Self {
         if config.netlink_pid == 0 {
             tracing::warn!("netlink_pid is 0: the kernel would unicast to itself");
@@ -182,6 +198,8 @@ impl Core {
             probes: probe::Probes::default(),
             restore: restore::RestoreState::default(),
             generation: 0,
+            announced_generation: 0,
+            kernel_queued: 0,
             spare_buffers: Vec::new(),
             gauge_levels: GaugeLevels::default(),
         }
@@ -191,20 +209,28 @@ impl Core {
     pub fn start(&mut self, now: Instant) {
         self.last_now = now;
         self.start_handshake(now);
+        self.end_input();
     }
 
     /// One datagram from the kernel (the shell checked it came from port id 0). Mappings it
-    /// creates or frees reserve and release their TCP ports through `ports` at once.
+    /// creates or frees reserve and release their TCP ports through `ports` at once. The
+    /// receipt says what the datagram was and whether the core answered it.
     pub fn handle_kernel_datagram(
         &mut self,
         now: Instant,
         datagram: &[u8],
         ports: &mut dyn PortReservations,
-    ) {
+    ) -> KernelReceipt {
         self.last_now = now;
-        self.process_kernel_datagram(now, datagram, ports);
+        let queued = self.kernel_queued;
+        let acknowledgement = self.process_kernel_datagram(now, datagram, ports);
         self.settle_recovery(ports);
         self.sync_gauges(now);
+        self.end_input();
+        KernelReceipt {
+            acknowledgement,
+            answers: u32::try_from(self.kernel_queued - queued).unwrap_or(u32::MAX),
+        }
     }
 
     /// The kernel link lost input (`ENOBUFS` on the netlink socket): a kernel message was
@@ -221,6 +247,7 @@ impl Core {
         );
         self.resync(now);
         self.sync_gauges(now);
+        self.end_input();
     }
 
     /// One UDP datagram received on `via` from `from`.
@@ -234,6 +261,7 @@ impl Core {
         self.last_now = now;
         self.process_peer_datagram(now, via, from, datagram);
         self.sync_gauges(now);
+        self.end_input();
     }
 
     /// Runs every timer due at or before `now`. A replay window that closes settles the
@@ -245,6 +273,7 @@ impl Core {
         self.run_probe_timers(now);
         self.settle_recovery(ports);
         self.sync_gauges(now);
+        self.end_input();
     }
 
     /// Hands a sent datagram's buffer back for reuse (optional: dropping it is fine).
@@ -263,8 +292,9 @@ impl Core {
             .unwrap_or_else(|| Vec::with_capacity(OUT_BUFFER_CAPACITY))
     }
 
-    /// Next output, if any. Call it until `None` after every `handle_*` call (and after
-    /// `start`): output is queued, never sent by the core.
+    /// Next output, if any. Call it until `None` after every input call (`start*`,
+    /// `handle_*`, `start_probe`): output is queued, never sent by the core, and this is
+    /// the only queue.
     #[must_use = "call poll_action again until None after each input: queued output is lost otherwise"]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
@@ -419,6 +449,19 @@ impl Core {
         self.actions.push_back(action);
     }
 
+    /// The end of every input call: announces what the whole call did, after its other
+    /// actions. A table change is announced once per call, however many mappings moved.
+    fn end_input(&mut self) {
+        if self.generation != self.announced_generation {
+            self.announced_generation = self.generation;
+            self.push(Action::TableChanged {
+                generation: self.generation,
+                mappings: self.table.len(),
+            });
+        }
+        self.announce_recovery_end();
+    }
+
     /// Encodes `msg` for `client` with the next per-client header seq and queues it.
     fn send_kernel(&mut self, client: u8, msg: DaemonMsg) {
         let env = Envelope {
@@ -430,6 +473,7 @@ impl Core {
         let mut out = self.output_buffer();
         encode_daemon_msg(&env, &msg, &mut out);
         Stats::bump_op(&mut self.stats.netlink_out, msg.op());
+        self.kernel_queued += 1;
         if let DaemonMsg::HandleErr(e) = &msg {
             if let Some(c) = self.stats.handle_err_sent.get_mut(usize::from(e.code)) {
                 *c += 1;

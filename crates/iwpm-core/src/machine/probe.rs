@@ -12,14 +12,13 @@
 //! Probes never touch the mapping table or the exchange budgets, and at most
 //! [`MAX_PROBES`] run at once.
 
-use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
 use super::Core;
-use crate::action::PeerSocket;
+use crate::action::{Action, PeerSocket};
 
 /// Most probes in flight.
 pub const MAX_PROBES: usize = 16;
@@ -88,7 +87,6 @@ pub(crate) struct Probe {
 #[derive(Debug, Default)]
 pub(crate) struct Probes {
     running: Vec<Probe>,
-    done: VecDeque<ProbeResult>,
     next_id: u64,
 }
 
@@ -104,8 +102,8 @@ impl Probes {
 impl Core {
     /// Starts a probe of the peer daemon at `target_ip` (on the configured peer port),
     /// sending from `local_ip` (the address the shell's route to the target uses; it is
-    /// the REQUEST's connecting address). The result comes from [`Core::poll_probe_result`]
-    /// at the latest `wait` (capped at [`PROBE_MAX_WAIT`]) from now.
+    /// the REQUEST's connecting address). The result comes as [`Action::ProbeDone`] at the
+    /// latest `wait` (capped at [`PROBE_MAX_WAIT`]) from now.
     pub fn start_probe(
         &mut self,
         now: Instant,
@@ -142,12 +140,8 @@ impl Core {
             sent: 0,
         });
         self.run_probe_timers(now);
+        self.end_input();
         Ok(id)
-    }
-
-    /// The next finished probe, if any. Call it after every `handle_*` call.
-    pub fn poll_probe_result(&mut self) -> Option<ProbeResult> {
-        self.probes.done.pop_front()
     }
 
     /// Sends due REQUESTs and ends probes past their deadline.
@@ -156,13 +150,13 @@ impl Core {
         while let Some(p) = self.probes.running.get_mut(i) {
             if now >= p.deadline {
                 let p = self.probes.running.swap_remove(i);
-                self.probes.done.push_back(ProbeResult {
+                self.push(Action::ProbeDone(ProbeResult {
                     id: p.id,
                     target: p.target,
                     outcome: ProbeOutcome::NoAnswer,
                     elapsed: now.saturating_duration_since(p.started),
                     requests: p.sent,
-                });
+                }));
                 continue;
             }
             if now >= p.next_send {
@@ -197,13 +191,13 @@ impl Core {
             return false;
         };
         let p = self.probes.running.swap_remove(i);
-        self.probes.done.push_back(ProbeResult {
+        self.push(Action::ProbeDone(ProbeResult {
             id: p.id,
             target: p.target,
             outcome,
             elapsed: now.saturating_duration_since(p.started),
             requests: p.sent,
-        });
+        }));
         true
     }
 }

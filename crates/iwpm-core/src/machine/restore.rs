@@ -5,9 +5,10 @@
 //! while no daemon ran); the replay is the kernel's truth but stops at ~227 records per
 //! client (`docs/protocol.md` §5.4). So:
 //!
-//! * [`Core::handle_restore`] inserts every saved mapping at once, with its saved reference count,
-//!   reserving exactly the saved port (a shell holding that port already, from the systemd
-//!   FD store, hands over that socket instead of binding again).
+//! * [`Core::start_after_restart`] inserts every saved mapping at once, with its saved
+//!   reference count, reserving exactly the saved port (a shell holding that port already,
+//!   from the systemd FD store, hands over that socket instead of binding again), before
+//!   it greets the kernel.
 //! * A replayed record identical to a restored mapping *confirms* one of its saved
 //!   references instead of adding one; records beyond the saved count add references.
 //! * When the client's replay is **complete** (its MAPINFO_NUM arrived) the kernel's count
@@ -46,8 +47,9 @@ use std::time::Instant;
 
 use iwpm_proto::sockaddr::SockAddrStorage;
 
+use super::handshake::Handshake;
 use super::Core;
-use crate::action::PortReservations;
+use crate::action::{Action, PortReservations};
 use crate::int_hash::IntMap;
 use crate::mapping_id::MappingId;
 use crate::request::Addr;
@@ -78,7 +80,7 @@ impl RestoredRefs {
     }
 }
 
-/// Restore bookkeeping, alive from [`Core::handle_restore`] to the end of the recovery.
+/// Restore bookkeeping, alive from [`Core::start_after_restart`] to the end of the recovery.
 #[derive(Debug, Default)]
 pub(crate) struct RestoreState {
     /// Restored mappings not settled yet.
@@ -89,13 +91,24 @@ pub(crate) struct RestoreState {
     built: Vec<u8>,
     /// Clients whose replay finished: true = complete (MAPINFO_NUM).
     ended: Vec<(u8, bool)>,
-    /// The shell waits for the end of the recovery (see [`Core::watch_recovery_end`]).
+    /// The shell waits for the end of the recovery ([`Previous::inherited_ports`]).
     watched: bool,
-    /// What settling did since [`Core::poll_settled`] last asked.
-    settled: Option<SettleReport>,
+    /// [`Action::RecoveryEnded`] was emitted.
+    ended_announced: bool,
 }
 
-/// What [`Core::handle_restore`] did.
+/// What the previous daemon process left behind, for [`Core::start_after_restart`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Previous<'a> {
+    /// Its mappings, as its state file saved them.
+    pub mappings: &'a [SavedMapping],
+    /// The shell holds TCP ports it inherited (the systemd FD store) and closes those no
+    /// mapping claimed on [`Action::RecoveryEnded`]: the core then also wakes up at the end
+    /// of each replay window ([`Core::poll_timeout`]), so that the event comes on time.
+    pub inherited_ports: bool,
+}
+
+/// What [`Core::start_after_restart`] did with the saved mappings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RestoreReport {
     /// Mappings inserted (their ports held again).
@@ -106,8 +119,8 @@ pub struct RestoreReport {
     pub skipped: usize,
 }
 
-/// What the end of a recovery did with the restored mappings (see the module docs), from
-/// [`Core::poll_settled`].
+/// What the end of a recovery did with the restored mappings (see the module docs), as
+/// [`Action::Settled`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SettleReport {
     /// Restored mappings the replay confirmed, now with the kernel's reference count.
@@ -134,17 +147,42 @@ fn addr(sa: SocketAddr) -> Option<Addr> {
 }
 
 impl Core {
-    /// The previous daemon's mappings, read back from its state file (give them before
-    /// [`Core::start`]): each one gets its saved reference count and, unless NO_PORT_MAP,
-    /// exactly its saved port through `ports`. The kernel's replay then confirms or corrects
-    /// them, and the `handle_*` call that ends the replay settles them (module docs).
-    pub fn handle_restore(
+    /// Starts a daemon that follows another: restores the previous process's mappings
+    /// (read back from its state file), then does what [`Core::start`] does. Each mapping
+    /// gets its saved reference count and, unless NO_PORT_MAP, exactly its saved port
+    /// through `ports`; they are in place before the kernel is greeted, so its replay finds
+    /// them. The replay then confirms or corrects them, and the `handle_*` call that ends
+    /// it settles them (module docs). On a core already started, nothing is restored.
+    pub fn start_after_restart(
+        &mut self,
+        now: Instant,
+        previous: Previous<'_>,
+        ports: &mut dyn PortReservations,
+    ) -> RestoreReport {
+        self.last_now = now;
+        if self.handshake != Handshake::Idle {
+            tracing::warn!("a started core restores nothing");
+            return RestoreReport {
+                skipped: previous.mappings.len(),
+                ..RestoreReport::default()
+            };
+        }
+        self.restore.watched = previous.inherited_ports;
+        let report = self.restore_saved(now, previous.mappings, ports);
+        self.settle_recovery(ports);
+        self.sync_gauges(now);
+        self.start_handshake(now);
+        self.end_input();
+        report
+    }
+
+    /// Inserts the saved mappings (see [`Core::start_after_restart`]).
+    fn restore_saved(
         &mut self,
         now: Instant,
         saved: &[SavedMapping],
         ports: &mut dyn PortReservations,
     ) -> RestoreReport {
-        self.last_now = now;
         let mut report = RestoreReport::default();
         for s in saved {
             let (Some(local), Some(mapped)) = (addr(s.local), addr(s.mapped)) else {
@@ -195,8 +233,6 @@ impl Core {
             );
             report.restored += 1;
         }
-        self.settle_recovery(ports);
-        self.sync_gauges(now);
         report
     }
 
@@ -225,24 +261,19 @@ impl Core {
     }
 
     /// True while a restart recovery may still claim ports: the handshake is not done, a
-    /// replay window is open, or restored mappings wait for the end of their replay. Ports
-    /// the shell took over (systemd FD store) and no mapping claimed may be closed once this
-    /// is false.
+    /// replay window is open, or restored mappings wait for the end of their replay. For
+    /// looking only (tests, status): the end comes as [`Action::RecoveryEnded`].
     pub fn recovering(&self) -> bool {
         !self.is_ready() || !self.mapinfo_windows.is_empty() || !self.restore.pending.is_empty()
     }
 
-    /// A number that changes whenever a mapping is created, freed or changes its reference
-    /// count: the shell rewrites its state file when it moves.
-    pub fn table_generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// What settling restored mappings did (module docs) since the last call; `None` if
-    /// nothing was settled. Optional: settling happens within the `handle_*` call that ends
-    /// a replay (and logs its outcome); this only reports it, e.g. to tests.
-    pub fn poll_settled(&mut self) -> Option<SettleReport> {
-        self.restore.settled.take()
+    /// [`Action::RecoveryEnded`] once [`Core::recovering`] first turns false (checked at the
+    /// end of every input call).
+    pub(super) fn announce_recovery_end(&mut self) {
+        if !self.restore.ended_announced && !self.recovering() {
+            self.restore.ended_announced = true;
+            self.push(Action::RecoveryEnded);
+        }
     }
 
     /// Settles restored mappings whose replay has ended (module docs); run at the end of
@@ -311,10 +342,7 @@ impl Core {
                 replayed = report.replayed,
                 "restored mappings settled against the kernel's replay"
             );
-            *self
-                .restore
-                .settled
-                .get_or_insert_with(SettleReport::default) += report;
+            self.push(Action::Settled(report));
         }
     }
 
@@ -349,16 +377,10 @@ impl Core {
         self.unref_mapping(id, ports);
     }
 
-    /// Someone waits for a replay to end: restored mappings, or the shell.
+    /// Someone waits for a replay to end: restored mappings, or the shell
+    /// ([`Previous::inherited_ports`]).
     pub(super) fn restore_waiting(&self) -> bool {
         !self.restore.pending.is_empty() || (self.restore.watched && self.recovering())
-    }
-
-    /// The shell holds ports it inherited and will close those no mapping claims once
-    /// [`Core::recovering`] turns false: from now on [`Core::poll_timeout`] also wakes it
-    /// up when a replay window closes (otherwise only restored mappings do).
-    pub fn watch_recovery_end(&mut self) {
-        self.restore.watched = true;
     }
 
     /// An ADD or QUERY took a reference of mapping `id`: one more, also for settling if

@@ -6,7 +6,10 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, CoreConfig, PeerSocket, ReserveError};
+use iwpm_core::state_file::SavedMapping;
+use iwpm_core::{Action, Core, CoreConfig, KernelReceipt, PeerSocket, ReserveError};
+use iwpm_proto::consts::{NLMSG_DONE, NLMSG_ERROR};
+use iwpm_proto::netlink::{frames, NlHeader};
 use iwpm_proto::peer::PeerMessage;
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
@@ -112,6 +115,13 @@ pub struct Driver {
     handle_errs: u64,
     /// ACK_NUM of the last MAPINFO_NUM reply.
     last_ack_num: Option<u32>,
+    /// Messages the core sent its kernel so far (what a [`KernelReceipt`] counts).
+    kernel_out: u64,
+    /// The last [`Action::TableChanged`]'s generation, and the table as it announced it
+    /// (as the state file saves it): a table that moved without one is a violation.
+    announced: (u64, Vec<SavedMapping>),
+    /// [`Action::RecoveryEnded`] came from this daemon.
+    recovery_ended: bool,
 }
 
 impl Driver {
@@ -143,6 +153,9 @@ impl Driver {
             mapinfo_asked: Vec::new(),
             handle_errs: 0,
             last_ack_num: None,
+            kernel_out: 0,
+            announced: (0, Vec::new()),
+            recovery_ended: false,
         };
         d.core.start(d.now);
         d.pump(Ctx::Input);
@@ -243,9 +256,13 @@ impl Driver {
     }
 
     fn drain(&mut self, ctx: Ctx) {
+        let mut table_changes = 0;
         while let Some(a) = self.core.poll_action() {
             match a {
-                Action::ToKernel(bytes) => self.on_to_kernel(&bytes),
+                Action::ToKernel(bytes) => {
+                    self.kernel_out += 1;
+                    self.on_to_kernel(&bytes);
+                }
                 Action::ToPeer { via, to, datagram } => self.on_to_peer(ctx, via, to, datagram),
                 Action::Ready => {
                     self.ready += 1;
@@ -253,7 +270,60 @@ impl Driver {
                         fail("Ready emitted twice");
                     }
                 }
+                Action::ProbeDone(r) => fail(format!("a probe result without a probe: {r:?}")),
+                Action::Settled(_) => {}
+                Action::RecoveryEnded => {
+                    if std::mem::replace(&mut self.recovery_ended, true) {
+                        fail("RecoveryEnded emitted twice");
+                    }
+                    if self.core.recovering() {
+                        fail("RecoveryEnded while the core is still recovering");
+                    }
+                }
+                Action::TableChanged {
+                    generation,
+                    mappings,
+                } => {
+                    table_changes += 1;
+                    if table_changes > 1 {
+                        fail("TableChanged twice in one call");
+                    }
+                    if generation <= self.announced.0 {
+                        fail("TableChanged without a new generation");
+                    }
+                    if mappings != self.core.mappings().count() {
+                        fail("TableChanged does not count the table");
+                    }
+                    self.announced = (generation, self.core.saved_mappings());
+                }
             }
+        }
+        if table_changes == 0 && self.core.saved_mappings() != self.announced.1 {
+            fail("the table changed without TableChanged: a state file would miss it");
+        }
+        if !self.recovery_ended && !self.core.recovering() {
+            fail("the recovery is over without RecoveryEnded");
+        }
+    }
+
+    /// Hands the core one kernel datagram and drains it; its receipt must say what the
+    /// datagram opened with and how many messages the core answered with.
+    fn feed_kernel(&mut self, datagram: &[u8]) {
+        let sent_before = self.kernel_out;
+        let receipt = self
+            .core
+            .handle_kernel_datagram(self.now, datagram, &mut self.shell);
+        self.pump(Ctx::Input);
+        // (A first frame with broken framing is no message at all.)
+        let framed = frames(datagram).next().is_some_and(|f| f.is_ok());
+        let expected = KernelReceipt {
+            acknowledgement: framed
+                && NlHeader::parse(datagram)
+                    .is_some_and(|h| h.ty == NLMSG_DONE || h.ty == NLMSG_ERROR),
+            answers: u32::try_from(self.kernel_out - sent_before).unwrap_or(u32::MAX),
+        };
+        if receipt != expected {
+            fail(format!("kernel receipt {receipt:?}, expected {expected:?}"));
         }
     }
 

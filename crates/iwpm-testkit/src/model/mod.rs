@@ -34,6 +34,11 @@
 //!   `exchange_lifetime` ago, at most `max_retransmits` times, and no REQUEST is resent
 //!   after its ACCEPT was acknowledged; after `handle_timeout(t)`, no timer is due at `t`;
 //! * `Ready` at most once per daemon;
+//! * the core's one output queue says everything: a kernel datagram's receipt names what
+//!   it opened with and counts the messages sent in answer; a table that moved (as the
+//!   state file would save it) was announced by one `TableChanged` in that call, with a new
+//!   generation and the table's size; `RecoveryEnded` comes once, as soon as the core no
+//!   longer recovers; no probe result without a probe;
 //! * at the end ([`Driver::finish`]): time run forward, every mapping REMOVEd by its owner:
 //!   the table is empty, no exchange is left, every granted port was released exactly once
 //!   and the counters agree.

@@ -59,6 +59,8 @@ pub struct StateStore {
     path: PathBuf,
     host: String,
     boot_id: String,
+    /// Table generation the core last announced (`Action::TableChanged`).
+    generation: u64,
     /// Table generation last written.
     written: Option<u64>,
     /// When a pending change is due to be written.
@@ -172,6 +174,7 @@ impl StateStore {
             path,
             host,
             boot_id,
+            generation: 0,
             written: None,
             due: None,
             not_before: None,
@@ -221,9 +224,14 @@ impl StateStore {
         }
     }
 
-    /// Notes the table's generation; schedules a write when it moved.
-    pub fn note(&mut self, now: Instant, generation: u64) {
-        if self.written != Some(generation) && self.due.is_none() {
+    /// The core announced a table change with `generation`.
+    pub fn table_changed(&mut self, generation: u64) {
+        self.generation = generation;
+    }
+
+    /// After a batch of input: schedules a write when the table moved since the last one.
+    pub fn note(&mut self, now: Instant) {
+        if self.written != Some(self.generation) && self.due.is_none() {
             let at = now + WRITE_DELAY;
             self.due = Some(self.not_before.map_or(at, |nb| nb.max(at)));
         }
@@ -258,7 +266,7 @@ impl StateStore {
     /// since.
     pub fn flush(&mut self, core: &Core) {
         self.collect(true);
-        if self.written != Some(core.table_generation()) {
+        if self.written != Some(self.generation) {
             let job = self.job(core);
             let outcome = write_job(&self.path, job);
             self.record(outcome);
@@ -270,7 +278,7 @@ impl StateStore {
         let mut mappings = std::mem::take(&mut self.spare);
         core.saved_mappings_into(&mut mappings);
         Job {
-            generation: core.table_generation(),
+            generation: self.generation,
             file: StateFile {
                 host: self.host.clone(),
                 boot_id: self.boot_id.clone(),
@@ -521,7 +529,7 @@ mod tests {
         let core = core();
         let mut store = StateStore::new(path.clone());
         let now = Instant::now();
-        store.note(now, core.table_generation());
+        store.note(now);
         assert!(store.deadline().is_some_and(|d| d >= now + WRITE_DELAY));
         store.tick(now + WRITE_DELAY, &core);
         assert!(store.in_flight, "the write went to the thread");
@@ -533,7 +541,7 @@ mod tests {
         assert_eq!((store.writes, store.write_errors), (1, 0));
         assert!(StateFile::decode(&fs::read(&path).unwrap()).is_ok());
         // nothing changed since: neither a tick nor the exit writes again
-        store.note(now, core.table_generation());
+        store.note(now);
         assert_eq!(store.deadline(), None);
         store.flush(&core);
         assert_eq!(store.writes, 1);
@@ -546,14 +554,14 @@ mod tests {
         let core = core();
         let mut store = StateStore::new(PathBuf::from("/proc/iwpmd-no-such-dir/state"));
         let now = Instant::now();
-        store.note(now, core.table_generation());
+        store.note(now);
         store.tick(now + WRITE_DELAY, &core);
         settle(&mut store, &core);
         assert_eq!((store.writes, store.write_errors), (0, 1));
         // the thread is still there: the next change is handed to it again
         store.written = None;
         let later = Instant::now() + WRITE_DELAY * 20;
-        store.note(later, core.table_generation());
+        store.note(later);
         store.tick(later + WRITE_DELAY, &core);
         assert!(store.in_flight);
         settle(&mut store, &core);

@@ -53,6 +53,7 @@ impl Coalesced {
     }
 
     /// Messages gathered and not yet taken.
+    #[cfg(test)]
     pub fn messages(&self) -> u64 {
         self.messages
     }

@@ -4,7 +4,8 @@
 //! without widening its interface; the socket IO is `control_server.rs`.
 //!
 //! Only `probe` is not answered at once: it starts a core probe, and the answer goes out
-//! when the core reports the probe's end (at the latest at its deadline).
+//! when the core reports the probe's end (`Action::ProbeDone`, at the latest at its
+//! deadline).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -78,14 +79,8 @@ impl Shell {
         }
     }
 
-    /// Once per loop turn: probe results, connection deadlines, pipelined requests.
+    /// Once per loop turn: connection deadlines, pipelined requests.
     pub(super) fn control_turn(&mut self, now: Instant) {
-        if self.control.is_none() {
-            return;
-        }
-        while let Some(result) = self.core.poll_probe_result() {
-            self.probe_done(&result);
-        }
         let Some(control) = self.control.as_mut() else {
             return;
         };
@@ -315,7 +310,8 @@ impl Shell {
         Ok(())
     }
 
-    fn probe_done(&mut self, result: &ProbeResult) {
+    /// A probe ended (`Action::ProbeDone`): its answer goes to the connection that asked.
+    pub(super) fn probe_done(&mut self, result: &ProbeResult) {
         let Some(control) = self.control.as_mut() else {
             return;
         };

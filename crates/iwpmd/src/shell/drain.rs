@@ -2,7 +2,8 @@
 //! the core and its actions are executed at once; the restart machinery sees the changes
 //! once per batch. A budget per source keeps a flood on one socket (UDP 3935 is open to
 //! anyone) from starving the others. When reading the kernel link may stop is the send
-//! path's to say (`kernel_tx.rs`), since it knows what the kernel still owes us.
+//! path's to say (`kernel_tx.rs`), from the core's receipt for the datagram and what the
+//! kernel still owes us.
 
 use std::io;
 use std::time::Instant;
@@ -48,8 +49,7 @@ impl Shell {
     fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
-            let mut turn = self.kernel_tx.begin_read(&self.counters);
-            match self.kernel.recv() {
+            let turn = match self.kernel.recv() {
                 Ok(Received::Empty) if !self.kernel_tx.has_gathered() => return,
                 Ok(Received::Empty) => {
                     let (tx, mut out) = self.tx();
@@ -57,7 +57,6 @@ impl Shell {
                     continue;
                 }
                 Ok(Received::Kernel { data, full_len }) => {
-                    self.kernel_tx.received(&mut turn, data);
                     self.counters.kernel_rx += 1;
                     if full_len > data.len() {
                         self.counters.kernel_truncated += 1;
@@ -76,7 +75,8 @@ impl Shell {
                         &mut self.warn_resource,
                         now,
                     );
-                    self.core.handle_kernel_datagram(now, data, &mut ports);
+                    let receipt = self.core.handle_kernel_datagram(now, data, &mut ports);
+                    Some(self.kernel_tx.received(receipt))
                 }
                 Ok(Received::Foreign { port_id, len }) => {
                     self.counters.kernel_foreign += 1;
@@ -90,17 +90,20 @@ impl Shell {
                     }
                     continue;
                 }
-                Ok(Received::Overrun) => self.kernel_overrun(now),
+                Ok(Received::Overrun) => {
+                    self.kernel_overrun(now);
+                    None
+                }
                 Err(e) => {
                     if let Some(suppressed) = self.warn_kernel.allow(now) {
                         tracing::warn!(error = %e, suppressed, "kernel link receive failed");
                     }
                     return;
                 }
-            }
+            };
             self.send_actions(now);
             *handled = Some(now);
-            if self.kernel_tx.read_ends(turn, &self.counters) {
+            if turn.is_some_and(|turn| self.kernel_tx.read_ends(turn)) {
                 return;
             }
         }

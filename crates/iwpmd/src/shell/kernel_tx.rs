@@ -1,8 +1,9 @@
 //! The kernel send path: what the core sends to the kernel leaves in the core's order,
 //! gathered into one datagram while a burst of requests is read (`coalesce.rs`), held while
 //! the link is full, and the peer datagrams the core sent after it wait behind it (see
-//! [`Held`]). It also counts the acknowledgements the kernel still owes us, which tells the
-//! drain when reading the link may stop (see [`KernelTx::read_ends`]).
+//! [`Held`]). It also counts the acknowledgements the kernel still owes for what it sent,
+//! which with the core's receipt for each datagram read tells the drain when reading the
+//! link may stop (see [`KernelTx::read_ends`]).
 //!
 //! The state lives in [`KernelTx`]; the sockets, counters and rate limits it sends
 //! through are the shell's, lent for one call as [`Outlets`].
@@ -11,9 +12,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use iwpm_core::{PeerSocket, RateLimit};
-use iwpm_proto::consts::{NLMSG_DONE, NLMSG_ERROR};
-use iwpm_proto::netlink::NlHeader;
+use iwpm_core::{KernelReceipt, PeerSocket, RateLimit};
 
 use crate::io_counters::IoCounters;
 use crate::kernel_link::KernelLink;
@@ -46,12 +45,6 @@ enum Held {
     },
 }
 
-/// Whether a kernel datagram starts with an acknowledgement (`NLMSG_DONE` or
-/// `NLMSG_ERROR`), the kernel's answer to something we sent.
-fn is_ack(datagram: &[u8]) -> bool {
-    NlHeader::parse(datagram).is_some_and(|h| h.ty == NLMSG_DONE || h.ty == NLMSG_ERROR)
-}
-
 /// What the send path sends through, and where it counts and logs: the shell's own, lent
 /// for one call.
 pub struct Outlets<'a> {
@@ -77,15 +70,13 @@ pub struct KernelTx {
     acks_due: u64,
 }
 
-/// One kernel read as the send path sees it, from before the read until the actions of
-/// what was read have been sent ([`KernelTx::begin_read`]).
+/// One kernel datagram as the send path sees it, from the core's receipt for it until its
+/// answers have been sent ([`KernelTx::received`]).
 #[derive(Debug)]
 pub struct ReadTurn {
-    /// Sends attempted before the read.
-    sent_before: u64,
-    /// A request (not the kernel's acknowledgement); unanswered if nothing was sent.
-    request: bool,
-    /// The acknowledgement of the last message we sent.
+    /// What the core made of the datagram.
+    receipt: KernelReceipt,
+    /// It acknowledged the last message we sent.
     last_ack: bool,
 }
 
@@ -101,28 +92,15 @@ impl KernelTx {
         !self.coalesced.is_empty()
     }
 
-    /// Sends to the kernel attempted so far, gathered answers included.
-    fn sends_attempted(&self, counters: &IoCounters) -> u64 {
-        counters.kernel_sends_attempted() + self.coalesced.messages()
-    }
-
-    /// Starts a kernel read: notes the sends attempted so far.
-    pub fn begin_read(&self, counters: &IoCounters) -> ReadTurn {
-        ReadTurn {
-            sent_before: self.sends_attempted(counters),
-            request: false,
-            last_ack: false,
-        }
-    }
-
-    /// The read found `datagram`: an acknowledgement is counted off the ones due.
-    pub fn received(&mut self, turn: &mut ReadTurn, datagram: &[u8]) {
-        let ack = is_ack(datagram);
-        turn.request = !ack;
-        if ack {
+    /// The core handled a datagram read from the link (its answers are not sent yet): an
+    /// acknowledgement is counted off the ones due.
+    pub fn received(&mut self, receipt: KernelReceipt) -> ReadTurn {
+        let mut last_ack = false;
+        if receipt.acknowledgement {
             self.acks_due = self.acks_due.saturating_sub(1);
-            turn.last_ack = self.acks_due == 0;
+            last_ack = self.acks_due == 0;
         }
+        ReadTurn { receipt, last_ack }
     }
 
     /// Whether reading the link stops after `turn`, whose actions have been sent.
@@ -136,15 +114,13 @@ impl KernelTx {
     /// request's exchange is over, and the level-triggered wait finds whatever else comes,
     /// without a read that would find the link empty. (Should the count be wrong, e.g.
     /// after an overrun, that only costs a read or a wait more, never a message.)
-    pub fn read_ends(&mut self, turn: ReadTurn, counters: &IoCounters) -> bool {
-        let sent_nothing = self.sends_attempted(counters) == turn.sent_before;
-        if turn.last_ack && sent_nothing && self.coalesced.is_empty() {
+    pub fn read_ends(&mut self, turn: ReadTurn) -> bool {
+        let ReadTurn { receipt, last_ack } = turn;
+        let exchange_over = last_ack && receipt.answers == 0 && self.coalesced.is_empty();
+        if exchange_over || receipt.unanswered_request() {
             return true;
         }
-        if turn.request {
-            if sent_nothing {
-                return true;
-            }
+        if !receipt.acknowledgement {
             self.coalesced.set_gathering(true);
         }
         false

@@ -14,7 +14,7 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-use super::{Ctx, Driver, Op, Request};
+use super::{Driver, Op, Request};
 use crate::model::pools::{client_of, fail, local_addr, remote_addr, GRANT_BASE};
 use crate::model::PID;
 
@@ -282,18 +282,14 @@ impl Driver {
                 }
             }
         }
-        self.core
-            .handle_kernel_datagram(self.now, &b, &mut self.shell);
-        self.pump(Ctx::Input);
+        self.feed_kernel(&b);
     }
 
     /// Sends a datagram the driver did not build message by message (`opaque`: it may
     /// hold anything, a REMOVE included).
     pub(super) fn kernel_datagram(&mut self, b: &[u8], opaque: bool) {
         self.account_kernel(b, opaque);
-        self.core
-            .handle_kernel_datagram(self.now, b, &mut self.shell);
-        self.pump(Ctx::Input);
+        self.feed_kernel(b);
     }
 
     /// Records every frame of a datagram about to be sent, as the kernel would.

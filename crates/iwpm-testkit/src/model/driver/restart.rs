@@ -1,7 +1,7 @@
 //! [`Op::Restore`]: the daemon restarts. The old core's table goes through the state file
 //! (encoded and read back, as the shell writes and reads it); its process ends, closing
-//! every reservation; a new core (another handle key) gets the file's mappings through
-//! [`Core::handle_restore`] and is started; the model kernel answers its HELLO and, for
+//! every reservation; a new core (another handle key) is started with the file's mappings
+//! ([`Core::start_after_restart`]); the model kernel answers its HELLO and, for
 //! each MAPINFO request, replays one record per reference it was told of, one record a
 //! datagram, then (unless the op says otherwise) MAPINFO_NUM. Nothing else is called:
 //! the restored mappings must be settled by the core's own `handle_*` calls, and every
@@ -21,7 +21,7 @@
 //! attribute).
 
 use iwpm_core::state_file::{SavedMapping, StateFile};
-use iwpm_core::Core;
+use iwpm_core::{Core, Previous};
 use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION};
 use iwpm_proto::netlink::{KernelMsg, MapInfoNumRequest, MapInfoRecord};
 use iwpm_proto::sockaddr::Endpoint;
@@ -56,15 +56,22 @@ impl Driver {
         self.acked.clear();
         self.ready = 0;
         self.mapinfo_asked.clear();
+        self.announced = (0, Vec::new());
+        self.recovery_ended = false;
 
-        let report = self.core.handle_restore(self.now, &saved, &mut self.shell);
+        let previous = Previous {
+            mappings: &saved,
+            inherited_ports: false,
+        };
+        let report = self
+            .core
+            .start_after_restart(self.now, previous, &mut self.shell);
         if report.restored + report.failed + report.skipped != saved.len() {
             fail(format!(
                 "restore of {} saved mappings reported {report:?}",
                 saved.len()
             ));
         }
-        self.core.start(self.now);
         self.pump(Ctx::Input);
         if how % 3 == 2 {
             self.kref.clear();
