@@ -47,15 +47,15 @@ iwpm_core::counters! {
     /// TCP ports the daemon holds now.
     // In the metrics as `iwpmd_ports_held`.
     PortsHeld => ports_held: Gauge, in [Status, Dump];
-    // The restart machinery's (only while it is on): only the dump has had them.
+    // The restart machinery's (only while it is on): `status` and the dump, not the metrics.
     /// Messages that handed ports to the systemd FD store.
-    FdStoreSent => fd_store_sent: Total, in [Dump], when Restart;
+    FdStoreSent => fd_store_sent: Total, in [Status, Dump], when Restart;
     /// Messages to the FD store that failed.
-    FdStoreFailed => fd_store_failed: Total, in [Dump], when Restart;
+    FdStoreFailed => fd_store_failed: Total, in [Status, Dump], when Restart;
     /// Restart state files written.
-    StateWrites => state_writes: Total, in [Dump], when Restart;
+    StateWrites => state_writes: Total, in [Status, Dump], when Restart;
     /// Restart state file writes that failed.
-    StateWriteErrors => state_write_errors: Total, in [Dump], when Restart;
+    StateWriteErrors => state_write_errors: Total, in [Status, Dump], when Restart;
 }
 
 #[cfg(test)]
@@ -97,9 +97,9 @@ mod tests {
         assert!(IoCounter::ALL[first_optional..]
             .iter()
             .all(|c| c.presence() == Presence::Restart));
-        // Everything shows in the dump; the metrics leave out `ports_held` (`iwpmd_ports_held`
-        // has it) and the restart counters.
-        assert!(IoCounter::all().all(|c| c.shows_in(Surface::Dump)));
+        // Everything shows in `status` and the dump; the metrics leave out `ports_held`
+        // (`iwpmd_ports_held` has it) and the restart counters.
+        assert!(IoCounter::all().all(|c| c.shows_in(Surface::Status) && c.shows_in(Surface::Dump)));
         let not_in_metrics: Vec<_> = IoCounter::all()
             .filter(|c| !c.shows_in(Surface::Metrics))
             .map(IoCounter::name)

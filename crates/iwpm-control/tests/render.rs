@@ -31,7 +31,14 @@ fn status() -> StatusReport {
             ("netlink_in_add_mapping".into(), 5),
             ("rejects_sent".into(), 0),
         ]),
-        io_counters: BTreeMap::from([("kernel_rx".into(), 9), ("ports_held".into(), 1)]),
+        io_counters: BTreeMap::from([
+            ("kernel_rx".into(), 9),
+            ("ports_held".into(), 1),
+            ("fd_store_sent".into(), 2),
+            ("fd_store_failed".into(), 0),
+            ("state_writes".into(), 7),
+            ("state_write_errors".into(), 0),
+        ]),
         gauges: vec!["mappings".into(), "ports_held".into()],
     }
 }
@@ -53,7 +60,17 @@ exchanges:       1
 control clients: 1
 core counters:   mappings=2 netlink_in_add_mapping=5
 io counters:     kernel_rx=9 ports_held=1
+restart:         fd_store_sent=2 fd_store_failed=0 state_writes=7 state_write_errors=0
 "
+    );
+    // Without the restart machinery the daemon sends no restart counters, and no line.
+    let mut off = status();
+    off.io_counters
+        .retain(|name, _| !name.starts_with("fd_store") && !name.starts_with("state_write"));
+    let text = render(&Reply::Status(off));
+    assert!(
+        text.ends_with("io counters:     kernel_rx=9 ports_held=1\n"),
+        "{text}"
     );
 }
 

@@ -243,6 +243,9 @@ mod tests {
             },
         };
         let pairs: Vec<_> = c.with(&elsewhere, Surface::Dump).collect();
+        // `status` carries the same counters, the restart machinery's included.
+        let status: Vec<_> = c.with(&elsewhere, Surface::Status).collect();
+        assert_eq!(status, pairs);
         let names: Vec<_> = pairs.iter().map(|&(name, _)| name).collect();
         let all: Vec<_> = IoCounter::ALL.iter().map(|c| c.name()).collect();
         assert_eq!(names, all);
