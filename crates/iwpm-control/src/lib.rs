@@ -14,8 +14,8 @@
 //!   of that format (used by the tests and by `iwpmctl metrics --check`).
 //! * [`render`]: the human tables `iwpmctl` prints.
 //! * [`client`]: a blocking client with bounded waits and plain-words errors.
-//! * [`io_counter`]: the names of the daemon's IO counters, for the daemon that prints
-//!   them and the tools that read them back.
+//! * [`io_counter`]: the daemon's IO counters (declared with the core's one counter
+//!   macro), for the daemon that prints them and the tools that read them back.
 //!
 //! The protocol is documented in `docs/control.md`.
 #![warn(unreachable_pub)]
@@ -34,5 +34,5 @@ pub mod metrics;
 pub mod proto;
 pub mod render;
 
-pub use io_counter::{IoCounter, IoKind, IoPresence};
+pub use io_counter::IoCounter;
 pub use proto::*;

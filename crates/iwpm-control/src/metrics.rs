@@ -5,8 +5,11 @@
 //! Names: `iwpmd_build_info` (info: version, ABI, handshake), `iwpmd_uptime_seconds`,
 //! `iwpmd_kernel_clients`, `iwpmd_mappings`, `iwpmd_ports_held`, `iwpmd_exchanges`,
 //! `iwpmd_control_clients`, then every core counter as `iwpmd_core_<name>` and every IO
-//! counter as `iwpmd_io_<name>`: counters (samples end in `_total`) unless the report
-//! lists them among its gauges. The exposition ends with `# EOF`.
+//! counter as `iwpmd_io_<name>`, with its declared help text: counters (samples end in
+//! `_total`) unless the report lists them among its gauges. A counter whose figure one of
+//! the gauges above already carries (the core's `mappings`, the IO `ports_held`) is
+//! declared without [`Surface::Metrics`] and left out, so each figure has one name. The
+//! exposition ends with `# EOF`.
 //!
 //! node_exporter's textfile collector does not read OpenMetrics: it reads the Prometheus
 //! text format (0.0.4), which has no `info` type, names a counter's family with its
@@ -17,7 +20,10 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
+use iwpm_core::{Counter, Surface};
+
 use crate::proto::StatusReport;
+use crate::IoCounter;
 
 /// Renders the report as OpenMetrics text.
 pub fn render(status: &StatusReport) -> String {
@@ -73,16 +79,25 @@ pub fn render(status: &StatusReport) -> String {
         gauge(&mut out, name, help, value);
     }
     let is_gauge = |n: &str| status.gauges.iter().any(|g| g == n);
-    for (prefix, what, counters) in [
-        ("iwpmd_core_", "core counter", &status.core_counters),
-        ("iwpmd_io_", "IO shell counter", &status.io_counters),
+    for (prefix, declared, counters) in [
+        (
+            "iwpmd_core_",
+            core_counter as Declared,
+            &status.core_counters,
+        ),
+        ("iwpmd_io_", io_counter, &status.io_counters),
     ] {
         for (name, value) in counters {
             if !valid_name(name) {
                 continue;
             }
+            // A name this build does not know (a newer daemon's) is published as it is.
+            let help = match declared(name) {
+                Some((_, false)) => continue,
+                Some((help, true)) => help.to_owned(),
+                None => format!("iwpmd counter {name}."),
+            };
             let full = format!("{prefix}{name}");
-            let help = format!("iwpmd {what} {name}.");
             if is_gauge(name) {
                 gauge(&mut out, &full, &help, *value);
             } else {
@@ -133,6 +148,19 @@ pub fn textfile(openmetrics: &str) -> String {
         }
     }
     out
+}
+
+/// A counter's help text and whether it shows in the metrics (`None`: an unknown name).
+type Declared = fn(&str) -> Option<(&'static str, bool)>;
+
+fn core_counter(name: &str) -> Option<(&'static str, bool)> {
+    let c: Counter = name.parse().ok()?;
+    Some((c.help(), c.shows_in(Surface::Metrics)))
+}
+
+fn io_counter(name: &str) -> Option<(&'static str, bool)> {
+    let c = IoCounter::from_name(name)?;
+    Some((c.help(), c.shows_in(Surface::Metrics)))
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: u64) {

@@ -3,9 +3,12 @@
 
 use std::fmt::Write as _;
 
+use iwpm_core::Presence;
+
 use crate::proto::{
     LogLevelReply, MappingList, PeerTally, PeersReport, ProbeReport, Reply, StatusReport, TextReply,
 };
+use crate::IoCounter;
 
 /// The text `iwpmctl` prints for `reply`.
 pub fn render(reply: &Reply) -> String {
@@ -107,10 +110,13 @@ fn status(s: &StatusReport) -> String {
     for (k, v) in rows {
         let _ = writeln!(out, "{:<16} {v}", format!("{k}:"));
     }
-    for (title, counters) in [
-        ("core counters", &s.core_counters),
-        ("io counters", &s.io_counters),
-    ] {
+    // The restart counters get a line of their own, zeros included: `state_write_errors=0`
+    // is the news there. The daemon sends them only while it keeps ports across restarts.
+    let is_restart =
+        |name: &str| IoCounter::from_name(name).is_some_and(|c| c.presence() == Presence::Restart);
+    let (restart, io): (Vec<_>, Vec<_>) = s.io_counters.iter().partition(|(k, _)| is_restart(k));
+    let core: Vec<_> = s.core_counters.iter().collect();
+    for (title, counters) in [("core counters", core), ("io counters", io)] {
         let nonzero: Vec<String> = counters
             .iter()
             .filter(|(_, v)| **v != 0)
@@ -122,6 +128,13 @@ fn status(s: &StatusReport) -> String {
             nonzero.join(" ")
         };
         let _ = writeln!(out, "{:<16} {shown}", format!("{title}:"));
+    }
+    if !restart.is_empty() {
+        // In the daemon's order (the dump's), not the map's.
+        let mut restart = restart;
+        restart.sort_by_key(|(k, _)| IoCounter::from_name(k).map(IoCounter::index));
+        let pairs: Vec<String> = restart.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(out, "{:<16} {}", "restart:", pairs.join(" "));
     }
     out
 }

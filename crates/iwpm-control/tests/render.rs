@@ -31,7 +31,14 @@ fn status() -> StatusReport {
             ("netlink_in_add_mapping".into(), 5),
             ("rejects_sent".into(), 0),
         ]),
-        io_counters: BTreeMap::from([("kernel_rx".into(), 9), ("ports_held".into(), 1)]),
+        io_counters: BTreeMap::from([
+            ("kernel_rx".into(), 9),
+            ("ports_held".into(), 1),
+            ("fd_store_sent".into(), 2),
+            ("fd_store_failed".into(), 0),
+            ("state_writes".into(), 7),
+            ("state_write_errors".into(), 0),
+        ]),
         gauges: vec!["mappings".into(), "ports_held".into()],
     }
 }
@@ -53,7 +60,17 @@ exchanges:       1
 control clients: 1
 core counters:   mappings=2 netlink_in_add_mapping=5
 io counters:     kernel_rx=9 ports_held=1
+restart:         fd_store_sent=2 fd_store_failed=0 state_writes=7 state_write_errors=0
 "
+    );
+    // Without the restart machinery the daemon sends no restart counters, and no line.
+    let mut off = status();
+    off.io_counters
+        .retain(|name, _| !name.starts_with("fd_store") && !name.starts_with("state_write"));
+    let text = render(&Reply::Status(off));
+    assert!(
+        text.ends_with("io counters:     kernel_rx=9 ports_held=1\n"),
+        "{text}"
     );
 }
 
@@ -243,26 +260,20 @@ iwpmd_exchanges 1
 # TYPE iwpmd_control_clients gauge
 # HELP iwpmd_control_clients Connected control clients.
 iwpmd_control_clients 1
-# TYPE iwpmd_core_mappings gauge
-# HELP iwpmd_core_mappings iwpmd core counter mappings.
-iwpmd_core_mappings 2
 # TYPE iwpmd_core_netlink_in_add_mapping counter
-# HELP iwpmd_core_netlink_in_add_mapping iwpmd core counter netlink_in_add_mapping.
+# HELP iwpmd_core_netlink_in_add_mapping Kernel messages received, by op (decoded or not).
 iwpmd_core_netlink_in_add_mapping_total 5
 # TYPE iwpmd_core_rejects_sent counter
-# HELP iwpmd_core_rejects_sent iwpmd core counter rejects_sent.
+# HELP iwpmd_core_rejects_sent REJECTs sent (REQUEST for an address with no mapping).
 iwpmd_core_rejects_sent_total 0
 # TYPE iwpmd_io_kernel_rx counter
-# HELP iwpmd_io_kernel_rx iwpmd IO shell counter kernel_rx.
+# HELP iwpmd_io_kernel_rx Datagrams received from the kernel.
 iwpmd_io_kernel_rx_total 9
-# TYPE iwpmd_io_ports_held gauge
-# HELP iwpmd_io_ports_held iwpmd IO shell counter ports_held.
-iwpmd_io_ports_held 1
 # EOF
 "
     );
     let samples = metrics::parse(&text).unwrap();
-    assert_eq!(samples.len(), 12);
+    assert_eq!(samples.len(), 10);
     assert_eq!(samples[0].labels[2], ("handshake".into(), "done".into()));
     // A label value that needs escaping stays valid.
     let mut odd = status();
@@ -291,11 +302,11 @@ iwpmd_uptime_seconds 3723.400
     assert!(text.contains(
         "\
 # TYPE iwpmd_core_netlink_in_add_mapping_total counter
-# HELP iwpmd_core_netlink_in_add_mapping_total iwpmd core counter netlink_in_add_mapping.
+# HELP iwpmd_core_netlink_in_add_mapping_total Kernel messages received, by op (decoded or not).
 iwpmd_core_netlink_in_add_mapping_total 5
 "
     ));
-    assert!(text.ends_with("iwpmd_io_ports_held 1\n"), "{text}");
+    assert!(text.ends_with("iwpmd_io_kernel_rx_total 9\n"), "{text}");
     assert!(
         !text.contains("# EOF") && !text.contains("# UNIT"),
         "{text}"

@@ -41,6 +41,7 @@ mod answered;
 mod clients;
 mod config;
 mod cookie;
+mod counter;
 mod exchange;
 pub mod int_hash;
 mod machine;
@@ -63,6 +64,7 @@ pub use crate::action::{
     Action, KernelReceipt, PeerSocket, PortReservations, ReservationId, ReserveError,
 };
 pub use crate::config::CoreConfig;
+pub use crate::counter::{CounterKind, CounterSlot, Presence, Surface};
 pub use crate::machine::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
     PeerSnapshot, Previous, ProbeError, ProbeId, ProbeOutcome, ProbeResult, RestoreReport,
@@ -71,5 +73,5 @@ pub use crate::machine::{
 pub use crate::mapping_id::MappingId;
 pub use crate::peer_allow::PeerAllow;
 pub use crate::peer_book::{ExchangeOutcome, PeerTally, RecentExchange};
-pub use crate::stats::{Counter, CounterKind, ErrCode, KernelOp, Stats, UnknownCounter};
+pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
 pub use crate::table::{MappingRole, MappingView};

@@ -4,12 +4,13 @@
 //! name, so the daemon prints `name=value` pairs and tools read them back by type: a
 //! renamed field then breaks the build or the parse instead of reading as 0.
 
-use std::fmt;
 use std::str::FromStr;
 
 use iwpm_proto::consts::err;
 use iwpm_proto::consts::op::{self, RDMA_NL_IWPM_NUM_OPS};
 use iwpm_proto::peer::PeerMsgType;
+
+use crate::counter::{CounterSlot, Surface};
 
 /// Number of iwpm ops (array size of the per-op counters).
 pub(crate) const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
@@ -17,146 +18,153 @@ pub(crate) const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
 /// Peer message kinds, in wire order (REQUEST, ACCEPT, ACK, REJECT).
 pub(crate) const NUM_PEER_TYPES: usize = 4;
 
-/// All counters. Gauges (`mappings`, `exchanges_active`; [`CounterKind::Gauge`] in the list
-/// below) reflect the current state; the rest only grow (wrapping).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
+crate::counters! {
+    /// One counter of [`Stats`]: a scalar field, or one slot of an array field.
+    pub enum Counter;
+    /// All counters, one field per [`Counter`] (an array per array counter). Gauges
+    /// ([`crate::CounterKind::Gauge`]: `mappings`, `exchanges_active`, ...) reflect the current
+    /// state; the rest only grow (wrapping).
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct Stats;
     /// Kernel messages received, by op (decoded or not).
-    pub netlink_in: [u64; NUM_OPS],
+    NetlinkIn(KernelOp, NETLINK_IN_NAMES) => netlink_in: Total;
     /// Messages sent to the kernel, by op.
-    pub netlink_out: [u64; NUM_OPS],
+    NetlinkOut(KernelOp, NETLINK_OUT_NAMES) => netlink_out: Total;
     /// HANDLE_ERR sent, by code (index = code; codes are 10..=17).
-    pub handle_err_sent: [u64; 18],
+    HandleErrSent(ErrCode, HANDLE_ERR_NAMES) => handle_err_sent: Total;
     /// `NLMSG_DONE` received (the kernel's answer to each of our messages; expected).
-    pub netlink_done_in: u64,
+    NetlinkDoneIn => netlink_done_in: Total;
     /// `NLMSG_DONE` received with a non-zero result (-22 after REMOTE_INFO is normal).
-    pub netlink_done_nonzero: u64,
+    NetlinkDoneNonzero => netlink_done_nonzero: Total;
     /// `NLMSG_ERROR` received.
-    pub netlink_error_in: u64,
+    NetlinkErrorIn => netlink_error_in: Total;
     /// Other control messages (NOOP, OVERRUN) received and ignored.
-    pub netlink_control_other: u64,
+    NetlinkControlOther => netlink_control_other: Total;
     /// Kernel messages that failed validation (answered with HANDLE_ERR 10).
-    pub netlink_malformed: u64,
+    NetlinkMalformed => netlink_malformed: Total;
     /// Datagrams whose framing was broken (the rest of the datagram is dropped).
-    pub netlink_bad_framing: u64,
+    NetlinkBadFraming => netlink_bad_framing: Total;
     /// Kernel messages with an op the daemon does not accept (dropped).
-    pub netlink_unknown_op: u64,
+    NetlinkUnknownOp => netlink_unknown_op: Total;
     /// ADD/QUERY from a client that has not registered (dropped, as C).
-    pub netlink_unregistered: u64,
+    NetlinkUnregistered => netlink_unregistered: Total;
     /// Kernel requests ignored because their seq was already answered.
-    pub netlink_duplicate_seq: u64,
+    NetlinkDuplicateSeq => netlink_duplicate_seq: Total;
     /// Replies dropped because they could not be produced before the kernel gave up.
-    pub replies_dropped_late: u64,
+    RepliesDroppedLate => replies_dropped_late: Total;
     /// REMOVE for an address with no mapping (normal).
-    pub remove_unknown: u64,
+    RemoveUnknown => remove_unknown: Total;
     /// REMOVE from a client other than the owner (ignored).
-    pub remove_wrong_owner: u64,
+    RemoveWrongOwner => remove_wrong_owner: Total;
     /// Peer messages received, by type (REQUEST, ACCEPT, ACK, REJECT).
-    pub peer_in: [u64; NUM_PEER_TYPES],
+    PeerIn(PeerMsgType, PEER_IN_NAMES) => peer_in: Total;
     /// Peer messages sent, by type, retransmissions included.
-    pub peer_out: [u64; NUM_PEER_TYPES],
+    PeerOut(PeerMsgType, PEER_OUT_NAMES) => peer_out: Total;
     /// Peer datagrams that failed to decode (dropped).
-    pub peer_malformed: u64,
+    PeerMalformed => peer_malformed: Total;
     /// Peer messages that matched no exchange or mapping (late or stray; dropped).
-    pub peer_unmatched: u64,
+    PeerUnmatched => peer_unmatched: Total;
     /// Duplicate peer messages absorbed (retransmitted REQUESTs, repeated ACCEPTs).
-    pub peer_duplicates: u64,
+    PeerDuplicates => peer_duplicates: Total;
     /// REQUEST/ACCEPT retransmissions.
-    pub retransmissions: u64,
+    Retransmissions => retransmissions: Total;
     /// REJECTs sent (REQUEST for an address with no mapping).
-    pub rejects_sent: u64,
+    RejectsSent => rejects_sent: Total;
     /// REJECTs received (QUERY answered with error 16).
-    pub rejects_received: u64,
+    RejectsReceived => rejects_received: Total;
     /// Exchanges alive now (gauge).
-    pub exchanges_active: u64,
+    // In the metrics as `iwpmd_exchanges`.
+    ExchangesActive => exchanges_active: Gauge, in [Status, Dump];
     /// Exchanges that ended by timeout.
-    pub exchanges_expired: u64,
+    ExchangesExpired => exchanges_expired: Total;
     /// Exchanges refused because `max_exchanges` was reached.
-    pub exchanges_refused: u64,
+    ExchangesRefused => exchanges_refused: Total;
     /// Mappings alive now (gauge).
-    pub mappings: u64,
+    // In the metrics as `iwpmd_mappings`.
+    Mappings => mappings: Gauge, in [Status, Dump];
     /// Mappings created (ADD, QUERY, MAPINFO).
-    pub mappings_created: u64,
+    MappingsCreated => mappings_created: Total;
     /// Mappings freed (last reference gone).
-    pub mappings_freed: u64,
+    MappingsFreed => mappings_freed: Total;
     /// Creations refused because `max_mappings` was reached.
-    pub mappings_refused: u64,
+    MappingsRefused => mappings_refused: Total;
     /// Reservations asked of the shell.
-    pub reservations_requested: u64,
+    ReservationsRequested => reservations_requested: Total;
     /// Reservations the shell could not make.
-    pub reservations_failed: u64,
+    ReservationsFailed => reservations_failed: Total;
     /// Release actions emitted.
-    pub reservations_released: u64,
+    ReservationsReleased => reservations_released: Total;
     /// MAPINFO records accepted (new or identical duplicate).
-    pub mapinfo_accepted: u64,
+    MapinfoAccepted => mapinfo_accepted: Total;
     /// MAPINFO records identical to an existing mapping (refcount restored).
-    pub mapinfo_duplicates: u64,
+    MapinfoDuplicates => mapinfo_duplicates: Total;
     /// MAPINFO records conflicting with an existing mapping (HANDLE_ERR 12).
-    pub mapinfo_conflicts: u64,
+    MapinfoConflicts => mapinfo_conflicts: Total;
     /// MAPINFO records that replaced a restored connector mapping they contradicted (the
     /// kernel kept the identity mapping of a connect whose QUERY failed).
-    pub mapinfo_replaced: u64,
+    MapinfoReplaced => mapinfo_replaced: Total;
     /// Peer datagrams from sources outside `peer_allow` (dropped).
-    pub peer_not_allowed: u64,
+    PeerNotAllowed => peer_not_allowed: Total;
     /// REQUESTs naming a connecting IP other than their mapped one, or ACCEPTs naming an IP
     /// other than the one asked about (dropped: identity forgery).
-    pub peer_forged: u64,
+    PeerForged => peer_forged: Total;
     /// ACCEPT/REJECTs from another IP than the one the REQUEST went to (dropped).
-    pub peer_wrong_source: u64,
+    PeerWrongSource => peer_wrong_source: Total;
     /// Unconfirmed exchanges a newer REQUEST from the same source pushed out at the
     /// `peer_source_quota` (only port-mapped IPv6 peers hold exchanges before their ACK).
-    pub peer_quota_dropped: u64,
+    PeerQuotaDropped => peer_quota_dropped: Total;
     /// ACKs whose echo cookie did not verify (blind, tampered or stale; dropped).
-    pub peer_acks_unverified: u64,
+    PeerAcksUnverified => peer_acks_unverified: Total;
     /// ACCEPTs sent without an exchange entry (the cookie carries what the ACK needs).
-    pub accepts_stateless: u64,
+    AcceptsStateless => accepts_stateless: Total;
     /// REQUESTs from a peer that is not port mapped (mapped `cp` = `cp`): no REMOTE_INFO,
     /// the kernel reports the right peer without one.
-    pub remote_info_not_needed: u64,
+    RemoteInfoNotNeeded => remote_info_not_needed: Total;
     /// Passive: delivery notices sent (the ACCEPT again, marked, once a REMOTE_INFO that
     /// waited for the verified ACK is in the kernel; `crate::cookie`).
-    pub remote_info_notices_sent: u64,
+    RemoteInfoNoticesSent => remote_info_notices_sent: Total;
     /// Active: QUERY answers held after our ACK because the ACCEPT said the peer's
     /// REMOTE_INFO waits for it (released by the peer's delivery notice, or by the wait).
-    pub query_replies_held: u64,
+    QueryRepliesHeld => query_replies_held: Total;
     /// Active: held QUERY answers released because no delivery notice came in time (the
     /// connection may then overtake the peer's REMOTE_INFO).
-    pub remote_info_notices_missed: u64,
+    RemoteInfoNoticesMissed => remote_info_notices_missed: Total;
     /// REQUESTs taken as a new association although their key matched a confirmed
     /// exchange (the peer reused its handle for the same endpoint after our ACK).
-    pub peer_reused_handles: u64,
+    PeerReusedHandles => peer_reused_handles: Total;
     /// Passive exchanges evicted to make room (`max_peer_exchanges`).
-    pub exchanges_evicted: u64,
+    ExchangesEvicted => exchanges_evicted: Total;
     /// REJECTs not sent because of `max_rejects_per_sec`.
-    pub rejects_suppressed: u64,
+    RejectsSuppressed => rejects_suppressed: Total;
     /// REMOTE_INFOs held back until the peer's ACK (budget spent).
-    pub remote_info_deferred: u64,
+    RemoteInfoDeferred => remote_info_deferred: Total;
     /// REMOTE_INFOs sent on an ACK after being held back.
-    pub remote_info_on_ack: u64,
+    RemoteInfoOnAck => remote_info_on_ack: Total;
     /// Verified ACKs past their source's allowance (`remote_info_source_burst` and
     /// `remote_info_source_rate`): no REMOTE_INFO released, no budget token returned.
-    pub remote_info_source_capped: u64,
+    RemoteInfoSourceCapped => remote_info_source_capped: Total;
     /// Verified ACKs of an exchange whose REMOTE_INFO an earlier ACK already released
     /// (a re-ACK or a replay; nothing released again).
-    pub peer_acks_replayed: u64,
+    PeerAcksReplayed => peer_acks_replayed: Total;
     /// Ten-bit (IPv6, no extension block) ACKs dropped unchecked: their source failed
     /// too many checks in the last second.
-    pub peer_acks_over_rate: u64,
+    PeerAcksOverRate => peer_acks_over_rate: Total;
     /// REMOTE_INFOs held for an IPv6 ACK and dropped: the ACK failed, or newer ones took
     /// the room (`peer_source_quota`, or all held entries at once).
-    pub remote_info_held_dropped: u64,
+    RemoteInfoHeldDropped => remote_info_held_dropped: Total;
     /// QUERYs for a listener on our own IP answered from our table (no UDP to ourselves).
-    pub local_answers: u64,
+    LocalAnswers => local_answers: Total;
     /// Passive exchanges alive now (gauge; part of `exchanges_active`).
-    pub peer_exchanges_active: u64,
+    PeerExchangesActive => peer_exchanges_active: Gauge;
     /// Passive exchanges not yet confirmed by an ACK (gauge).
-    pub peer_exchanges_unconfirmed: u64,
+    PeerExchangesUnconfirmed => peer_exchanges_unconfirmed: Gauge;
     /// MAPINFO records or HELLOs from the kernel that answer no request of ours (dropped).
-    pub kernel_unsolicited: u64,
+    KernelUnsolicited => kernel_unsolicited: Total;
     /// Times the kernel link reported lost input (`ENOBUFS`).
-    pub kernel_overruns: u64,
+    // In the metrics as `iwpmd_io_kernel_overruns_total`.
+    KernelOverruns => kernel_overruns: Total, in [Status, Dump];
     /// Log lines suppressed by the rate limiter.
-    pub logs_suppressed: u64,
+    LogsSuppressed => logs_suppressed: Total;
 }
 
 impl Stats {
@@ -354,216 +362,43 @@ const PEER_OUT_NAMES: [&str; NUM_PEER_TYPES] = [
     "peer_out_reject",
 ];
 
-/// Whether a counter only grows or reflects the current state; the metrics render the
-/// first as `_total` counters, the second as gauges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CounterKind {
-    /// Only grows (wrapping).
-    Total,
-    /// The current level (`mappings`, `exchanges_active`, ...).
-    Gauge,
-}
+impl CounterSlot for KernelOp {
+    const ALL: &'static [KernelOp] = &KernelOp::ALL;
+    const LEN: usize = NUM_OPS;
 
-/// Defines [`Counter`] and the accessors from the scalar fields, in field order: those
-/// before `peer_in` and those after `peer_out`, each with its [`CounterKind`] (a level is
-/// marked `Gauge` here, where the field is listed, and nowhere else). The accessors
-/// destructure [`Stats`] without `..`, so a field added to it and not listed here does not
-/// compile (rustc then reports that the pattern "requires `..`" or "does not mention" the
-/// field: list it below, with its kind).
-macro_rules! counters {
-    (
-        $($early:ident => $early_field:ident: $early_kind:ident,)*
-        ;
-        $($late:ident => $late_field:ident: $late_kind:ident,)*
-    ) => {
-        /// One counter of [`Stats`]: a scalar field, or one slot of an array field.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum Counter {
-            /// [`Stats::netlink_in`] of one op.
-            NetlinkIn(KernelOp),
-            /// [`Stats::netlink_out`] of one op.
-            NetlinkOut(KernelOp),
-            /// [`Stats::handle_err_sent`] of one code.
-            HandleErrSent(ErrCode),
-            /// [`Stats::peer_in`] of one message type.
-            PeerIn(PeerMsgType),
-            /// [`Stats::peer_out`] of one message type.
-            PeerOut(PeerMsgType),
-            $(
-                #[doc = concat!("[`Stats::", stringify!($early_field), "`].")]
-                $early,
-            )*
-            $(
-                #[doc = concat!("[`Stats::", stringify!($late_field), "`].")]
-                $late,
-            )*
-        }
+    fn slot(self) -> usize {
+        self.index()
+    }
 
-        impl Counter {
-            const EARLY: &'static [Counter] = &[$(Counter::$early),*];
-            const LATE: &'static [Counter] = &[$(Counter::$late),*];
-
-            /// The stable snake_case name (the field's name; array slots add the op, code
-            /// or message type, e.g. `netlink_in_query_mapping`, `peer_out_ack`).
-            pub fn name(self) -> &'static str {
-                match self {
-                    Counter::NetlinkIn(op) => NETLINK_IN_NAMES[op.index()],
-                    Counter::NetlinkOut(op) => NETLINK_OUT_NAMES[op.index()],
-                    Counter::HandleErrSent(code) => HANDLE_ERR_NAMES[code.ordinal()],
-                    Counter::PeerIn(t) => PEER_IN_NAMES[usize::from(t.code())],
-                    Counter::PeerOut(t) => PEER_OUT_NAMES[usize::from(t.code())],
-                    $(Counter::$early => stringify!($early_field),)*
-                    $(Counter::$late => stringify!($late_field),)*
-                }
-            }
-
-            /// Whether it only grows or is a level (every array slot only grows).
-            pub fn kind(self) -> CounterKind {
-                match self {
-                    Counter::NetlinkIn(_)
-                    | Counter::NetlinkOut(_)
-                    | Counter::HandleErrSent(_)
-                    | Counter::PeerIn(_)
-                    | Counter::PeerOut(_) => CounterKind::Total,
-                    $(Counter::$early => CounterKind::$early_kind,)*
-                    $(Counter::$late => CounterKind::$late_kind,)*
-                }
-            }
-        }
-
-        impl Stats {
-            /// The value of one counter.
-            pub fn get(&self, counter: Counter) -> u64 {
-                let Stats {
-                    netlink_in,
-                    netlink_out,
-                    handle_err_sent,
-                    peer_in,
-                    peer_out,
-                    $($early_field,)*
-                    $($late_field,)*
-                } = self;
-                match counter {
-                    Counter::NetlinkIn(op) => netlink_in[op.index()],
-                    Counter::NetlinkOut(op) => netlink_out[op.index()],
-                    Counter::HandleErrSent(code) => handle_err_sent[usize::from(code.code())],
-                    Counter::PeerIn(t) => peer_in[usize::from(t.code())],
-                    Counter::PeerOut(t) => peer_out[usize::from(t.code())],
-                    $(Counter::$early => *$early_field,)*
-                    $(Counter::$late => *$late_field,)*
-                }
-            }
-
-            /// Sets one counter (for tools that rebuild a `Stats` from its printed pairs).
-            /// (`get` destructures every field, so a field without a counter fails to
-            /// compile; here the match over `Counter` is enough.)
-            pub fn set(&mut self, counter: Counter, value: u64) {
-                let slot = match counter {
-                    Counter::NetlinkIn(op) => &mut self.netlink_in[op.index()],
-                    Counter::NetlinkOut(op) => &mut self.netlink_out[op.index()],
-                    Counter::HandleErrSent(code) => {
-                        &mut self.handle_err_sent[usize::from(code.code())]
-                    }
-                    Counter::PeerIn(t) => &mut self.peer_in[usize::from(t.code())],
-                    Counter::PeerOut(t) => &mut self.peer_out[usize::from(t.code())],
-                    $(Counter::$early => &mut self.$early_field,)*
-                    $(Counter::$late => &mut self.$late_field,)*
-                };
-                *slot = value;
-            }
-        }
-    };
-}
-
-counters! {
-    NetlinkDoneIn => netlink_done_in: Total,
-    NetlinkDoneNonzero => netlink_done_nonzero: Total,
-    NetlinkErrorIn => netlink_error_in: Total,
-    NetlinkControlOther => netlink_control_other: Total,
-    NetlinkMalformed => netlink_malformed: Total,
-    NetlinkBadFraming => netlink_bad_framing: Total,
-    NetlinkUnknownOp => netlink_unknown_op: Total,
-    NetlinkUnregistered => netlink_unregistered: Total,
-    NetlinkDuplicateSeq => netlink_duplicate_seq: Total,
-    RepliesDroppedLate => replies_dropped_late: Total,
-    RemoveUnknown => remove_unknown: Total,
-    RemoveWrongOwner => remove_wrong_owner: Total,
-    ;
-    PeerMalformed => peer_malformed: Total,
-    PeerUnmatched => peer_unmatched: Total,
-    PeerDuplicates => peer_duplicates: Total,
-    Retransmissions => retransmissions: Total,
-    RejectsSent => rejects_sent: Total,
-    RejectsReceived => rejects_received: Total,
-    ExchangesActive => exchanges_active: Gauge,
-    ExchangesExpired => exchanges_expired: Total,
-    ExchangesRefused => exchanges_refused: Total,
-    Mappings => mappings: Gauge,
-    MappingsCreated => mappings_created: Total,
-    MappingsFreed => mappings_freed: Total,
-    MappingsRefused => mappings_refused: Total,
-    ReservationsRequested => reservations_requested: Total,
-    ReservationsFailed => reservations_failed: Total,
-    ReservationsReleased => reservations_released: Total,
-    MapinfoAccepted => mapinfo_accepted: Total,
-    MapinfoDuplicates => mapinfo_duplicates: Total,
-    MapinfoConflicts => mapinfo_conflicts: Total,
-    MapinfoReplaced => mapinfo_replaced: Total,
-    PeerNotAllowed => peer_not_allowed: Total,
-    PeerForged => peer_forged: Total,
-    PeerWrongSource => peer_wrong_source: Total,
-    PeerQuotaDropped => peer_quota_dropped: Total,
-    PeerAcksUnverified => peer_acks_unverified: Total,
-    AcceptsStateless => accepts_stateless: Total,
-    RemoteInfoNotNeeded => remote_info_not_needed: Total,
-    RemoteInfoNoticesSent => remote_info_notices_sent: Total,
-    QueryRepliesHeld => query_replies_held: Total,
-    RemoteInfoNoticesMissed => remote_info_notices_missed: Total,
-    PeerReusedHandles => peer_reused_handles: Total,
-    ExchangesEvicted => exchanges_evicted: Total,
-    RejectsSuppressed => rejects_suppressed: Total,
-    RemoteInfoDeferred => remote_info_deferred: Total,
-    RemoteInfoOnAck => remote_info_on_ack: Total,
-    RemoteInfoSourceCapped => remote_info_source_capped: Total,
-    PeerAcksReplayed => peer_acks_replayed: Total,
-    PeerAcksOverRate => peer_acks_over_rate: Total,
-    RemoteInfoHeldDropped => remote_info_held_dropped: Total,
-    LocalAnswers => local_answers: Total,
-    PeerExchangesActive => peer_exchanges_active: Gauge,
-    PeerExchangesUnconfirmed => peer_exchanges_unconfirmed: Gauge,
-    KernelUnsolicited => kernel_unsolicited: Total,
-    KernelOverruns => kernel_overruns: Total,
-    LogsSuppressed => logs_suppressed: Total,
-}
-
-impl Counter {
-    /// Every counter, in the field order of [`Stats`] (array slots in index order).
-    pub fn all() -> impl Iterator<Item = Counter> {
-        let ops_in = KernelOp::ALL.into_iter().map(Counter::NetlinkIn);
-        let ops_out = KernelOp::ALL.into_iter().map(Counter::NetlinkOut);
-        let errs = ErrCode::ALL.into_iter().map(Counter::HandleErrSent);
-        let peer_in = PEER_TYPES.into_iter().map(Counter::PeerIn);
-        let peer_out = PEER_TYPES.into_iter().map(Counter::PeerOut);
-        ops_in
-            .chain(ops_out)
-            .chain(errs)
-            .chain(Counter::EARLY.iter().copied())
-            .chain(peer_in)
-            .chain(peer_out)
-            .chain(Counter::LATE.iter().copied())
+    fn ordinal(self) -> usize {
+        self.index()
     }
 }
 
-impl Counter {
-    /// A gauge (the current level), not a counter that only grows.
-    pub fn is_gauge(self) -> bool {
-        self.kind() == CounterKind::Gauge
+impl CounterSlot for ErrCode {
+    const ALL: &'static [ErrCode] = &ErrCode::ALL;
+    /// Indexed by code: the codes below 10 keep their (unused) slots.
+    const LEN: usize = err::IWPM_VERSION_MISMATCH_ERR as usize + 1;
+
+    fn slot(self) -> usize {
+        usize::from(self.code())
+    }
+
+    fn ordinal(self) -> usize {
+        ErrCode::ordinal(self)
     }
 }
 
-impl fmt::Display for Counter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+impl CounterSlot for PeerMsgType {
+    const ALL: &'static [PeerMsgType] = &PEER_TYPES;
+    const LEN: usize = NUM_PEER_TYPES;
+
+    fn slot(self) -> usize {
+        usize::from(self.code())
+    }
+
+    fn ordinal(self) -> usize {
+        usize::from(self.code())
     }
 }
 
@@ -576,9 +411,7 @@ impl FromStr for Counter {
     type Err = UnknownCounter;
 
     fn from_str(name: &str) -> Result<Counter, UnknownCounter> {
-        Counter::all()
-            .find(|c| c.name() == name)
-            .ok_or_else(|| UnknownCounter(name.to_string()))
+        Counter::from_name(name).ok_or_else(|| UnknownCounter(name.to_string()))
     }
 }
 
@@ -588,6 +421,13 @@ impl Stats {
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         Counter::all().map(move |c| (c.name(), self.get(c)))
     }
+
+    /// The counters published on `surface` as `(name, value)`, in [`Counter::all`] order.
+    pub fn iter_on(&self, surface: Surface) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::all()
+            .filter(move |c| c.shows_in(surface))
+            .map(move |c| (c.name(), self.get(c)))
+    }
 }
 
 #[cfg(test)]
@@ -595,6 +435,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+    use crate::CounterKind;
 
     #[test]
     fn every_slot_has_one_distinct_counter() {
@@ -607,9 +448,21 @@ mod tests {
         for (i, c) in Counter::all().enumerate() {
             assert_eq!(s.get(c), i as u64 + 1, "{c}");
         }
-        let scalars = Counter::EARLY.len() + Counter::LATE.len();
-        let slots = 2 * NUM_OPS + NUM_ERR_CODES + 2 * NUM_PEER_TYPES + scalars;
-        assert_eq!(Counter::all().count(), slots);
+        let slots = 2 * NUM_OPS + NUM_ERR_CODES + 2 * NUM_PEER_TYPES;
+        let scalars = Counter::all()
+            .filter(|c| {
+                !c.name().starts_with("netlink_in_") && !c.name().starts_with("netlink_out_")
+            })
+            .filter(|c| {
+                !c.name().starts_with("handle_err_sent_") && !c.name().starts_with("peer_in_")
+            })
+            .filter(|c| !c.name().starts_with("peer_out_"))
+            .count();
+        assert_eq!(scalars, 57, "one per scalar field");
+        assert_eq!(Counter::all().count(), slots + scalars);
+        for (i, c) in Counter::all().enumerate() {
+            assert_eq!(c.index(), i, "{c}");
+        }
         // Nothing of the struct is left unset but the non-existent HANDLE_ERR codes 0..=9.
         let mut expected = s.clone();
         expected.handle_err_sent[..10].fill(0);
@@ -682,5 +535,36 @@ mod tests {
         );
         assert_eq!(Counter::Retransmissions.kind(), CounterKind::Total);
         assert!(!Counter::NetlinkIn(KernelOp::Hello).is_gauge());
+    }
+
+    #[test]
+    fn every_counter_has_help_and_one_name_in_the_metrics() {
+        for c in Counter::all() {
+            let help = c.help();
+            // One line that needs no escaping in a metrics `# HELP`.
+            assert!(help.ends_with('.') || help.ends_with(')'), "{c}: {help:?}");
+            assert!(!help.contains(['"', '\\', '\n']), "{c}: {help:?}");
+            assert!(
+                c.shows_in(Surface::Status) && c.shows_in(Surface::Dump),
+                "{c}"
+            );
+            assert_eq!(c.presence(), crate::Presence::Always, "{c}");
+        }
+        // The figures the metrics carry under another name (`iwpmd_mappings`,
+        // `iwpmd_exchanges`, `iwpmd_io_kernel_overruns_total`).
+        let elsewhere: Vec<&str> = Counter::all()
+            .filter(|c| !c.shows_in(Surface::Metrics))
+            .map(Counter::name)
+            .collect();
+        assert_eq!(
+            elsewhere,
+            ["exchanges_active", "mappings", "kernel_overruns"]
+        );
+        assert_eq!(
+            Counter::NetlinkIn(KernelOp::Hello).help(),
+            "Kernel messages received, by op (decoded or not)."
+        );
+        let on_status: Vec<_> = Stats::default().iter_on(Surface::Status).collect();
+        assert_eq!(on_status, Stats::default().iter().collect::<Vec<_>>());
     }
 }

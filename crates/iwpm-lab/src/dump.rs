@@ -15,8 +15,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 pub use iwpm_control::IoCounter;
-use iwpm_control::IoPresence;
-use iwpm_core::{Counter, Stats};
+use iwpm_core::{Counter, Presence, Stats};
 use serde::Serialize;
 
 /// One mapping as the daemon printed it.
@@ -272,7 +271,7 @@ fn parse_io(rest: &str) -> Result<IoCounters, DumpError> {
     let missing = IoCounter::ALL
         .iter()
         .copied()
-        .find(|c| c.presence() == IoPresence::Always && !seen.contains(c));
+        .find(|c| c.presence() == Presence::Always && !seen.contains(c));
     match missing {
         Some(c) => Err(DumpError::MissingCounter {
             line,

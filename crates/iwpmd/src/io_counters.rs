@@ -2,6 +2,7 @@
 //! `name=value` export for the SIGUSR1 dump.
 
 use iwpm_control::IoCounter;
+use iwpm_core::Surface;
 
 /// IO-level counters.
 #[derive(Debug, Default)]
@@ -92,16 +93,19 @@ impl IoCounters {
             .filter_map(|&c| Some((c.name(), self.get(c)?)))
     }
 
-    /// Every counter of the `io counters` line, the shell's and those held elsewhere, in
+    /// Every counter published on `surface`, the shell's and those held elsewhere, in
     /// [`IoCounter::ALL`] order (one absent from both is not printed).
     pub fn with<'a>(
         &'a self,
         elsewhere: &'a HeldElsewhere,
+        surface: Surface,
     ) -> impl Iterator<Item = (&'static str, u64)> + 'a {
-        IoCounter::ALL.iter().filter_map(move |&c| {
-            let value = self.get(c).or_else(|| elsewhere.get(c))?;
-            Some((c.name(), value))
-        })
+        IoCounter::all()
+            .filter(move |c| c.shows_in(surface))
+            .filter_map(move |c| {
+                let value = self.get(c).or_else(|| elsewhere.get(c))?;
+                Some((c.name(), value))
+            })
     }
 }
 
@@ -115,7 +119,7 @@ pub struct HeldElsewhere {
     pub restart: RestartCounts,
 }
 
-/// The restart machinery's counters ([`iwpm_control::IoPresence::Restart`]), each `None`
+/// The restart machinery's counters ([`iwpm_core::Presence::Restart`]), each `None`
 /// while its part (the FD store, the state file) is off. `Restart::counts` fills it with a
 /// struct literal, so a field added here and not counted there does not compile.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -238,7 +242,10 @@ mod tests {
                 state_write_errors: Some(6),
             },
         };
-        let pairs: Vec<_> = c.with(&elsewhere).collect();
+        let pairs: Vec<_> = c.with(&elsewhere, Surface::Dump).collect();
+        // `status` carries the same counters, the restart machinery's included.
+        let status: Vec<_> = c.with(&elsewhere, Surface::Status).collect();
+        assert_eq!(status, pairs);
         let names: Vec<_> = pairs.iter().map(|&(name, _)| name).collect();
         let all: Vec<_> = IoCounter::ALL.iter().map(|c| c.name()).collect();
         assert_eq!(names, all);
@@ -252,13 +259,13 @@ mod tests {
                 ("state_write_errors", 6)
             ]
         );
-        for &counter in IoCounter::ALL {
+        for counter in IoCounter::all() {
             let mine = c.get(counter).is_some();
             let theirs = elsewhere.get(counter).is_some();
             assert!(mine != theirs, "{counter:?}: held in exactly one place");
         }
         let off = HeldElsewhere::default();
-        let names: Vec<_> = c.with(&off).map(|(name, _)| name).collect();
+        let names: Vec<_> = c.with(&off, Surface::Dump).map(|(name, _)| name).collect();
         assert_eq!(names.len(), 15, "without the restart machinery: {names:?}");
         assert_eq!(names.last(), Some(&"ports_held"));
     }

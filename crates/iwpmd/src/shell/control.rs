@@ -18,14 +18,13 @@ use iwpm_control::{
 };
 use iwpm_core::{
     Counter, ExchangeOutcome, ExchangeSide, MappingRole, PeerSocket, ProbeId, ProbeOutcome,
-    ProbeResult,
+    ProbeResult, Surface,
 };
 use mio::event::Event;
 
 use super::Shell;
 use crate::control_server::{ConnId, ControlServer};
 use crate::dump_writer;
-use crate::io_counters::{HeldElsewhere, RestartCounts};
 use crate::logging;
 
 /// A probe's default wait: the answer must come well within the 2 s an operator waits.
@@ -35,10 +34,9 @@ const PROBE_DEFAULT_WAIT: Duration = Duration::from_millis(1500);
 /// core's [`Counter::kind`] and the IO shell's [`IoCounter::kind`].
 fn gauge_names() -> Vec<String> {
     let core = Counter::all().filter(|c| c.is_gauge()).map(Counter::name);
-    let io = IoCounter::ALL
-        .iter()
+    let io = IoCounter::all()
         .filter(|c| c.is_gauge())
-        .map(|c| c.name());
+        .map(IoCounter::name);
     core.chain(io).map(str::to_owned).collect()
 }
 
@@ -137,16 +135,14 @@ impl Shell {
             None => (Duration::ZERO, String::new(), 0),
         };
         let stats = self.core.stats();
-        let core_counters: BTreeMap<String, u64> =
-            stats.iter().map(|(k, v)| (k.to_owned(), v)).collect();
-        // (status has never carried the restart machinery's counters; the dump line does)
-        let elsewhere = HeldElsewhere {
-            restart: RestartCounts::default(),
-            ..self.held_elsewhere()
-        };
+        let core_counters: BTreeMap<String, u64> = stats
+            .iter_on(Surface::Status)
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let elsewhere = self.held_elsewhere();
         let io_counters: BTreeMap<String, u64> = self
             .counters
-            .with(&elsewhere)
+            .with(&elsewhere, Surface::Status)
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
         let gauges = gauge_names();
@@ -276,7 +272,7 @@ impl Shell {
         lines.push(self.io_counters_line());
         lines.push(dump_writer::pairs_line(
             "core counters",
-            self.core.stats().iter(),
+            self.core.stats().iter_on(Surface::Dump),
         ));
         let mut text = lines.join("\n");
         text.push('\n');
@@ -398,10 +394,7 @@ mod tests {
             .iter()
             .map(|(n, v)| (n.to_owned(), v))
             .collect();
-        let io_counters = IoCounter::ALL
-            .iter()
-            .map(|c| (c.name().to_owned(), 0))
-            .collect();
+        let io_counters = IoCounter::all().map(|c| (c.name().to_owned(), 0)).collect();
         let status = StatusReport {
             version: "0".into(),
             pid: 1,
@@ -420,26 +413,43 @@ mod tests {
         };
         let text = metrics::render(&status);
         let families = Counter::all()
-            .map(|c| (format!("iwpmd_core_{c}"), c.is_gauge()))
-            .chain(
-                IoCounter::ALL
-                    .iter()
-                    .map(|c| (format!("iwpmd_io_{c}"), c.is_gauge())),
-            );
-        for (family, is_gauge) in families {
+            .map(|c| {
+                (
+                    format!("iwpmd_core_{c}"),
+                    c.is_gauge(),
+                    c.shows_in(Surface::Metrics),
+                )
+            })
+            .chain(IoCounter::all().map(|c| {
+                let shown = c.shows_in(Surface::Metrics);
+                (format!("iwpmd_io_{c}"), c.is_gauge(), shown)
+            }));
+        for (family, is_gauge, shown) in families {
             let kind = if is_gauge { "gauge" } else { "counter" };
             let sample = if is_gauge {
                 format!("\n{family} 0\n")
             } else {
                 format!("\n{family}_total 0\n")
             };
-            assert!(
+            assert_eq!(
                 text.contains(&format!("# TYPE {family} {kind}\n")),
+                shown,
                 "{family}"
             );
-            assert!(text.contains(&sample), "{family}");
+            assert_eq!(text.contains(&sample), shown, "{family}");
         }
-        assert!(text.contains("# TYPE iwpmd_core_mappings gauge\n"));
+        // Each figure under one name: the gauges above carry these.
+        for gone in [
+            "iwpmd_core_mappings",
+            "iwpmd_core_exchanges_active",
+            "iwpmd_core_kernel_overruns",
+            "iwpmd_io_ports_held",
+        ] {
+            assert!(!text.contains(&format!("# TYPE {gone} ")), "{gone}");
+        }
+        assert!(text.contains("\niwpmd_mappings 0\n"));
+        assert!(text.contains("# TYPE iwpmd_core_peer_exchanges_active gauge\n"));
+        assert!(text.contains("\niwpmd_io_kernel_overruns_total 0\n"));
         assert!(text.contains("iwpmd_core_mappings_created_total 0\n"));
     }
 }

@@ -5,6 +5,8 @@
 
 use std::time::Instant;
 
+use iwpm_core::Surface;
+
 use crate::io_counters::HeldElsewhere;
 
 use crate::dump_writer::{self, DumpText};
@@ -42,7 +44,10 @@ impl Shell {
         let text = DumpText {
             table: self.core.dump_lines(),
             io: self.io_counters_line(),
-            core: dump_writer::pairs_line("core counters", self.core.stats().iter()),
+            core: dump_writer::pairs_line(
+                "core counters",
+                self.core.stats().iter_on(Surface::Dump),
+            ),
         };
         tracing::debug!(
             lines = text.table.len(),
@@ -54,7 +59,8 @@ impl Shell {
 
     /// The `io counters` line of a dump (SIGUSR1's and the control socket's).
     pub(super) fn io_counters_line(&self) -> String {
-        dump_writer::pairs_line("io counters", self.counters.with(&self.held_elsewhere()))
+        let elsewhere = self.held_elsewhere();
+        dump_writer::pairs_line("io counters", self.counters.with(&elsewhere, Surface::Dump))
     }
 
     /// The IO counters the shell's [`crate::io_counters::IoCounters`] does not hold.
