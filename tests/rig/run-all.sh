@@ -151,8 +151,14 @@ run1() {  # run1 NAME TIMEOUT SUITE [-e KEY=VAL]...
     "$RIG_DIR/guest/suite-$suite.sh" > /dev/null 2>&1; rc=$?
   collect "$name" "$rc" "$(( $(date +%s) - t0 ))"
 }
-pair_slot() {  # takes one of RIG_PAIR_SLOTS host-wide slots on fd 7 (waits up to 30 min)
+pair_slot() {  # takes one of RIG_PAIR_SLOTS host-wide slots on fd 7 (waits up to 30 min);
+  # with SOLO=1 every slot (fd 7 and 6), for a suite whose judged figures need the host
   local i n=${RIG_PAIR_SLOTS:-1} waited=0
+  if [ "${SOLO:-0}" = 1 ]; then
+    exec 7> /tmp/iwpm-rig-2vm-pairs.0.lock; flock -w 1800 7 || return 1
+    [ "$n" -ge 2 ] && { exec 6> /tmp/iwpm-rig-2vm-pairs.1.lock; flock -w 1800 6 || return 1; }
+    return 0
+  fi
   while [ $waited -lt 1800 ]; do
     for ((i = 0; i < n; i++)); do
       exec 7> "/tmp/iwpm-rig-2vm-pairs.$i.lock"
@@ -170,7 +176,7 @@ run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...  (guest test: 
   pair_slot || { collect "$name-A" 125 0; collect "$name-B" 125 0; return; }
   "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$a" -B iwpmd="$b" "$@" \
     ${TEST2:+"$TEST2"} > "$RES/console-$name.log" 2>&1
-  exec 7>&-
+  exec 7>&- 6>&-
   grep -q "status" "$RES/console-$name.log" || true
   rc=$(sed -n "s/.*$name-A status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-A" "${rc:-125}" "$(( $(date +%s) - t0 ))"
   rc=$(sed -n "s/.*$name-B status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-B" "${rc:-125}" "$(( $(date +%s) - t0 ))"
@@ -268,7 +274,9 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
   fi
   if want trickle; then  # a never-ACKed REQUEST trickle from the connecting host (IPv4 and IPv6):
     # A runs ours then C (rping servers), B runs the C iwpmd, times rping connects, trickles
-    TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 480 -e daemons=$RS,$C -e reference=$C
+    # (alone on the host: under a second pair rping's own race, a connect with no ping
+  # data, came five times in eight and the check allows four)
+  SOLO=1 TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 480 -e daemons=$RS,$C -e reference=$C
   fi
   if [ -z "$(rig_patches)" ] && { want pm || want pmops || want flood6; }; then
     say "RIG_PATCHES=0: unpatched kernels, the port-mapped suites (pm, pmops, zerogap-pm, flood6) do not run"
