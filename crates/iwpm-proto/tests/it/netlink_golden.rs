@@ -1,23 +1,24 @@
 //! Golden vectors for the netlink codec, byte-exact both ways: decode gives the expected
 //! typed values, re-encoding gives the identical bytes.
 //!
-//! Provenance (also the first line of every `.hex` file; `vectors/netlink/README.md`):
+//! Provenance (also the first line of every `.hex` file; `tests/vectors/netlink/README.md`):
 //! * `single-vm-*`, `2vm-server-*`, `2vm-client-*`: real messages between rdma-core's C
 //!   iwpmd and Linux 6.1.192 (siw) on the QEMU rig, rebuilt by
-//!   `vectors/netlink/extract_strace.py` from the named capture line (header from strace's
-//!   decoded fields, payload verbatim); the lines are kept in `vectors/captures/*.excerpt`;
+//!   `tests/vectors/netlink/extract_strace.py` from the named capture line (header from
+//!   strace's decoded fields, payload verbatim); the lines are kept in
+//!   `tests/vectors/captures/*.excerpt`;
 //! * `ref-1.9-*`: the worked ADD_MAPPING example of `docs/protocol.md` §4.5;
 //! * `hand-*`: hand-computed from the attribute tables of `docs/protocol.md` §4.1 for forms
 //!   the captures lack (ABI 3, MAPINFO records and batches, MAPINFO_NUM both ways,
 //!   HANDLE_ERR, NLMSG_ERROR).
 //!
-//! Integers are host order in the ABI; these vectors are little-endian (x86-64).
-#![cfg(target_endian = "little")]
+//! Integers are host order in the ABI; these vectors are little-endian (x86-64): the
+//! module is compiled on little-endian targets only (`main.rs`).
 
 /// Loads `tests/vectors/netlink/<name>.hex` at compile time.
 macro_rules! vector {
     ($name:literal) => {
-        hex(include_str!(concat!("vectors/netlink/", $name, ".hex")))
+        hex(include_str!(concat!("../vectors/netlink/", $name, ".hex")))
     };
 }
 
