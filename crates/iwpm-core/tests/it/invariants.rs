@@ -16,6 +16,7 @@ use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{Envelope, Hello, KernelMsg};
 use iwpm_proto::peer::{ipv4_echo, PeerMessage, PeerMsgType};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 const IPS: [&str; 5] = ["0.0.0.0", "10.0.0.1", "10.0.0.2", "::", "2001:db8::1"];
 const PORTS: [u16; 3] = [4000, 4001, 5000];
@@ -359,7 +360,16 @@ fn run(events: Vec<Ev>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // Past failures are replayed from `invariants.proptest-regressions` beside this file
+    // (by default proptest would look in `tests/proptest-regressions/`, as this module
+    // sits next to the test binary's `main.rs`).
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions"
+        ))),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_events_keep_invariants(events in prop::collection::vec(ev(), 1..120)) {
