@@ -1,9 +1,10 @@
 //! The simulator in CI: a fixed seed set (regressions first), then a time-boxed random
-//! sweep.
+//! sweep. The defaults keep a local `cargo test --workspace` short; `.ci/run` sets the
+//! full size (60 s, 10 000 seeds).
 //!
-//! * `IWPM_SIM_SECONDS` (default 60): the sweep's time box; `0` skips it.
-//! * `IWPM_SIM_MIN_SEEDS` (default 10 000): the sweep must run at least this many seeds
-//!   in its box (it keeps going past the box until it has); `0` for no floor.
+//! * `IWPM_SIM_SECONDS` (default 10, CI 60): the sweep's time box; `0` skips it.
+//! * `IWPM_SIM_MIN_SEEDS` (default 1 000, CI 10 000): the sweep must run at least this
+//!   many seeds in its box (it keeps going past the box until it has); `0` for no floor.
 //! * `IWPM_SIM_FROM`: first seed of the sweep (default: a different range every day,
 //!   printed, so that CI explores while any failure names its seed).
 //!
@@ -44,7 +45,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 /// The scenario CI runs for `seed`: every attack included (findings A-I are fixed in the
-/// core; `tests/findings.rs` keeps one seed of each).
+/// core; the `findings` module keeps one seed of each).
 fn scenario_of(seed: u64, profile: Profile) -> Scenario {
     Scenario::generate(seed, profile)
 }
@@ -128,11 +129,11 @@ fn a_seed_replays_exactly_in_another_process() {
 
 #[test]
 fn random_sweep() {
-    let seconds = env_u64("IWPM_SIM_SECONDS", 60);
+    let seconds = env_u64("IWPM_SIM_SECONDS", 10);
     if seconds == 0 {
         return;
     }
-    let min_seeds = env_u64("IWPM_SIM_MIN_SEEDS", 10_000);
+    let min_seeds = env_u64("IWPM_SIM_MIN_SEEDS", 1_000);
     let day = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() / 86_400);
