@@ -14,7 +14,10 @@
 //! Descriptors reach the next daemon through `bash -c 'exec 3<&N ...; exec iwpmd'`: the
 //! shell does the `dup2`s, so the test needs no `pre_exec` (unsafe).
 //!
-//! Figures: `cargo test -p iwpm-kernel-emu --test zero_gap -- --nocapture`
+//! Each test runs while no other real daemon of this test binary does
+//! ([`crate::real_daemons_alone`]).
+//!
+//! Figures: `cargo test -p iwpm-kernel-emu --test it -- zero_gap:: --nocapture`
 //! (`IWPM_ZEROGAP_MAPPINGS=N` changes the number of mappings, default 320;
 //! `IWPM_ZEROGAP_NO_PORT_MAP=1` makes the host siw-like, for tables larger than the
 //! descriptor limit allows: no ports are then reserved, the FD-store test does not apply).
@@ -43,11 +46,6 @@ use rustix::net::{
 };
 
 const T: Duration = Duration::from_secs(20);
-
-/// The two tests run one after the other: while one daemon is down, the other's port-0
-/// binds could take a freed port (the very hazard the FD store removes), which would make
-/// the state-file test fail for a reason outside it.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn port_mapped() -> bool {
     std::env::var_os("IWPM_ZEROGAP_NO_PORT_MAP").is_none()
@@ -488,7 +486,7 @@ fn wait_state_matches_kernel(s: &Setup, d: &Daemon) -> HashMap<(String, String),
 
 #[test]
 fn fd_store_restart_keeps_every_port_bound() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = crate::real_daemons_alone();
     if !port_mapped() {
         eprintln!("IWPM_ZEROGAP_NO_PORT_MAP: no ports are reserved, nothing to store; skipped");
         return;
@@ -630,7 +628,7 @@ fn fd_store_restart_keeps_every_port_bound() {
 
 #[test]
 fn state_file_restart_restores_all_mappings() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = crate::real_daemons_alone();
     let n = mappings_wanted();
     let s = setup("zgsf");
     let mut first = Daemon::spawn(&s.dir, &s.host, s.peer_port, Some(&s.state_file), None, &[]);
@@ -676,7 +674,7 @@ fn state_file_restart_restores_all_mappings() {
 /// daemon was down is closed once the replay is over, and taken out of the store.
 #[test]
 fn fd_store_alone_hands_stored_sockets_to_the_replay() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = crate::real_daemons_alone();
     if !port_mapped() {
         return;
     }

@@ -1,11 +1,8 @@
 //! Hosts, ids and the fabric driven by scripted daemons over the real Unix sockets.
 
-mod fake_daemon;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use fake_daemon::{Behaviour, Directory, FakeDaemon};
 use iwpm_kernel_emu::kernel::{Registration, RequestKind};
 use iwpm_kernel_emu::{
     AcceptMode, AddrError, CmError, CmEventKind, EventChannel, Fabric, Host, HostConfig, IdState,
@@ -13,6 +10,8 @@ use iwpm_kernel_emu::{
     UnreachableReason,
 };
 use iwpm_testkit::fs::sock_path;
+
+use crate::fake_daemon::{Behaviour, Directory, FakeDaemon};
 
 const T: Duration = Duration::from_secs(5);
 

@@ -96,6 +96,7 @@ fn assert_clean(fabric: &Fabric) {
 /// connection's own remote address, which is the real one.
 #[test]
 fn siw_host_listen_connect() {
+    let _shared = crate::real_daemons_shared();
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let fabric = fabric();
     let a = host(&fabric, "siw", ip, PortMapMode::NoPortMap);
@@ -144,6 +145,7 @@ fn siw_host_listen_connect() {
 /// on the wire, and the passive side maps the peer back to its real address.
 #[test]
 fn port_mapped_host_uses_reserved_ports() {
+    let _shared = crate::real_daemons_shared();
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let fabric = fabric();
     let a = host(&fabric, "rnic", ip, PortMapMode::PortMapped);
@@ -193,6 +195,7 @@ fn port_mapped_host_uses_reserved_ports() {
 /// Two hosts, two daemons talking UDP on loopback.
 #[test]
 fn two_hosts_two_daemons() {
+    let _shared = crate::real_daemons_shared();
     let (ia, ib) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
     let port = free_udp_port_on(&[ia, ib]);
     let fabric = fabric();
@@ -230,6 +233,7 @@ fn two_hosts_two_daemons() {
 /// A restarted daemon gets the live mappings replayed and takes over.
 #[test]
 fn restart_replays_mappings() {
+    let _shared = crate::real_daemons_shared();
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let fabric = fabric();
     let a = host(&fabric, "restart", ip, PortMapMode::PortMapped);
