@@ -8,27 +8,19 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use iwpm_lab::locate::cargo_profile_flags;
+use iwpm_testkit::workspace::built_binary;
 use rustix::process::{kill_process, Pid, Signal};
+
+use crate::common::lab_command;
 
 /// SIGTERM to `child`.
 fn sigterm(child: &Child) -> rustix::io::Result<()> {
     kill_process(Pid::from_child(child), Signal::TERM)
 }
 
-/// `iwpmctl` of the lab's cargo profile, built (or found fresh) by cargo.
+/// `iwpmctl` as this run built it, beside the lab (`cargo test --workspace` builds it).
 fn iwpmctl() -> PathBuf {
-    let lab = Path::new(env!("CARGO_BIN_EXE_iwpm-lab"));
-    let dir = lab.parent().unwrap();
-    let profile = dir.file_name().unwrap().to_str().unwrap();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .args(["build", "-p", "iwpm-control", "--bin", "iwpmctl"])
-        .args(cargo_profile_flags(profile));
-    cmd.arg("--target-dir").arg(dir.parent().unwrap());
-    assert!(cmd.status().unwrap().success(), "building iwpmctl");
-    dir.join("iwpmctl")
+    built_binary("iwpmctl", "iwpm-control")
 }
 
 /// The lab's stdout lines as they come.
@@ -84,7 +76,7 @@ impl Drop for Held {
 
 fn hold_and_release(extra: &[&str]) {
     let ctl = iwpmctl();
-    let child = Command::new(env!("CARGO_BIN_EXE_iwpm-lab"))
+    let child = lab_command()
         .arg("--hold")
         .args(extra)
         .stdin(Stdio::null())

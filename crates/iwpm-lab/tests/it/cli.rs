@@ -6,9 +6,11 @@ use std::time::{Duration, Instant};
 
 use iwpm_testkit::host::have_tool;
 
+use crate::common::{iwpmd, lab_command};
+
 /// Runs the binary with `args`, killing it after `limit`.
 fn lab(args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_iwpm-lab"))
+    let mut child = lab_command()
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -148,6 +150,7 @@ fn descriptor_exhaustion_is_named_as_the_cause() {
         ])
         .arg(env!("CARGO_BIN_EXE_iwpm-lab"))
         .args(["--connections", "400", "--json"])
+        .env("IWPMD_BIN", iwpmd())
         .stdin(Stdio::null())
         .output()
         .expect("running iwpm-lab under prlimit");
@@ -196,6 +199,7 @@ fn lab_on_a_terminal(args: &str) -> String {
         .args(["-qec"])
         .arg(format!("{} {args}", env!("CARGO_BIN_EXE_iwpm-lab")))
         .arg("/dev/null")
+        .env("IWPMD_BIN", iwpmd())
         .stdin(Stdio::null())
         .output()
         .expect("running script");

@@ -6,6 +6,8 @@
 
 use std::process::{Command, Output, Stdio};
 
+use crate::common::iwpmd;
+
 const NOBODY: &str = "65534";
 
 /// `setpriv` to nobody, with no supplementary groups and no capabilities.
@@ -49,11 +51,9 @@ fn unavailable() -> Option<String> {
 }
 
 fn run(args: &[&str]) -> Output {
-    // Located (and built if need be) as root, before dropping privileges.
-    let daemon = iwpm_lab::locate::daemon_binary(|l| eprintln!("{l}")).expect("iwpmd");
     as_nobody(env!("CARGO_BIN_EXE_iwpm-lab").as_ref())
         .args(args)
-        .env("IWPMD_BIN", daemon)
+        .env("IWPMD_BIN", iwpmd())
         .env("TMPDIR", "/tmp")
         .current_dir("/")
         .stdin(Stdio::null())

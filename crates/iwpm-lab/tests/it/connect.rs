@@ -2,13 +2,9 @@
 //! listener, a connect with no listener (the reject path), a mapping shared by two
 //! listeners (reference counts), and a daemon that is absent at first use.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::Command;
 use std::time::Duration;
 
-use common::*;
 use iwpm_core::Counter;
 use iwpm_kernel_emu::kernel::{RequestKind, IWPM_PID_UNAVAILABLE};
 use iwpm_kernel_emu::{CmError, MapOutcome, RejectReason, RemoteInfoLookup, UnmappedReason};
@@ -21,6 +17,8 @@ use iwpm_proto::netlink::{
     ManageMappingRequest,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
+
+use crate::common::*;
 
 /// B listens, A opens five connections; both daemons hold real ports for exactly what both
 /// kernels use, the passive ends agree, and teardown releases everything.
@@ -120,7 +118,7 @@ fn listen_connect_ipv6() {
         return;
     }
     // Not root: the binary moves itself into a user + network namespace.
-    let out = Command::new(env!("CARGO_BIN_EXE_iwpm-lab"))
+    let out = lab_command()
         .args(["--ipv6", "--connections", "20", "--json"])
         .output()
         .expect("run iwpm-lab");

@@ -2,12 +2,9 @@
 //! exchange is in flight, lossy, duplicated and late peer datagrams, a daemon killed with
 //! live mappings, and malformed or unexpected messages from the kernel.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::*;
 use iwpm_core::{Counter, KernelOp};
 use iwpm_kernel_emu::kernel::RequestKind;
 use iwpm_kernel_emu::{CmError, MapOutcome, UnmappedReason};
@@ -22,6 +19,8 @@ use iwpm_proto::netlink::{
     ManageMappingRequest, MapInfoNumRequest, NlHeader,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
+
+use crate::common::*;
 
 const REQUEST: usize = 0;
 const ACCEPT: usize = 1;

@@ -1,7 +1,10 @@
 //! Shared helpers of the system tests: a lab with real `iwpmd` processes, listeners and
-//! connections, and checks that both sides agree. Every wait is bounded.
+//! connections, and checks that both sides agree; the `iwpm-lab` binary with the daemon
+//! this run built. Every wait is bounded.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use iwpm_kernel_emu::{
@@ -11,9 +14,23 @@ use iwpm_lab::dump::Dump;
 use iwpm_lab::netns::NetPlace;
 use iwpm_lab::workload::Acceptor;
 use iwpm_lab::{Lab, LabConfig};
+use iwpm_testkit::workspace::built_binary;
 
 /// Bound on every wait of a test step.
 pub const WAIT: Duration = Duration::from_secs(15);
+
+/// The `iwpmd` this run built (`cargo test --workspace` builds it beside the lab).
+pub fn iwpmd() -> PathBuf {
+    built_binary("iwpmd", "iwpmd")
+}
+
+/// The `iwpm-lab` binary, told which daemon to run (`IWPMD_BIN`): so it never looks for
+/// one itself, which would build a missing or stale one with cargo.
+pub fn lab_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_iwpm-lab"));
+    cmd.env("IWPMD_BIN", iwpmd());
+    cmd
+}
 
 /// Starts a lab, panicking with the reason if it cannot.
 pub fn lab(config: LabConfig) -> Lab {
