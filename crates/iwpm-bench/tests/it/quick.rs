@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+use iwpm_testkit::workspace::built_binary;
 use serde_json::Value;
 
 fn num(v: &Value, key: &str) -> f64 {
@@ -14,8 +15,11 @@ fn num(v: &Value, key: &str) -> f64 {
 
 #[test]
 fn quick_json_report_has_every_scenario() {
+    // The daemon this run built: the bench would otherwise look for one, and build a
+    // missing or stale one with cargo.
     let out = Command::new(env!("CARGO_BIN_EXE_iwpm-bench"))
         .args(["--quick", "--json", "--no-ipv6"])
+        .env("IWPMD_BIN", built_binary("iwpmd", "iwpmd"))
         .output()
         .expect("running iwpm-bench");
     let stderr = String::from_utf8_lossy(&out.stderr);

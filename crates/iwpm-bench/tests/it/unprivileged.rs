@@ -1,9 +1,12 @@
 //! The bench's IPv6 churn as an unprivileged user: it runs in a child process inside a user
-//! and network namespace of its own (see `iwpm-lab/tests/unprivileged.rs` for why that is a
+//! and network namespace of its own (see `iwpm-lab/tests/it/unprivileged.rs` for why that is a
 //! test of its own). Run as root, the test drops to `nobody` with util-linux `setpriv`;
 //! skipped (with the reason) where that or unprivileged user namespaces are unavailable.
 
 use std::process::{Command, Stdio};
+
+use iwpm_testkit::host::is_root;
+use iwpm_testkit::workspace::built_binary;
 
 fn as_nobody(program: &str) -> Command {
     let mut cmd = Command::new("setpriv");
@@ -29,7 +32,7 @@ fn ok(mut c: Command) -> bool {
 #[test]
 fn ipv6_churn_runs_unprivileged() {
     let bench = env!("CARGO_BIN_EXE_iwpm-bench");
-    let why = if !nix_is_root() {
+    let why = if !is_root() {
         Some("not root: cannot switch to another user".to_owned())
     } else if !ok({
         let mut c = as_nobody(bench);
@@ -52,7 +55,7 @@ fn ipv6_churn_runs_unprivileged() {
         eprintln!("skipped: {why}");
         return;
     }
-    let daemon = iwpm_lab::locate::daemon_binary(|l| eprintln!("{l}")).expect("iwpmd");
+    let daemon = built_binary("iwpmd", "iwpmd");
     let out = as_nobody(bench)
         .args(["--quick", "--churn-only", "--json"])
         .env("IWPMD_BIN", daemon)
@@ -73,8 +76,4 @@ fn ipv6_churn_runs_unprivileged() {
         .filter(|c| c["family"] == "ipv6")
         .count();
     assert_eq!(v6, 4, "two levels, one and eight callers: {r}");
-}
-
-fn nix_is_root() -> bool {
-    rustix::process::geteuid().is_root()
 }
