@@ -21,6 +21,7 @@ use iwpm_control::{metrics, Command as Cmd, ErrorKind, Outcome, Reply, Request};
 use iwpm_kernel_emu::{AcceptMode, EventChannel};
 use iwpm_lab::workload::Acceptor;
 use iwpm_lab::{Lab, LabConfig};
+use iwpm_testkit::host::is_root;
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -86,23 +87,6 @@ fn daemon_pairs(reply: &Reply) -> Vec<(SocketAddr, SocketAddr)> {
         .collect();
     v.sort();
     v
-}
-
-fn is_root() -> bool {
-    nix_geteuid() == 0
-}
-
-fn nix_geteuid() -> u32 {
-    // /proc/self/status "Uid:\treal\teffective..." (no unsafe, no extra crate).
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        })
-        .and_then(|u| u.parse().ok())
-        .unwrap_or(u32::MAX)
 }
 
 #[test]

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,15 +19,7 @@ use iwpm_control::metrics;
 use iwpm_kernel_emu::{AcceptMode, EventChannel};
 use iwpm_lab::workload::Acceptor;
 use iwpm_lab::{Lab, LabConfig};
-
-fn on_path(names: &[&str]) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    names.iter().find_map(|n| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(n))
-            .find(|p| p.is_file())
-    })
-}
+use iwpm_testkit::host::which;
 
 fn required() -> bool {
     std::env::var_os("CI").is_some() || std::env::var("IWPM_RIG_REQUIRED").as_deref() == Ok("1")
@@ -101,7 +93,10 @@ fn parse_text(text: &str) -> Exposition {
 
 #[test]
 fn node_exporter_serves_every_iwpmd_series_with_its_type() {
-    let Some(exporter) = on_path(&["prometheus-node-exporter", "node_exporter"]) else {
+    let Some(exporter) = ["prometheus-node-exporter", "node_exporter"]
+        .into_iter()
+        .find_map(which)
+    else {
         assert!(
             !required(),
             "prometheus-node-exporter must be installed in CI (.ci/run installs it)"
