@@ -4,13 +4,14 @@
 //! `bash -c 'exec N<&M ...; exec iwpmd'` (the shell does the `dup2`, `exec` keeps the pid
 //! so `$$` is the daemon's), and the log says whether it was taken over.
 //!
-//! One test function: the descriptor is made inheritable for the spawn, and no other test
-//! of this binary may start a process meanwhile.
+//! One test function, alone in a process of its own ([`in_own_process`]): the descriptor
+//! is made inheritable for the spawn, and no other test may start a process meanwhile.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 
+use iwpm_testkit::alone::in_own_process;
 use iwpm_testkit::prelude::*;
 use rustix::io::{fcntl_dupfd_cloexec, fcntl_setfd, FdFlags};
 
@@ -53,6 +54,9 @@ fn run_with(socket: &TcpListener, at: u32, env: &str) -> String {
 /// first two cases.
 #[test]
 fn listen_fds_are_adopted_only_for_our_pid_and_from_fd_3() {
+    if in_own_process("socket_activation::listen_fds_are_adopted_only_for_our_pid_and_from_fd_3") {
+        return;
+    }
     let socket = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
 
     // No LISTEN_PID: ignored, left alone.

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use iwpm_proto::config::ConfigKey;
 use iwpm_testkit::prelude::*;
+use iwpm_testkit::workspace::workspace_root;
 
 const BIN: &str = env!("CARGO_BIN_EXE_iwpmd");
 
 fn packaging(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../packaging")
-        .join(file)
+    workspace_root().join("packaging").join(file)
 }
 
 fn read_packaging(file: &str) -> String {

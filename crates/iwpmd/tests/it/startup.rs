@@ -12,10 +12,6 @@ use iwpm_testkit::prelude::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_iwpmd");
 
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
 fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

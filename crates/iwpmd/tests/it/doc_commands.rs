@@ -2,7 +2,8 @@
 //! EXAMPLES show works as written, checked cheaply (nothing here builds, boots or installs anything):
 //!
 //! * `cargo` lines: each `-p` names a workspace package, each `--bin`, `--example`,
-//!   `--test` a target of it (`cargo metadata`), and the options after `--` of a
+//!   `--test` a target of it (read from the manifests and the directories cargo discovers
+//!   targets in: the test runs no cargo), and the options after `--` of a
 //!   `cargo run --bin X` are options `X --help` lists;
 //! * our binaries (`iwpmd`, `iwpmctl`, `target/*/iwpmd`, ...): each subcommand and option
 //!   is one `--help` lists (the subcommand's own `--help` for `iwpmctl SUB`), and a line
@@ -15,8 +16,10 @@
 //! a new kind of command needs a decision here.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+use iwpm_testkit::workspace::workspace_root as root;
 
 /// Programs of the host, not of this project: not run, not checked.
 const SYSTEM_TOOLS: &[&str] = &[
@@ -41,10 +44,6 @@ const SYSTEM_TOOLS: &[&str] = &[
 /// they have landed.
 const PENDING_OPTIONS: &[(&str, &str, &str)] = &[];
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
@@ -52,41 +51,75 @@ fn read(rel: &str) -> String {
 /// The workspace's packages and their targets (kind, name).
 struct Workspace(BTreeMap<String, BTreeSet<(String, String)>>);
 
+/// Target kinds as cargo names them, with the directory cargo discovers them in.
+const TARGET_DIRS: [(&str, &str); 3] = [
+    ("example", "examples"),
+    ("test", "tests"),
+    ("bench", "benches"),
+];
+
 impl Workspace {
+    /// The members of the root manifest, each with the targets cargo would build: those its
+    /// manifest declares (`[[bin]]`, `[[example]]`, `[[test]]`, `[[bench]]`) and those cargo
+    /// discovers (`src/main.rs`, `src/bin/`, `examples/`, `tests/`, `benches/`: a `.rs`
+    /// file, or a directory with a `main.rs`).
     fn load() -> Self {
-        let out = Command::new(env!("CARGO"))
-            .args([
-                "metadata",
-                "--format-version",
-                "1",
-                "--no-deps",
-                "--offline",
-            ])
-            .current_dir(root())
-            .output()
-            .expect("cargo metadata");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let manifest = read("Cargo.toml");
+        let members = manifest
+            .split_once("members = [")
+            .and_then(|(_, rest)| rest.split_once(']'))
+            .expect("members = [...] in the root Cargo.toml")
+            .0
+            .split(',')
+            .map(|m| m.trim().trim_matches('"'))
+            .filter(|m| !m.is_empty());
         let mut packages = BTreeMap::new();
-        for p in meta["packages"].as_array().unwrap() {
-            let targets = p["targets"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(|t| {
-                    let name = t["name"].as_str().unwrap().to_owned();
-                    t["kind"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(move |k| (k.as_str().unwrap().to_owned(), name.clone()))
-                })
-                .collect();
-            packages.insert(p["name"].as_str().unwrap().to_owned(), targets);
+        for member in members {
+            let dir = root().join(member);
+            let mut name = None;
+            let mut targets = BTreeSet::new();
+            let mut section = String::new();
+            for line in read(&format!("{member}/Cargo.toml")).lines() {
+                let line = line.trim();
+                if line.starts_with('[') {
+                    section = line.trim_matches(|c| c == '[' || c == ']').to_owned();
+                    continue;
+                }
+                let Some(value) = line
+                    .strip_prefix("name")
+                    .and_then(|v| v.trim_start().strip_prefix('='))
+                    .map(|v| v.trim().trim_matches('"').to_owned())
+                else {
+                    continue;
+                };
+                match section.as_str() {
+                    "package" => name = Some(value),
+                    "bin" | "example" | "test" | "bench" => {
+                        targets.insert((section.clone(), value));
+                    }
+                    _ => {}
+                }
+            }
+            let name = name.unwrap_or_else(|| panic!("{member}: no package name"));
+            if dir.join("src/main.rs").is_file() {
+                targets.insert(("bin".to_owned(), name.clone()));
+            }
+            let discovered = std::iter::once(("bin", dir.join("src/bin")))
+                .chain(TARGET_DIRS.iter().map(|&(kind, sub)| (kind, dir.join(sub))));
+            for (kind, sub) in discovered {
+                for entry in std::fs::read_dir(&sub).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    let stem = match path.extension() {
+                        Some(ext) if ext == "rs" => path.file_stem(),
+                        _ if path.join("main.rs").is_file() => path.file_name(),
+                        _ => None,
+                    };
+                    if let Some(stem) = stem.and_then(|s| s.to_str()) {
+                        targets.insert((kind.to_owned(), stem.to_owned()));
+                    }
+                }
+            }
+            packages.insert(name, targets);
         }
         Workspace(packages)
     }
@@ -552,6 +585,32 @@ fn commands_are_split_as_a_shell_would() {
         assert!(!errors.is_empty() || skipped, "{bad}: not caught");
         notes.clear();
     }
+}
+
+/// The targets as cargo would build them, read without cargo: declared and discovered
+/// binaries, an example, the test binaries, a bench.
+#[test]
+fn the_workspace_targets_are_read_from_the_manifests() {
+    let ws = Workspace::load();
+    for (package, kind, name) in [
+        ("iwpmd", "bin", "iwpmd"),
+        ("iwpm-control", "bin", "iwpmctl"),
+        ("iwpm-sim", "bin", "iwpm-sim"),
+        ("iwpm-kernel-emu", "example", "kernel"),
+        ("iwpmd", "test", "it"),
+        ("iwpm-testkit", "test", "it"),
+        ("iwpm-core", "bench", "table"),
+    ] {
+        assert!(
+            ws.has_target(Some(package), kind, name),
+            "{package} has no {kind} target {name}: {:?}",
+            ws.0.get(package)
+        );
+    }
+    assert!(
+        !ws.has_target(None, "test", "vectors"),
+        "a directory without main.rs"
+    );
 }
 
 /// The configuration example of `iwpmd.conf(5)` is a file the daemon reads without a

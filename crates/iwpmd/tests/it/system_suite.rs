@@ -10,24 +10,11 @@
 //! gcc or apt-get, not root, or `IWPM_RIG=0`); with `IWPM_RIG_REQUIRED=1` (CI) a missing
 //! facility fails it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
+use iwpm_testkit::host::{is_root, on_path};
+use iwpm_testkit::workspace::workspace_root;
 
 /// Why the system test cannot run here, if it cannot.
 fn missing_facility() -> Option<String> {

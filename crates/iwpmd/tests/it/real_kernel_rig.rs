@@ -20,17 +20,11 @@
 //! `IWPM_RIG_REQUIRED=1`, which never ignores it and turns any skip into a failure, and
 //! `IWPM_RIG_SETUP=1`, so CI always runs it, building the kernels on a fresh machine.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-}
+use iwpm_testkit::host::{is_root, on_path};
+use iwpm_testkit::workspace::workspace_root;
 
 /// Why the rig cannot run here, if it cannot.
 fn missing_facility() -> Option<String> {
@@ -82,14 +76,6 @@ fn kernels() -> Vec<&'static str> {
         Ok("6.12") => vec!["6.12"],
         _ => vec!["6.1", "6.12"],
     }
-}
-
-fn is_root() -> bool {
-    // `id -u` avoids a libc dependency in this test.
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 #[test]

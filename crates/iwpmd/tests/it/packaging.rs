@@ -4,15 +4,13 @@
 //! name exists, the maintainer scripts divert the same list, and the completion scripts
 //! know the options. (`scripts/check-packaging` builds and installs the package itself.)
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use iwpm_testkit::workspace::workspace_root;
 
 fn read(path: &str) -> String {
-    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    std::fs::read_to_string(workspace_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// A unit file without its comment lines (they may name settings the unit does not use).
@@ -127,7 +125,10 @@ fn every_packaged_file_exists() {
         }
     }
     for license in ["LICENSE-MIT", "LICENSE-APACHE", "CHANGELOG.md"] {
-        assert!(repo().join(license).is_file(), "{license} missing");
+        assert!(
+            workspace_root().join(license).is_file(),
+            "{license} missing"
+        );
     }
     let workspace = read("Cargo.toml");
     assert!(workspace.contains("license = \"MIT OR Apache-2.0\""));
@@ -178,7 +179,7 @@ fn maintainer_scripts_divert_and_restore_the_same_rdma_core_files() {
         );
     }
     for script in ["preinst", "postinst", "prerm", "postrm"] {
-        let path = repo().join("packaging/debian").join(script);
+        let path = workspace_root().join("packaging/debian").join(script);
         let out = Command::new("sh").arg("-n").arg(&path).output().unwrap();
         assert!(out.status.success(), "{script}: {out:?}");
     }
