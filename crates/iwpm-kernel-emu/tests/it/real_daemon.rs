@@ -233,7 +233,7 @@ fn two_hosts_two_daemons() {
 /// A restarted daemon gets the live mappings replayed and takes over.
 #[test]
 fn restart_replays_mappings() {
-    let _shared = crate::real_daemons_shared();
+    let shared = crate::real_daemons_shared();
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let fabric = fabric();
     let a = host(&fabric, "restart", ip, PortMapMode::PortMapped);
@@ -247,6 +247,9 @@ fn restart_replays_mappings() {
         .unwrap();
     assert!(l1.info.mapping.is_mapped() && l2.info.mapping.is_mapped());
     let old_pid = a.kernel_view().pid;
+    drop(shared);
+    // The mapped ports are free until the replay has them bound again.
+    let alone = crate::real_daemons_alone();
     first.terminate();
 
     let second = Daemon::start(&a, ip, port);
@@ -254,6 +257,8 @@ fn restart_replays_mappings() {
     // The replay went out and was acknowledged in full.
     let acked = a.wait_for(T, |_| a.stats().kernel.mapinfo_num_acks == 1);
     assert!(acked, "{}", second.log());
+    drop(alone);
+    let _shared = crate::real_daemons_shared();
     let s = a.stats().kernel;
     assert_eq!(
         (s.replays, s.mapinfo_records_sent, s.mapinfo_num_sent),

@@ -14,8 +14,9 @@
 //! Descriptors reach the next daemon through `bash -c 'exec 3<&N ...; exec iwpmd'`: the
 //! shell does the `dup2`s, so the test needs no `pre_exec` (unsafe).
 //!
-//! Each test runs while no other real daemon of this test binary does
-//! ([`crate::real_daemons_alone`]).
+//! The windows in which a restart's mapped ports are free or its descriptors inheritable
+//! are kept from every other real daemon of this test binary ([`crate::REAL_DAEMONS`]);
+//! the two long waits for the replay window run side by side.
 //!
 //! Figures: `cargo test -p iwpm-kernel-emu --test it -- zero_gap:: --nocapture`
 //! (`IWPM_ZEROGAP_MAPPINGS=N` changes the number of mappings, default 320;
@@ -486,7 +487,7 @@ fn wait_state_matches_kernel(s: &Setup, d: &Daemon) -> HashMap<(String, String),
 
 #[test]
 fn fd_store_restart_keeps_every_port_bound() {
-    let _alone = crate::real_daemons_alone();
+    let shared = crate::real_daemons_shared();
     if !port_mapped() {
         eprintln!("IWPM_ZEROGAP_NO_PORT_MAP: no ports are reserved, nothing to store; skipped");
         return;
@@ -551,6 +552,9 @@ fn fd_store_restart_keeps_every_port_bound() {
         sd.state.lock().unwrap().names()
     );
     let t_spawn = Instant::now();
+    drop(shared);
+    // The stored sockets are inheritable while the next daemon is spawned.
+    let alone = crate::real_daemons_alone();
     let second = Daemon::spawn(
         &s.dir,
         &s.host,
@@ -559,7 +563,9 @@ fn fd_store_restart_keeps_every_port_bound() {
         Some(&sd.path),
         &pass,
     );
+    drop(alone);
     drop(pass);
+    let shared = crate::real_daemons_shared();
     let restored = second
         .wait_line("mappings restored from the state file", T)
         .unwrap_or_else(|| panic!("no restore:\n{}", second.log()));
@@ -568,12 +574,15 @@ fn fd_store_restart_keeps_every_port_bound() {
         sd.saw("READY=1")
     });
     assert!(ready, "{}", second.log());
+    drop(shared);
     // The replay of more than ~227 mappings is cut short (no MAPINFO_NUM): the restored
-    // mappings are settled when the replay window closes.
+    // mappings are settled when the replay window closes. Only waiting (no lock): the
+    // other restart may wait for its own window meanwhile.
     let settled = second
         .wait_line("restored mappings settled", T)
         .unwrap_or_else(|| panic!("never settled:\n{}", second.log()));
     let (free_seen, rounds) = probe.finish();
+    let _shared = crate::real_daemons_shared();
     let k = s.host.stats().kernel;
     eprintln!(
         "fd store restart, {n} mappings: SIGTERM->exit {:?}, spawn->restored {:?}, \
@@ -628,18 +637,23 @@ fn fd_store_restart_keeps_every_port_bound() {
 
 #[test]
 fn state_file_restart_restores_all_mappings() {
-    let _alone = crate::real_daemons_alone();
+    let shared = crate::real_daemons_shared();
     let n = mappings_wanted();
     let s = setup("zgsf");
     let mut first = Daemon::spawn(&s.dir, &s.host, s.peer_port, Some(&s.state_file), None, &[]);
     let listeners = listen_many(&s, &first, n);
     let ports = mapped_ports(&listeners);
     let before = wait_state_matches_kernel(&s, &first);
+    drop(shared);
+    // The mapped ports are free from the first daemon's exit until the second has bound
+    // them again.
+    let alone = crate::real_daemons_alone();
     let gone = first.terminate();
     let second = Daemon::spawn(&s.dir, &s.host, s.peer_port, Some(&s.state_file), None, &[]);
     let restored = second
         .wait_line("mappings restored from the state file", T)
         .unwrap_or_else(|| panic!("no restore:\n{}", second.log()));
+    drop(alone);
     let line = second.log();
     let took = line
         .lines()
@@ -647,9 +661,11 @@ fn state_file_restart_restores_all_mappings() {
         .unwrap_or_default()
         .to_owned();
     assert!(took.contains(&format!("restored={n}")), "{took}");
+    // Only waiting (no lock), as the other restart may be meanwhile.
     second
         .wait_line("restored mappings settled", T)
         .unwrap_or_else(|| panic!("never settled:\n{}", second.log()));
+    let _shared = crate::real_daemons_shared();
     eprintln!(
         "state file restart, {n} mappings: ports unbound from daemon exit to restore done: \
          {:?} (upper bound, includes process start); {took}",
