@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuilds the committed seed corpora from the golden vectors (hex files with '#' comments)
 # and the shipped/packaged config examples, and the core_sequence seeds from the scenarios in
-# crates/iwpm-core/tests/core_sequence.rs. Run from anywhere; output is deterministic.
+# crates/iwpm-core/tests/it/core_sequence.rs. Run from anywhere; output is deterministic.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 vec="$here/../crates/iwpm-proto/tests/vectors"
@@ -17,8 +17,8 @@ printf '# comment\n\nnl_sock_rbuf_size = 4096\nunknown_key=1\n  indented=2\nnl_s
 printf 'peer_port=3935\npeer_bind_v4=127.0.0.1\npeer_bind_v6=::1\n' > "$dst/seed-extensions"
 printf 'nl_sock_rbuf_size==12abc\nfoo=bar\n%0200d=1\n' 0 > "$dst/seed-edge"
 # core_sequence: hand-written scenarios, encoded by the driver's own encoder.
-cargo test -q --manifest-path "$here/../Cargo.toml" -p iwpm-core --test core_sequence \
-    -- --ignored --exact write_seeds >/dev/null
+cargo test -q --manifest-path "$here/../Cargo.toml" -p iwpm-core --test it \
+    -- --ignored --exact core_sequence::write_seeds >/dev/null
 # control_frame: one length-prefixed JSON frame per seed (requests, a response, edge cases).
 dst="$here/corpus/control_frame"; mkdir -p "$dst"; rm -f "$dst"/seed-*
 frame() { local n=${#2}; { printf "\\x$(printf %02x $((n >> 24 & 255)))\\x$(printf %02x $((n >> 16 & 255)))\\x$(printf %02x $((n >> 8 & 255)))\\x$(printf %02x $((n & 255)))"; printf '%s' "$2"; } > "$dst/seed-$1"; }

@@ -2,7 +2,7 @@
 //! reports can name it: `IWPMD_BUILD` from the environment when set (packagers), else
 //! `git describe --always --dirty` of the checkout, else `unknown` (a source tarball).
 //!
-//! Also decides whether the real-kernel rig test can run here (`tests/real_kernel_rig.rs`):
+//! Also decides whether the real-kernel rig test can run here (`tests/it/real_kernel_rig.rs`):
 //! when it cannot, the test is compiled as `#[ignore]`, so `cargo test` reports it as
 //! `ignored` with the reason instead of a silent `ok`. It cannot run without QEMU and root,
 //! nor, unless `IWPM_RIG_SETUP=1` allows it to install `linux-source` and build one, without

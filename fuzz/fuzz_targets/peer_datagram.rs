@@ -1,7 +1,7 @@
 //! Fuzz target: the oracle `iwpm_proto::fuzzing::peer_datagram` (no panic; round trip where the
 //! format allows, in the plain and the extended 96-byte form; `peer_extension` agrees with
 //! `decode` about the extension block). The committed seeds in `fuzz/corpus/peer_datagram/` are replayed on stable by
-//! `crates/iwpm-proto/tests/fuzz_corpus.rs`.
+//! `crates/iwpm-proto/tests/it/fuzz_corpus.rs`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

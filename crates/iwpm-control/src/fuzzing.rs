@@ -1,5 +1,5 @@
 //! The fuzz oracle of the control socket's decoder (`fuzz/fuzz_targets/control_frame.rs`,
-//! and the stable replay of its corpus in `tests/fuzz_corpus.rs`): arbitrary bytes, split
+//! and the stable replay of its corpus in `tests/it/fuzz_corpus.rs`): arbitrary bytes, split
 //! at an arbitrary point, through the daemon's decoder. It must never panic, never buffer
 //! past the limit, and every request it accepts must survive an encode/decode round trip.
 #![expect(

@@ -1,5 +1,5 @@
 //! The human form of each reply: aligned tables and `key: value` blocks, stable enough to
-//! be snapshot-tested (`tests/render.rs`); scripts should use `--json`.
+//! be snapshot-tested (`tests/it/render.rs`); scripts should use `--json`.
 
 use std::fmt::Write as _;
 

@@ -111,7 +111,7 @@ pub struct DaemonConfig {
 
 /// The control socket `iwpmd --kernel unix:KERNEL` opens when given none: `KERNEL.control`,
 /// beside the emulator's socket (`iwpm_control::socket_beside`, which the lab cannot
-/// import without a dependency cycle; `tests/hold.rs` talks to the daemon through it).
+/// import without a dependency cycle; `tests/it/hold.rs` talks to the daemon through it).
 pub fn control_socket_beside(kernel: &Path) -> PathBuf {
     let mut s = kernel.as_os_str().to_owned();
     s.push(".control");

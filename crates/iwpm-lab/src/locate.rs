@@ -165,7 +165,7 @@ fn profile_dir(exe: &Path) -> Option<(PathBuf, String)> {
 }
 
 /// What selects cargo profile `profile` on a cargo command line: nothing for `debug`,
-/// `--release`, else `--profile NAME` (also for the tests that build a sibling binary).
+/// `--release`, else `--profile NAME`.
 pub fn cargo_profile_flags(profile: &str) -> Vec<&str> {
     match profile {
         "debug" => vec![],

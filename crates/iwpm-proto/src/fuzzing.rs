@@ -1,5 +1,5 @@
 //! Fuzz oracles: one function per parser, shared by the cargo-fuzz targets in `fuzz/` and by
-//! the stable-toolchain corpus replay test (`tests/fuzz_corpus.rs`), so CI exercises every
+//! the stable-toolchain corpus replay test (`tests/it/fuzz_corpus.rs`), so CI exercises every
 //! committed corpus input on every run.
 //!
 //! Each oracle must not panic on any input; where the format allows, it also checks the

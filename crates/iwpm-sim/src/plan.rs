@@ -1023,7 +1023,7 @@ impl What {
 impl Scenario {
     /// The scenario without the attacks of findings A-I (the rdma-core-like peer, IPv6
     /// and wildcard listeners stay): what a seed shows of those alone
-    /// (`tests/findings.rs`).
+    /// (`tests/it/findings.rs`).
     pub fn without_findings_attacks(&self) -> Scenario {
         Scenario {
             items: self

@@ -1,6 +1,7 @@
 //! What this host can do for a test, and what a test does when it cannot: skip with the
 //! reason printed, except on CI, where a skip would hide a missing facility.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 /// True on CI (`CI` set): tests that would skip for lack of a facility fail instead.
@@ -17,7 +18,26 @@ pub fn skip(test: &str, reason: &str) -> bool {
 
 /// True (and the test is skipped, with the reason printed) unless running as root.
 pub fn skip_unless_root(test: &str, reason: &str) -> bool {
-    !rustix::process::geteuid().is_root() && skip(test, reason)
+    !is_root() && skip(test, reason)
+}
+
+/// Whether this test runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The first file named `tool` in a `$PATH` directory, without running it (for tools
+/// without a `--version`, and to tell "not installed" from "failed").
+pub fn which(tool: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Whether `tool` is on `$PATH` ([`which`]).
+pub fn on_path(tool: &str) -> bool {
+    which(tool).is_some()
 }
 
 /// Whether `tool` runs (`tool --version` succeeds).

@@ -7,12 +7,15 @@
 //! [`fake_kernel`] (the test plays the kernel end of its link), [`load`] (many requests
 //! in flight, a stallable log reader, /proc figures). Around them: [`net`] (free ports),
 //! [`fs`] (scratch directories and socket paths), [`host`] (what this host can do, and
-//! skipping when it cannot). For the codec's own tests: [`netlink_bytes`] (messages built
-//! and taken apart by hand) and [`netlink_strategies`] (proptest strategies of every
-//! message). [`model`]: the core's model driver (an op grammar the fuzzer and the
-//! property tests share) and [`model::FakePorts`], the fake port reservations. [`prelude`] brings the daemon-side helpers in with one `use`.
+//! skipping when it cannot), [`workspace`] (the repository, and the binaries the running
+//! build made), [`alone`] (a test in a process of its own). For the codec's own tests:
+//! [`netlink_bytes`] (messages built and taken apart by hand) and [`netlink_strategies`]
+//! (proptest strategies of every message). [`model`]: the core's model driver (an op
+//! grammar the fuzzer and the property tests share) and [`model::FakePorts`], the fake
+//! port reservations. [`prelude`] brings the daemon-side helpers in with one `use`.
 #![warn(unreachable_pub)]
 
+pub mod alone;
 pub mod core_host;
 pub mod daemon;
 pub mod fake_kernel;
@@ -23,6 +26,7 @@ pub mod model;
 pub mod net;
 pub mod netlink_bytes;
 pub mod netlink_strategies;
+pub mod workspace;
 
 /// Everything a process-level test of the daemon uses, for `use iwpm_testkit::prelude::*`.
 pub mod prelude {
@@ -32,7 +36,9 @@ pub mod prelude {
     };
     pub use crate::fake_kernel::{kernel_request, nl_string, FakeKernel};
     pub use crate::fs::{scratch_dir, sock_path, ScratchDir};
-    pub use crate::host::{have_tool, host_has_netlink_rdma, on_ci, skip, skip_unless_root};
+    pub use crate::host::{
+        have_tool, host_has_netlink_rdma, is_root, on_ci, on_path, skip, skip_unless_root,
+    };
     pub use crate::load::{nofile_limits, open_fds, AddOutcome, KernelPipe, LogState, Watched};
     pub use crate::net::{free_udp_port, free_udp_port_on, tcp_port_free};
     pub use crate::{daemon_command, iwpmd_bin, iwpmd_command};

@@ -1,6 +1,6 @@
 //! State-machine fuzzing of [`Core`], shared by the cargo-fuzz target
 //! `fuzz/fuzz_targets/core_sequence.rs` and the stable test
-//! `crates/iwpm-core/tests/core_sequence.rs` (corpus replay + proptest sequences).
+//! `crates/iwpm-core/tests/it/core_sequence.rs` (corpus replay + proptest sequences).
 //!
 //! [`core_sequence`] decodes arbitrary bytes into a [`Setup`] and a list of [`Op`]s (see
 //! [`decode`]; [`encode`] is its inverse, used to build seeds; `ops.rs`) and plays them
@@ -73,7 +73,7 @@ pub fn core_sequence(data: &[u8]) {
 }
 
 /// Oracle of the state-file parser (`fuzz/fuzz_targets/state_file.rs`, and the corpus
-/// replay in `crates/iwpm-core/tests/restore.rs`): [`StateFile::decode`] never panics,
+/// replay in `crates/iwpm-core/tests/it/restore.rs`): [`StateFile::decode`] never panics,
 /// and whatever it accepts encodes to bytes that decode to the same file.
 pub fn state_file(data: &[u8]) {
     if let Ok(file) = StateFile::decode(data) {

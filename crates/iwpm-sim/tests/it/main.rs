@@ -1,0 +1,7 @@
+//! The simulator's integration tests, one test binary: the CI seed set and the random
+//! sweep (`seeds`), one seed per finding (`findings`), and each invariant failing when the
+//! faults may not explain trouble (`invariants`).
+
+mod findings;
+mod invariants;
+mod seeds;
