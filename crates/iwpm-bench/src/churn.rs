@@ -35,13 +35,13 @@ const LIVE_BASE_PORT: u32 = 1024;
 /// The churned listener's port.
 const CHURN_PORT: u16 = 65500;
 /// Ops per batch; batches of churn and floor alternate.
-pub const BATCH: usize = 100;
+pub(crate) const BATCH: usize = 100;
 /// Callers of the concurrent churn (`--callers` changes it).
-pub const CONCURRENT_CALLERS: usize = 8;
+pub(crate) const CONCURRENT_CALLERS: usize = 8;
 
 /// One churn level.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ChurnLevel {
+pub(crate) struct ChurnLevel {
     /// `ipv4` or `ipv6`.
     pub family: String,
     /// Live mappings held while churning.
@@ -77,7 +77,7 @@ pub struct ChurnLevel {
 
 /// Runs the levels in increasing order on one pair of daemons; each level once per entry
 /// of `callers`.
-pub fn run(
+pub(crate) fn run(
     status: &Status,
     family: Family,
     mode: PortMapMode,
@@ -285,7 +285,7 @@ fn floor_op(at: SocketAddr) -> Result<()> {
 }
 
 /// `ipv4` / `ipv6`.
-pub fn family_name(f: Family) -> &'static str {
+pub(crate) fn family_name(f: Family) -> &'static str {
     match f {
         Family::V4 => "ipv4",
         Family::V6 => "ipv6",

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 /// One connect scenario.
 #[derive(Clone, Debug, Serialize)]
-pub struct ConnectResult {
+pub(crate) struct ConnectResult {
     /// `steady` or `burst`.
     pub scenario: &'static str,
     /// Connections opened.
@@ -36,7 +36,7 @@ pub struct ConnectResult {
 }
 
 /// Opens `connections` from A to B, `concurrency` at a time.
-pub fn run(
+pub(crate) fn run(
     status: &Status,
     scenario: &'static str,
     connections: usize,
@@ -81,7 +81,7 @@ pub fn run(
 
 /// Restart recovery.
 #[derive(Clone, Debug, Serialize)]
-pub struct RestartResult {
+pub(crate) struct RestartResult {
     /// Mappings held when the daemon was killed.
     pub mappings: usize,
     /// SIGKILL to the MAPINFO replay acknowledged by the new daemon, ms.
@@ -96,7 +96,7 @@ pub struct RestartResult {
 
 /// A's daemon holds `mappings` listeners, is killed with SIGKILL and restarted (the tap
 /// stays: it closes the dead daemon's link, as a dead netlink port is).
-pub fn restart(mappings: usize) -> Result<RestartResult> {
+pub(crate) fn restart(mappings: usize) -> Result<RestartResult> {
     let mut lab = Lab::start(LabConfig {
         relay: None,
         echo_daemon_logs: crate::verbose(),

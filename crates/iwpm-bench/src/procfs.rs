@@ -5,7 +5,7 @@
 use std::fs;
 
 /// `VmRSS` of `pid`, bytes.
-pub fn rss_bytes(pid: u32) -> Option<u64> {
+pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -14,7 +14,7 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 
 /// CPU time of every thread of `pid`, ns: the event loop and its helper threads (the
 /// state file and dump writers), so work moved off the loop still counts.
-pub fn cpu_ns(pid: u32) -> Option<u64> {
+pub(crate) fn cpu_ns(pid: u32) -> Option<u64> {
     let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut total = 0u64;
     for task in tasks.flatten() {
@@ -26,7 +26,7 @@ pub fn cpu_ns(pid: u32) -> Option<u64> {
 
 /// CPU time of the calling thread, ns (`CLOCK_THREAD_CPUTIME_ID`: exact, where the
 /// thread's own `schedstat` lags until its next context switch).
-pub fn own_thread_cpu_ns() -> Option<u64> {
+pub(crate) fn own_thread_cpu_ns() -> Option<u64> {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Some(u64::try_from(t.tv_sec).ok()? * 1_000_000_000 + u64::try_from(t.tv_nsec).ok()?)
 }
@@ -37,7 +37,7 @@ fn parse_schedstat(text: &str) -> Option<u64> {
 
 /// The process's hard `RLIMIT_NOFILE` (from `/proc/self/limits`): the daemons the bench
 /// starts inherit it and raise their soft limit to it.
-pub fn fd_limit() -> Option<u64> {
+pub(crate) fn fd_limit() -> Option<u64> {
     let limits = fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     line.split_whitespace().nth(4)?.parse().ok()
@@ -45,12 +45,12 @@ pub fn fd_limit() -> Option<u64> {
 
 /// Descriptors the full run wants: 50k port-mapped mappings, each holding a socket, and a
 /// margin for the daemon's own.
-pub const FD_WANTED: u64 = 51_024;
+pub(crate) const FD_WANTED: u64 = 51_024;
 
 /// Raises this process's hard (and soft) `RLIMIT_NOFILE` to `wanted` where permitted (it
 /// needs `CAP_SYS_RESOURCE`), so the daemons the bench starts inherit it. Best effort:
 /// without the capability the limit stays, and the scale is capped to it.
-pub fn raise_fd_limit(wanted: u64) {
+pub(crate) fn raise_fd_limit(wanted: u64) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     if getrlimit(Resource::Nofile)
         .maximum
@@ -68,7 +68,7 @@ pub fn raise_fd_limit(wanted: u64) {
 }
 
 /// 1-minute load average.
-pub fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()

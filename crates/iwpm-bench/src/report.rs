@@ -9,7 +9,7 @@ use crate::connect::{ConnectResult, RestartResult};
 use crate::procfs;
 
 /// Mappings held at the restart: what one kernel MAPINFO replay can carry.
-pub const RESTART_MAPPINGS: usize = 200;
+pub(crate) const RESTART_MAPPINGS: usize = 200;
 
 /// Port-mapped live mappings that fit one IP: each holds a port of the ephemeral range
 /// (`ip_local_port_range`, 28,232 ports by default), less a margin for everything else.
@@ -20,7 +20,7 @@ const FD_MARGIN: u64 = 1024;
 
 /// How big each scenario is.
 #[derive(Clone, Debug, Serialize)]
-pub struct Scale {
+pub(crate) struct Scale {
     /// Live-mapping levels of the churn.
     pub churn_levels: Vec<usize>,
     /// Churn ops per level.
@@ -40,7 +40,7 @@ pub struct Scale {
 impl Scale {
     /// Full or quick sizes, capped so that the daemon's sockets fit in `fd_limit`. With
     /// `no_port_map` (`--siw`) the churn's mappings hold no socket and are not capped.
-    pub fn new(quick: bool, fd_limit: Option<u64>, no_port_map: bool) -> Scale {
+    pub(crate) fn new(quick: bool, fd_limit: Option<u64>, no_port_map: bool) -> Scale {
         let cap = fd_limit.map_or(usize::MAX, |l| {
             usize::try_from(l.saturating_sub(FD_MARGIN)).unwrap_or(usize::MAX)
         });
@@ -99,7 +99,7 @@ impl Scale {
 
 /// One of the "done when" targets.
 #[derive(Clone, Debug, Serialize)]
-pub struct Target {
+pub(crate) struct Target {
     /// What is measured.
     pub name: String,
     /// The measured value.
@@ -112,7 +112,7 @@ pub struct Target {
 
 /// Everything one run measured.
 #[derive(Clone, Debug, Serialize)]
-pub struct Bench {
+pub(crate) struct Bench {
     /// Sizes.
     pub scale: Scale,
     /// 1-minute load average before and after (the machine may be shared).
@@ -133,7 +133,7 @@ pub struct Bench {
 
 impl Bench {
     /// An empty result for `scale`.
-    pub fn new(scale: &Scale) -> Bench {
+    pub(crate) fn new(scale: &Scale) -> Bench {
         Bench {
             scale: scale.clone(),
             load_before: procfs::load_average(),
@@ -147,7 +147,7 @@ impl Bench {
     }
 
     /// Records the load and evaluates the targets.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.load_after = procfs::load_average();
         let mut t = Vec::new();
         let mut callers: Vec<usize> = self.churn.iter().map(|c| c.callers).collect();
@@ -225,7 +225,7 @@ impl Bench {
     }
 
     /// The text report.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut s = String::new();
         let load = |l: Option<f64>| l.map_or("?".into(), |l| format!("{l:.1}"));
         let _ = writeln!(
@@ -313,7 +313,7 @@ impl Bench {
 
 /// The churn as a chart: the daemon's CPU µs per op against live mappings, one line per
 /// family and number of callers, and the syscall floor of each family (one caller) dashed.
-pub fn churn_svg(bench: &Bench) -> String {
+pub(crate) fn churn_svg(bench: &Bench) -> String {
     let mut series: Vec<iwpm_lab::svg::Series> = Vec::new();
     let mut add = |name: String, dashed: bool, point: (f64, f64)| match series
         .iter_mut()

@@ -18,7 +18,6 @@
 //!   macro), for the daemon that prints them and the tools that read them back.
 //!
 //! The protocol is documented in `docs/control.md`.
-#![warn(unreachable_pub)]
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]

@@ -10,7 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// Fibonacci hashing: the multiplication spreads the key into the high bits (hashbrown's
 /// tag) and keeps distinct low bits distinct (its bucket index).
 #[derive(Debug, Default)]
-pub struct IntHasher(u64);
+pub(crate) struct IntHasher(u64);
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -35,9 +35,9 @@ impl Hasher for IntHasher {
 }
 
 /// A map keyed by kernel-chosen integers.
-pub type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+pub(crate) type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 /// A set of kernel-chosen integers.
-pub type IntSet<K> = HashSet<K, BuildHasherDefault<IntHasher>>;
+pub(crate) type IntSet<K> = HashSet<K, BuildHasherDefault<IntHasher>>;
 
 #[cfg(test)]
 mod tests {

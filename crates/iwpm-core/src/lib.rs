@@ -29,7 +29,6 @@
 //! limited, HANDLE_ERR code 0 is never sent, each kernel request is answered at most once
 //! and never after the kernel gave up, and memory is bounded by `max_mappings` /
 //! `max_exchanges`.
-#![warn(unreachable_pub)]
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
@@ -43,7 +42,7 @@ mod config;
 mod cookie;
 mod counter;
 mod exchange;
-pub mod int_hash;
+mod int_hash;
 mod machine;
 mod peer_allow;
 mod peer_book;

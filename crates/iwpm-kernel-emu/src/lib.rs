@@ -73,7 +73,6 @@
 //! listener.id.destroy().unwrap();
 //! assert!(host.violations().is_empty());
 //! ```
-#![warn(unreachable_pub)]
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]

@@ -12,7 +12,6 @@
 //! Layout: [`lab`] builds the topology (namespaces, hosts, taps, relays, daemons),
 //! [`workload`] drives the connections, [`mod@run`] is the whole scenario with its checks
 //! (what they find is a [`mismatch::Mismatch`]).
-#![warn(unreachable_pub)]
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]

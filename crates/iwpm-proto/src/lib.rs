@@ -11,7 +11,6 @@
 //! Guarantees (tested): no input makes a parser panic; every parse error is a matchable enum
 //! variant; `parse(emit(x)) == x` for every message type; `emit(parse(b)) == b` for canonical
 //! captures from the real kernel and the C daemon.
-#![warn(unreachable_pub)]
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]

@@ -20,7 +20,6 @@
 //! assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
 //! assert!(outcome.stats.established > 0);
 //! ```
-#![warn(unreachable_pub)]
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]

@@ -13,7 +13,6 @@
 //! (proptest strategies of every message). [`model`]: the core's model driver (an op
 //! grammar the fuzzer and the property tests share) and [`model::FakePorts`], the fake
 //! port reservations. [`prelude`] brings the daemon-side helpers in with one `use`.
-#![warn(unreachable_pub)]
 
 pub mod alone;
 pub mod core_host;

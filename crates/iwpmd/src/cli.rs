@@ -9,7 +9,7 @@ use std::str::FromStr;
 use clap::{ArgAction, Parser};
 
 /// Default configuration file, as installed by rdma-core packages.
-pub const DEFAULT_CONFIG: &str = "/etc/iwpmd.conf";
+pub(crate) const DEFAULT_CONFIG: &str = "/etc/iwpmd.conf";
 
 /// iWARP port mapper daemon.
 ///
@@ -21,7 +21,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/iwpmd.conf";
     after_help = "Signals: SIGUSR1 logs the mapping table; SIGTERM exits 0; \
 SIGHUP exits 1 (as rdma-core's iwpmd; it does not reload)."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Run under systemd: stay in the foreground and send READY=1 after the kernel handshake.
     #[arg(short = 's', long)]
     pub systemd: bool,
@@ -114,7 +114,7 @@ pub struct Cli {
 
 /// The configuration file the daemon reads (`--config`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConfigSource {
+pub(crate) enum ConfigSource {
     /// rdma-core's path: a missing file means the defaults, as with the C daemon.
     Default(PathBuf),
     /// A file the operator named: it must exist (a typo must not start a daemon without
@@ -126,13 +126,13 @@ pub enum ConfigSource {
 
 impl Cli {
     /// Writes the completion script for `shell` to `out` (bash, zsh, fish, …).
-    pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    pub(crate) fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
         use clap::CommandFactory;
         clap_complete::generate(shell, &mut Cli::command(), "iwpmd", out);
     }
 
     /// Which configuration file to read, and whether it must exist.
-    pub fn config_source(&self) -> ConfigSource {
+    pub(crate) fn config_source(&self) -> ConfigSource {
         match &self.config {
             None => ConfigSource::Default(PathBuf::from(DEFAULT_CONFIG)),
             Some(p) if p.as_os_str() == "none" => ConfigSource::None,
@@ -141,7 +141,7 @@ impl Cli {
     }
 
     /// Where the control socket goes, or `None` when disabled.
-    pub fn control_socket_path(&self) -> Option<PathBuf> {
+    pub(crate) fn control_socket_path(&self) -> Option<PathBuf> {
         match &self.control_socket {
             Some(p) if p.as_os_str() == "none" => None,
             Some(p) => Some(p.clone()),
@@ -155,7 +155,7 @@ impl Cli {
     /// The state file in use, if any: `--no-state-file`, else `--state-file`, else the
     /// configuration file's `state_file` (`configured`; `Some(None)` = `none`), else the
     /// default with the real kernel and none with an emulator (tests must not share it).
-    pub fn state_file_path(&self, configured: Option<Option<PathBuf>>) -> Option<PathBuf> {
+    pub(crate) fn state_file_path(&self, configured: Option<Option<PathBuf>>) -> Option<PathBuf> {
         if self.no_state_file {
             return None;
         }
@@ -174,7 +174,7 @@ impl Cli {
     }
 
     /// How the process should run, from the mode flags.
-    pub fn run_mode(&self) -> RunMode {
+    pub(crate) fn run_mode(&self) -> RunMode {
         if self.systemd {
             RunMode::Systemd
         } else if self.foreground {
@@ -189,7 +189,7 @@ impl Cli {
 
 /// Process model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunMode {
+pub(crate) enum RunMode {
     /// Detach from the terminal (rdma-core's default): start the daemon as a child and
     /// wait until it is ready or has failed (`process::detach`).
     Daemon,
@@ -203,7 +203,7 @@ pub enum RunMode {
 
 /// Which kernel the daemon talks to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KernelSpec {
+pub(crate) enum KernelSpec {
     /// The real kernel over `NETLINK_RDMA`.
     Netlink,
     /// An emulator listening on a Unix datagram socket at this path; same bytes as netlink.
@@ -213,7 +213,7 @@ pub enum KernelSpec {
 /// `--kernel` value that is neither `netlink` nor `unix:PATH`.
 #[derive(Debug, thiserror::Error)]
 #[error("expected `netlink` or `unix:PATH`")]
-pub struct BadKernelSpec;
+pub(crate) struct BadKernelSpec;
 
 impl FromStr for KernelSpec {
     type Err = BadKernelSpec;

@@ -30,25 +30,25 @@ use mio::{Interest, Registry, Token};
 use iwpm_core::RateLimit;
 
 /// Tokens from here on belong to the control socket (the listener, then connections).
-pub const TOKEN_BASE: usize = 1 << 20;
+pub(crate) const TOKEN_BASE: usize = 1 << 20;
 const LISTENER: Token = Token(TOKEN_BASE);
 /// Most control connections at once.
-pub const MAX_CLIENTS: usize = 16;
+pub(crate) const MAX_CLIENTS: usize = 16;
 /// How long a connection may stay without sending a whole request.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to read its answer.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a request may wait for its answer inside the daemon (probes).
-pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Names one connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConnId(usize);
+pub(crate) struct ConnId(usize);
 
 /// Why the control socket could not be opened. Each names the path: the daemon runs
 /// without a control socket then, and the operator must be able to tell why.
 #[derive(Debug, thiserror::Error)]
-pub enum ControlSocketError {
+pub(crate) enum ControlSocketError {
     /// A socket of ours at the path answers: another daemon uses it.
     #[error("{0} is in use: another running iwpmd listens there (left alone)")]
     InUse(PathBuf),
@@ -153,7 +153,7 @@ struct Conn {
 
 /// The listener and its connections.
 #[derive(Debug)]
-pub struct ControlServer {
+pub(crate) struct ControlServer {
     listener: UnixListener,
     path: PathBuf,
     conns: HashMap<usize, Conn>,
@@ -179,7 +179,7 @@ impl ControlServer {
     /// Binds the socket at `path` (mode 0600; its directory is created 0755 if missing). A
     /// stale socket of ours (nobody answers on it) is replaced; a live one, a socket of
     /// another user or anything that is not a socket is left alone and refused.
-    pub fn bind(path: &Path, registry: &Registry) -> Result<Self, ControlSocketError> {
+    pub(crate) fn bind(path: &Path, registry: &Registry) -> Result<Self, ControlSocketError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
                 DirBuilder::new()
@@ -209,22 +209,26 @@ impl ControlServer {
     }
 
     /// The socket's path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Connections open now.
-    pub fn clients(&self) -> usize {
+    pub(crate) fn clients(&self) -> usize {
         self.conns.len()
     }
 
     /// True if `token` is the control socket's.
-    pub fn owns(token: Token) -> bool {
+    pub(crate) fn owns(token: Token) -> bool {
         token.0 >= TOKEN_BASE
     }
 
     /// Handles readiness of one of our tokens; returns the requests that are now complete.
-    pub fn handle_event(&mut self, registry: &Registry, event: &Event) -> Vec<(ConnId, Request)> {
+    pub(crate) fn handle_event(
+        &mut self,
+        registry: &Registry,
+        event: &Event,
+    ) -> Vec<(ConnId, Request)> {
         let now = Instant::now();
         let mut requests = Vec::new();
         if event.token() == LISTENER {
@@ -389,7 +393,7 @@ impl ControlServer {
     }
 
     /// Queues the answer to the connection's request and starts writing it.
-    pub fn respond(&mut self, registry: &Registry, conn: ConnId, response: &Response) {
+    pub(crate) fn respond(&mut self, registry: &Registry, conn: ConnId, response: &Response) {
         self.respond_at(registry, conn, response, Instant::now());
     }
 
@@ -437,11 +441,11 @@ impl ControlServer {
 
     /// After an answer went out the connection may already hold its next request.
     /// Whether any client is connected (else a loop turn has nothing to look at here).
-    pub fn has_connections(&self) -> bool {
+    pub(crate) fn has_connections(&self) -> bool {
         !self.conns.is_empty()
     }
 
-    pub fn next_requests(&mut self, registry: &Registry) -> Vec<(ConnId, Request)> {
+    pub(crate) fn next_requests(&mut self, registry: &Registry) -> Vec<(ConnId, Request)> {
         let now = Instant::now();
         let ready: Vec<usize> = self
             .conns
@@ -456,7 +460,7 @@ impl ControlServer {
     }
 
     /// Closes connections past their deadline.
-    pub fn expire(&mut self, registry: &Registry, now: Instant) {
+    pub(crate) fn expire(&mut self, registry: &Registry, now: Instant) {
         let late: Vec<usize> = self
             .conns
             .iter()
@@ -470,7 +474,7 @@ impl ControlServer {
     }
 
     /// The earliest connection deadline.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.conns.values().map(|c| c.deadline).min()
     }
 

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use mio::Waker;
 
 /// Log target of every dump line (the lab enables `iwpmd::dump=debug`).
-pub const TARGET: &str = "iwpmd::dump";
+pub(crate) const TARGET: &str = "iwpmd::dump";
 
 /// One dump's text.
 #[derive(Debug, Default)]
-pub struct DumpText {
+pub(crate) struct DumpText {
     /// The mapping table and core state, rdma-core's lines first (logged as warnings, as
     /// rdma-core does).
     pub table: Vec<String>,
@@ -32,7 +32,7 @@ pub struct DumpText {
 
 /// Why the writer is not available.
 #[derive(Debug, thiserror::Error)]
-pub enum DumpWriterError {
+pub(crate) enum DumpWriterError {
     /// The thread could not be started.
     #[error("cannot start the dump writer thread: {0}")]
     Spawn(std::io::Error),
@@ -40,7 +40,7 @@ pub enum DumpWriterError {
 
 /// The helper thread and its hand-over channel.
 #[derive(Debug)]
-pub struct DumpWriter {
+pub(crate) struct DumpWriter {
     tx: Option<mpsc::Sender<DumpText>>,
     busy: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -48,7 +48,7 @@ pub struct DumpWriter {
 
 impl DumpWriter {
     /// Starts the thread; `waker` is woken after each dump is written.
-    pub fn start(waker: Arc<Waker>) -> Result<Self, DumpWriterError> {
+    pub(crate) fn start(waker: Arc<Waker>) -> Result<Self, DumpWriterError> {
         let (tx, rx) = mpsc::channel::<DumpText>();
         let busy = Arc::new(AtomicBool::new(false));
         let flag = busy.clone();
@@ -73,13 +73,13 @@ impl DumpWriter {
     }
 
     /// True while a dump is being written.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.busy.load(Ordering::Acquire)
     }
 
     /// Hands `text` to the thread. The caller checks [`DumpWriter::busy`] first; a dump
     /// submitted while busy is queued behind the current one.
-    pub fn submit(&self, text: DumpText) {
+    pub(crate) fn submit(&self, text: DumpText) {
         self.busy.store(true, Ordering::Release);
         let sent = self.tx.as_ref().map(|tx| tx.send(text));
         if !matches!(sent, Some(Ok(()))) {
@@ -92,7 +92,7 @@ impl DumpWriter {
 
     /// Waits up to `timeout` for the dump in progress to be written (at exit, so that a
     /// SIGTERM right after a SIGUSR1 still leaves the whole dump in the log).
-    pub fn finish(&mut self, timeout: Duration) {
+    pub(crate) fn finish(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while self.busy() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
@@ -110,7 +110,10 @@ impl DumpWriter {
 
 /// `label: a=1 b=2 ...`: counters as `name=value` pairs, which tools parse by name (unlike
 /// `Debug` text, whose shape follows the struct).
-pub fn pairs_line<'a>(label: &str, pairs: impl IntoIterator<Item = (&'a str, u64)>) -> String {
+pub(crate) fn pairs_line<'a>(
+    label: &str,
+    pairs: impl IntoIterator<Item = (&'a str, u64)>,
+) -> String {
     let mut line = format!("{label}:");
     for (name, value) in pairs {
         line.push(' ');

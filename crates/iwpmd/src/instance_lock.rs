@@ -20,7 +20,7 @@ use crate::cli::KernelSpec;
 /// OS errors sit in fields named `os`, not `source`: the message already shows them, and
 /// an error source would print them a second time in the start-up error chain.
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     /// Another process holds the name.
     #[error("another iwpmd is already running for kernel link {link} (lock @{name} is held)")]
     Held {
@@ -41,12 +41,12 @@ pub enum LockError {
 
 /// Held for the life of the process.
 #[derive(Debug)]
-pub struct InstanceLock {
+pub(crate) struct InstanceLock {
     _fd: OwnedFd,
 }
 
 /// The abstract name guarding `kernel`.
-pub fn lock_name(kernel: &KernelSpec) -> String {
+pub(crate) fn lock_name(kernel: &KernelSpec) -> String {
     match kernel {
         KernelSpec::Netlink => "iwpmd/netlink".to_owned(),
         KernelSpec::Unix(path) => {
@@ -60,7 +60,7 @@ pub fn lock_name(kernel: &KernelSpec) -> String {
 
 impl InstanceLock {
     /// Takes the guard for `kernel`.
-    pub fn acquire(kernel: &KernelSpec) -> Result<Self, LockError> {
+    pub(crate) fn acquire(kernel: &KernelSpec) -> Result<Self, LockError> {
         let name = lock_name(kernel);
         let io_err = |e: Errno| LockError::Io {
             name: name.clone(),

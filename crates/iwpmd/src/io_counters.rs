@@ -6,7 +6,7 @@ use iwpm_core::Surface;
 
 /// IO-level counters.
 #[derive(Debug, Default)]
-pub struct IoCounters {
+pub(crate) struct IoCounters {
     /// Datagrams received from the kernel.
     pub kernel_rx: u64,
     /// Datagrams sent to the kernel.
@@ -42,7 +42,7 @@ impl IoCounters {
     /// has no `..` and the match no `_`, so a field added here, or a counter added to
     /// [`IoCounter`] (iwpm-control's list, which the tools read back), does not compile
     /// until it is mapped.
-    pub fn get(&self, counter: IoCounter) -> Option<u64> {
+    pub(crate) fn get(&self, counter: IoCounter) -> Option<u64> {
         let IoCounters {
             kernel_rx,
             kernel_tx,
@@ -87,7 +87,7 @@ impl IoCounters {
     /// The shell's own counters as `(name, value)`, in [`IoCounter::ALL`] order (the
     /// tests' view; the dump and `status` read [`IoCounters::with`]).
     #[cfg(test)]
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         IoCounter::ALL
             .iter()
             .filter_map(|&c| Some((c.name(), self.get(c)?)))
@@ -95,7 +95,7 @@ impl IoCounters {
 
     /// Every counter published on `surface`, the shell's and those held elsewhere, in
     /// [`IoCounter::ALL`] order (one absent from both is not printed).
-    pub fn with<'a>(
+    pub(crate) fn with<'a>(
         &'a self,
         elsewhere: &'a HeldElsewhere,
         surface: Surface,
@@ -112,7 +112,7 @@ impl IoCounters {
 /// The [`IoCounter`]s held outside [`IoCounters`]: the reservations' level (the shell's
 /// port table) and the restart machinery's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HeldElsewhere {
+pub(crate) struct HeldElsewhere {
     /// Ports reserved now.
     pub ports_held: u64,
     /// The restart machinery's counters.
@@ -123,7 +123,7 @@ pub struct HeldElsewhere {
 /// while its part (the FD store, the state file) is off. `Restart::counts` fills it with a
 /// struct literal, so a field added here and not counted there does not compile.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RestartCounts {
+pub(crate) struct RestartCounts {
     /// File descriptors handed to the service manager's FD store.
     pub fd_store_sent: Option<u64>,
     /// FD-store messages that failed.
@@ -137,7 +137,7 @@ pub struct RestartCounts {
 impl HeldElsewhere {
     /// The value of `counter`, `None` for [`IoCounters`]' own. Exhaustive like
     /// [`IoCounters::get`], so a new [`IoCounter`] is mapped in both before it compiles.
-    pub fn get(&self, counter: IoCounter) -> Option<u64> {
+    pub(crate) fn get(&self, counter: IoCounter) -> Option<u64> {
         let HeldElsewhere {
             ports_held,
             restart:

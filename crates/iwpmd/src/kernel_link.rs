@@ -24,7 +24,7 @@ use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFla
 /// Receive buffer per datagram. The kernel packs at most about one page (two on some
 /// configurations, ~8 KiB on 64 KiB-page kernels) per iwpm datagram; 64 KiB leaves a wide
 /// margin, and `MSG_TRUNC` still reports anything longer.
-pub const RECV_BUFFER: usize = 64 * 1024;
+pub(crate) const RECV_BUFFER: usize = 64 * 1024;
 
 /// Smallest receive buffer (`SO_RCVBUF`) asked for on the `NETLINK_RDMA` socket, whatever
 /// `nl_sock_rbuf_size` says (a larger configured value is kept).
@@ -48,21 +48,21 @@ pub const RECV_BUFFER: usize = 64 * 1024;
 /// are ~1 KiB each. The kernel doubles the value we set (bookkeeping overhead), so asking
 /// for 16 MiB gives a 32 MiB limit: three times the worst round. It is a limit, not an
 /// allocation; rdma-core's packaged `iwpmd.conf` asks for 400 MiB.
-pub const NETLINK_RCVBUF_MIN: usize = 16 * 1024 * 1024;
+pub(crate) const NETLINK_RCVBUF_MIN: usize = 16 * 1024 * 1024;
 
 /// Send buffer asked for on the Unix kernel link (see [`KernelLink::open_unix`]).
 const UNIX_SNDBUF: usize = 8 * 1024 * 1024;
 
 /// Truesize charged for one `NLMSG_DONE` skb when we read with [`RECV_BUFFER`] (32 KiB
 /// data, rounded up for the skb head and shared info).
-pub const NETLINK_DONE_TRUESIZE: usize = 34 * 1024;
+pub(crate) const NETLINK_DONE_TRUESIZE: usize = 34 * 1024;
 
 /// Why the kernel link could not be opened.
 ///
 /// OS errors sit in fields named `os`, not `source`: the message already shows them, and
 /// an error source would print them a second time in the start-up error chain.
 #[derive(Debug, thiserror::Error)]
-pub enum KernelLinkError {
+pub(crate) enum KernelLinkError {
     /// `socket()` failed.
     #[error("cannot create the {kind} socket: {os}")]
     Socket {
@@ -120,7 +120,7 @@ pub enum KernelLinkError {
 
 /// What one receive call produced.
 #[derive(Debug)]
-pub enum Received<'a> {
+pub(crate) enum Received<'a> {
     /// A datagram from the kernel. `full_len > data.len()` means it was truncated.
     Kernel {
         /// The bytes received (at most [`RECV_BUFFER`]).
@@ -149,7 +149,7 @@ enum Kind {
 
 /// How the netlink receive buffer was set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReceiveBuffer {
+pub(crate) struct ReceiveBuffer {
     /// Bytes asked for (the larger of the configured value and [`NETLINK_RCVBUF_MIN`]).
     pub requested: usize,
     /// What `SO_RCVBUF` reads back (the kernel reports twice the value it accepted).
@@ -160,7 +160,7 @@ pub struct ReceiveBuffer {
 
 /// An open kernel link.
 #[derive(Debug)]
-pub struct KernelLink {
+pub(crate) struct KernelLink {
     fd: OwnedFd,
     kind: Kind,
     port_id: u32,
@@ -174,7 +174,7 @@ impl KernelLink {
     /// `nl_sock_rbuf_size` (`SO_RCVBUFFORCE`, falling back to `SO_RCVBUF`), to
     /// `configured` or [`NETLINK_RCVBUF_MIN`], whichever is larger. Both calls failing is an
     /// error when `configured` asked for a size, a warning otherwise.
-    pub fn open_netlink(groups: u32, configured: usize) -> Result<Self, KernelLinkError> {
+    pub(crate) fn open_netlink(groups: u32, configured: usize) -> Result<Self, KernelLinkError> {
         Self::open_netlink_protocol(Some(netlink::RDMA), groups, configured)
     }
 
@@ -244,7 +244,7 @@ impl KernelLink {
     ///
     /// As root, `path` is checked first (see [`check_emulator_path`]): whoever controls
     /// that socket plays the kernel for a root process.
-    pub fn open_unix(path: &Path) -> Result<Self, KernelLinkError> {
+    pub(crate) fn open_unix(path: &Path) -> Result<Self, KernelLinkError> {
         let euid = rustix::process::geteuid();
         if euid.is_root() {
             check_emulator_path(path, euid.as_raw())?;
@@ -285,18 +285,18 @@ impl KernelLink {
     }
 
     /// The port id to put in `nlmsg_pid` of every message.
-    pub fn port_id(&self) -> u32 {
+    pub(crate) fn port_id(&self) -> u32 {
         self.port_id
     }
 
     /// How the netlink receive buffer was set (`None` for the Unix link, or when neither
     /// socket option worked).
-    pub fn receive_buffer(&self) -> Option<ReceiveBuffer> {
+    pub(crate) fn receive_buffer(&self) -> Option<ReceiveBuffer> {
         self.rcvbuf
     }
 
     /// `netlink` or `unix`, for logs.
-    pub fn kind_name(&self) -> &'static str {
+    pub(crate) fn kind_name(&self) -> &'static str {
         match self.kind {
             Kind::Netlink => "netlink",
             Kind::Unix => "unix",
@@ -304,7 +304,7 @@ impl KernelLink {
     }
 
     /// Receives one datagram without blocking.
-    pub fn recv(&mut self) -> io::Result<Received<'_>> {
+    pub(crate) fn recv(&mut self) -> io::Result<Received<'_>> {
         let (copied, full_len, from) =
             match rustix::net::recvfrom(&self.fd, &mut self.buf[..], RecvFlags::TRUNC) {
                 Ok(r) => r,
@@ -333,7 +333,7 @@ impl KernelLink {
     }
 
     /// Sends one datagram to the kernel (port id 0) or to the connected emulator.
-    pub fn send(&self, datagram: &[u8]) -> Result<(), SendFailure> {
+    pub(crate) fn send(&self, datagram: &[u8]) -> Result<(), SendFailure> {
         let sent = match self.kind {
             Kind::Netlink => rustix::net::sendto(
                 &self.fd,
@@ -383,7 +383,7 @@ impl AsFd for KernelLink {
 /// of users outside it show as the overflow uid (65534), `/` and `/tmp` among them;
 /// there a directory with that owner is accepted (the mode rules still apply): "root"
 /// is then not the host's root, and the namespace's own files are still checked.
-pub fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkError> {
+pub(crate) fn check_emulator_path(path: &Path, owner: u32) -> Result<(), KernelLinkError> {
     check_emulator_path_in(path, owner, foreign_owner())
 }
 

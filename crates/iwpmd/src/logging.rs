@@ -18,7 +18,7 @@ static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
 
 /// Why a new filter was not applied.
 #[derive(Debug, thiserror::Error)]
-pub enum FilterError {
+pub(crate) enum FilterError {
     /// The directives do not parse.
     #[error("invalid log filter: {0}")]
     Parse(#[from] tracing_subscriber::filter::ParseError),
@@ -28,12 +28,12 @@ pub enum FilterError {
 }
 
 /// The filter in force, as directives.
-pub fn current_filter() -> Option<String> {
+pub(crate) fn current_filter() -> Option<String> {
     FILTER.get()?.with_current(ToString::to_string).ok()
 }
 
 /// Replaces the filter with `directives` (`RUST_LOG` syntax); returns (previous, new).
-pub fn set_filter(directives: &str) -> Result<(String, String), FilterError> {
+pub(crate) fn set_filter(directives: &str) -> Result<(String, String), FilterError> {
     let new = EnvFilter::builder().parse(directives)?;
     let handle = FILTER
         .get()
@@ -57,7 +57,7 @@ fn reloadable(filter: EnvFilter) -> reload::Layer<EnvFilter, Registry> {
 
 /// Where log lines go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogTarget {
+pub(crate) enum LogTarget {
     /// Plain lines on stderr.
     Stderr,
     /// systemd-journald, native protocol.
@@ -67,7 +67,7 @@ pub enum LogTarget {
 }
 
 /// Level for `-v` count: 0 info, 1 debug, 2+ trace.
-pub fn default_level(verbose: u8) -> LevelFilter {
+pub(crate) fn default_level(verbose: u8) -> LevelFilter {
     match verbose {
         0 => LevelFilter::INFO,
         1 => LevelFilter::DEBUG,
@@ -76,7 +76,7 @@ pub fn default_level(verbose: u8) -> LevelFilter {
 }
 
 /// Installs the global subscriber. `RUST_LOG` directives apply on top of the `-v` level.
-pub fn init(want_stderr: bool, verbose: u8) -> LogTarget {
+pub(crate) fn init(want_stderr: bool, verbose: u8) -> LogTarget {
     let filter = || {
         EnvFilter::builder()
             .with_default_directive(default_level(verbose).into())

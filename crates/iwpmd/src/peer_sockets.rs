@@ -12,11 +12,11 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 /// Largest peer datagram we read. Valid ones are 48 or 64 bytes; the rest is read only so
 /// that the core can see (and reject or truncate) oversize datagrams by their real length.
-pub const PEER_RECV_BUFFER: usize = 2048;
+pub(crate) const PEER_RECV_BUFFER: usize = 2048;
 
 /// Where to bind the peer sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerBind {
+pub(crate) struct PeerBind {
     /// Well-known port (3935).
     pub port: u16,
     /// IPv4 bind address (default `0.0.0.0`).
@@ -30,7 +30,7 @@ pub struct PeerBind {
 /// OS errors sit in fields named `os`, not `source`: the message already shows them, and
 /// an error source would print them a second time in the start-up error chain.
 #[derive(Debug, thiserror::Error)]
-pub enum PeerSocketError {
+pub(crate) enum PeerSocketError {
     /// The listener port is taken, most likely by a running iwpmd.
     #[error("UDP {addr} is already in use: another iwpmd is running?")]
     PortInUse {
@@ -52,7 +52,7 @@ pub enum PeerSocketError {
 
 /// The open peer sockets; a family's pair is `None` when that family is unavailable.
 #[derive(Debug)]
-pub struct PeerSockets {
+pub(crate) struct PeerSockets {
     v4: Option<Pair>,
     v6: Option<Pair>,
 }
@@ -66,7 +66,7 @@ struct Pair {
 impl PeerSockets {
     /// Opens the sockets in rdma-core's order: v4 listener, v6 listener, then the client
     /// socket of each family whose listener exists.
-    pub fn open(bind: PeerBind) -> Result<Self, PeerSocketError> {
+    pub(crate) fn open(bind: PeerBind) -> Result<Self, PeerSocketError> {
         let v4_listen = open_udp(SocketAddr::new(IpAddr::V4(bind.v4), bind.port))?;
         let v6_listen = match bind.v6 {
             Some(v6) => open_udp(SocketAddr::new(IpAddr::V6(v6), bind.port))?,
@@ -89,7 +89,7 @@ impl PeerSockets {
     }
 
     /// The socket for `which`, if its family is open.
-    pub fn get(&self, which: PeerSocket) -> Option<&UdpSocket> {
+    pub(crate) fn get(&self, which: PeerSocket) -> Option<&UdpSocket> {
         match which {
             PeerSocket::V4Listener => self.v4.as_ref().map(|p| &p.listener),
             PeerSocket::V4Client => self.v4.as_ref().map(|p| &p.client),
@@ -99,7 +99,7 @@ impl PeerSockets {
     }
 
     /// Mutable access, for registration with the poller.
-    pub fn get_mut(&mut self, which: PeerSocket) -> Option<&mut UdpSocket> {
+    pub(crate) fn get_mut(&mut self, which: PeerSocket) -> Option<&mut UdpSocket> {
         match which {
             PeerSocket::V4Listener => self.v4.as_mut().map(|p| &mut p.listener),
             PeerSocket::V4Client => self.v4.as_mut().map(|p| &mut p.client),
@@ -109,7 +109,7 @@ impl PeerSockets {
     }
 
     /// Local addresses of the open sockets, for the start-up log.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut parts = Vec::new();
         for which in ALL {
             if let Some(addr) = self.get(which).and_then(|s| s.local_addr().ok()) {
@@ -121,7 +121,7 @@ impl PeerSockets {
 }
 
 /// Every socket kind, in rdma-core's read order.
-pub const ALL: [PeerSocket; 4] = [
+pub(crate) const ALL: [PeerSocket; 4] = [
     PeerSocket::V4Listener,
     PeerSocket::V4Client,
     PeerSocket::V6Listener,

@@ -2,4 +2,4 @@
 //! mapped port, as in rdma-core) and how a new reservation's port is chosen.
 
 mod port_picker;
-pub mod reservations;
+pub(crate) mod reservations;

@@ -26,12 +26,12 @@ use rustix::thread::{
 /// What the running daemon keeps. CAP_NET_ADMIN is what the kernel link was opened with
 /// (group join and forced receive buffer on 6.1); it stays so that the netlink socket keeps
 /// the standing of the process that opened it, whatever a future kernel checks per message.
-pub const KEPT: CapabilitySet = CapabilitySet::NET_ADMIN;
+pub(crate) const KEPT: CapabilitySet = CapabilitySet::NET_ADMIN;
 
 /// Why privileges could not be dropped (start-up fails: running with more privilege than
 /// asked for is not a state to continue in).
 #[derive(Debug, thiserror::Error)]
-pub enum PrivilegeError {
+pub(crate) enum PrivilegeError {
     /// More than one thread: a capability change would miss the others.
     #[error("cannot drop privileges with {0} threads running (capabilities are per thread)")]
     Threads(usize),
@@ -58,7 +58,7 @@ pub enum PrivilegeError {
 
 /// What [`drop_privileges`] did, for the start-up log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Dropped {
+pub(crate) struct Dropped {
     /// Permitted capabilities before.
     pub before: CapabilitySet,
     /// Capabilities kept (effective = permitted).
@@ -90,7 +90,7 @@ fn thread_count() -> Option<usize> {
 /// Drops to [`KEPT`] (as `user` when given). Returns `Ok(None)` when there was nothing to
 /// drop: no permitted capability and no user asked for (an unprivileged daemon, as in tests
 /// with the kernel emulator).
-pub fn drop_privileges(user: Option<&str>) -> Result<Option<Dropped>, PrivilegeError> {
+pub(crate) fn drop_privileges(user: Option<&str>) -> Result<Option<Dropped>, PrivilegeError> {
     let before = capabilities(None).map_err(sys("capget"))?;
     if before.permitted.is_empty() && user.is_none() {
         return Ok(None);
@@ -155,7 +155,7 @@ fn lookup_user(name: &str) -> Result<User, PrivilegeError> {
 /// choice and is not touched; a warning says when the user will not be able to write
 /// there. Symbolic links are never followed. Nothing here is fatal: the daemon runs
 /// without those files rather than not at all, and says so.
-pub fn prepare_runtime_files(
+pub(crate) fn prepare_runtime_files(
     user: &str,
     files: &[&std::path::Path],
     runtime_dir: &std::path::Path,
@@ -251,7 +251,7 @@ fn switch_user(name: &str) -> Result<(String, u32, u32), PrivilegeError> {
 }
 
 /// Capability names for the log (`CAP_NET_ADMIN`, …), or `none`.
-pub fn describe(set: CapabilitySet) -> String {
+pub(crate) fn describe(set: CapabilitySet) -> String {
     if set.is_empty() {
         return "none".to_owned();
     }

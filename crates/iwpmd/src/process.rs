@@ -12,7 +12,7 @@ use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 /// the poller, the signal pipe, the instance lock and the log socket are about a dozen;
 /// the rest is headroom for sockets that live briefly (a reservation being bound) and for
 /// whatever a library opens.
-pub const FD_MARGIN: u64 = 1024;
+pub(crate) const FD_MARGIN: u64 = 1024;
 
 /// Where the kernel caps any `RLIMIT_NOFILE` (`fs.nr_open`).
 const NR_OPEN: &str = "/proc/sys/fs/nr_open";
@@ -21,7 +21,7 @@ const NR_OPEN_DEFAULT: u64 = 1 << 20;
 
 /// The hidden option that marks the process [`detach`] starts (its stdout is the pipe to
 /// the waiting parent).
-pub const DETACHED_CHILD_FLAG: &str = "--detached-child";
+pub(crate) const DETACHED_CHILD_FLAG: &str = "--detached-child";
 
 /// The first line a detached child writes when it serves.
 const READY_LINE: &str = "ready";
@@ -35,7 +35,7 @@ const READY_LINE: &str = "ready";
 /// parent exit 0 and the message went to a syslog that may not exist. The child makes
 /// itself a session leader and moves to `/` at the point `daemon(3)` would have (see
 /// [`Readiness::detach_here`]). Returns the parent's exit status.
-pub fn detach() -> u8 {
+pub(crate) fn detach() -> u8 {
     use std::io::BufRead as _;
     use std::process::{Command, Stdio};
     let exe = match std::env::current_exe() {
@@ -92,31 +92,31 @@ pub fn detach() -> u8 {
 
 /// The detached child's end of [`detach`]: its stdout, which reaches the waiting parent.
 #[derive(Debug)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     told: bool,
 }
 
 impl Readiness {
     /// For a process started by [`detach`].
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Readiness { told: false }
     }
 
     /// What `daemon(3)` did in the child: a new session (no controlling terminal), `/` as
     /// the working directory. Paths given relative on the command line and used before
     /// this point (the configuration file) resolve as before.
-    pub fn detach_here(&self) -> io::Result<()> {
+    pub(crate) fn detach_here(&self) -> io::Result<()> {
         rustix::process::setsid()?;
         std::env::set_current_dir("/")
     }
 
     /// The daemon serves: the parent exits 0. Stdout goes to `/dev/null` from now on.
-    pub fn ready(&mut self) {
+    pub(crate) fn ready(&mut self) {
         self.tell(READY_LINE);
     }
 
     /// The daemon cannot start: the parent prints `message` and exits 1.
-    pub fn failed(&mut self, message: &str) {
+    pub(crate) fn failed(&mut self, message: &str) {
         // One line: the parent reads only the first.
         self.tell(&message.replace('\n', " "));
     }
@@ -137,7 +137,7 @@ impl Readiness {
 
 /// What [`raise_fd_limit`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FdLimit {
+pub(crate) struct FdLimit {
     /// Soft limit before (`None` = unlimited).
     pub soft_before: Option<u64>,
     /// Hard limit before.
@@ -154,14 +154,14 @@ pub struct FdLimit {
 
 impl FdLimit {
     /// True when the soft limit covers `wanted`.
-    pub fn sufficient(&self) -> bool {
+    pub(crate) fn sufficient(&self) -> bool {
         self.soft.is_none_or(|s| s >= self.wanted)
     }
 }
 
 /// `RLIMIT_NOFILE` value for logs (`unlimited` for `None`).
 #[derive(Clone, Copy, Debug)]
-pub struct Limit(pub Option<u64>);
+pub(crate) struct Limit(pub Option<u64>);
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -177,7 +177,7 @@ impl fmt::Display for Limit {
 /// with `CAP_SYS_RESOURCE`) a hard limit below what the mappings need is raised to that,
 /// capped by `fs.nr_open`; then the soft limit is raised to the hard one. Failures leave
 /// the limits as they are and are reported in the result, never fatal.
-pub fn raise_fd_limit(max_mappings: usize) -> FdLimit {
+pub(crate) fn raise_fd_limit(max_mappings: usize) -> FdLimit {
     let before = getrlimit(Resource::Nofile);
     let wanted = u64::try_from(max_mappings)
         .unwrap_or(u64::MAX)
@@ -216,7 +216,7 @@ pub fn raise_fd_limit(max_mappings: usize) -> FdLimit {
 }
 
 /// The current `RLIMIT_NOFILE` (soft, hard).
-pub fn fd_limit_now() -> (Option<u64>, Option<u64>) {
+pub(crate) fn fd_limit_now() -> (Option<u64>, Option<u64>) {
     let l = getrlimit(Resource::Nofile);
     (l.current, l.maximum)
 }
@@ -230,7 +230,7 @@ fn nr_open() -> u64 {
 
 /// Logs the outcome of [`raise_fd_limit`]: one info line, plus a warning when the soft
 /// limit cannot cover `max_mappings`.
-pub fn log_fd_limit(limit: &FdLimit, max_mappings: usize) {
+pub(crate) fn log_fd_limit(limit: &FdLimit, max_mappings: usize) {
     tracing::info!(
         "descriptor limit RLIMIT_NOFILE: soft {} hard {} (was soft {} hard {}); \
          max_mappings {max_mappings} needs up to {}",

@@ -19,15 +19,15 @@ use self::state_file::StateStore;
 use self::systemd::{Inherited, Notifier};
 
 mod fd_store;
-pub mod state_file;
-pub mod systemd;
+pub(crate) mod state_file;
+pub(crate) mod systemd;
 
 /// `STATUS=` is refreshed at most this often.
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How restart survival is set up.
 #[derive(Debug, Default)]
-pub struct RestartConfig {
+pub(crate) struct RestartConfig {
     /// Talk to the service manager (`-s`).
     pub notify: bool,
     /// Use the FD store even if the manager did not announce one in `FDSTORE`.
@@ -38,7 +38,7 @@ pub struct RestartConfig {
 
 /// The restart machinery of one daemon.
 #[derive(Debug)]
-pub struct Restart {
+pub(crate) struct Restart {
     notifier: Option<Notifier>,
     fd_store: Option<FdStore>,
     state: Option<StateStore>,
@@ -56,7 +56,7 @@ pub struct Restart {
 
 impl Restart {
     /// Sets up from the environment; `inherited` are the descriptors taken at start.
-    pub fn new(cfg: RestartConfig, inherited: Inherited, now: Instant) -> Self {
+    pub(crate) fn new(cfg: RestartConfig, inherited: Inherited, now: Instant) -> Self {
         let notifier = if cfg.notify {
             match Notifier::from_env() {
                 Ok(n) => n,
@@ -101,20 +101,20 @@ impl Restart {
     }
 
     /// The event loop's waker, for the state file writer thread.
-    pub fn set_waker(&self, waker: std::sync::Arc<mio::Waker>) {
+    pub(crate) fn set_waker(&self, waker: std::sync::Arc<mio::Waker>) {
         if let Some(s) = &self.state {
             s.set_waker(waker);
         }
     }
 
     /// True when reserved ports go to the FD store.
-    pub fn fd_store_enabled(&self) -> bool {
+    pub(crate) fn fd_store_enabled(&self) -> bool {
         self.fd_store.is_some()
     }
 
     /// Hands the inherited TCP sockets to `held` (they wait there for their mappings) and
     /// returns the saved mappings to restore. Also says "restoring" to the manager.
-    pub fn take_over(&mut self, held: &mut Reservations) -> Vec<SavedMapping> {
+    pub(crate) fn take_over(&mut self, held: &mut Reservations) -> Vec<SavedMapping> {
         if self.fd_store.is_some() {
             held.journal();
         }
@@ -152,7 +152,7 @@ impl Restart {
 
     /// The core's table changed (`Action::TableChanged`): what the state file and the
     /// status line follow.
-    pub fn table_changed(&mut self, generation: u64, mappings: usize) {
+    pub(crate) fn table_changed(&mut self, generation: u64, mappings: usize) {
         self.mappings = mappings;
         if let Some(s) = &mut self.state {
             s.table_changed(generation);
@@ -161,12 +161,12 @@ impl Restart {
 
     /// The core's restart recovery is over (`Action::RecoveryEnded`): inherited ports no
     /// mapping claimed may go.
-    pub fn recovery_ended(&mut self) {
+    pub(crate) fn recovery_ended(&mut self) {
         self.recovered = true;
     }
 
     /// After every input: FD store messages, state file scheduling, status line.
-    pub fn after_input(&mut self, now: Instant, held: &mut Reservations) {
+    pub(crate) fn after_input(&mut self, now: Instant, held: &mut Reservations) {
         if let (Some(store), Some(n)) = (&mut self.fd_store, &self.notifier) {
             store.sync(now, n, held);
         }
@@ -201,7 +201,7 @@ impl Restart {
 
     /// Inherited ports no mapping claimed once the recovery is over are closed (and taken
     /// out of the FD store).
-    pub fn release_unclaimed(&mut self, now: Instant, held: &mut Reservations) {
+    pub(crate) fn release_unclaimed(&mut self, now: Instant, held: &mut Reservations) {
         if held.unclaimed() == 0 || !self.recovered {
             return;
         }
@@ -215,7 +215,7 @@ impl Restart {
     }
 
     /// The kernel handshake is done: `READY=1`.
-    pub fn on_ready(&mut self, now: Instant) {
+    pub(crate) fn on_ready(&mut self, now: Instant) {
         self.ready = true;
         let count = self.mappings;
         self.last_status = Some((now, count));
@@ -226,7 +226,7 @@ impl Restart {
     }
 
     /// Earliest timer of the restart machinery.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         let wd = self.watchdog.map(|(every, last)| last + every);
         [
             wd,
@@ -239,7 +239,7 @@ impl Restart {
     }
 
     /// Runs due timers: watchdog ping, state file write.
-    pub fn tick(&mut self, now: Instant, core: &Core) {
+    pub(crate) fn tick(&mut self, now: Instant, core: &Core) {
         if let Some((every, last)) = self.watchdog {
             if now >= last + every {
                 self.watchdog = Some((every, now));
@@ -255,7 +255,7 @@ impl Restart {
     }
 
     /// Exit: `STOPPING=1`, then the final state file. The FD store keeps the ports.
-    pub fn on_exit(&mut self, core: &Core) {
+    pub(crate) fn on_exit(&mut self, core: &Core) {
         self.send("STOPPING=1\nSTATUS=stopping; ports kept for the next start");
         if let Some(s) = &mut self.state {
             s.flush(core);
@@ -266,7 +266,7 @@ impl Restart {
     }
 
     /// The restart machinery's counters for the dump's `io counters` line.
-    pub fn counts(&self) -> RestartCounts {
+    pub(crate) fn counts(&self) -> RestartCounts {
         let fd = self.fd_store.as_ref();
         let state = self.state.as_ref();
         RestartCounts {

@@ -7,7 +7,7 @@ use std::io;
 
 /// Why one outgoing datagram was dropped. Never fatal: counted and logged, rate-limited.
 #[derive(Debug, thiserror::Error)]
-pub enum SendFailure {
+pub(crate) enum SendFailure {
     /// The socket refused it.
     #[error(transparent)]
     Os(io::Error),
@@ -24,7 +24,7 @@ pub enum SendFailure {
 
 impl SendFailure {
     /// The socket is full right now; the datagram may be queued and sent when writable.
-    pub fn is_would_block(&self) -> bool {
+    pub(crate) fn is_would_block(&self) -> bool {
         matches!(self, SendFailure::Os(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }

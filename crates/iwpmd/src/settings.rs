@@ -13,7 +13,7 @@ use crate::peer_sockets::PeerBind;
 
 /// What the daemon runs with.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Netlink receive buffer in bytes; 0 keeps the kernel default.
     pub nl_sock_rbuf_size: usize,
     /// UDP peer sockets.
@@ -29,7 +29,7 @@ pub struct Settings {
 
 /// Why the configuration cannot be used: the daemon does not start.
 #[derive(Debug, thiserror::Error)]
-pub enum SettingsError {
+pub(crate) enum SettingsError {
     /// `--config PATH` names a file that cannot be read (missing included).
     #[error("cannot read the configuration file {path} given with --config: {source}")]
     Unreadable {
@@ -53,7 +53,7 @@ impl Settings {
     /// default path may be missing (silent) or unreadable (a warning), as with the C
     /// daemon; a file named with `--config` must be readable. A line that is an error
     /// (not merely skipped) refuses the whole file.
-    pub fn load(cli: &Cli) -> Result<Self, SettingsError> {
+    pub(crate) fn load(cli: &Cli) -> Result<Self, SettingsError> {
         let (path, text) = match cli.config_source() {
             ConfigSource::None => (None, None),
             ConfigSource::Default(path) => match std::fs::read(&path) {
@@ -203,7 +203,7 @@ impl Settings {
 /// else the kernel's early-boot output (`GRND_INSECURE`, still unpredictable from the
 /// network), and only on kernels without it (before 5.6) a blocking read. The boolean says
 /// whether the early-boot output was used.
-pub fn random_key() -> std::io::Result<([u8; 32], bool)> {
+pub(crate) fn random_key() -> std::io::Result<([u8; 32], bool)> {
     use rustix::io::Errno;
     use rustix::rand::{getrandom, GetRandomFlags};
     let mut key = [0u8; 32];

@@ -69,7 +69,7 @@ const WARN_WINDOW: Duration = Duration::from_secs(10);
 
 /// How the loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// SIGTERM: exit status 0.
     Terminated,
     /// SIGHUP: exit status 1 (rdma-core exits with the signal number's truth value; it does
@@ -79,7 +79,7 @@ pub enum Exit {
 
 impl Exit {
     /// Process exit status, as rdma-core.
-    pub fn status(self) -> u8 {
+    pub(crate) fn status(self) -> u8 {
         match self {
             Exit::Terminated => 0,
             Exit::HungUp => 1,
@@ -89,7 +89,7 @@ impl Exit {
 
 /// Why the loop could not be set up or started (fatal: the process exits with it).
 #[derive(Debug, thiserror::Error)]
-pub enum SetupError {
+pub(crate) enum SetupError {
     /// Creating the poller, a waker or the signal pipe, or registering a socket, failed.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -102,7 +102,7 @@ pub enum SetupError {
 }
 
 /// Everything the loop owns.
-pub struct Shell {
+pub(crate) struct Shell {
     poll: Poll,
     signals: Signals,
     core: Core,
@@ -137,7 +137,7 @@ struct KernelReady {
 
 impl Shell {
     /// Registers every socket and the signal pipe.
-    pub fn new(
+    pub(crate) fn new(
         core: Core,
         kernel: KernelLink,
         mut peers: PeerSockets,
@@ -181,7 +181,7 @@ impl Shell {
     }
 
     /// The loop's registry (to register the control socket).
-    pub fn registry(&self) -> &mio::Registry {
+    pub(crate) fn registry(&self) -> &mio::Registry {
         self.poll.registry()
     }
 
@@ -189,7 +189,7 @@ impl Shell {
     /// store, state file) taken over first, so the kernel's replay finds them held. A
     /// failure to send the first messages is fatal, as in rdma-core (which exits when its
     /// HELLO cannot be sent).
-    pub fn start(&mut self) -> Result<(), SetupError> {
+    pub(crate) fn start(&mut self) -> Result<(), SetupError> {
         let now = Instant::now();
         let saved = self.restart.take_over(&mut self.reservations);
         let previous = Previous {
@@ -226,7 +226,7 @@ impl Shell {
     /// round, so a flood on one socket (UDP 3935 is open to anyone) cannot starve the kernel
     /// link or the signal pipe; a source that still has data is revisited after a
     /// zero-timeout poll.
-    pub fn run(&mut self) -> io::Result<Exit> {
+    pub(crate) fn run(&mut self) -> io::Result<Exit> {
         let exit = self.run_loop();
         self.restart.on_exit(&self.core);
         self.dump_writer.finish(DUMP_FINISH_TIMEOUT);

@@ -15,7 +15,7 @@ use crate::peer_sockets::PeerSocketError;
 
 /// The crate version and the build it came from (`git describe` at build time, or
 /// `IWPMD_BUILD` set by a packager, or `unknown`).
-pub fn version_line() -> String {
+pub(crate) fn version_line() -> String {
     format!(
         "iwpmd {} (build {})",
         env!("CARGO_PKG_VERSION"),
@@ -25,7 +25,7 @@ pub fn version_line() -> String {
 
 /// Network namespace of this process compared with the initial one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Netns {
+pub(crate) enum Netns {
     /// Same namespace as pid 1.
     Initial,
     /// Another namespace: the kernel's iwpm client will never talk to us.
@@ -41,10 +41,10 @@ pub enum Netns {
 
 /// Test hook: the namespace link standing for pid 1's. Tests run where pid 1's link may be
 /// unreadable (containers); they point this at their own process's link instead.
-pub const INIT_NETNS_ENV: &str = "IWPMD_TEST_INIT_NETNS";
+pub(crate) const INIT_NETNS_ENV: &str = "IWPMD_TEST_INIT_NETNS";
 
 /// Reads `/proc/self/ns/net` and `/proc/1/ns/net` (or [`INIT_NETNS_ENV`]).
-pub fn netns() -> Netns {
+pub(crate) fn netns() -> Netns {
     let init = std::env::var_os(INIT_NETNS_ENV).map_or_else(
         || Path::new("/proc/1/ns/net").to_path_buf(),
         std::path::PathBuf::from,
@@ -110,7 +110,7 @@ fn compare_proc_net(ours_ns: String, ours: &Path, init: &Path) -> Result<Netns, 
      no connection would ever be mapped. Start iwpmd in the host's network namespace, or \
      pass --allow-netns to start anyway"
 )]
-pub struct ForeignNetns {
+pub(crate) struct ForeignNetns {
     /// `net:[inode]` of this process.
     pub ours: String,
     /// `net:[inode]` of pid 1.
@@ -120,7 +120,7 @@ pub struct ForeignNetns {
 /// Applies the namespace policy for the real kernel link: refuse a foreign namespace
 /// unless `allow`, then only warn. An unreadable namespace is logged and accepted (a
 /// hardened /proc may hide pid 1's links; refusing there would break working hosts).
-pub fn check_netns(allow: bool) -> Result<(), ForeignNetns> {
+pub(crate) fn check_netns(allow: bool) -> Result<(), ForeignNetns> {
     match netns() {
         Netns::Initial => Ok(()),
         Netns::Unknown(why) => {
@@ -140,7 +140,7 @@ pub fn check_netns(allow: bool) -> Result<(), ForeignNetns> {
 }
 
 /// The likely cause and fix of a start-up failure, for the errors that have one.
-pub fn hint(e: &anyhow::Error) -> Option<&'static str> {
+pub(crate) fn hint(e: &anyhow::Error) -> Option<&'static str> {
     e.chain().find_map(|cause| {
         if let Some(k) = cause.downcast_ref::<KernelLinkError>() {
             kernel_link_hint(k)
@@ -222,7 +222,7 @@ fn lock_hint(e: &LockError) -> Option<&'static str> {
 }
 
 /// The one-line message printed when start-up fails: the error chain, then the hint.
-pub fn failure_message(e: &anyhow::Error) -> String {
+pub(crate) fn failure_message(e: &anyhow::Error) -> String {
     match hint(e) {
         Some(h) => format!("Couldn't start iWarp Port Mapper: {e:#}. {h}"),
         None => format!("Couldn't start iWarp Port Mapper: {e:#}"),

@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use iwpm_proto::consts::{err, NLM_F_REQUEST};
 use iwpm_proto::netlink::{encode_daemon_msg, DaemonMsg, Envelope, HandleErr};
 use iwpm_proto::peer::PeerMsgType;
-use iwpm_proto::sockaddr::Endpoint;
 
 use crate::action::{Action, KernelReceipt, PeerSocket, PortReservations};
 use crate::answered::AnsweredSeqs;
@@ -330,20 +329,6 @@ impl Core {
     /// All mappings, newest first.
     pub fn mappings(&self) -> impl Iterator<Item = MappingView> + '_ {
         self.table.iter().map(|(id, m)| MappingTable::view(id, m))
-    }
-
-    /// The mapping a peer REQUEST for `local` would find (C's loose look-up by local
-    /// address: exact, or a wildcard on the same port, or any on the port if `local` is a
-    /// wildcard).
-    pub fn mapping_for_local(&self, local: &Endpoint) -> Option<MappingView> {
-        let id = self.table.loose_local(local)?;
-        self.table.get(id).map(|m| MappingTable::view(id, m))
-    }
-
-    /// The mapping whose mapped address loosely matches `mapped`.
-    pub fn mapping_for_mapped(&self, mapped: &Endpoint) -> Option<MappingView> {
-        let id = self.table.loose_mapped(mapped)?;
-        self.table.get(id).map(|m| MappingTable::view(id, m))
     }
 
     /// Counters.

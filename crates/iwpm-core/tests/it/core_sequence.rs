@@ -84,7 +84,7 @@ fn decode_inverts_encode() {
 // ----- seeds -----
 
 /// Hand-written scenarios: each a full flow the fuzzer should start from.
-pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let add = |local, flags, seq| Op::Add {
         client: 0,
         local,

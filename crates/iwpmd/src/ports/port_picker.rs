@@ -40,9 +40,9 @@ const RESERVED_PORTS: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
 /// The kernel's default range, used when `/proc` cannot be read.
 const DEFAULT_RANGE: (u16, u16) = (32768, 60999);
 /// How long a read of the range is trusted.
-pub const RANGE_REFRESH: Duration = Duration::from_secs(10);
+pub(super) const RANGE_REFRESH: Duration = Duration::from_secs(10);
 /// Random ports tried before falling back to port 0.
-pub const MAX_TRIES: usize = 8;
+pub(super) const MAX_TRIES: usize = 8;
 /// Random draws per reservation at most (draws of our own or reserved ports cost no
 /// system call, so they do not count as tries).
 const MAX_DRAWS: usize = MAX_TRIES * 16;
@@ -54,7 +54,7 @@ const HALF_PREFERRED: f64 = 0.75;
 
 /// The ephemeral range and the reserved ports: the kernel's rules for port 0.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortRules {
+pub(super) struct PortRules {
     /// `ip_local_port_range`, inclusive.
     pub low: u16,
     /// Upper end, inclusive.
@@ -66,7 +66,7 @@ pub struct PortRules {
 impl PortRules {
     /// Parses the two sysctl files' contents (`"32768\t60999"`, `"8080,9000-9010"`); a
     /// range that does not parse or is inverted gives the kernel's default range.
-    pub fn parse(range: &str, reserved: &str) -> PortRules {
+    pub(super) fn parse(range: &str, reserved: &str) -> PortRules {
         let mut it = range.split_whitespace().map(str::parse::<u16>);
         let (low, high) = match (it.next(), it.next()) {
             (Some(Ok(l)), Some(Ok(h))) if l > 0 && l <= h => (l, h),
@@ -93,14 +93,14 @@ impl PortRules {
     }
 
     /// Reads the rules of this network namespace from `/proc`.
-    pub fn read() -> PortRules {
+    pub(super) fn read() -> PortRules {
         let range = std::fs::read_to_string(PORT_RANGE).unwrap_or_default();
         let reserved = std::fs::read_to_string(RESERVED_PORTS).unwrap_or_default();
         PortRules::parse(&range, &reserved)
     }
 
     /// Number of ports in the range.
-    pub fn size(&self) -> u32 {
+    pub(super) fn size(&self) -> u32 {
         u32::from(self.high) - u32::from(self.low) + 1
     }
 
@@ -113,7 +113,7 @@ impl PortRules {
 }
 
 /// The ports our reservations hold, one bit per port (8 KiB, whatever the count).
-pub struct OwnPorts {
+pub(super) struct OwnPorts {
     bits: Box<[u64; 1024]>,
     len: usize,
 }
@@ -139,7 +139,7 @@ impl OwnPorts {
     }
 
     /// Records `port` as held; false if it already was.
-    pub fn insert(&mut self, port: u16) -> bool {
+    pub(super) fn insert(&mut self, port: u16) -> bool {
         let (i, bit) = Self::slot(port);
         let new = self.bits[i] & bit == 0;
         self.bits[i] |= bit;
@@ -148,7 +148,7 @@ impl OwnPorts {
     }
 
     /// Records `port` as released; false if it was not held.
-    pub fn remove(&mut self, port: u16) -> bool {
+    pub(super) fn remove(&mut self, port: u16) -> bool {
         let (i, bit) = Self::slot(port);
         let held = self.bits[i] & bit != 0;
         self.bits[i] &= !bit;
@@ -157,20 +157,20 @@ impl OwnPorts {
     }
 
     /// Whether `port` is held.
-    pub fn contains(&self, port: u16) -> bool {
+    pub(super) fn contains(&self, port: u16) -> bool {
         let (i, bit) = Self::slot(port);
         self.bits[i] & bit != 0
     }
 
     /// Number of ports held.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.len
     }
 }
 
 /// Picks random candidate ports; owns only a random generator and the rules.
 #[derive(Debug)]
-pub struct PortPicker {
+pub(super) struct PortPicker {
     rules: PortRules,
     read_at: Option<Instant>,
     rng: u64,
@@ -179,7 +179,7 @@ pub struct PortPicker {
 impl PortPicker {
     /// A picker with fixed rules and seed (tests); [`PortPicker::from_system`] for the
     /// daemon.
-    pub fn new(rules: PortRules, seed: u64) -> PortPicker {
+    pub(super) fn new(rules: PortRules, seed: u64) -> PortPicker {
         PortPicker {
             rules,
             read_at: None,
@@ -189,7 +189,7 @@ impl PortPicker {
 
     /// The host's rules, read lazily, and a random seed that never waits for the kernel's
     /// random pool (see [`seed`]).
-    pub fn from_system() -> PortPicker {
+    pub(super) fn from_system() -> PortPicker {
         let seed = seed(|buf, flags| rustix::rand::getrandom(buf, flags), clock_seed);
         let mut picker = PortPicker::new(PortRules::parse("", ""), seed);
         picker.read_at = Some(Instant::now() - RANGE_REFRESH * 2);
@@ -198,7 +198,7 @@ impl PortPicker {
 
     /// Re-reads the rules from `/proc` when the last read is older than [`RANGE_REFRESH`]
     /// (never for a picker made by [`PortPicker::new`]).
-    pub fn refresh(&mut self, now: Instant) {
+    pub(super) fn refresh(&mut self, now: Instant) {
         if let Some(at) = self.read_at {
             if now.saturating_duration_since(at) >= RANGE_REFRESH {
                 self.rules = PortRules::read();
@@ -220,7 +220,7 @@ impl PortPicker {
     /// empty when the range is nearly full (use port 0 then). Ports at an odd offset from
     /// the range's start (the half `bind(port 0)` prefers) while that half is less than
     /// 3/4 held, else any; never a reserved port.
-    pub fn candidates(&mut self, ours: &OwnPorts) -> Vec<u16> {
+    pub(super) fn candidates(&mut self, ours: &OwnPorts) -> Vec<u16> {
         let size = self.rules.size();
         let held = ours.len();
         if held as f64 >= f64::from(size) * NEARLY_FULL || size < 4 {
@@ -257,7 +257,7 @@ impl PortPicker {
 /// path. So the ready pool (`GRND_NONBLOCK`), else the early-boot output
 /// (`GRND_INSECURE`, Linux 5.6), else the clock. The seed only spreads the picks (the
 /// kernel's own port choice is no secret either); the handle key is seeded alike.
-pub fn seed_flags(failed: Option<(GetRandomFlags, Errno)>) -> Option<GetRandomFlags> {
+pub(super) fn seed_flags(failed: Option<(GetRandomFlags, Errno)>) -> Option<GetRandomFlags> {
     match failed {
         None => Some(GetRandomFlags::NONBLOCK),
         Some((f, Errno::AGAIN)) if f == GetRandomFlags::NONBLOCK => Some(GetRandomFlags::INSECURE),
@@ -268,7 +268,7 @@ pub fn seed_flags(failed: Option<(GetRandomFlags, Errno)>) -> Option<GetRandomFl
 
 /// A seed from `getrandom` with the flags [`seed_flags`] chooses, else from `clock`
 /// (with a warning).
-pub fn seed(
+pub(super) fn seed(
     mut getrandom: impl FnMut(&mut [u8], GetRandomFlags) -> Result<usize, Errno>,
     clock: impl FnOnce() -> u64,
 ) -> u64 {
@@ -315,7 +315,7 @@ fn clock_seed() -> u64 {
 /// `ours`, falling back to port 0 (see the module docs). Returns the port when we chose
 /// it, `None` when the kernel did (port 0: ask the socket). Errors other than
 /// `EADDRINUSE` end the attempt at once, as they would for port 0.
-pub fn bind_ephemeral(
+pub(super) fn bind_ephemeral(
     picker: &mut PortPicker,
     socket: &Socket,
     bind: SocketAddr,

@@ -15,7 +15,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// explains resource exhaustion in its own log line).
 #[derive(Debug, thiserror::Error)]
 #[error("{error} ({errno})")]
-pub struct ReserveFailure {
+pub(crate) struct ReserveFailure {
     /// The core's classification.
     pub error: ReserveError,
     /// The OS error.
@@ -24,24 +24,24 @@ pub struct ReserveFailure {
 
 impl ReserveFailure {
     /// `EMFILE`: this process is at its `RLIMIT_NOFILE`.
-    pub fn process_out_of_fds(&self) -> bool {
+    pub(crate) fn process_out_of_fds(&self) -> bool {
         self.errno == Errno::MFILE
     }
 
     /// `ENFILE`: the system-wide file table (`fs.file-max`) is full.
-    pub fn system_out_of_fds(&self) -> bool {
+    pub(crate) fn system_out_of_fds(&self) -> bool {
         self.errno == Errno::NFILE
     }
 
     /// `EADDRINUSE` on a port-0 bind: no free port in `net.ipv4.ip_local_port_range`.
-    pub fn out_of_ephemeral_ports(&self, bind: SocketAddr) -> bool {
+    pub(crate) fn out_of_ephemeral_ports(&self, bind: SocketAddr) -> bool {
         self.errno == Errno::ADDRINUSE && bind.port() == 0
     }
 }
 
 /// A change of the held ports, journaled for the systemd FD store (see `restart/fd_store.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PortChange {
+pub(crate) enum PortChange {
     /// A socket was newly bound under this id (not taken over from the FD store).
     Bound(ReservationId),
     /// The socket bound to this address was closed.
@@ -103,7 +103,7 @@ struct Slot {
 /// costs 12 bytes, against about 29 per entry for a hash map at its usual load; freed
 /// slots are reused newest first.
 #[derive(Debug, Default)]
-pub struct Reservations {
+pub(crate) struct Reservations {
     slots: Vec<Slot>,
     /// Slots whose socket was released, reused last in, first out.
     free: Vec<u32>,
@@ -124,7 +124,7 @@ pub struct Reservations {
 impl Reservations {
     /// An empty table, with its port picker made now (at start-up) rather than at the
     /// first port-0 reservation, on the path of a kernel request.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Reservations {
             picker: Some(PortPicker::from_system()),
             ..Self::default()
@@ -133,7 +133,10 @@ impl Reservations {
 
     /// Binds a TCP socket to `bind` (port 0 = kernel-chosen) and keeps it under a new id.
     /// Returns the id and the bound port. On failure nothing is kept (the socket is closed).
-    pub fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveFailure> {
+    pub(crate) fn reserve(
+        &mut self,
+        bind: SocketAddr,
+    ) -> Result<(ReservationId, u16), ReserveFailure> {
         // (the emptiness test skips hashing the address on every reservation)
         if let Some(socket) = (!self.adopted.is_empty())
             .then(|| self.adopted.remove(&bind))
@@ -184,7 +187,7 @@ impl Reservations {
     }
 
     /// Closes the socket held under `id`, releasing its port. Unknown ids are ignored.
-    pub fn release(&mut self, id: ReservationId) -> bool {
+    pub(crate) fn release(&mut self, id: ReservationId) -> bool {
         let Some(held) = self
             .slots
             .get_mut(slot_of(id))
@@ -207,7 +210,7 @@ impl Reservations {
 
     /// Keeps a socket inherited from the FD store until [`Reservations::reserve`] asks for
     /// its address; returns that address (`None`: not a bound IP socket, dropped).
-    pub fn adopt(&mut self, socket: Socket) -> Option<SocketAddr> {
+    pub(crate) fn adopt(&mut self, socket: Socket) -> Option<SocketAddr> {
         let addr = bound_addr(&socket).filter(|a| a.port() != 0)?;
         self.ports.insert(addr.port());
         self.adopted.insert(addr, socket);
@@ -215,7 +218,7 @@ impl Reservations {
     }
 
     /// Closes the inherited sockets no mapping claimed; returns their addresses.
-    pub fn release_unclaimed(&mut self) -> Vec<SocketAddr> {
+    pub(crate) fn release_unclaimed(&mut self) -> Vec<SocketAddr> {
         let addrs: Vec<SocketAddr> = self.adopted.drain().map(|(a, _)| a).collect();
         for a in &addrs {
             self.ports.remove(a.port());
@@ -227,17 +230,17 @@ impl Reservations {
     }
 
     /// Inherited sockets not claimed yet.
-    pub fn unclaimed(&self) -> usize {
+    pub(crate) fn unclaimed(&self) -> usize {
         self.adopted.len()
     }
 
     /// Starts journaling changes (for the FD store).
-    pub fn journal(&mut self) {
+    pub(crate) fn journal(&mut self) {
         self.changes.get_or_insert_with(Vec::new);
     }
 
     /// The changes journaled since the last call.
-    pub fn take_changes(&mut self) -> Vec<PortChange> {
+    pub(crate) fn take_changes(&mut self) -> Vec<PortChange> {
         self.changes
             .as_mut()
             .map(std::mem::take)
@@ -245,7 +248,7 @@ impl Reservations {
     }
 
     /// The socket held under `id` and the address it is bound to.
-    pub fn bound(&self, id: ReservationId) -> Option<(&Socket, SocketAddr)> {
+    pub(crate) fn bound(&self, id: ReservationId) -> Option<(&Socket, SocketAddr)> {
         let held = self
             .slots
             .get(slot_of(id))
@@ -256,7 +259,7 @@ impl Reservations {
     }
 
     /// Number of ports currently held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.live
     }
 
@@ -292,7 +295,7 @@ fn generation_of(id: ReservationId) -> u32 {
 }
 
 /// The address a socket is bound to.
-pub fn bound_addr(socket: &Socket) -> Option<SocketAddr> {
+pub(crate) fn bound_addr(socket: &Socket) -> Option<SocketAddr> {
     socket.local_addr().ok()?.as_socket()
 }
 

@@ -21,7 +21,7 @@ use iwpm_core::RateLimit;
 /// `execve` whose single environment string exceeds `MAX_ARG_STRLEN` (32 pages, 128 KiB),
 /// so the service manager could not start us again with more. Kept below it with room for
 /// the variable's name.
-pub const NAME_BUDGET: usize = 128 * 1024 - 1024;
+pub(super) const NAME_BUDGET: usize = 128 * 1024 - 1024;
 
 /// `FDNAME` of a reserved TCP socket, as short as it can be because every name goes into
 /// one environment variable at the next start (see [`NAME_BUDGET`]): the port alone for
@@ -29,7 +29,7 @@ pub const NAME_BUDGET: usize = 128 * 1024 - 1024;
 /// `tcp-<ip>-<port>` with `_` for the `:` names may not contain. Unique per bound address
 /// and stable across restarts; at start the socket's address is read back with
 /// `getsockname`, the name only identifies it for removal.
-pub fn tcp_fd_name(addr: SocketAddr) -> String {
+pub(super) fn tcp_fd_name(addr: SocketAddr) -> String {
     let port = addr.port();
     let name = match addr.ip() {
         ip if ip.is_unspecified() && ip.is_ipv4() => port.to_string(),
@@ -42,7 +42,7 @@ pub fn tcp_fd_name(addr: SocketAddr) -> String {
 
 /// The FD-store side of the reservations.
 #[derive(Debug)]
-pub struct FdStore {
+pub(super) struct FdStore {
     /// Most descriptors the manager keeps for us (`FDSTORE`, `FileDescriptorStoreMax=`).
     max: usize,
     /// Descriptors we believe the manager holds.
@@ -59,7 +59,7 @@ pub struct FdStore {
 impl FdStore {
     /// A store the manager keeps up to `max` descriptors in, holding already the ones
     /// named `inherited` (passed back to us at start).
-    pub fn new(max: usize, inherited: &[String], warn: RateLimit) -> Self {
+    pub(super) fn new(max: usize, inherited: &[String], warn: RateLimit) -> Self {
         FdStore {
             max,
             stored: inherited.len(),
@@ -71,7 +71,7 @@ impl FdStore {
     }
 
     /// Sends the journaled changes of `held` to the manager.
-    pub fn sync(&mut self, now: Instant, notifier: &Notifier, held: &mut Reservations) {
+    pub(super) fn sync(&mut self, now: Instant, notifier: &Notifier, held: &mut Reservations) {
         for change in held.take_changes() {
             let result = match change {
                 PortChange::Bound(id) => {

@@ -21,7 +21,7 @@ use iwpm_core::state_file::{SavedMapping, StateFile};
 use iwpm_core::Core;
 
 /// Default location (see the module docs).
-pub const DEFAULT_STATE_FILE: &str = "/run/iwpmd/state";
+pub(crate) const DEFAULT_STATE_FILE: &str = "/run/iwpmd/state";
 /// Changes are gathered this long before a write.
 const WRITE_DELAY: Duration = Duration::from_millis(200);
 /// A write may take at most this share of the time: writes are spaced by this many times
@@ -55,7 +55,7 @@ fn origin() -> (String, String) {
 /// write took 35 ms on the rig's emulated CPU, one listen's worth of stall every 200 ms).
 /// One write is in flight at a time; changes made meanwhile are written by the next one.
 #[derive(Debug)]
-pub struct StateStore {
+pub(crate) struct StateStore {
     path: PathBuf,
     host: String,
     boot_id: String,
@@ -160,7 +160,7 @@ fn write_job(path: &Path, job: Job) -> Outcome {
 
 impl StateStore {
     /// A store at `path`, with its writer thread (inline writes if it cannot start).
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         let (host, boot_id) = origin();
         let writer = match Writer::start(path.clone()) {
             Ok(w) => Some(w),
@@ -187,20 +187,20 @@ impl StateStore {
     }
 
     /// The event loop's waker: the writer wakes it when a write is done.
-    pub fn set_waker(&self, waker: Arc<Waker>) {
+    pub(crate) fn set_waker(&self, waker: Arc<Waker>) {
         if let Some(w) = &self.writer {
             let _ = w.waker.set(waker);
         }
     }
 
     /// The path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Reads the saved mappings. A missing file is normal (first start); a corrupt or
     /// foreign one is reported and ignored, never fatal.
-    pub fn load(&self) -> Vec<SavedMapping> {
+    pub(crate) fn load(&self) -> Vec<SavedMapping> {
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
@@ -225,12 +225,12 @@ impl StateStore {
     }
 
     /// The core announced a table change with `generation`.
-    pub fn table_changed(&mut self, generation: u64) {
+    pub(crate) fn table_changed(&mut self, generation: u64) {
         self.generation = generation;
     }
 
     /// After a batch of input: schedules a write when the table moved since the last one.
-    pub fn note(&mut self, now: Instant) {
+    pub(crate) fn note(&mut self, now: Instant) {
         if self.written != Some(self.generation) && self.due.is_none() {
             let at = now + WRITE_DELAY;
             self.due = Some(self.not_before.map_or(at, |nb| nb.max(at)));
@@ -239,7 +239,7 @@ impl StateStore {
 
     /// When [`StateStore::tick`] has work: the due write, or (a write in flight, no waker)
     /// the next look at its outcome.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         if self.in_flight {
             let wakes = self
                 .writer
@@ -255,7 +255,7 @@ impl StateStore {
     }
 
     /// Collects a finished write, then starts the due one.
-    pub fn tick(&mut self, now: Instant, core: &Core) {
+    pub(crate) fn tick(&mut self, now: Instant, core: &Core) {
         self.collect(false);
         if !self.in_flight && self.due.is_some_and(|d| d <= now) {
             self.start_write(core);
@@ -264,7 +264,7 @@ impl StateStore {
 
     /// At exit: waits for the write in flight, then writes the table at once if it changed
     /// since.
-    pub fn flush(&mut self, core: &Core) {
+    pub(crate) fn flush(&mut self, core: &Core) {
         self.collect(true);
         if self.written != Some(self.generation) {
             let job = self.job(core);
@@ -398,7 +398,7 @@ fn check_writable(path: &Path) {
 
 /// Temporary file beside `path`, `fsync`, `rename` over `path`, `fsync` of the directory:
 /// a reader sees the old or the new file, whole, even after a crash.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

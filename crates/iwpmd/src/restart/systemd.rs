@@ -21,14 +21,14 @@ use rustix::net::{
 
 /// A connection to the service manager's notification socket (`NOTIFY_SOCKET`).
 #[derive(Debug)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     sock: OwnedFd,
     addr: SocketAddrUnix,
 }
 
 impl Notifier {
     /// The manager named by `NOTIFY_SOCKET` (a path or `@abstract`); `None` without one.
-    pub fn from_env() -> io::Result<Option<Notifier>> {
+    pub(crate) fn from_env() -> io::Result<Option<Notifier>> {
         let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
             return Ok(None);
         };
@@ -53,12 +53,12 @@ impl Notifier {
     }
 
     /// Sends `state` (newline-separated `KEY=value` lines).
-    pub fn send(&self, state: &str) -> io::Result<()> {
+    pub(crate) fn send(&self, state: &str) -> io::Result<()> {
         self.send_with_fds(state, &[])
     }
 
     /// Sends `state` with descriptors attached (`FDSTORE=1`).
-    pub fn send_with_fds(&self, state: &str, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    pub(crate) fn send_with_fds(&self, state: &str, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         let iov = [IoSlice::new(state.as_bytes())];
         let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
         let mut control = SendAncillaryBuffer::new(&mut space);
@@ -84,19 +84,19 @@ impl Notifier {
     /// Hands `fd` to the FD store under `name` (unique: removal is by name). `FDPOLL=0`:
     /// systemd otherwise drops a stored descriptor that polls `POLLHUP`, which a bound,
     /// unconnected TCP socket always does.
-    pub fn store_fd(&self, name: &str, fd: BorrowedFd<'_>) -> io::Result<()> {
+    pub(crate) fn store_fd(&self, name: &str, fd: BorrowedFd<'_>) -> io::Result<()> {
         self.send_with_fds(&format!("FDSTORE=1\nFDNAME={name}\nFDPOLL=0"), &[fd])
     }
 
     /// Drops every stored descriptor named `name`.
-    pub fn remove_fd(&self, name: &str) -> io::Result<()> {
+    pub(crate) fn remove_fd(&self, name: &str) -> io::Result<()> {
         self.send(&format!("FDSTOREREMOVE=1\nFDNAME={name}"))
     }
 }
 
 /// Half the watchdog period (`WATCHDOG_USEC`, for us when `WATCHDOG_PID` is unset or ours),
 /// the interval of our `WATCHDOG=1` pings; `None` when no watchdog is armed.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     if let Ok(pid) = std::env::var("WATCHDOG_PID") {
         if pid.parse::<u32>().ok()? != std::process::id() {
@@ -107,13 +107,13 @@ pub fn watchdog_interval() -> Option<Duration> {
 }
 
 /// A valid `FDNAME`: printable ASCII without `:`, at most 255 bytes (systemd's rule).
-pub fn valid_fd_name(name: &str) -> bool {
+pub(crate) fn valid_fd_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 255 && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
 }
 
 /// Descriptors the service manager passed back at start (`LISTEN_FDS`), with their names.
 #[derive(Debug, Default)]
-pub struct Inherited {
+pub(crate) struct Inherited {
     /// TCP sockets (reserved ports).
     pub tcp: Vec<(String, socket2::Socket)>,
     /// UDP sockets (the peer sockets).
@@ -124,7 +124,7 @@ pub struct Inherited {
 
 /// Why descriptors announced in `LISTEN_FDS` were not adopted.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ListenFdsIgnored {
+pub(crate) enum ListenFdsIgnored {
     /// No `LISTEN_PID`: the variables may have leaked from a parent, not been meant for us.
     #[error("LISTEN_PID is not set")]
     NoPid,
@@ -139,7 +139,7 @@ pub enum ListenFdsIgnored {
 /// How many descriptors (from fd 3, as `sd_listen_fds` counts) `LISTEN_FDS` hands to the
 /// process `our_pid`: only when `LISTEN_PID` is present and equal to it, so that variables
 /// left over from a parent never make us take over descriptors that are not ours.
-pub fn listen_fds_for(
+pub(crate) fn listen_fds_for(
     listen_pid: Option<&str>,
     listen_fds: Option<&str>,
     our_pid: u32,
@@ -174,7 +174,7 @@ impl Inherited {
     /// variable can point us at descriptors the manager did not pass. Names come from
     /// `LISTEN_FDNAMES`; `tcp*` names must be TCP sockets, `udp*` UDP sockets. Must run
     /// before any thread starts (it removes the variables from the environment).
-    pub fn take_from_env() -> Inherited {
+    pub(crate) fn take_from_env() -> Inherited {
         let var = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
         let decision = listen_fds_for(
             var("LISTEN_PID").as_deref(),
@@ -233,7 +233,7 @@ impl Inherited {
 }
 
 /// The borrowed descriptor of anything that has one.
-pub fn borrow<T: AsFd>(t: &T) -> BorrowedFd<'_> {
+pub(crate) fn borrow<T: AsFd>(t: &T) -> BorrowedFd<'_> {
     t.as_fd()
 }
 

@@ -14,14 +14,14 @@
 
 /// Largest datagram gathered: about 50 mapping replies. Far below the kernel's and the
 /// emulator's socket buffers, so one datagram never fails for its size alone.
-pub const COALESCE_MAX: usize = 16 * 1024;
+pub(super) const COALESCE_MAX: usize = 16 * 1024;
 
 /// Netlink messages are laid end to end on 4-byte boundaries (`NLMSG_ALIGN`).
 const NLMSG_ALIGNTO: usize = 4;
 
 /// Messages gathered for one datagram to the kernel.
 #[derive(Debug, Default)]
-pub struct Coalesced {
+pub(super) struct Coalesced {
     buf: Vec<u8>,
     messages: u64,
     /// Messages go into the buffer (instead of out at once) only while this is set.
@@ -30,22 +30,22 @@ pub struct Coalesced {
 
 impl Coalesced {
     /// Starts or stops gathering. Stopping does not empty the buffer: take it first.
-    pub fn set_gathering(&mut self, on: bool) {
+    pub(super) fn set_gathering(&mut self, on: bool) {
         self.gathering = on;
     }
 
     /// Whether a message sent now should be gathered.
-    pub fn is_gathering(&self) -> bool {
+    pub(super) fn is_gathering(&self) -> bool {
         self.gathering
     }
 
     /// Whether `len` more bytes fit behind what is gathered.
-    pub fn fits(&self, len: usize) -> bool {
+    pub(super) fn fits(&self, len: usize) -> bool {
         self.buf.len().next_multiple_of(NLMSG_ALIGNTO) + len <= COALESCE_MAX
     }
 
     /// Appends one whole netlink message, padded to the next 4-byte boundary first.
-    pub fn push(&mut self, message: &[u8]) {
+    pub(super) fn push(&mut self, message: &[u8]) {
         let aligned = self.buf.len().next_multiple_of(NLMSG_ALIGNTO);
         self.buf.resize(aligned, 0);
         self.buf.extend_from_slice(message);
@@ -54,18 +54,18 @@ impl Coalesced {
 
     /// Messages gathered and not yet taken.
     #[cfg(test)]
-    pub fn messages(&self) -> u64 {
+    pub(super) fn messages(&self) -> u64 {
         self.messages
     }
 
     /// Whether nothing is gathered.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.messages == 0
     }
 
     /// The gathered datagram and its message count, or `None` when empty. Hand the
     /// datagram back with [`Coalesced::recycle`] to keep its memory for the next burst.
-    pub fn take(&mut self) -> Option<(Vec<u8>, u64)> {
+    pub(super) fn take(&mut self) -> Option<(Vec<u8>, u64)> {
         if self.messages == 0 {
             return None;
         }
@@ -74,7 +74,7 @@ impl Coalesced {
     }
 
     /// Keeps the memory of a datagram returned by [`Coalesced::take`].
-    pub fn recycle(&mut self, mut datagram: Vec<u8>) {
+    pub(super) fn recycle(&mut self, mut datagram: Vec<u8>) {
         if self.buf.is_empty() {
             datagram.clear();
             self.buf = datagram;

@@ -42,7 +42,7 @@ fn gauge_names() -> Vec<String> {
 
 /// The control socket as the shell holds it.
 #[derive(Debug)]
-pub struct Control {
+pub(super) struct Control {
     server: ControlServer,
     /// `netlink` or `unix:PATH`, for `status`.
     kernel_link: String,
@@ -52,7 +52,7 @@ pub struct Control {
 
 impl Shell {
     /// Serves `server` from this loop from now on.
-    pub fn attach_control(&mut self, server: ControlServer, kernel_link: String) {
+    pub(crate) fn attach_control(&mut self, server: ControlServer, kernel_link: String) {
         tracing::info!(path = %server.path().display(), "control socket ready");
         self.control = Some(Control {
             server,

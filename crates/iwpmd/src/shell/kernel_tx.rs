@@ -47,7 +47,7 @@ enum Held {
 
 /// What the send path sends through, and where it counts and logs: the shell's own, lent
 /// for one call.
-pub struct Outlets<'a> {
+pub(super) struct Outlets<'a> {
     pub kernel: &'a KernelLink,
     pub peers: &'a PeerSockets,
     /// Watches the kernel link for room to send while datagrams are held.
@@ -59,7 +59,7 @@ pub struct Outlets<'a> {
 
 /// The outgoing side of the kernel link (see the module docs).
 #[derive(Debug, Default)]
-pub struct KernelTx {
+pub(super) struct KernelTx {
     /// Datagrams waiting for the kernel link to become writable, oldest first, with the
     /// peer datagrams the core sent after them (see [`Held`]).
     held: VecDeque<Held>,
@@ -73,7 +73,7 @@ pub struct KernelTx {
 /// One kernel datagram as the send path sees it, from the core's receipt for it until its
 /// answers have been sent ([`KernelTx::received`]).
 #[derive(Debug)]
-pub struct ReadTurn {
+pub(super) struct ReadTurn {
     /// What the core made of the datagram.
     receipt: KernelReceipt,
     /// It acknowledged the last message we sent.
@@ -83,18 +83,18 @@ pub struct ReadTurn {
 impl KernelTx {
     /// Messages sent to the kernel and not yet acknowledged.
     #[cfg(test)]
-    pub fn acks_due(&self) -> u64 {
+    pub(super) fn acks_due(&self) -> u64 {
         self.acks_due
     }
 
     /// Whether answers are gathered and not sent yet.
-    pub fn has_gathered(&self) -> bool {
+    pub(super) fn has_gathered(&self) -> bool {
         !self.coalesced.is_empty()
     }
 
     /// The core handled a datagram read from the link (its answers are not sent yet): an
     /// acknowledgement is counted off the ones due.
-    pub fn received(&mut self, receipt: KernelReceipt) -> ReadTurn {
+    pub(super) fn received(&mut self, receipt: KernelReceipt) -> ReadTurn {
         let mut last_ack = false;
         if receipt.acknowledgement {
             self.acks_due = self.acks_due.saturating_sub(1);
@@ -114,7 +114,7 @@ impl KernelTx {
     /// request's exchange is over, and the level-triggered wait finds whatever else comes,
     /// without a read that would find the link empty. (Should the count be wrong, e.g.
     /// after an overrun, that only costs a read or a wait more, never a message.)
-    pub fn read_ends(&mut self, turn: ReadTurn) -> bool {
+    pub(super) fn read_ends(&mut self, turn: ReadTurn) -> bool {
         let ReadTurn { receipt, last_ack } = turn;
         let exchange_over = last_ack && receipt.answers == 0 && self.coalesced.is_empty();
         if exchange_over || receipt.unanswered_request() {
@@ -127,14 +127,14 @@ impl KernelTx {
     }
 
     /// The batch of reads is over: gathering stops and what was gathered is sent.
-    pub fn end_burst(&mut self, out: &mut Outlets<'_>) {
+    pub(super) fn end_burst(&mut self, out: &mut Outlets<'_>) {
         self.coalesced.set_gathering(false);
         self.flush_coalesced(out);
     }
 
     /// Sends one message to the kernel, in order: gathered while a burst is read, else
     /// at once (see [`KernelTx::send_datagram`]).
-    pub fn send_kernel(&mut self, out: &mut Outlets<'_>, bytes: &[u8]) {
+    pub(super) fn send_kernel(&mut self, out: &mut Outlets<'_>, bytes: &[u8]) {
         if !self.coalesced.is_gathering() {
             self.send_datagram(out, bytes, 1);
             return;
@@ -146,7 +146,7 @@ impl KernelTx {
     }
 
     /// Sends the gathered answers, if any, as one datagram.
-    pub fn flush_coalesced(&mut self, out: &mut Outlets<'_>) {
+    pub(super) fn flush_coalesced(&mut self, out: &mut Outlets<'_>) {
         if let Some((datagram, messages)) = self.coalesced.take() {
             self.send_datagram(out, &datagram, messages);
             self.coalesced.recycle(datagram);
@@ -186,7 +186,7 @@ impl KernelTx {
 
     /// Sends held datagrams, in order, until the kernel link is full again or nothing is
     /// held.
-    pub fn flush_held(&mut self, out: &mut Outlets<'_>) {
+    pub(super) fn flush_held(&mut self, out: &mut Outlets<'_>) {
         while let Some(held) = self.held.pop_front() {
             match held {
                 Held::Kernel { datagram, messages } => match out.kernel.send(&datagram) {
@@ -211,7 +211,7 @@ impl KernelTx {
     /// Sends a peer datagram after what the kernel must know before the peer acts on it:
     /// the gathered answers go first, and it is held behind kernel datagrams still waiting
     /// (see [`Held`]).
-    pub fn send_peer(
+    pub(super) fn send_peer(
         &mut self,
         out: &mut Outlets<'_>,
         now: Instant,

@@ -13,7 +13,7 @@ use crate::process::{self, Limit};
 
 /// The daemon's reservations as the core sees them during one call; a refusal for lack of
 /// a resource is explained in the log with the shell's own counters.
-pub struct LentPorts<'a> {
+pub(super) struct LentPorts<'a> {
     held: &'a mut Reservations,
     counters: &'a mut IoCounters,
     warn: &'a mut RateLimit,
@@ -23,7 +23,7 @@ pub struct LentPorts<'a> {
 impl<'a> LentPorts<'a> {
     /// Lends `held` for a call made at `now`; refusals are counted in `counters` and logged
     /// within `warn`'s limit.
-    pub fn new(
+    pub(super) fn new(
         held: &'a mut Reservations,
         counters: &'a mut IoCounters,
         warn: &'a mut RateLimit,

@@ -27,7 +27,7 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// How the fake daemon behaves.
 #[derive(Clone, Debug)]
-pub struct Behaviour {
+pub(crate) struct Behaviour {
     /// Mapped port = local port + offset (ignored under NO_PORT_MAP, as in rdma-core).
     pub port_offset: u16,
     /// Every port-mapped mapping gets this port (to make mappings collide).
@@ -74,11 +74,11 @@ struct PeerQuery {
 
 /// Which fake daemon serves which IP (the stand-in for UDP 3935).
 #[derive(Clone, Default)]
-pub struct Directory(Arc<Mutex<HashMap<IpAddr, Sender<PeerQuery>>>>);
+pub(crate) struct Directory(Arc<Mutex<HashMap<IpAddr, Sender<PeerQuery>>>>);
 
 /// What the fake daemon saw.
 #[derive(Clone, Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub frames: Vec<KernelFrame>,
     pub reg_pids: usize,
     pub adds: usize,
@@ -91,7 +91,7 @@ pub struct Seen {
     pub hello_version: Option<u16>,
 }
 
-pub struct FakeDaemon {
+pub(crate) struct FakeDaemon {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     pub seen: Arc<Mutex<Seen>>,
@@ -99,7 +99,12 @@ pub struct FakeDaemon {
 
 impl FakeDaemon {
     /// Starts a daemon for the kernel socket at `kernel`, serving `ips` in `dir`.
-    pub fn start(kernel: &Path, ips: &[IpAddr], dir: &Directory, behaviour: Behaviour) -> Self {
+    pub(crate) fn start(
+        kernel: &Path,
+        ips: &[IpAddr],
+        dir: &Directory,
+        behaviour: Behaviour,
+    ) -> Self {
         let pid = 10_000 + COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("iwpm-fake-{}-{}", std::process::id(), pid);
         let socket =
@@ -136,12 +141,12 @@ impl FakeDaemon {
         }
     }
 
-    pub fn seen(&self) -> Seen {
+    pub(crate) fn seen(&self) -> Seen {
         self.seen.lock().unwrap().clone()
     }
 
     /// Stops the daemon (closing its socket, as a crash would).
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.halt();
     }
 

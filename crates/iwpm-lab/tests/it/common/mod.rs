@@ -17,23 +17,23 @@ use iwpm_lab::{Lab, LabConfig};
 use iwpm_testkit::workspace::built_binary;
 
 /// Bound on every wait of a test step.
-pub const WAIT: Duration = Duration::from_secs(15);
+pub(crate) const WAIT: Duration = Duration::from_secs(15);
 
 /// The `iwpmd` this run built (`cargo test --workspace` builds it beside the lab).
-pub fn iwpmd() -> PathBuf {
+pub(crate) fn iwpmd() -> PathBuf {
     built_binary("iwpmd", "iwpmd")
 }
 
 /// The `iwpm-lab` binary, told which daemon to run (`IWPMD_BIN`): so it never looks for
 /// one itself, which would build a missing or stale one with cargo.
-pub fn lab_command() -> Command {
+pub(crate) fn lab_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_iwpm-lab"));
     cmd.env("IWPMD_BIN", iwpmd());
     cmd
 }
 
 /// Starts a lab, panicking with the reason if it cannot.
-pub fn lab(config: LabConfig) -> Lab {
+pub(crate) fn lab(config: LabConfig) -> Lab {
     match Lab::start(config) {
         Ok(lab) => lab,
         Err(e) => panic!("lab set-up failed: {e}"),
@@ -41,7 +41,7 @@ pub fn lab(config: LabConfig) -> Lab {
 }
 
 /// B listens on `addr` (auto-accept); the acceptor collects the children.
-pub fn listen(lab: &Lab, addr: SocketAddr) -> (Listener, Acceptor) {
+pub(crate) fn listen(lab: &Lab, addr: SocketAddr) -> (Listener, Acceptor) {
     let channel = EventChannel::new();
     let listener = lab
         .b
@@ -52,13 +52,13 @@ pub fn listen(lab: &Lab, addr: SocketAddr) -> (Listener, Acceptor) {
 }
 
 /// A connects synchronously to `dst`.
-pub fn connect(lab: &Lab, dst: SocketAddr) -> Connection {
+pub(crate) fn connect(lab: &Lab, dst: SocketAddr) -> Connection {
     lab.a.host.connect(None, dst).expect("connect from A")
 }
 
 /// True if a TCP socket cannot bind `0.0.0.0:port` / `[::]:port` in `place` right now
 /// (the daemons reserve mapped ports on the wildcard address).
-pub fn tcp_port_held(place: &NetPlace, ip: IpAddr, port: u16) -> bool {
+pub(crate) fn tcp_port_held(place: &NetPlace, ip: IpAddr, port: u16) -> bool {
     let wildcard: IpAddr = if ip.is_ipv4() {
         "0.0.0.0".parse().unwrap()
     } else {
@@ -70,7 +70,7 @@ pub fn tcp_port_held(place: &NetPlace, ip: IpAddr, port: u16) -> bool {
 }
 
 /// Panics if either emulated kernel recorded a protocol violation.
-pub fn assert_no_violations(lab: &Lab) {
+pub(crate) fn assert_no_violations(lab: &Lab) {
     for side in [&lab.a, &lab.b] {
         let v = side.host.violations();
         assert!(v.is_empty(), "host {} violations: {v:?}", side.name);
@@ -78,7 +78,7 @@ pub fn assert_no_violations(lab: &Lab) {
 }
 
 /// Dumps side `which` ("A"/"B") until `pred` holds; returns the last dump.
-pub fn dump_until(lab: &mut Lab, which: &str, pred: impl Fn(&Dump) -> bool) -> Dump {
+pub(crate) fn dump_until(lab: &mut Lab, which: &str, pred: impl Fn(&Dump) -> bool) -> Dump {
     let deadline = Instant::now() + WAIT;
     loop {
         let side = if which == "A" { &mut lab.a } else { &mut lab.b };
@@ -95,7 +95,7 @@ pub fn dump_until(lab: &mut Lab, which: &str, pred: impl Fn(&Dump) -> bool) -> D
 /// and learned the real peer address (or its REMOTE_INFO demonstrably reached B's kernel,
 /// only after the connection: the race `iwpm-lab --help` describes). Returns the passive
 /// end's connection details.
-pub fn assert_consistent(
+pub(crate) fn assert_consistent(
     lab: &Lab,
     conn: &Connection,
     listener: &Listener,
