@@ -94,6 +94,7 @@ fn real_kernel_rig_all_suites() {
         println!("SKIPPED real-kernel rig: {reason}");
         return;
     }
+    let _host = crate::qemu_host();
     let root = workspace_root();
     let status = Command::new(env!("CARGO"))
         .args(["build", "--release", "-p", "iwpmd"])

@@ -50,6 +50,7 @@ fn debian_12_and_13_with_systemd() {
         println!("SKIPPED system test: {reason}");
         return;
     }
+    let _host = crate::qemu_host();
     let root = workspace_root();
     let release = std::env::var("IWPM_SYSTEM_RELEASE").unwrap_or_else(|_| "all".into());
     let output = Command::new("bash")
