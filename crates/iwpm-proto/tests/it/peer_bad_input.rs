@@ -139,16 +139,22 @@ fn extension_flags_and_reserved_bytes_are_not_checked() {
     assert!(!peer_extension(&b).unwrap().can_echo());
 }
 
-#[test]
-fn extended_datagram_keeps_the_mapped_field() {
-    let mut b = extended(0x14);
+/// Writes 192.0.2.9 as the mapped IP of the ACCEPT in `b` and decodes it: the field kept.
+fn accept_with_mapped_ip(b: &mut [u8]) -> PeerMessage {
     b[48..52].copy_from_slice(&[192, 0, 2, 9]);
-    let m = PeerMessage::decode(&b).unwrap();
+    let m = PeerMessage::decode(b).unwrap();
     assert_eq!(m.msg_type, PeerMsgType::Accept);
     assert_eq!(
         m.mapped_cp_ip,
         Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9)))
     );
+    m
+}
+
+#[test]
+fn extended_datagram_keeps_the_mapped_field() {
+    let mut b = extended(0x14);
+    let m = accept_with_mapped_ip(&mut b);
     // What the C daemon would read: the first 64 bytes, the same message.
     assert_eq!(PeerMessage::decode(&b[..PEER_REQUEST_LEN]), Ok(m));
 }
@@ -238,13 +244,7 @@ fn short_request_is_accepted_without_mapped_address() {
 fn long_answers_keep_the_mapped_field() {
     // A 64-byte ACCEPT is accepted; its mapped field is kept so the round trip is lossless.
     let mut b = datagram(PEER_REQUEST_LEN, 0x14);
-    b[48..52].copy_from_slice(&[192, 0, 2, 9]);
-    let m = PeerMessage::decode(&b).unwrap();
-    assert_eq!(m.msg_type, PeerMsgType::Accept);
-    assert_eq!(
-        m.mapped_cp_ip,
-        Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9)))
-    );
+    let m = accept_with_mapped_ip(&mut b);
     assert_eq!(m.encode(), b);
 }
 
