@@ -115,25 +115,12 @@ impl Gen {
                 let lasts = ms(10_000);
                 match x.below(7) {
                     0 => {}
-                    1 => {
+                    // A spoofed IPv6 flood at a specific IPv6 listener (1) or at an IPv4
+                    // wildcard listener's port (2).
+                    pick @ (1 | 2) => {
                         kind = ListenKind {
-                            v6: true,
-                            wildcard: false,
-                        };
-                        self.push(
-                            at,
-                            What::SpoofV6 {
-                                target: 0,
-                                port,
-                                rate: 2_000,
-                                lasts,
-                            },
-                        );
-                    }
-                    2 => {
-                        kind = ListenKind {
-                            v6: false,
-                            wildcard: true,
+                            v6: pick == 1,
+                            wildcard: pick == 2,
                         };
                         self.push(
                             at,
