@@ -62,7 +62,7 @@ pub enum ReserveError {
     Other(i32),
 }
 
-/// Output of the core, drained with [`crate::Core::poll_action`]: everything a caller must
+/// Output of the core, drained with [`crate::Host::poll_action`]: everything a caller must
 /// send or react to, in the order the core produced it. There is no other output queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -98,6 +98,13 @@ pub enum Action {
         generation: u64,
         /// Mappings in the table now.
         mappings: usize,
+    },
+    /// Write the state file now, from [`crate::Core::saved_mappings`], then report with
+    /// [`crate::Host::state_saved`]. Produced by [`crate::Host`]'s state-file policy
+    /// (gathered changes, spaced writes), never by the core itself.
+    SaveState {
+        /// The table generation the file will hold.
+        generation: u64,
     },
 }
 

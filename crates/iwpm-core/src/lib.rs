@@ -42,6 +42,7 @@ mod config;
 mod cookie;
 mod counter;
 mod exchange;
+mod host;
 mod int_hash;
 mod machine;
 mod peer_allow;
@@ -64,6 +65,7 @@ pub use crate::action::{
 };
 pub use crate::config::CoreConfig;
 pub use crate::counter::{CounterKind, CounterSlot, Presence, Surface};
+pub use crate::host::{Host, SavePolicy};
 pub use crate::machine::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
     PeerSnapshot, Previous, ProbeError, ProbeId, ProbeOutcome, ProbeResult, RestoreReport,

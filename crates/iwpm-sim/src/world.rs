@@ -463,6 +463,7 @@ impl World {
                 self.daemon_sends(h, from, to, &datagram);
                 self.send_udp(from, to, datagram);
             }
+            Action::SaveState { .. } => {}
             Action::TableChanged { generation, .. } => {
                 if let Some(d) = self.hosts[h].daemon.as_mut() {
                     d.generation = generation;

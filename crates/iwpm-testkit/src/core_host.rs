@@ -193,6 +193,7 @@ impl Host {
                     });
                 }
                 Action::Ready => self.ready += 1,
+                Action::SaveState { .. } => panic!("a bare core saves nothing"),
                 Action::ProbeDone(result) => self.probes_done.push_back(result),
                 Action::Settled(report) => self.settled += report,
                 Action::RecoveryEnded => {

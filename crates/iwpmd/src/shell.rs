@@ -381,6 +381,8 @@ impl Shell {
                 Action::ProbeDone(result) => self.probe_done(&result),
                 // (the core logs it; nothing to do)
                 Action::Settled(_) => {}
+                // (the bare core is driven here, without the host's state-file policy)
+                Action::SaveState { .. } => {}
                 Action::RecoveryEnded => self.restart.recovery_ended(),
                 Action::TableChanged {
                     generation,

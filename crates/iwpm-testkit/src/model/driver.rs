@@ -264,6 +264,7 @@ impl Driver {
                     self.on_to_kernel(&bytes);
                 }
                 Action::ToPeer { via, to, datagram } => self.on_to_peer(ctx, via, to, datagram),
+                Action::SaveState { .. } => fail("a bare core saves nothing"),
                 Action::Ready => {
                     self.ready += 1;
                     if self.ready > 1 {

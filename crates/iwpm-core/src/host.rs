@@ -1,0 +1,354 @@
+//! [`Host`]: the sans-IO half of every loop that runs a [`Core`]. It holds the core, the
+//! port reservations lent to it, the state-file policy and the timers of both, so the
+//! daemon's shell, the test kit, the model driver and the simulator drive one type: a
+//! new duty of the core is taught here once, not to four callers.
+//!
+//! The caller's contract is the core's, unchanged: after every input (`start*`,
+//! `handle_*`, [`Host::start_probe`]) drain [`Host::poll_action`] until `None`, and call
+//! [`Host::handle_timeout`] at [`Host::poll_timeout`]. The host adds one action of its
+//! own, [`Action::SaveState`]: the table changed and the gathering delay passed, so the
+//! caller writes the state file (from [`Core::saved_mappings`]) and reports with
+//! [`Host::state_saved`] how long that took.
+//!
+//! Why the policy lives here and not in the shell: the simulator and the model must save
+//! exactly when the daemon does, or a crash there tests a different daemon. Writing the
+//! file (a thread, `rename`, `fsync`) stays with the caller.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crate::machine::{Core, Previous, ProbeError, ProbeId, RestoreReport};
+use crate::{Action, KernelReceipt, PeerSocket, PortReservations};
+
+/// When the state file is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SavePolicy {
+    /// Changes are gathered this long before a write: a burst of connects costs one write.
+    pub delay: Duration,
+    /// Writes are spaced by this many times the duration of the last one, so writing
+    /// takes at most about 1/`spacing` of the time. Each write is the whole table; the
+    /// cost of the spacing is staleness after a crash (a restart writes at exit).
+    pub spacing: u32,
+}
+
+impl Default for SavePolicy {
+    /// 200 ms, and at most ~1 % of the time writing.
+    fn default() -> Self {
+        SavePolicy {
+            delay: Duration::from_millis(200),
+            spacing: 100,
+        }
+    }
+}
+
+/// Where the state file's writes stand.
+#[derive(Debug)]
+struct Saver {
+    policy: SavePolicy,
+    /// The table generation the core last announced.
+    generation: u64,
+    /// The generation the last finished write held.
+    written: Option<u64>,
+    /// When the next write is due.
+    due: Option<Instant>,
+    /// No write starts before this (the spacing after the last one).
+    not_before: Option<Instant>,
+    /// A [`Action::SaveState`] went out and [`Host::state_saved`] has not come back.
+    in_flight: bool,
+}
+
+impl Saver {
+    fn new(policy: SavePolicy) -> Self {
+        Saver {
+            policy,
+            generation: 0,
+            written: None,
+            due: None,
+            not_before: None,
+            in_flight: false,
+        }
+    }
+
+    /// Schedules a write when the table moved since the last one and none is scheduled or
+    /// running (a running one schedules the next when it ends, after the spacing).
+    fn schedule(&mut self, now: Instant) {
+        if self.written != Some(self.generation) && self.due.is_none() && !self.in_flight {
+            let at = now + self.policy.delay;
+            self.due = Some(self.not_before.map_or(at, |nb| nb.max(at)));
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        if self.in_flight {
+            None
+        } else {
+            self.due
+        }
+    }
+
+    /// The generation to write now, if a write is due at `now`.
+    fn take_due(&mut self, now: Instant) -> Option<u64> {
+        if self.in_flight || !self.due.is_some_and(|d| d <= now) {
+            return None;
+        }
+        self.due = None;
+        self.in_flight = true;
+        Some(self.generation)
+    }
+}
+
+/// One core with its port reservations, state-file policy and timers (module docs).
+#[derive(Debug)]
+pub struct Host<P> {
+    core: Core,
+    ports: P,
+    saver: Option<Saver>,
+    /// The time of the last input, for scheduling a write when its `TableChanged` is
+    /// drained.
+    last_now: Instant,
+    /// A due write, handed out by the next [`Host::poll_action`] after the core's queue.
+    save_due: Option<u64>,
+}
+
+impl<P: PortReservations> Host<P> {
+    /// A host around `core` lending it `ports`; `save` is the state-file policy, or `None`
+    /// when no state file is kept (no [`Action::SaveState`] then).
+    pub fn new(core: Core, ports: P, save: Option<SavePolicy>, now: Instant) -> Self {
+        Host {
+            core,
+            ports,
+            saver: save.map(Saver::new),
+            last_now: now,
+            save_due: None,
+        }
+    }
+
+    /// [`Core::start`].
+    pub fn start(&mut self, now: Instant) {
+        self.last_now = now;
+        self.core.start(now);
+    }
+
+    /// [`Core::start_after_restart`], the previous mappings' ports reserved through the
+    /// host's lender.
+    pub fn start_after_restart(&mut self, now: Instant, previous: Previous<'_>) -> RestoreReport {
+        self.last_now = now;
+        self.core
+            .start_after_restart(now, previous, &mut self.ports)
+    }
+
+    /// [`Core::handle_kernel_datagram`].
+    pub fn handle_kernel_datagram(&mut self, now: Instant, datagram: &[u8]) -> KernelReceipt {
+        self.last_now = now;
+        self.core
+            .handle_kernel_datagram(now, datagram, &mut self.ports)
+    }
+
+    /// [`Core::handle_kernel_overrun`].
+    pub fn handle_kernel_overrun(&mut self, now: Instant) {
+        self.last_now = now;
+        self.core.handle_kernel_overrun(now);
+    }
+
+    /// [`Core::handle_peer_datagram`].
+    pub fn handle_peer_datagram(
+        &mut self,
+        now: Instant,
+        via: PeerSocket,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) {
+        self.last_now = now;
+        self.core.handle_peer_datagram(now, via, from, datagram);
+    }
+
+    /// [`Core::start_probe`].
+    pub fn start_probe(
+        &mut self,
+        now: Instant,
+        target_ip: IpAddr,
+        local_ip: IpAddr,
+        wait: Duration,
+    ) -> Result<ProbeId, ProbeError> {
+        self.last_now = now;
+        self.core.start_probe(now, target_ip, local_ip, wait)
+    }
+
+    /// Runs what is due at `now`: the core's timers, and a state-file write (queued as
+    /// [`Action::SaveState`]).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = now;
+        if self.core.poll_timeout().is_some_and(|d| d <= now) {
+            self.core.handle_timeout(now, &mut self.ports);
+        }
+        if let Some(saver) = &mut self.saver {
+            if let Some(generation) = saver.take_due(now) {
+                self.save_due = Some(generation);
+            }
+        }
+    }
+
+    /// Next output: the core's actions in order, then a due [`Action::SaveState`]. A
+    /// `TableChanged` passing through schedules the write it calls for.
+    #[must_use = "call poll_action again until None after each input: queued output is lost otherwise"]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        if let Some(action) = self.core.poll_action() {
+            if let (Action::TableChanged { generation, .. }, Some(saver)) =
+                (&action, &mut self.saver)
+            {
+                saver.generation = *generation;
+                saver.schedule(self.last_now);
+            }
+            return Some(action);
+        }
+        self.save_due
+            .take()
+            .map(|generation| Action::SaveState { generation })
+    }
+
+    /// When [`Host::handle_timeout`] should be called next: the core's deadline or a due
+    /// write, whichever comes first.
+    #[must_use = "call poll_timeout again after each input and wake up at the deadline it gives"]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let save = self.saver.as_ref().and_then(Saver::deadline);
+        [self.core.poll_timeout(), save].into_iter().flatten().min()
+    }
+
+    /// The write of an [`Action::SaveState`] for `generation` ended at `now` after `took`
+    /// (successful or not: a failing disk must not make the host retry in a loop). The next
+    /// write waits for the spacing, and is scheduled at once if the table moved meanwhile.
+    pub fn state_saved(&mut self, now: Instant, generation: u64, took: Duration) {
+        let Some(saver) = &mut self.saver else {
+            return;
+        };
+        saver.in_flight = false;
+        saver.written = Some(generation);
+        saver.not_before = Some(now + took * saver.policy.spacing);
+        saver.schedule(now);
+    }
+
+    /// The table generation the state file lacks, if the table changed since the last
+    /// finished write: what a caller writes at exit without waiting for the delay.
+    pub fn unsaved_generation(&self) -> Option<u64> {
+        self.saver
+            .as_ref()
+            .filter(|s| s.written != Some(s.generation))
+            .map(|s| s.generation)
+    }
+
+    /// Hands a sent datagram's buffer back to the core ([`Core::recycle`]).
+    pub fn recycle(&mut self, buffer: Vec<u8>) {
+        self.core.recycle(buffer);
+    }
+
+    /// The core, for what it reports (snapshots, stats, saved mappings, invariants).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The port reservations lent to the core.
+    pub fn ports(&self) -> &P {
+        &self.ports
+    }
+
+    /// The port reservations, for what the caller does with them outside the core's calls
+    /// (ports inherited from a previous daemon, the FD store, failures a test injects).
+    pub fn ports_mut(&mut self) -> &mut P {
+        &mut self.ports
+    }
+
+    /// Takes the host apart (a process ends: its reservations go with it).
+    pub fn into_parts(self) -> (Core, P) {
+        (self.core, self.ports)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CoreConfig, ReservationId, ReserveError};
+
+    /// A lender that never holds anything: the policy tests make no mappings.
+    #[derive(Debug, Default)]
+    struct NoPorts;
+
+    impl PortReservations for NoPorts {
+        fn reserve(&mut self, _bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
+            Err(ReserveError::AddrInUse)
+        }
+        fn release(&mut self, _id: ReservationId) {}
+    }
+
+    fn host(now: Instant) -> Host<NoPorts> {
+        let core = Core::new(CoreConfig::default(), now);
+        Host::new(core, NoPorts, Some(SavePolicy::default()), now)
+    }
+
+    fn drain(h: &mut Host<NoPorts>) -> Vec<Action> {
+        std::iter::from_fn(|| h.poll_action()).collect()
+    }
+
+    /// The saver as a `TableChanged` of `generation` at `now` leaves it.
+    fn announce(h: &mut Host<NoPorts>, now: Instant, generation: u64) {
+        h.last_now = now;
+        let saver = h.saver.as_mut().unwrap();
+        saver.generation = generation;
+        saver.schedule(now);
+    }
+
+    #[test]
+    fn a_change_is_saved_after_the_delay_and_once() {
+        let t0 = Instant::now();
+        let mut h = host(t0);
+        announce(&mut h, t0, 1);
+        announce(&mut h, t0 + Duration::from_millis(50), 2);
+        assert_eq!(h.poll_timeout(), Some(t0 + Duration::from_millis(200)));
+        h.handle_timeout(t0 + Duration::from_millis(199));
+        assert!(!drain(&mut h).contains(&Action::SaveState { generation: 2 }));
+        let due = t0 + Duration::from_millis(200);
+        h.handle_timeout(due);
+        assert!(drain(&mut h).contains(&Action::SaveState { generation: 2 }));
+        // In flight: no second write, no deadline of the saver's.
+        h.handle_timeout(due + Duration::from_secs(1));
+        assert!(!drain(&mut h)
+            .iter()
+            .any(|a| matches!(a, Action::SaveState { .. })));
+        assert_eq!(h.unsaved_generation(), Some(2));
+        h.state_saved(due, 2, Duration::ZERO);
+        assert_eq!(h.unsaved_generation(), None);
+        assert_eq!(h.saver.as_ref().unwrap().deadline(), None);
+    }
+
+    #[test]
+    fn writes_are_spaced_by_the_last_ones_duration() {
+        let t0 = Instant::now();
+        let mut h = host(t0);
+        announce(&mut h, t0, 1);
+        let due = t0 + Duration::from_millis(200);
+        h.handle_timeout(due);
+        let _ = drain(&mut h);
+        // A change while the write runs is scheduled when it ends, after the spacing.
+        announce(&mut h, due + Duration::from_millis(1), 2);
+        let took = Duration::from_millis(10);
+        h.state_saved(due + took, 1, took);
+        assert_eq!(h.unsaved_generation(), Some(2));
+        assert_eq!(
+            h.saver.as_ref().unwrap().deadline(),
+            Some(due + took + took * 100)
+        );
+    }
+
+    #[test]
+    fn without_a_state_file_nothing_is_saved() {
+        let t0 = Instant::now();
+        let core = Core::new(CoreConfig::default(), t0);
+        let mut h = Host::new(core, NoPorts, None, t0);
+        h.start(t0);
+        h.handle_timeout(t0 + Duration::from_secs(3600));
+        assert!(!drain(&mut h)
+            .iter()
+            .any(|a| matches!(a, Action::SaveState { .. })));
+        h.state_saved(t0, 1, Duration::ZERO);
+        assert_eq!(h.unsaved_generation(), None);
+    }
+}
