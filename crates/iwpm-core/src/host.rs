@@ -88,7 +88,7 @@ impl Saver {
 
     /// The generation to write now, if a write is due at `now`.
     fn take_due(&mut self, now: Instant) -> Option<u64> {
-        if self.in_flight || !self.due.is_some_and(|d| d <= now) {
+        if self.in_flight || self.due.is_none_or(|d| d > now) {
             return None;
         }
         self.due = None;
