@@ -1,7 +1,8 @@
 //! The real-kernel conformance rig (`tests/rig/run-all.sh`) as part of `cargo test`.
 //!
 //! Boots Linux 6.1 (Debian 12) and then Linux 6.12 (Debian 13) with Soft-iWARP under QEMU
-//! (TCG) and runs every rig suite on each against the release build of this daemon, with
+//! (TCG) and runs every rig suite on each against the release build of this daemon (built
+//! beforehand: a test never runs cargo; see `current_release_daemon`), with
 //! rdma-core's C `iwpmd` as the reference: passing needs daemon-side evidence (netlink/UDP
 //! traces, SIGUSR1 dumps, clean dmesg, no 10 s stalls). `IWPM_RIG_KERNEL=6.1` (or `6.12`)
 //! runs one kernel only; the default is `all`.
@@ -20,11 +21,40 @@
 //! `IWPM_RIG_REQUIRED=1`, which never ignores it and turns any skip into a failure, and
 //! `IWPM_RIG_SETUP=1`, so CI always runs it, building the kernels on a fresh machine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use iwpm_testkit::host::{is_root, on_path};
 use iwpm_testkit::workspace::workspace_root;
+
+/// The release daemon this checkout built, if it is current. The rig tests the build that
+/// ships (fat LTO, `panic = "abort"`: the figures it judges against C depend on them), and
+/// `cargo test` makes only the debug one; the test never runs cargo itself, so the release
+/// build comes first (`.ci/run` does it: `cargo build --release -p iwpmd`). Current means
+/// that no file cargo listed as its input (the dep-info file `release/iwpmd.d`) changed
+/// after it was linked.
+fn current_release_daemon(target: &Path) -> Result<PathBuf, String> {
+    let build_first = "run `cargo build --release -p iwpmd` first: the rig tests the release build";
+    let daemon = target.join("release/iwpmd");
+    let built = std::fs::metadata(&daemon)
+        .and_then(|m| m.modified())
+        .map_err(|_| format!("{} is missing; {build_first}", daemon.display()))?;
+    let dep_info = target.join("release/iwpmd.d");
+    let listed = std::fs::read_to_string(&dep_info)
+        .map_err(|_| format!("{} is missing; {build_first}", dep_info.display()))?;
+    let inputs = listed.split_once(": ").map_or("", |(_, files)| files);
+    // (paths with spaces are escaped as `\ `; the workspace's have none)
+    for input in inputs.split_whitespace() {
+        let changed = std::fs::metadata(input).and_then(|m| m.modified());
+        if !changed.is_ok_and(|at| at <= built) {
+            return Err(format!(
+                "{} is older than its source {input}; {build_first}",
+                daemon.display()
+            ));
+        }
+    }
+    Ok(daemon)
+}
 
 /// Why the rig cannot run here, if it cannot.
 fn missing_facility() -> Option<String> {
@@ -94,18 +124,19 @@ fn real_kernel_rig_all_suites() {
         println!("SKIPPED real-kernel rig: {reason}");
         return;
     }
-    let _host = crate::qemu_host();
     let root = workspace_root();
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "iwpmd"])
-        .current_dir(&root)
-        .status()
-        .expect("run cargo build --release -p iwpmd");
-    assert!(status.success(), "cargo build --release -p iwpmd failed");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    let daemon = target.join("release/iwpmd");
+    let daemon = match current_release_daemon(&target) {
+        Ok(daemon) => daemon,
+        Err(reason) => {
+            assert!(!required, "IWPM_RIG_REQUIRED=1 but {reason}");
+            println!("SKIPPED real-kernel rig: {reason}");
+            return;
+        }
+    };
+    let _host = crate::qemu_host();
     let output = Command::new("bash")
         // Without IWPM_RIG_SETUP=1 build-kernel.sh installs and builds nothing.
         .env("RIG_BUILD", if setup_allowed() { "1" } else { "0" })
