@@ -278,13 +278,17 @@ pub enum ConfigDiagnostic {
         /// The chunk, without its newline (lossy UTF-8).
         text: String,
     },
-    /// The key is not in [`ConfigKey::ALL`]; skipped (C: "Couldn't find param").
+    /// The key is not in [`ConfigKey::ALL`]; skipped (C: "Couldn't find param", or, when
+    /// the value is no integer, an unparsable line: C reads the value first).
     #[error("line {line}: unknown key {key:?}")]
     UnknownKey {
         /// Line number.
         line: usize,
         /// The key as scanned (lossy UTF-8; may hold tabs or CRs).
         key: String,
+        /// The value starts with a decimal integer (C reads it before the key, so it
+        /// skips the line as unparsable when not).
+        value_is_integer: bool,
     },
     /// A C key with a value <= 0: ignored, as C does silently.
     #[error("line {line}: {key} = {value} ignored (not positive)")]
@@ -543,19 +547,20 @@ impl Parser {
                     self.extension(line, key, trimmed);
                 }
             }
-            known => {
-                // C parses the integer before it looks the key up.
+            // C parses the integer before it looks the key up, so it skips `foo=bar` for
+            // its value; both are a warning and the line is skipped either way, and the
+            // name is what an operator got wrong.
+            None => self.diags.push(ConfigDiagnostic::UnknownKey {
+                line,
+                key: lossy(name),
+                value_is_integer: scan_c_int(value).is_some(),
+            }),
+            Some(key) => {
                 let Some(int) = scan_c_int(value) else {
                     self.diags.push(unparsable(UnparsableReason::NoInteger));
                     return;
                 };
-                match known {
-                    None => self.diags.push(ConfigDiagnostic::UnknownKey {
-                        line,
-                        key: lossy(name),
-                    }),
-                    Some(key) => self.c_int(line, key, &int),
-                }
+                self.c_int(line, key, &int);
             }
         }
     }

@@ -28,15 +28,26 @@ pub(crate) struct Settings {
 }
 
 /// Why the configuration cannot be used: the daemon does not start.
+/// A read error in plain words: a missing file is said so, not as an errno.
+fn describe_read_error(error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::NotFound => "there is no such file".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        _ => error.to_string(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SettingsError {
     /// `--config PATH` names a file that cannot be read (missing included).
-    #[error("cannot read the configuration file {path} given with --config: {source}")]
+    // (`error`, not `source`: the message names it already, and the chain printed at exit
+    // would say it twice)
+    #[error("cannot read the configuration file {path} given with --config: {}", describe_read_error(.error))]
     Unreadable {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// The file has a line that would fail open if skipped (a bad `peer_allow` entry).
     #[error("configuration file {path}: {diagnostic}; fix or remove the line")]
@@ -66,7 +77,7 @@ impl Settings {
             },
             ConfigSource::Named(path) => match std::fs::read(&path) {
                 Ok(t) => (Some(path), Some(t)),
-                Err(source) => return Err(SettingsError::Unreadable { path, source }),
+                Err(error) => return Err(SettingsError::Unreadable { path, error }),
             },
         };
         let mut settings = Settings::defaults();

@@ -169,6 +169,12 @@ fn from_rust(doc: &[u8]) -> Outcome {
     for d in diags {
         match d {
             ConfigDiagnostic::UnparsableLine { .. } => o.unparsable += 1,
+            // C reads the value before the key: an unknown key with no integer is an
+            // unparsable line there.
+            ConfigDiagnostic::UnknownKey {
+                value_is_integer: false,
+                ..
+            } => o.unparsable += 1,
             ConfigDiagnostic::UnknownKey { key, .. } => o.unknown.push(key.into_bytes()),
             ConfigDiagnostic::NonPositiveValue { .. } => o.non_positive += 1,
             ConfigDiagnostic::ValueOutOfRange { .. } => panic!("generator made a huge number"),

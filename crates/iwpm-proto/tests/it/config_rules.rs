@@ -24,10 +24,12 @@ fn unparsable(line: usize, reason: R, text: &str) -> D {
     }
 }
 
+/// An unknown key with an integer value.
 fn unknown(line: usize, key: &str) -> D {
     D::UnknownKey {
         line,
         key: key.to_string(),
+        value_is_integer: true,
     }
 }
 
@@ -286,11 +288,16 @@ fn unknown_keys() {
     );
     // Unknown wins over a non-positive value (C looks the key up first there)...
     assert_eq!(rbuf("foo=0\n"), (None, vec![unknown(1, "foo")]));
-    // ...but an unparsable value wins over the unknown key (C parses first).
-    assert_eq!(
-        rbuf("foo=bar\n"),
-        (None, vec![unparsable(1, R::NoInteger, "foo=bar")])
-    );
+    // ...and over a value that is no integer (C skips that line as unparsable, since it
+    // reads the value first; the name is what an operator got wrong).
+    let no_integer = D::UnknownKey {
+        line: 1,
+        key: "foo".into(),
+        value_is_integer: false,
+    };
+    assert_eq!(rbuf("foo=bar\n"), (None, vec![no_integer]));
+    let (_, diags) = rbuf("foo=bar\n");
+    assert_eq!(diags[0].to_string(), "line 1: unknown key \"foo\"");
 }
 
 #[test]
