@@ -32,7 +32,7 @@ pub(crate) struct PeerBind {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PeerSocketError {
     /// The listener port is taken, most likely by a running iwpmd.
-    #[error("UDP {addr} is already in use: another iwpmd is running?")]
+    #[error("UDP {addr} is already in use, most likely by another port mapper")]
     PortInUse {
         /// The listener address.
         addr: SocketAddr,
@@ -234,7 +234,7 @@ mod tests {
 
         let err = PeerSockets::open(bind).unwrap_err();
         assert!(matches!(err, PeerSocketError::PortInUse { .. }), "{err}");
-        assert!(err.to_string().contains("another iwpmd is running?"));
+        assert!(err.to_string().contains("by another port mapper"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! error. The hints live here, keyed on the typed errors of the other modules, so those
 //! modules keep plain messages and each failure is explained in one place.
 
+use std::borrow::Cow;
 use std::io;
 use std::path::Path;
 
@@ -140,10 +141,10 @@ pub(crate) fn check_netns(allow: bool) -> Result<(), ForeignNetns> {
 }
 
 /// The likely cause and fix of a start-up failure, for the errors that have one.
-pub(crate) fn hint(e: &anyhow::Error) -> Option<&'static str> {
+pub(crate) fn hint(e: &anyhow::Error) -> Option<Cow<'static, str>> {
     e.chain().find_map(|cause| {
         if let Some(k) = cause.downcast_ref::<KernelLinkError>() {
-            kernel_link_hint(k)
+            kernel_link_hint(k).map(Cow::Borrowed)
         } else if let Some(p) = cause.downcast_ref::<PeerSocketError>() {
             peer_hint(p)
         } else if let Some(l) = cause.downcast_ref::<LockError>() {
@@ -193,30 +194,38 @@ fn kernel_link_hint(e: &KernelLinkError) -> Option<&'static str> {
     }
 }
 
-fn peer_hint(e: &PeerSocketError) -> Option<&'static str> {
+fn peer_hint(e: &PeerSocketError) -> Option<Cow<'static, str>> {
     match e {
-        PeerSocketError::PortInUse { .. } => Some(
-            "Another port mapper (this one or rdma-core's iwpmd) holds the peer port. Stop it \
-             first (`systemctl stop iwpmd`), or find it with `ss -ulpn 'sport = :3935'`.",
-        ),
-        PeerSocketError::Open { os, .. } if is_permission(os) => Some(
+        PeerSocketError::PortInUse { addr } => Some(Cow::Owned(format!(
+            "Another port mapper (this one or rdma-core's iwpmd) holds UDP port {port}. Stop \
+             it first (`systemctl stop iwpmd` for the packaged one), or find it with \
+             `ss -ulpn 'sport = :{port}'`.",
+            port = addr.port()
+        ))),
+        PeerSocketError::Open { os, .. } if is_permission(os) => Some(Cow::Borrowed(
             "Ports below 1024 need CAP_NET_BIND_SERVICE; the standard peer port 3935 needs \
              none. Check peer_port and the security policy (seccomp, SELinux, AppArmor).",
-        ),
-        PeerSocketError::Open { os, .. } if errno(os) == Some(Errno::ADDRNOTAVAIL) => Some(
-            "The peer bind address is not configured on this host: check peer_bind_v4/\
+        )),
+        PeerSocketError::Open { os, .. } if errno(os) == Some(Errno::ADDRNOTAVAIL) => {
+            Some(Cow::Borrowed(
+                "The peer bind address is not configured on this host: check peer_bind_v4/\
              peer_bind_v6 or --peer-bind-v4/--peer-bind-v6.",
-        ),
+            ))
+        }
         _ => None,
     }
 }
 
-fn lock_hint(e: &LockError) -> Option<&'static str> {
+fn lock_hint(e: &LockError) -> Option<Cow<'static, str>> {
     match e {
-        LockError::Held { .. } => Some(
-            "Stop the running iwpmd first (`systemctl stop iwpmd`); only one port mapper may \
-             serve a kernel.",
-        ),
+        LockError::Held { link, .. } if link == "netlink" => Some(Cow::Borrowed(
+            "Stop the running iwpmd first (`systemctl stop iwpmd` for the packaged one); only \
+             one port mapper may serve a kernel.",
+        )),
+        LockError::Held { link, .. } => Some(Cow::Owned(format!(
+            "Stop the iwpmd that serves {link} first (`ss -xlp | grep iwpmd` finds it); only \
+             one port mapper may serve a kernel emulator."
+        ))),
         _ => None,
     }
 }
@@ -279,13 +288,28 @@ mod tests {
     fn busy_peer_port_and_held_lock_point_at_the_running_daemon() {
         let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 3935));
         let m = message(PeerSocketError::PortInUse { addr });
-        assert!(m.contains("another iwpmd is running?"), "{m}");
+        assert!(m.contains("by another port mapper. Another"), "{m}");
         assert!(m.contains("systemctl stop iwpmd"), "{m}");
+        assert!(m.contains("'sport = :3935'"), "{m}");
+        // The hint names the port that was in use, not the standard one.
+        let moved = SocketAddr::from((Ipv4Addr::LOCALHOST, 13935));
+        let m = message(PeerSocketError::PortInUse { addr: moved });
+        assert!(
+            m.contains("'sport = :13935'") && !m.contains(":3935'"),
+            "{m}"
+        );
         let m = message(LockError::Held {
             link: "netlink".into(),
             name: "iwpmd/netlink".into(),
         });
         assert!(m.contains("systemctl stop iwpmd"), "{m}");
+        // An emulator link is no systemd service's.
+        let m = message(LockError::Held {
+            link: "unix:/tmp/lab/kernel.sock".into(),
+            name: "iwpmd/unix".into(),
+        });
+        assert!(m.contains("serves unix:/tmp/lab/kernel.sock"), "{m}");
+        assert!(!m.contains("systemctl"), "{m}");
         let m = message(PeerSocketError::Open {
             addr,
             os: os(Errno::ADDRNOTAVAIL),
