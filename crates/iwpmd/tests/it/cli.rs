@@ -620,7 +620,7 @@ fn init_script_start_reports_a_failed_start() {
     let _taken = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
     let (rc, out) = rig.action("start");
     assert_eq!(rc, Some(1), "start: {out}");
-    assert!(out.contains("another iwpmd is running?"), "{out}");
+    assert!(out.contains("by another port mapper"), "{out}");
     assert!(out.contains("failed to start"), "{out}");
     assert!(pids_of(&rig.exe).is_empty());
 }

@@ -105,7 +105,7 @@ fn second_instance_on_the_same_kernel_link_fails_clearly() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("another iwpmd is running?"), "{err}");
+    assert!(err.contains("by another port mapper"), "{err}");
 
     assert!(first.is_running());
     first.signal(Signal::TERM);

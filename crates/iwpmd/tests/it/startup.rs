@@ -151,7 +151,7 @@ fn busy_peer_port_names_the_other_daemon_once() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = stderr_of(&out);
-    assert!(err.contains("another iwpmd is running?"), "{err}");
+    assert!(err.contains("by another port mapper"), "{err}");
     assert!(err.contains("systemctl stop iwpmd"), "{err}");
     assert_eq!(err.matches("Couldn't start").count(), 1, "{err}");
 }
