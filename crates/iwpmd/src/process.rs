@@ -228,34 +228,39 @@ fn nr_open() -> u64 {
         .unwrap_or(NR_OPEN_DEFAULT)
 }
 
-/// Logs the outcome of [`raise_fd_limit`]: one info line, plus a warning when the soft
-/// limit cannot cover `max_mappings`.
+/// Logs the outcome of [`raise_fd_limit`] in one line: at info level when the soft limit
+/// covers `max_mappings`, else a warning that says why it could not be raised and what
+/// fails because of it.
 pub(crate) fn log_fd_limit(limit: &FdLimit, max_mappings: usize) {
-    tracing::info!(
-        "descriptor limit RLIMIT_NOFILE: soft {} hard {} (was soft {} hard {}); \
-         max_mappings {max_mappings} needs up to {}",
+    let figures = format!(
+        "descriptor limit RLIMIT_NOFILE: soft {} hard {} (was soft {} hard {})",
         Limit(limit.soft),
         Limit(limit.hard),
         Limit(limit.soft_before),
         Limit(limit.hard_before),
-        limit.wanted
     );
-    if let Some(e) = limit.hard_raise_error {
-        tracing::warn!(
-            "cannot raise the hard RLIMIT_NOFILE to {} ({e}); running with {}",
-            limit.wanted,
-            Limit(limit.hard)
-        );
-    }
-    if !limit.sufficient() {
-        tracing::warn!(
-            "RLIMIT_NOFILE soft limit {} is below the {} descriptors max_mappings \
-             {max_mappings} may need: port-mapped mappings beyond it fail with \
-             CREATE_MAPPING_ERR (raise LimitNOFILE or `ulimit -n`)",
-            Limit(limit.soft),
+    if limit.sufficient() {
+        tracing::info!(
+            "{figures}; max_mappings {max_mappings} needs up to {}",
             limit.wanted
         );
+        return;
     }
+    let not_raised = limit
+        .hard_raise_error
+        .map(|e| {
+            format!(
+                " (cannot raise the hard RLIMIT_NOFILE to {}: {e})",
+                limit.wanted
+            )
+        })
+        .unwrap_or_default();
+    tracing::warn!(
+        "{figures} is below the {} descriptors max_mappings {max_mappings} may need{not_raised}: \
+         port-mapped mappings beyond it fail with CREATE_MAPPING_ERR; raise LimitNOFILE or \
+         `ulimit -n`",
+        limit.wanted
+    );
 }
 
 #[cfg(test)]

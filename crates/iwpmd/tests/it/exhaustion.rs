@@ -228,7 +228,10 @@ fn descriptor_exhaustion_is_reported_and_recovers() {
         "the test needs the daemon held to 64 descriptors"
     );
     assert!(
-        d.wait_line("RLIMIT_NOFILE soft limit 64 is below", WAIT),
+        d.wait_line(
+            "RLIMIT_NOFILE: soft 64 hard 64 (was soft 64 hard 64) is below",
+            WAIT
+        ),
         "{}",
         d.tail(30)
     );
