@@ -138,6 +138,20 @@ pub(crate) fn init(want_stderr: bool, verbose: u8) -> LogTarget {
     }
 }
 
+/// The socket syslog(3) writes to.
+const SYSLOG_SOCKET: &str = "/dev/log";
+
+/// Why log lines sent to syslog would go nowhere, if they would: nothing listens on
+/// `/dev/log` (no syslog daemon, no journald socket, a container). syslog(3) drops such
+/// lines without a word, so the operator is told before the daemon loses its terminal.
+pub(crate) fn syslog_unreachable() -> Option<String> {
+    let socket = std::os::unix::net::UnixDatagram::unbound().ok()?;
+    socket
+        .connect(SYSLOG_SOCKET)
+        .err()
+        .map(|e| format!("nothing receives syslog at {SYSLOG_SOCKET} ({e})"))
+}
+
 fn stderr_layer<S>() -> impl Layer<S>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,

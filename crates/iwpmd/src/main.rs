@@ -53,9 +53,24 @@ fn main() -> ExitCode {
     }
     if cli.run_mode() == RunMode::Daemon {
         // Before logging is set up: the child logs, we only wait for its word.
-        return ExitCode::from(process::detach());
+        let status = process::detach();
+        // Say while a terminal still listens if the detached daemon's log will go nowhere
+        // (after a failed start its message is all the terminal needs).
+        if status == 0 {
+            if let Some(warning) = detached_log_lost(&cli) {
+                eprintln!("iwpmd: warning: {warning}");
+            }
+        }
+        return ExitCode::from(status);
     }
     let log_target = logging::init(cli.log_stderr, cli.verbose);
+    if log_target == LogTarget::Syslog && cli.run_mode() == RunMode::Foreground {
+        if let Some(why) = logging::syslog_unreachable() {
+            eprintln!(
+                "iwpmd: warning: {why}: the log will be lost; add --log-stderr to see it here."
+            );
+        }
+    }
     let mut readiness = (cli.run_mode() == RunMode::DetachedChild).then(process::Readiness::new);
     match run(&cli, readiness.as_mut()) {
         Ok(status) => ExitCode::from(status),
@@ -72,6 +87,26 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Why a detached daemon's log (and its SIGUSR1 dumps) would be lost, if it would: its
+/// stderr is `/dev/null`, and syslog(3) drops lines without a word when nothing listens.
+fn detached_log_lost(cli: &Cli) -> Option<String> {
+    if cli.log_stderr {
+        return Some(
+            "with --log-stderr the detached daemon logs to its stderr, which is /dev/null: \
+             its log and its SIGUSR1 dumps will be lost. Add --foreground to keep them on \
+             this terminal."
+                .to_owned(),
+        );
+    }
+    logging::syslog_unreachable().map(|why| {
+        format!(
+            "{why}: the detached daemon's log and its SIGUSR1 dumps will be lost. Start a \
+             syslog daemon, run it under systemd (-s), or keep it in the foreground with \
+             --foreground --log-stderr."
+        )
+    })
 }
 
 /// Prints the completion script. A reader that stops early (`| head`) is not an error:

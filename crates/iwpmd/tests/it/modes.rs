@@ -69,6 +69,15 @@ fn default_mode_daemonizes() {
     let child = env.pid;
     let mut guard = Detached(Pid::from_raw(child as i32));
     assert_ne!(child, parent_pid, "the daemon runs in a forked child");
+    // (--log-stderr, as the test kit starts it: the terminal hears that the log goes nowhere)
+    assert!(
+        eventually(WAIT, || parent
+            .stderr
+            .text()
+            .contains("logs to its stderr, which is /dev/null")),
+        "{}",
+        parent.stderr.text()
+    );
     assert_eq!(
         std::fs::read_link(format!("/proc/{child}/cwd")).unwrap(),
         std::path::Path::new("/")
@@ -86,6 +95,78 @@ fn default_mode_daemonizes() {
     assert!(gone, "detached daemon did not exit on SIGTERM");
     guard.0 = None;
     std::thread::sleep(Duration::from_millis(10));
+}
+
+/// A detached daemon logs to syslog only. Where nothing receives syslog (no `/dev/log`, as
+/// in many containers), the command says on the terminal, before it detaches, that the log
+/// and the SIGUSR1 dumps would be lost; the daemon still starts.
+#[test]
+fn detaching_without_syslog_says_the_log_would_be_lost() {
+    let dir = scratch_dir("nosyslog");
+    let mut kernel = FakeKernel::bind(&dir);
+    let mut cmd = iwpmd_command!(&kernel.path, Ipv4Addr::LOCALHOST, free_udp_port(),);
+    // (the test kit's daemons log to stderr; this one logs as an installed one does)
+    let args: Vec<_> = cmd
+        .get_args()
+        .filter(|a| *a != "--log-stderr")
+        .map(ToOwned::to_owned)
+        .collect();
+    let mut plain = std::process::Command::new(cmd.get_program());
+    plain
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for key in ["RUST_LOG", "NOTIFY_SOCKET", "JOURNAL_STREAM"] {
+        plain.env_remove(key);
+    }
+    cmd = plain;
+    let syslog_here = UnixDatagram::unbound().unwrap().connect("/dev/log").is_ok();
+    let cmd = if syslog_here {
+        if !iwpm_testkit::host::is_root() {
+            println!("SKIPPED: a syslog daemon listens here, and hiding /dev/log needs root");
+            return;
+        }
+        // A private mount namespace in which /dev/log is a plain file.
+        let plain = dir.join("not-a-socket");
+        std::fs::write(&plain, "").unwrap();
+        let mut hidden = std::process::Command::new("unshare");
+        hidden
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("mount --bind \"$0\" /dev/log && exec \"$@\"")
+            .arg(&plain)
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .env_remove("RUST_LOG")
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        hidden
+    } else {
+        cmd
+    };
+    let mut parent = Daemon::spawn(cmd, 0);
+    let status = parent.wait_exit(WAIT).expect("parent did not exit");
+    assert_eq!(status.code(), Some(0), "{}", parent.stderr.text());
+    let env = kernel.handshake();
+    let mut guard = Detached(Pid::from_raw(env.pid as i32));
+    let warned = eventually(WAIT, || {
+        let said = parent.stderr.text();
+        said.contains("nothing receives syslog at /dev/log")
+            && said.contains("will be lost")
+            && said.contains("--foreground --log-stderr")
+    });
+    let said = parent.stderr.text();
+    assert!(warned, "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+    rustix::process::kill_process(Pid::from_raw(env.pid as i32).unwrap(), Signal::TERM).unwrap();
+    let gone = eventually(WAIT, || {
+        matches!(proc_field(env.pid, 0).as_deref(), None | Some("Z"))
+    });
+    assert!(gone, "detached daemon did not exit on SIGTERM");
+    guard.0 = None;
 }
 
 /// The default mode's command returns only once the daemon serves: the HELLO is already
