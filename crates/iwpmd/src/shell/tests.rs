@@ -13,7 +13,10 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
+use iwpm_core::state_file::StateFile;
+
 use crate::peer_sockets::PeerBind;
+use crate::restart::RestartConfig;
 
 fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
     let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
@@ -27,6 +30,14 @@ fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
 /// A shell on a Unix kernel link whose other end, `emu`, the test plays; started (its
 /// HELLO is waiting in `emu`).
 fn shell_on_unix_link(tag: &str) -> (Shell, UnixDatagram, std::path::PathBuf) {
+    shell_with_restart(tag, RestartConfig::default())
+}
+
+/// [`shell_on_unix_link`] with restart survival set up as `restart`.
+fn shell_with_restart(
+    tag: &str,
+    restart: RestartConfig,
+) -> (Shell, UnixDatagram, std::path::PathBuf) {
     let path = std::env::temp_dir().join(format!("iwpmd-shell-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let emu = UnixDatagram::bind(&path).unwrap();
@@ -43,7 +54,7 @@ fn shell_on_unix_link(tag: &str) -> (Shell, UnixDatagram, std::path::PathBuf) {
         netlink_pid: kernel.port_id(),
         ..CoreConfig::default()
     };
-    let restart = Restart::new(Default::default(), Default::default(), now);
+    let restart = Restart::new(restart, Default::default(), now);
     let mut shell = Shell::new(Core::new(config, now), kernel, peers, restart).unwrap();
     shell.start().unwrap();
     (shell, emu, path)
@@ -322,4 +333,55 @@ fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
     );
     assert!(shell.io_counters_line().contains("kernel_overruns=1"));
     let _ = std::fs::remove_file(&path);
+}
+
+/// The state file follows the host's policy: a table change is written when the host asks
+/// (`Action::SaveState`, after its gathering delay), the write's outcome goes back to it,
+/// and at exit the change the file still lacks is written at once.
+#[test]
+fn the_state_file_is_written_when_the_host_asks_and_at_exit() {
+    let dir = std::env::temp_dir().join(format!("iwpmd-shell-statedir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let state = dir.join("state");
+    let config = RestartConfig {
+        state_file: Some(state.clone()),
+        ..RestartConfig::default()
+    };
+    let (mut shell, emu, path) = shell_with_restart("state", config);
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
+    let (_, daemon) = emu.recv_from(&mut buf).unwrap();
+    register(&mut shell, &emu, &daemon);
+    emu.send_to_addr(&add_mapping(7000), &daemon).unwrap();
+    assert!(link_readable(&mut shell, Duration::from_secs(5)));
+    shell.drain_kernel();
+    assert!(matches!(next_msg(&emu), DaemonMsg::AddMapping(_)));
+    let changed = shell.host.unsaved_generation();
+    assert!(changed.is_some(), "the mapping is not in the file yet");
+    // The host's deadline is the write's; the outcome comes back from the writer thread.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while shell.restart.counts().state_writes != Some(1) && Instant::now() < deadline {
+        let now = Instant::now();
+        if shell.host.poll_timeout().is_some_and(|d| d <= now) {
+            shell.host.handle_timeout(now);
+            shell.flush(now);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        shell.restart_tick(Instant::now());
+    }
+    assert_eq!(shell.restart.counts().state_writes, Some(1));
+    assert_eq!(shell.host.unsaved_generation(), None, "reported back");
+    let file = StateFile::decode(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(file.mappings.len(), 1);
+    // A change the file lacks at exit is written then, without waiting.
+    emu.send_to_addr(&add_mapping(7001), &daemon).unwrap();
+    assert!(link_readable(&mut shell, Duration::from_secs(5)));
+    shell.drain_kernel();
+    assert!(shell.host.unsaved_generation().is_some());
+    shell.restart.on_exit(&mut shell.host);
+    assert_eq!(shell.restart.counts().state_writes, Some(2));
+    assert_eq!(shell.host.unsaved_generation(), None);
+    let file = StateFile::decode(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(file.mappings.len(), 2);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&dir);
 }
