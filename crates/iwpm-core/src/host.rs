@@ -28,6 +28,12 @@ pub struct SavePolicy {
     /// Writes are spaced by this many times the duration of the last one, so writing
     /// takes at most about 1/`spacing` of the time. Each write is the whole table; the
     /// cost of the spacing is staleness after a crash (a restart writes at exit).
+    ///
+    /// Why 100 (the default): a write of 10 000 mappings took about 35 ms on the rig's
+    /// emulated CPU (before the lines were formatted by hand, ~2.7× less since for IPv4),
+    /// and at 10× a listen storm spent more user CPU on the state file than on the kernel's
+    /// requests. At 100× a crash may lose the last ~100 write durations of changes (~1.2 s
+    /// at 50 000 IPv4 mappings), which the kernel's replay then has to bring.
     pub spacing: u32,
 }
 

@@ -27,10 +27,6 @@ pub(crate) struct IoCounters {
     pub peer_tx: u64,
     /// Peer datagrams not sent (socket full, family unavailable, send error).
     pub peer_tx_dropped: u64,
-    /// Port reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
-    pub reserve_no_fd: u64,
-    /// Port reservations refused because the ephemeral port range is exhausted.
-    pub reserve_no_port: u64,
     /// SIGUSR1 dumps written (or being written).
     pub dumps: u64,
     /// SIGUSR1 signals folded into a dump already pending.
@@ -54,8 +50,6 @@ impl IoCounters {
             peer_rx,
             peer_tx,
             peer_tx_dropped,
-            reserve_no_fd,
-            reserve_no_port,
             dumps,
             dumps_coalesced,
         } = self;
@@ -70,12 +64,12 @@ impl IoCounters {
             IoCounter::PeerRx => peer_rx,
             IoCounter::PeerTx => peer_tx,
             IoCounter::PeerTxDropped => peer_tx_dropped,
-            IoCounter::ReserveNoFd => reserve_no_fd,
-            IoCounter::ReserveNoPort => reserve_no_port,
             IoCounter::Dumps => dumps,
             IoCounter::DumpsCoalesced => dumps_coalesced,
-            // The reservations' level and the restart machinery's: `HeldElsewhere`.
-            IoCounter::PortsHeld
+            // The port lender's and the restart machinery's: `HeldElsewhere`.
+            IoCounter::ReserveNoFd
+            | IoCounter::ReserveNoPort
+            | IoCounter::PortsHeld
             | IoCounter::FdStoreSent
             | IoCounter::FdStoreFailed
             | IoCounter::StateWrites
@@ -109,10 +103,14 @@ impl IoCounters {
     }
 }
 
-/// The [`IoCounter`]s held outside [`IoCounters`]: the reservations' level (the shell's
-/// port table) and the restart machinery's.
+/// The [`IoCounter`]s held outside [`IoCounters`]: the port lender's (its level and its
+/// refusals, `crate::ports::Ports`) and the restart machinery's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct HeldElsewhere {
+    /// Port reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
+    pub reserve_no_fd: u64,
+    /// Port reservations refused because the ephemeral port range is exhausted.
+    pub reserve_no_port: u64,
     /// Ports reserved now.
     pub ports_held: u64,
     /// The restart machinery's counters.
@@ -139,6 +137,8 @@ impl HeldElsewhere {
     /// [`IoCounters::get`], so a new [`IoCounter`] is mapped in both before it compiles.
     pub(crate) fn get(&self, counter: IoCounter) -> Option<u64> {
         let HeldElsewhere {
+            reserve_no_fd,
+            reserve_no_port,
             ports_held,
             restart:
                 RestartCounts {
@@ -149,6 +149,8 @@ impl HeldElsewhere {
                 },
         } = *self;
         match counter {
+            IoCounter::ReserveNoFd => Some(reserve_no_fd),
+            IoCounter::ReserveNoPort => Some(reserve_no_port),
             IoCounter::PortsHeld => Some(ports_held),
             IoCounter::FdStoreSent => fd_store_sent,
             IoCounter::FdStoreFailed => fd_store_failed,
@@ -164,8 +166,6 @@ impl HeldElsewhere {
             | IoCounter::PeerRx
             | IoCounter::PeerTx
             | IoCounter::PeerTxDropped
-            | IoCounter::ReserveNoFd
-            | IoCounter::ReserveNoPort
             | IoCounter::Dumps
             | IoCounter::DumpsCoalesced => None,
         }
@@ -184,10 +184,10 @@ mod tests {
             ..IoCounters::default()
         };
         let pairs: Vec<_> = c.iter().collect();
-        assert_eq!(pairs.len(), 14);
+        assert_eq!(pairs.len(), 12);
         assert_eq!(pairs[0], ("kernel_rx", 0));
         assert!(pairs.contains(&("kernel_overruns", 3)));
-        assert_eq!(pairs[13], ("dumps_coalesced", 1));
+        assert_eq!(pairs[11], ("dumps_coalesced", 1));
     }
 
     #[test]
@@ -204,10 +204,8 @@ mod tests {
             peer_rx: 8,
             peer_tx: 9,
             peer_tx_dropped: 10,
-            reserve_no_fd: 11,
-            reserve_no_port: 12,
-            dumps: 13,
-            dumps_coalesced: 14,
+            dumps: 11,
+            dumps_coalesced: 12,
         };
         let mut values = Vec::new();
         for (name, value) in c.iter() {
@@ -217,7 +215,7 @@ mod tests {
         }
         assert_eq!(
             values,
-            (1..=14).collect::<Vec<u64>>(),
+            (1..=12).collect::<Vec<u64>>(),
             "field order, one each"
         );
         assert_eq!(
@@ -234,6 +232,8 @@ mod tests {
             ..IoCounters::default()
         };
         let elsewhere = HeldElsewhere {
+            reserve_no_fd: 7,
+            reserve_no_port: 8,
             ports_held: 2,
             restart: RestartCounts {
                 fd_store_sent: Some(3),

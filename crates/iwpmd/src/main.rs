@@ -14,11 +14,11 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
-mod control_server;
-mod dump_writer;
+mod control;
+mod dump;
 mod instance_lock;
 mod io_counters;
-mod kernel_link;
+mod kernel;
 mod logging;
 mod peer_sockets;
 mod ports;
@@ -39,7 +39,7 @@ use iwpm_core::{Core, CoreConfig};
 use iwpm_proto::consts::IWPMD_NL_GROUPS_MASK;
 
 use crate::cli::{Cli, KernelSpec, RunMode};
-use crate::kernel_link::KernelLink;
+use crate::kernel::link::KernelLink;
 use crate::logging::LogTarget;
 use crate::peer_sockets::PeerSockets;
 use crate::restart::{Restart, RestartConfig};
@@ -225,11 +225,11 @@ fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<
         tracing::info!("reserved ports are kept in the service manager's FD store");
     }
     let mut shell =
-        Shell::new(core, kernel, peers, mode, restart).context("cannot set up the event loop")?;
+        Shell::new(core, kernel, peers, restart).context("cannot set up the event loop")?;
     if let Some(path) = control_path {
         // Not fatal: rdma-core's daemon has no control socket, and mappings matter more.
         // But an error: iwpmctl will not work, and the reason names the path.
-        match control_server::ControlServer::bind(&path, shell.registry()) {
+        match control::server::ControlServer::bind(&path, shell.registry()) {
             Ok(server) => shell.attach_control(server, cli.kernel.to_string()),
             Err(e) => tracing::error!(path = %path.display(), "control socket disabled: {e}"),
         }

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 use crate::io_counters::RestartCounts;
 use iwpm_control::render::count as counted;
 use iwpm_core::state_file::SavedMapping;
-use iwpm_core::Core;
+use iwpm_core::{Core, Host, SavePolicy};
 
 use crate::ports::reservations::Reservations;
+use crate::ports::Ports;
 use iwpm_core::RateLimit;
 
 use self::fd_store::FdStore;
-use self::state_file::StateStore;
+use self::state_file::{Saved, StateStore};
 use self::systemd::{Inherited, Notifier};
 
 mod fd_store;
@@ -107,6 +108,12 @@ impl Restart {
         }
     }
 
+    /// The host's state-file policy: the default when a state file is kept, else none (no
+    /// `Action::SaveState` then).
+    pub(crate) fn save_policy(&self) -> Option<SavePolicy> {
+        self.state.as_ref().map(|_| SavePolicy::default())
+    }
+
     /// True when reserved ports go to the FD store.
     pub(crate) fn fd_store_enabled(&self) -> bool {
         self.fd_store.is_some()
@@ -150,13 +157,15 @@ impl Restart {
         saved
     }
 
-    /// The core's table changed (`Action::TableChanged`): what the state file and the
-    /// status line follow.
-    pub(crate) fn table_changed(&mut self, generation: u64, mappings: usize) {
+    /// The core's table changed (`Action::TableChanged`): what the status line follows.
+    pub(crate) fn table_changed(&mut self, mappings: usize) {
         self.mappings = mappings;
-        if let Some(s) = &mut self.state {
-            s.table_changed(generation);
-        }
+    }
+
+    /// The host asks for the state file (`Action::SaveState`): handed to the writer thread,
+    /// or written at once if there is none (then what it reports is returned).
+    pub(crate) fn save_state(&mut self, generation: u64, core: &Core) -> Option<Saved> {
+        self.state.as_mut()?.save(generation, core)
     }
 
     /// The core's restart recovery is over (`Action::RecoveryEnded`): inherited ports no
@@ -165,13 +174,10 @@ impl Restart {
         self.recovered = true;
     }
 
-    /// After every input: FD store messages, state file scheduling, status line.
+    /// After every input: FD store messages, status line.
     pub(crate) fn after_input(&mut self, now: Instant, held: &mut Reservations) {
         if let (Some(store), Some(n)) = (&mut self.fd_store, &self.notifier) {
             store.sync(now, n, held);
-        }
-        if let Some(s) = &mut self.state {
-            s.note(now);
         }
         self.refresh_status(now);
     }
@@ -214,7 +220,12 @@ impl Restart {
         self.after_input(now, held);
     }
 
-    /// The kernel handshake is done: `READY=1`.
+    /// Whether the kernel handshake was done ([`Restart::on_ready`]).
+    pub(crate) fn ready(&self) -> bool {
+        self.ready
+    }
+
+    /// The kernel handshake is done: `READY=1` (with a service manager).
     pub(crate) fn on_ready(&mut self, now: Instant) {
         self.ready = true;
         let count = self.mappings;
@@ -225,7 +236,8 @@ impl Restart {
         ));
     }
 
-    /// Earliest timer of the restart machinery.
+    /// Earliest timer of the restart machinery (watchdog, status line, and a look at a
+    /// state file write in flight when the writer cannot wake the loop).
     pub(crate) fn deadline(&self) -> Option<Instant> {
         let wd = self.watchdog.map(|(every, last)| last + every);
         [
@@ -238,27 +250,35 @@ impl Restart {
         .min()
     }
 
-    /// Runs due timers: watchdog ping, state file write.
-    pub(crate) fn tick(&mut self, now: Instant, core: &Core) {
+    /// Runs due timers (watchdog ping, status line) and collects a finished state file
+    /// write, returned for the host's policy (`Host::state_saved`).
+    pub(crate) fn tick(&mut self, now: Instant) -> Option<Saved> {
         if let Some((every, last)) = self.watchdog {
             if now >= last + every {
                 self.watchdog = Some((every, now));
                 self.send("WATCHDOG=1");
             }
         }
-        if let Some(s) = &mut self.state {
-            s.tick(now, core);
-        }
+        let saved = self.state.as_mut().and_then(|s| s.collect(false));
         if self.status_due.is_some_and(|d| d <= now) {
             self.refresh_status(now);
         }
+        saved
     }
 
-    /// Exit: `STOPPING=1`, then the final state file. The FD store keeps the ports.
-    pub(crate) fn on_exit(&mut self, core: &Core) {
+    /// Exit: `STOPPING=1`, then the final state file: the write in flight is waited for,
+    /// and the table written at once if the host says the file lacks its last change. The
+    /// FD store keeps the ports.
+    pub(crate) fn on_exit(&mut self, host: &mut Host<Ports>) {
         self.send("STOPPING=1\nSTATUS=stopping; ports kept for the next start");
         if let Some(s) = &mut self.state {
-            s.flush(core);
+            if let Some(saved) = s.collect(true) {
+                host.state_saved(Instant::now(), saved.generation, saved.took);
+            }
+            if let Some(generation) = host.unsaved_generation() {
+                let saved = s.write_now(generation, host.core());
+                host.state_saved(Instant::now(), saved.generation, saved.took);
+            }
         }
         if let Some(f) = &self.fd_store {
             tracing::info!(sent = f.sent, failed = f.failed, "FD store messages");

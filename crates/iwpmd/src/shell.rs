@@ -1,10 +1,10 @@
-//! The event loop: one thread, the core's deadline as the wait's timeout. It sleeps in one
+//! The event loop: one thread, the host's deadline as the wait's timeout. It sleeps in one
 //! level-triggered epoll set of two descriptors (`shell/waiter.rs`): the kernel link and
 //! the `mio::Poll` (edge-triggered epoll) that holds every other source (peer sockets,
-//! signals, helper wake-ups, control clients). Every datagram goes to the core, and after
-//! each input the core's actions are executed at once: that, and waking up at its
-//! deadline, is all the core asks of the loop. Kernel input gets the port reservations
-//! lent for the call (binding is synchronous, as in C).
+//! signals, helper wake-ups, control clients). Every datagram goes to the core through
+//! the host, and after each input the actions are executed at once: that, and waking up at
+//! the host's deadline, is all the host asks of the loop. Kernel input gets the port
+//! reservations lent by the host for the call (binding is synchronous, as in C).
 //!
 //! Why the kernel link is outside mio: mio is edge-triggered, so a socket must be read
 //! until it would block before the loop may sleep. A REMOVE_MAPPING needs no answer and
@@ -15,57 +15,44 @@
 //! points where the link is usually empty: a lone listen costs four system calls (wait,
 //! read, answer, read the DONE), one more than a responder that blocks in `recv`.
 //!
-//! This file keeps the loop, its wait, the signals and start-up; the rest is in `shell/`:
-//! `drain.rs` reads the sockets in batches, `kernel_tx.rs` sends to the kernel (and holds
-//! peer datagrams behind it), `ports.rs` lends the reservations to the core, `dump.rs`
-//! answers SIGUSR1, `control.rs` the control socket; `coalesce.rs` and `waiter.rs` are
-//! the parts those build on.
+//! This file keeps the loop and start-up; it drives `iwpm_core::Host`, which holds the
+//! core, the port lender, the state file's write policy and their timers. The loop holds
+//! one value per component, each in its own module with its shell-side handling: the
+//! kernel link and its send path (`kernel/`), the peer sockets (`peer_sockets.rs`), the
+//! port lender (`ports/`), the SIGUSR1 dump (`dump/`), the control socket (`control/`),
+//! restart survival (`restart/`). Here in `shell/`: `wakeups.rs` holds what wakes the loop
+//! (the wait of `waiter.rs`, mio's poll, the signals), `drain.rs` reads the sockets in
+//! batches.
 
 use std::io;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, Previous, RateLimit};
-use mio::{Events, Interest, Poll, Token, Waker};
+use iwpm_core::{Action, Core, Host, Previous};
+use mio::{Events, Token};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
-use signal_hook_mio::v1_0::Signals;
 
-use crate::cli::RunMode;
-use crate::control_server::ControlServer;
-use crate::dump_writer::{DumpWriter, DumpWriterError};
+use crate::control::server::ControlServer;
+use crate::control::Control;
+use crate::dump::writer::DumpWriterError;
+use crate::dump::Dump;
 use crate::io_counters::IoCounters;
-use crate::kernel_link::KernelLink;
-use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER, PEER_RECV_BUFFER};
-use crate::ports::reservations::Reservations;
+use crate::kernel::link::KernelLink;
+use crate::kernel::tx::{KernelTx, Outlets};
+use crate::kernel::Kernel;
+use crate::peer_sockets::{PeerSockets, Peers, ALL as ALL_PEER};
+use crate::ports::Ports;
 use crate::restart::Restart;
 
-use self::kernel_tx::{KernelTx, Outlets};
-use self::ports::LentPorts;
-use self::waiter::Waiter;
+use self::wakeups::{KernelReady, Wakeups, HELPER_DONE, PEER_BASE, SIGNALS};
 
-mod coalesce;
-mod control;
 mod drain;
-mod dump;
-mod kernel_tx;
-mod ports;
 #[cfg(test)]
 mod tests;
-mod waiter;
-
-// Token 0 is unused: the kernel link is waited on outside mio (see the module docs).
-const SIGNALS: Token = Token(1);
-/// Woken by the helper threads: a dump or a state file write is done.
-const HELPER_DONE: Token = Token(2);
-const PEER_BASE: usize = 3;
+pub(crate) mod waiter;
+mod wakeups;
 
 /// How long an exit waits for a dump still being written.
 const DUMP_FINISH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Burst of rate-limited warnings per window.
-const WARN_BURST: u32 = 5;
-/// Window of rate-limited warnings.
-const WARN_WINDOW: Duration = Duration::from_secs(10);
 
 /// How the loop ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,88 +88,56 @@ pub(crate) enum SetupError {
     HelloNotSent,
 }
 
-/// Everything the loop owns.
+/// Everything the loop owns: one value per component (module docs). The components'
+/// handlers (`impl Shell` in `control.rs`, `dump.rs`, `shell/drain.rs`) reach the others
+/// through these fields.
 pub(crate) struct Shell {
-    poll: Poll,
-    signals: Signals,
-    core: Core,
-    kernel: KernelLink,
-    peers: PeerSockets,
-    reservations: Reservations,
-    mode: RunMode,
-    ready_seen: bool,
-    counters: IoCounters,
-    warn_kernel: RateLimit,
-    warn_peer: RateLimit,
-    warn_resource: RateLimit,
-    peer_buf: Vec<u8>,
-    dump_writer: DumpWriter,
-    /// A SIGUSR1 arrived while a dump was being written: dump again when it is done.
-    dump_pending: bool,
-    /// What goes to the kernel, and the peer datagrams held behind it (`shell/kernel_tx.rs`).
-    kernel_tx: KernelTx,
-    /// The loop's wait: the kernel link and mio's epoll, level-triggered (`shell/waiter.rs`).
-    waiter: Waiter,
-    /// The control socket, when one is open (`shell/control.rs`).
-    control: Option<control::Control>,
-    /// Restart survival: service manager, FD store, state file (`restart.rs`).
-    restart: Restart,
-}
-
-/// The kernel link's readiness after a wait.
-struct KernelReady {
-    readable: bool,
-    writable: bool,
+    /// The core, the port lender, the state file's write policy, their timers.
+    pub(crate) host: Host<Ports>,
+    /// The kernel link and its send path.
+    pub(crate) kernel: Kernel,
+    /// The peer sockets.
+    pub(crate) peers: Peers,
+    /// What wakes the loop: the wait, mio's poll, the signals.
+    pub(crate) wakeups: Wakeups,
+    /// SIGUSR1 dumps.
+    pub(crate) dump: Dump,
+    /// The control socket, when one is open.
+    pub(crate) control: Option<Control>,
+    /// Restart survival: service manager, FD store, state file.
+    pub(crate) restart: Restart,
+    /// The IO counters (the port lender and the restart machinery count their own).
+    pub(crate) counters: IoCounters,
 }
 
 impl Shell {
-    /// Registers every socket and the signal pipe.
+    /// Registers every socket and the signal pipe. The state file's write policy is on
+    /// only when a state file is kept.
     pub(crate) fn new(
         core: Core,
         kernel: KernelLink,
         mut peers: PeerSockets,
-        mode: RunMode,
         restart: Restart,
     ) -> Result<Self, SetupError> {
-        let poll = Poll::new()?;
-        let registry = poll.registry();
-        for (i, which) in ALL_PEER.into_iter().enumerate() {
-            if let Some(sock) = peers.get_mut(which) {
-                registry.register(sock, Token(PEER_BASE + i), Interest::READABLE)?;
-            }
-        }
-        let mut signals = Signals::new([SIGTERM, SIGHUP, SIGUSR1])?;
-        registry.register(&mut signals, SIGNALS, Interest::READABLE)?;
-        let helper_waker = Arc::new(Waker::new(registry, HELPER_DONE)?);
-        let dump_writer = DumpWriter::start(helper_waker.clone())?;
+        let (wakeups, helper_waker) = Wakeups::new(&kernel, &mut peers)?;
+        let dump = Dump::start(helper_waker.clone())?;
         restart.set_waker(helper_waker);
-        let waiter = Waiter::new(poll.registry(), &kernel)?;
+        let host = Host::new(core, Ports::new(), restart.save_policy(), Instant::now());
         Ok(Shell {
-            poll,
-            signals,
-            core,
-            kernel,
-            peers,
-            reservations: Reservations::new(),
-            mode,
-            ready_seen: false,
-            counters: IoCounters::default(),
-            warn_kernel: RateLimit::new(WARN_WINDOW, WARN_BURST),
-            warn_peer: RateLimit::new(WARN_WINDOW, WARN_BURST),
-            warn_resource: RateLimit::new(WARN_WINDOW, WARN_BURST),
-            peer_buf: vec![0; PEER_RECV_BUFFER],
-            dump_writer,
-            dump_pending: false,
-            kernel_tx: KernelTx::default(),
-            waiter,
+            host,
+            kernel: Kernel::new(kernel),
+            peers: Peers::new(peers),
+            wakeups,
+            dump,
             control: None,
             restart,
+            counters: IoCounters::default(),
         })
     }
 
     /// The loop's registry (to register the control socket).
     pub(crate) fn registry(&self) -> &mio::Registry {
-        self.poll.registry()
+        self.wakeups.registry()
     }
 
     /// Starts the kernel handshake, with the previous daemon's ports and mappings (FD
@@ -191,18 +146,13 @@ impl Shell {
     /// HELLO cannot be sent).
     pub(crate) fn start(&mut self) -> Result<(), SetupError> {
         let now = Instant::now();
-        let saved = self.restart.take_over(&mut self.reservations);
+        let held = self.host.ports_mut().held_mut();
+        let saved = self.restart.take_over(held);
         let previous = Previous {
             mappings: &saved,
-            inherited_ports: self.reservations.unclaimed() > 0,
+            inherited_ports: held.unclaimed() > 0,
         };
-        let mut ports = LentPorts::new(
-            &mut self.reservations,
-            &mut self.counters,
-            &mut self.warn_resource,
-            now,
-        );
-        let report = self.core.start_after_restart(now, previous, &mut ports);
+        let report = self.host.start_after_restart(now, previous);
         if !saved.is_empty() {
             tracing::info!(
                 restored = report.restored,
@@ -228,8 +178,8 @@ impl Shell {
     /// zero-timeout poll.
     pub(crate) fn run(&mut self) -> io::Result<Exit> {
         let exit = self.run_loop();
-        self.restart.on_exit(&self.core);
-        self.dump_writer.finish(DUMP_FINISH_TIMEOUT);
+        self.restart.on_exit(&mut self.host);
+        self.dump.finish(DUMP_FINISH_TIMEOUT);
         exit
     }
 
@@ -244,7 +194,7 @@ impl Shell {
                 Some(Duration::ZERO)
             } else {
                 [
-                    self.core.poll_timeout(),
+                    self.host.poll_timeout(),
                     self.control_deadline(),
                     self.restart.deadline(),
                 ]
@@ -274,8 +224,8 @@ impl Shell {
                     }
                     HELPER_DONE => {
                         self.dump_written();
-                        // collects a finished state file write and starts a due one
-                        self.restart.tick(Instant::now(), &self.core);
+                        // collects a finished state file write
+                        self.restart_tick(Instant::now());
                     }
                     t if ControlServer::owns(t) => self.control_event(event),
                     Token(t) => {
@@ -295,48 +245,25 @@ impl Shell {
                 }
             }
             let now = Instant::now();
-            if self.core.poll_timeout().is_some_and(|d| d <= now) {
-                let mut ports = LentPorts::new(
-                    &mut self.reservations,
-                    &mut self.counters,
-                    &mut self.warn_resource,
-                    now,
-                );
-                self.core.handle_timeout(now, &mut ports);
+            if self.host.poll_timeout().is_some_and(|d| d <= now) {
+                self.host.handle_timeout(now);
                 self.flush(now);
             }
             self.control_turn(now);
             if self.restart.deadline().is_some_and(|d| d <= now) {
-                self.restart.tick(now, &self.core);
+                self.restart_tick(now);
             }
         }
     }
 
-    /// Sleeps until the kernel link or a mio source is ready, or `timeout` passes. mio's
-    /// events, if any, are left in `events` (harvested without waiting); the kernel link's
-    /// readiness is returned.
+    /// Sleeps until the kernel link or a mio source is ready, or `timeout` passes (see
+    /// [`Wakeups::wait`]).
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<KernelReady> {
-        let ready = self.waiter.wait(timeout)?;
-        if ready.others {
-            self.poll.poll(events, Some(Duration::ZERO))?;
-        } else {
-            events.clear();
-        }
-        // What is still queued is read below; then the link is left alone.
-        if ready.kernel_hung_up && self.waiter.watches_kernel() {
-            tracing::error!(link = self.kernel.kind_name(), "the kernel link hung up");
-            if let Err(e) = self.waiter.forget_kernel(&self.kernel) {
-                tracing::error!(error = %e, "cannot stop watching the hung-up kernel link");
-            }
-        }
-        Ok(KernelReady {
-            readable: ready.kernel_readable,
-            writable: ready.kernel_writable,
-        })
+        self.wakeups.wait(&self.kernel.link, events, timeout)
     }
 
     fn drain_signals(&mut self) -> Option<Exit> {
-        let pending: Vec<i32> = self.signals.pending().collect();
+        let pending = self.wakeups.pending_signals();
         let mut exit = None;
         for sig in pending {
             match sig {
@@ -358,20 +285,29 @@ impl Shell {
         exit
     }
 
+    /// Runs the restart machinery's timers; a state file write it collected is reported to
+    /// the host's policy, at the time it was collected.
+    fn restart_tick(&mut self, now: Instant) {
+        if let Some(saved) = self.restart.tick(now) {
+            self.host
+                .state_saved(Instant::now(), saved.generation, saved.took);
+        }
+    }
+
     /// Executes every queued action, then lets the restart machinery see the changes.
-    fn flush(&mut self, now: Instant) {
+    pub(crate) fn flush(&mut self, now: Instant) {
         self.send_actions(now);
         self.after_batch(now);
     }
 
     /// Executes every queued action.
     fn send_actions(&mut self, now: Instant) {
-        while let Some(action) = self.core.poll_action() {
+        while let Some(action) = self.host.poll_action() {
             match action {
                 Action::ToKernel(bytes) => {
                     let (tx, mut out) = self.tx();
                     tx.send_kernel(&mut out, &bytes);
-                    self.core.recycle(bytes);
+                    self.host.recycle(bytes);
                 }
                 Action::ToPeer { via, to, datagram } => {
                     let (tx, mut out) = self.tx();
@@ -381,46 +317,48 @@ impl Shell {
                 Action::ProbeDone(result) => self.probe_done(&result),
                 // (the core logs it; nothing to do)
                 Action::Settled(_) => {}
-                // (the bare core is driven here, without the host's state-file policy)
-                Action::SaveState { .. } => {}
+                Action::SaveState { generation } => {
+                    // (written here only when the writer thread is missing)
+                    if let Some(saved) = self.restart.save_state(generation, self.host.core()) {
+                        self.host
+                            .state_saved(Instant::now(), saved.generation, saved.took);
+                    }
+                }
                 Action::RecoveryEnded => self.restart.recovery_ended(),
-                Action::TableChanged {
-                    generation,
-                    mappings,
-                } => self.restart.table_changed(generation, mappings),
+                Action::TableChanged { mappings, .. } => self.restart.table_changed(mappings),
             }
         }
     }
 
     /// After a batch of input: let the restart machinery act on what the core announced
-    /// (inherited ports left unclaimed, FD store, state file, status); once per batch, not
-    /// per datagram.
-    fn after_batch(&mut self, now: Instant) {
-        self.restart.release_unclaimed(now, &mut self.reservations);
-        self.restart.after_input(now, &mut self.reservations);
+    /// (inherited ports left unclaimed, FD store, status); once per batch, not per
+    /// datagram.
+    pub(crate) fn after_batch(&mut self, now: Instant) {
+        let held = self.host.ports_mut().held_mut();
+        self.restart.release_unclaimed(now, held);
+        self.restart.after_input(now, held);
     }
 
     /// The kernel send path and what it sends through, borrowed apart from the rest.
-    fn tx(&mut self) -> (&mut KernelTx, Outlets<'_>) {
+    pub(crate) fn tx(&mut self) -> (&mut KernelTx, Outlets<'_>) {
+        let Kernel { link, tx, warn } = &mut self.kernel;
         let out = Outlets {
-            kernel: &self.kernel,
-            peers: &self.peers,
-            waiter: &mut self.waiter,
+            kernel: link,
+            warn_kernel: warn,
+            peers: &mut self.peers,
+            waiter: self.wakeups.waiter_mut(),
             counters: &mut self.counters,
-            warn_kernel: &mut self.warn_kernel,
-            warn_peer: &mut self.warn_peer,
         };
-        (&mut self.kernel_tx, out)
+        (tx, out)
     }
 
+    /// The kernel handshake is done (`Action::Ready`, again after each resynchronisation):
+    /// said once, and to the service manager (`READY=1`).
     fn on_ready(&mut self) {
-        if self.ready_seen {
+        if self.restart.ready() {
             return;
         }
-        self.ready_seen = true;
-        tracing::info!(abi = self.core.abi(), "kernel handshake done; ready");
-        if self.mode == RunMode::Systemd {
-            self.restart.on_ready(Instant::now());
-        }
+        tracing::info!(abi = self.host.core().abi(), "kernel handshake done; ready");
+        self.restart.on_ready(Instant::now());
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use rustix::io::Errno;
 
 use crate::instance_lock::LockError;
-use crate::kernel_link::KernelLinkError;
+use crate::kernel::link::KernelLinkError;
 use crate::peer_sockets::PeerSocketError;
 
 /// The crate version and the build it came from (`git describe` at build time, or

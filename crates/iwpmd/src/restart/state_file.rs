@@ -1,6 +1,7 @@
 //! The restart state file on disk (format and checks: `iwpm_core::state_file`): loaded once
 //! at start, rewritten atomically (temporary file, `fsync`, `rename`, `fsync` of the
-//! directory) by a helper thread a short while after the table changes, and at exit.
+//! directory) by a helper thread when the host asks (`Action::SaveState`: when and how
+//! often is `iwpm_core::SavePolicy`'s, shared with the simulator), and at exit.
 //!
 //! Default `/run/iwpmd/state`: mappings never survive a reboot (the kernel's tables are
 //! gone), and `/run` is a tmpfs emptied at boot and mounted before this early-boot service
@@ -22,17 +23,6 @@ use iwpm_core::Core;
 
 /// Default location (see the module docs).
 pub(crate) const DEFAULT_STATE_FILE: &str = "/run/iwpmd/state";
-/// Changes are gathered this long before a write.
-const WRITE_DELAY: Duration = Duration::from_millis(200);
-/// A write may take at most this share of the time: writes are spaced by this many times
-/// the duration of the last one, so the writer uses at most ~1 % of a CPU. Each write is
-/// the whole table (at 10 000 mappings on the rig's emulated CPU, about 35 ms before its
-/// lines were formatted by hand, ~2.7× less since for IPv4); at 10× a listen storm spent
-/// more user CPU on the state file than on the kernel's requests.
-/// The cost is staleness: after a crash (not a restart, which writes at exit) the file
-/// may miss the last ~100 write durations of changes (~1.2 s at 50 000 IPv4 mappings),
-/// which the kernel's replay then has to bring.
-const WRITE_SPACING_FACTOR: u32 = 100;
 /// At exit, the longest wait for a write in flight.
 const EXIT_WAIT: Duration = Duration::from_secs(5);
 
@@ -53,20 +43,13 @@ fn origin() -> (String, String) {
 /// The loop only takes the snapshot (a copy of the table, fast); encoding and writing run
 /// on a helper thread, so a large table never stalls the kernel link (at 10 000 mappings a
 /// write took 35 ms on the rig's emulated CPU, one listen's worth of stall every 200 ms).
-/// One write is in flight at a time; changes made meanwhile are written by the next one.
+/// One write is in flight at a time (the host asks for the next one only once this one
+/// is reported back); changes made meanwhile are written by the next one.
 #[derive(Debug)]
 pub(crate) struct StateStore {
     path: PathBuf,
     host: String,
     boot_id: String,
-    /// Table generation the core last announced (`Action::TableChanged`).
-    generation: u64,
-    /// Table generation last written.
-    written: Option<u64>,
-    /// When a pending change is due to be written.
-    due: Option<Instant>,
-    /// Earliest next write (spacing after a slow write).
-    not_before: Option<Instant>,
     /// The helper thread; `None` if it could not be started (writes are then done inline).
     writer: Option<Writer>,
     /// A write handed to the thread and not yet reported back.
@@ -83,6 +66,16 @@ pub(crate) struct StateStore {
 struct Job {
     generation: u64,
     file: StateFile,
+}
+
+/// A write that ended (done or failed): what the host's policy is told
+/// (`iwpm_core::Host::state_saved`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Saved {
+    /// The table generation the write held.
+    pub generation: u64,
+    /// How long the write took (encoding, writing, `fsync`s).
+    pub took: Duration,
 }
 
 /// What the helper thread reports after a write.
@@ -174,10 +167,6 @@ impl StateStore {
             path,
             host,
             boot_id,
-            generation: 0,
-            written: None,
-            due: None,
-            not_before: None,
             writer,
             in_flight: false,
             writes: 0,
@@ -224,76 +213,25 @@ impl StateStore {
         }
     }
 
-    /// The core announced a table change with `generation`.
-    pub(crate) fn table_changed(&mut self, generation: u64) {
-        self.generation = generation;
-    }
-
-    /// After a batch of input: schedules a write when the table moved since the last one.
-    pub(crate) fn note(&mut self, now: Instant) {
-        if self.written != Some(self.generation) && self.due.is_none() {
-            let at = now + WRITE_DELAY;
-            self.due = Some(self.not_before.map_or(at, |nb| nb.max(at)));
-        }
-    }
-
-    /// When [`StateStore::tick`] has work: the due write, or (a write in flight, no waker)
-    /// the next look at its outcome.
+    /// When [`StateStore::collect`] should look again: a write is in flight and no waker
+    /// will say when it is done.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        if self.in_flight {
-            let wakes = self
-                .writer
-                .as_ref()
-                .is_some_and(|w| w.waker.get().is_some());
-            return if wakes {
-                None
-            } else {
-                Some(Instant::now() + IN_FLIGHT_POLL)
-            };
-        }
-        self.due
+        let wakes = self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.waker.get().is_some());
+        (self.in_flight && !wakes).then(|| Instant::now() + IN_FLIGHT_POLL)
     }
 
-    /// Collects a finished write, then starts the due one.
-    pub(crate) fn tick(&mut self, now: Instant, core: &Core) {
-        self.collect(false);
-        if !self.in_flight && self.due.is_some_and(|d| d <= now) {
-            self.start_write(core);
-        }
-    }
-
-    /// At exit: waits for the write in flight, then writes the table at once if it changed
-    /// since.
-    pub(crate) fn flush(&mut self, core: &Core) {
-        self.collect(true);
-        if self.written != Some(self.generation) {
-            let job = self.job(core);
-            let outcome = write_job(&self.path, job);
-            self.record(outcome);
-        }
-    }
-
-    fn job(&mut self, core: &Core) -> Job {
-        self.due = None;
-        let mut mappings = std::mem::take(&mut self.spare);
-        core.saved_mappings_into(&mut mappings);
-        Job {
-            generation: self.generation,
-            file: StateFile {
-                host: self.host.clone(),
-                boot_id: self.boot_id.clone(),
-                mappings,
-            },
-        }
-    }
-
-    fn start_write(&mut self, core: &Core) {
-        let job = self.job(core);
+    /// Writes the table of `core` as `generation` (`Action::SaveState`): handed to the
+    /// helper thread, or written here if there is none, which ends it at once.
+    pub(crate) fn save(&mut self, generation: u64, core: &Core) -> Option<Saved> {
+        let job = self.job(generation, core);
         let job = match self.writer.as_ref().and_then(|w| w.jobs.as_ref()) {
             Some(tx) => match tx.send(job) {
                 Ok(()) => {
                     self.in_flight = true;
-                    return;
+                    return None;
                 }
                 Err(mpsc::SendError(job)) => {
                     tracing::error!(
@@ -306,17 +244,18 @@ impl StateStore {
             None => job,
         };
         let outcome = write_job(&self.path, job);
-        self.record(outcome);
+        Some(self.record(outcome))
     }
 
-    /// Takes the outcome of the write in flight, if any (waiting for it when `wait`).
-    fn collect(&mut self, wait: bool) {
+    /// Takes the outcome of the write in flight, if it ended (waiting for it when `wait`,
+    /// at exit).
+    pub(crate) fn collect(&mut self, wait: bool) -> Option<Saved> {
         if !self.in_flight {
-            return;
+            return None;
         }
         let Some(w) = &self.writer else {
             self.in_flight = false;
-            return;
+            return None;
         };
         let got = if wait {
             w.outcomes.recv_timeout(EXIT_WAIT).ok()
@@ -325,13 +264,36 @@ impl StateStore {
         };
         if let Some(outcome) = got {
             self.in_flight = false;
-            self.record(outcome);
-        } else if wait {
+            return Some(self.record(outcome));
+        }
+        if wait {
             tracing::warn!("the state file write in progress did not finish in time");
+        }
+        None
+    }
+
+    /// At exit, after [`StateStore::collect`]: writes the table as `generation` here and
+    /// now (no thread, no delay).
+    pub(crate) fn write_now(&mut self, generation: u64, core: &Core) -> Saved {
+        let job = self.job(generation, core);
+        let outcome = write_job(&self.path, job);
+        self.record(outcome)
+    }
+
+    fn job(&mut self, generation: u64, core: &Core) -> Job {
+        let mut mappings = std::mem::take(&mut self.spare);
+        core.saved_mappings_into(&mut mappings);
+        Job {
+            generation,
+            file: StateFile {
+                host: self.host.clone(),
+                boot_id: self.boot_id.clone(),
+                mappings,
+            },
         }
     }
 
-    fn record(&mut self, outcome: Outcome) {
+    fn record(&mut self, outcome: Outcome) -> Saved {
         self.spare = outcome.spare;
         match outcome.result {
             Ok(()) => {
@@ -356,8 +318,10 @@ impl StateStore {
                 }
             }
         }
-        self.written = Some(outcome.generation);
-        self.not_before = Some(Instant::now() + outcome.took * WRITE_SPACING_FACTOR);
+        Saved {
+            generation: outcome.generation,
+            took: outcome.took,
+        }
     }
 }
 
@@ -510,14 +474,14 @@ mod tests {
         Core::new(config, Instant::now())
     }
 
-    /// Ticks until the write handed to the thread is collected (no waker: polled).
-    fn settle(store: &mut StateStore, core: &Core) {
+    /// Collects until the write handed to the thread is reported back (no waker: polled).
+    fn settle(store: &mut StateStore) -> Saved {
         for _ in 0..500 {
-            if !store.in_flight {
-                return;
+            if let Some(saved) = store.collect(false) {
+                return saved;
             }
+            assert!(store.in_flight, "nothing in flight to settle");
             std::thread::sleep(IN_FLIGHT_POLL);
-            store.tick(Instant::now(), core);
         }
         panic!("the state file writer never reported back");
     }
@@ -528,23 +492,24 @@ mod tests {
         let path = dir.join("state");
         let core = core();
         let mut store = StateStore::new(path.clone());
-        let now = Instant::now();
-        store.note(now);
-        assert!(store.deadline().is_some_and(|d| d >= now + WRITE_DELAY));
-        store.tick(now + WRITE_DELAY, &core);
+        assert_eq!(store.deadline(), None, "nothing in flight");
+        assert_eq!(store.save(1, &core), None, "the write went to the thread");
         assert!(store.in_flight, "the write went to the thread");
         assert!(
             store.deadline().is_some(),
             "no waker: the loop polls for the outcome"
         );
-        settle(&mut store, &core);
+        let saved = settle(&mut store);
+        assert_eq!(saved.generation, 1);
         assert_eq!((store.writes, store.write_errors), (1, 0));
         assert!(StateFile::decode(&fs::read(&path).unwrap()).is_ok());
-        // nothing changed since: neither a tick nor the exit writes again
-        store.note(now);
+        // nothing in flight since: neither a look nor the exit's wait finds a write
         assert_eq!(store.deadline(), None);
-        store.flush(&core);
+        assert_eq!(store.collect(true), None);
         assert_eq!(store.writes, 1);
+        // the exit's own write is done at once
+        assert_eq!(store.write_now(2, &core).generation, 2);
+        assert_eq!((store.writes, store.write_errors), (2, 0));
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -553,18 +518,17 @@ mod tests {
         // no directory can be made under /proc, not even by root
         let core = core();
         let mut store = StateStore::new(PathBuf::from("/proc/iwpmd-no-such-dir/state"));
-        let now = Instant::now();
-        store.note(now);
-        store.tick(now + WRITE_DELAY, &core);
-        settle(&mut store, &core);
+        assert_eq!(store.save(1, &core), None);
+        assert_eq!(
+            settle(&mut store).generation,
+            1,
+            "a failure is reported too"
+        );
         assert_eq!((store.writes, store.write_errors), (0, 1));
         // the thread is still there: the next change is handed to it again
-        store.written = None;
-        let later = Instant::now() + WRITE_DELAY * 20;
-        store.note(later);
-        store.tick(later + WRITE_DELAY, &core);
+        assert_eq!(store.save(2, &core), None);
         assert!(store.in_flight);
-        settle(&mut store, &core);
+        settle(&mut store);
         assert_eq!((store.writes, store.write_errors), (0, 2));
     }
 }

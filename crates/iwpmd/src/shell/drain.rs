@@ -2,7 +2,7 @@
 //! the core and its actions are executed at once; the restart machinery sees the changes
 //! once per batch. A budget per source keeps a flood on one socket (UDP 3935 is open to
 //! anyone) from starving the others. When reading the kernel link may stop is the send
-//! path's to say (`kernel_tx.rs`), from the core's receipt for the datagram and what the
+//! path's to say (`kernel/tx.rs`), from the core's receipt for the datagram and what the
 //! kernel still owes us.
 
 use std::io;
@@ -10,10 +10,9 @@ use std::time::Instant;
 
 use iwpm_core::PeerSocket;
 
-use crate::kernel_link::{Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
+use crate::kernel::link::{Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
 use crate::peer_sockets::ALL as ALL_PEER;
 
-use super::ports::LentPorts;
 use super::Shell;
 
 /// Datagrams read from one source before the others get a turn.
@@ -28,7 +27,8 @@ const _: () = assert!(
 impl Shell {
     /// Reads up to [`DRAIN_BUDGET`] kernel datagrams. The link is waited on
     /// level-triggered, so whatever is left is found by the next wait. Answers after the
-    /// first are gathered into one datagram (see `coalesce.rs`), sent before this returns.
+    /// first are gathered into one datagram (see `kernel/coalesce.rs`), sent before this
+    /// returns.
     pub(super) fn drain_kernel(&mut self) {
         let mut handled = None;
         self.drain_kernel_batch(&mut handled);
@@ -43,14 +43,14 @@ impl Shell {
     /// one handled.
     ///
     /// Reading stops early when the send path says the exchange is over
-    /// ([`super::kernel_tx::KernelTx::read_ends`]). When the link is empty with answers
+    /// ([`crate::kernel::tx::KernelTx::read_ends`]). When the link is empty with answers
     /// gathered, they are sent and reading goes on: the kernel's DONE for them, and often
     /// its next request, are then already queued.
     fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
-            let turn = match self.kernel.recv() {
-                Ok(Received::Empty) if !self.kernel_tx.has_gathered() => return,
+            let turn = match self.kernel.link.recv() {
+                Ok(Received::Empty) if !self.kernel.tx.has_gathered() => return,
                 Ok(Received::Empty) => {
                     let (tx, mut out) = self.tx();
                     tx.flush_coalesced(&mut out);
@@ -60,7 +60,7 @@ impl Shell {
                     self.counters.kernel_rx += 1;
                     if full_len > data.len() {
                         self.counters.kernel_truncated += 1;
-                        if let Some(suppressed) = self.warn_kernel.allow(now) {
+                        if let Some(suppressed) = self.kernel.warn.allow(now) {
                             tracing::warn!(
                                 len = full_len,
                                 kept = data.len(),
@@ -69,18 +69,12 @@ impl Shell {
                             );
                         }
                     }
-                    let mut ports = LentPorts::new(
-                        &mut self.reservations,
-                        &mut self.counters,
-                        &mut self.warn_resource,
-                        now,
-                    );
-                    let receipt = self.core.handle_kernel_datagram(now, data, &mut ports);
-                    Some(self.kernel_tx.received(receipt))
+                    let receipt = self.host.handle_kernel_datagram(now, data);
+                    Some(self.kernel.tx.received(receipt))
                 }
                 Ok(Received::Foreign { port_id, len }) => {
                     self.counters.kernel_foreign += 1;
-                    if let Some(suppressed) = self.warn_kernel.allow(now) {
+                    if let Some(suppressed) = self.kernel.warn.allow(now) {
                         tracing::warn!(
                             sender = port_id,
                             len,
@@ -95,7 +89,7 @@ impl Shell {
                     None
                 }
                 Err(e) => {
-                    if let Some(suppressed) = self.warn_kernel.allow(now) {
+                    if let Some(suppressed) = self.kernel.warn.allow(now) {
                         tracing::warn!(error = %e, suppressed, "kernel link receive failed");
                     }
                     return;
@@ -103,7 +97,7 @@ impl Shell {
             };
             self.send_actions(now);
             *handled = Some(now);
-            if turn.is_some_and(|turn| self.kernel_tx.read_ends(turn)) {
+            if turn.is_some_and(|turn| self.kernel.tx.read_ends(turn)) {
                 return;
             }
         }
@@ -124,25 +118,25 @@ impl Shell {
     fn drain_peer_batch(&mut self, which: PeerSocket, handled: &mut Option<Instant>) -> bool {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
-            let Some(sock) = self.peers.get(which) else {
+            let Some(sock) = self.peers.sockets.get(which) else {
                 return false;
             };
-            let (len, from) = match sock.recv_from(&mut self.peer_buf) {
+            let (len, from) = match sock.recv_from(&mut self.peers.buf) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 // An ICMP error for an earlier send; the next read continues normally.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    if let Some(suppressed) = self.warn_peer.allow(now) {
+                    if let Some(suppressed) = self.peers.warn.allow(now) {
                         tracing::warn!(socket = ?which, error = %e, suppressed, "UDP receive failed");
                     }
                     return false;
                 }
             };
             self.counters.peer_rx += 1;
-            self.core
-                .handle_peer_datagram(now, which, from, &self.peer_buf[..len]);
+            self.host
+                .handle_peer_datagram(now, which, from, &self.peers.buf[..len]);
             self.send_actions(now);
             *handled = Some(now);
         }
@@ -154,9 +148,10 @@ impl Shell {
     /// connection then runs unmapped), so the core announces us to the kernel again.
     pub(super) fn kernel_overrun(&mut self, now: Instant) {
         self.counters.kernel_overruns += 1;
-        if let Some(suppressed) = self.warn_kernel.allow(now) {
+        if let Some(suppressed) = self.kernel.warn.allow(now) {
             let rcvbuf = self
                 .kernel
+                .link
                 .receive_buffer()
                 .and_then(|r| r.granted)
                 .map_or_else(|| "the default".to_owned(), |b| format!("{b} bytes"));
@@ -167,7 +162,7 @@ impl Shell {
                  raise nl_sock_rbuf_size if this repeats"
             );
         }
-        self.core.handle_kernel_overrun(now);
+        self.host.handle_kernel_overrun(now);
         self.flush(now);
     }
 }

@@ -13,10 +13,13 @@ use iwpm_proto::netlink::{
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
+use iwpm_core::state_file::StateFile;
+
 use crate::peer_sockets::PeerBind;
+use crate::restart::RestartConfig;
 
 fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
-    let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
     let n = emu.recv(&mut buf).expect("nothing from the shell");
     match decode_daemon_datagram(&buf[..n]).into_iter().next() {
         Some(Ok(DaemonFrame::Msg(_, m))) => m,
@@ -27,6 +30,14 @@ fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
 /// A shell on a Unix kernel link whose other end, `emu`, the test plays; started (its
 /// HELLO is waiting in `emu`).
 fn shell_on_unix_link(tag: &str) -> (Shell, UnixDatagram, std::path::PathBuf) {
+    shell_with_restart(tag, RestartConfig::default())
+}
+
+/// [`shell_on_unix_link`] with restart survival set up as `restart`.
+fn shell_with_restart(
+    tag: &str,
+    restart: RestartConfig,
+) -> (Shell, UnixDatagram, std::path::PathBuf) {
     let path = std::env::temp_dir().join(format!("iwpmd-shell-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let emu = UnixDatagram::bind(&path).unwrap();
@@ -43,15 +54,8 @@ fn shell_on_unix_link(tag: &str) -> (Shell, UnixDatagram, std::path::PathBuf) {
         netlink_pid: kernel.port_id(),
         ..CoreConfig::default()
     };
-    let restart = Restart::new(Default::default(), Default::default(), now);
-    let mut shell = Shell::new(
-        Core::new(config, now),
-        kernel,
-        peers,
-        RunMode::Foreground,
-        restart,
-    )
-    .unwrap();
+    let restart = Restart::new(restart, Default::default(), now);
+    let mut shell = Shell::new(Core::new(config, now), kernel, peers, restart).unwrap();
     shell.start().unwrap();
     (shell, emu, path)
 }
@@ -76,7 +80,7 @@ fn kernel_datagram(msg: &KernelMsg) -> Vec<u8> {
 #[test]
 fn reading_stops_after_an_unanswered_request_and_the_wait_finds_the_rest() {
     let (mut shell, emu, path) = shell_on_unix_link("lt");
-    let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
     let (_, daemon) = emu.recv_from(&mut buf).unwrap();
     let remove = kernel_datagram(&KernelMsg::RemoveMapping(ManageMappingRequest {
         echo_seq: 1,
@@ -107,7 +111,7 @@ fn reading_stops_after_an_unanswered_request_and_the_wait_finds_the_rest() {
 
 /// The netlink messages in the next datagram the shell sent, as their replies' kinds.
 fn next_datagram(emu: &UnixDatagram) -> Vec<DaemonMsg> {
-    let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
     let n = emu.recv(&mut buf).expect("nothing from the shell");
     decode_daemon_datagram(&buf[..n])
         .into_iter()
@@ -154,7 +158,7 @@ fn register(shell: &mut Shell, emu: &UnixDatagram, daemon: &std::os::unix::net::
 #[test]
 fn answers_to_a_burst_of_requests_leave_in_one_datagram() {
     let (mut shell, emu, path) = shell_on_unix_link("burst");
-    let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
     let (_, daemon) = emu.recv_from(&mut buf).unwrap();
     register(&mut shell, &emu, &daemon);
     let mut events = Events::with_capacity(8);
@@ -220,9 +224,9 @@ fn done(seq: u32) -> Vec<u8> {
 #[test]
 fn reading_stops_once_every_message_sent_is_acknowledged() {
     let (mut shell, emu, path) = shell_on_unix_link("acks");
-    let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
     let (_, daemon) = emu.recv_from(&mut buf).unwrap();
-    assert_eq!(shell.kernel_tx.acks_due(), 1, "HELLO sent");
+    assert_eq!(shell.kernel.tx.acks_due(), 1, "HELLO sent");
     let remove = kernel_datagram(&KernelMsg::RemoveMapping(ManageMappingRequest {
         echo_seq: 1,
         addr: SockAddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, 7000))),
@@ -234,7 +238,7 @@ fn reading_stops_once_every_message_sent_is_acknowledged() {
     assert!(link_readable(&mut shell, Duration::from_secs(5)));
     shell.drain_kernel();
     assert_eq!(shell.counters.kernel_rx, 1, "read past the last DONE due");
-    assert_eq!(shell.kernel_tx.acks_due(), 0);
+    assert_eq!(shell.kernel.tx.acks_due(), 0);
     assert!(link_readable(&mut shell, Duration::ZERO));
     shell.drain_kernel();
     assert_eq!(shell.counters.kernel_rx, 2, "REMOVE read next turn");
@@ -245,7 +249,7 @@ fn reading_stops_once_every_message_sent_is_acknowledged() {
     assert!(link_readable(&mut shell, Duration::from_secs(5)));
     shell.drain_kernel();
     assert_eq!(
-        (shell.counters.kernel_rx, shell.kernel_tx.acks_due()),
+        (shell.counters.kernel_rx, shell.kernel.tx.acks_due()),
         (3, 0)
     );
     let _ = std::fs::remove_file(&path);
@@ -283,10 +287,10 @@ fn a_wait_on_a_link_whose_other_end_is_gone_still_sleeps() {
 #[test]
 fn a_hung_up_link_is_no_longer_watched() {
     let (mut shell, _emu, path) = shell_on_unix_link("hup");
-    rustix::net::shutdown(&shell.kernel, rustix::net::Shutdown::Both).unwrap();
+    rustix::net::shutdown(&shell.kernel.link, rustix::net::Shutdown::Both).unwrap();
     let wakes = wakes_in_300_ms(&mut shell);
     assert!(
-        !shell.waiter.watches_kernel(),
+        !shell.wakeups.watches_kernel(),
         "the hung-up link is still watched"
     );
     assert!(wakes <= 10, "{wakes} wake-ups in 300 ms");
@@ -299,7 +303,7 @@ fn a_hung_up_link_is_no_longer_watched() {
 #[test]
 fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
     let (mut shell, emu, path) = shell_on_unix_link("ovr");
-    let mut buf = vec![0u8; crate::kernel_link::RECV_BUFFER];
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
     let (n, daemon) = emu.recv_from(&mut buf).unwrap();
     assert!(matches!(
         decode_daemon_datagram(&buf[..n]).into_iter().next(),
@@ -311,11 +315,11 @@ fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
     }));
     emu.send_to_addr(&hello, &daemon).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !shell.ready_seen && Instant::now() < deadline {
+    while !shell.restart.ready() && Instant::now() < deadline {
         shell.drain_kernel();
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(shell.ready_seen, "handshake did not finish");
+    assert!(shell.restart.ready(), "handshake did not finish");
     assert!(matches!(next_msg(&emu), DaemonMsg::MapInfo(_)));
 
     shell.kernel_overrun(Instant::now());
@@ -329,4 +333,55 @@ fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
     );
     assert!(shell.io_counters_line().contains("kernel_overruns=1"));
     let _ = std::fs::remove_file(&path);
+}
+
+/// The state file follows the host's policy: a table change is written when the host asks
+/// (`Action::SaveState`, after its gathering delay), the write's outcome goes back to it,
+/// and at exit the change the file still lacks is written at once.
+#[test]
+fn the_state_file_is_written_when_the_host_asks_and_at_exit() {
+    let dir = std::env::temp_dir().join(format!("iwpmd-shell-statedir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let state = dir.join("state");
+    let config = RestartConfig {
+        state_file: Some(state.clone()),
+        ..RestartConfig::default()
+    };
+    let (mut shell, emu, path) = shell_with_restart("state", config);
+    let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
+    let (_, daemon) = emu.recv_from(&mut buf).unwrap();
+    register(&mut shell, &emu, &daemon);
+    emu.send_to_addr(&add_mapping(7000), &daemon).unwrap();
+    assert!(link_readable(&mut shell, Duration::from_secs(5)));
+    shell.drain_kernel();
+    assert!(matches!(next_msg(&emu), DaemonMsg::AddMapping(_)));
+    let changed = shell.host.unsaved_generation();
+    assert!(changed.is_some(), "the mapping is not in the file yet");
+    // The host's deadline is the write's; the outcome comes back from the writer thread.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while shell.restart.counts().state_writes != Some(1) && Instant::now() < deadline {
+        let now = Instant::now();
+        if shell.host.poll_timeout().is_some_and(|d| d <= now) {
+            shell.host.handle_timeout(now);
+            shell.flush(now);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        shell.restart_tick(Instant::now());
+    }
+    assert_eq!(shell.restart.counts().state_writes, Some(1));
+    assert_eq!(shell.host.unsaved_generation(), None, "reported back");
+    let file = StateFile::decode(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(file.mappings.len(), 1);
+    // A change the file lacks at exit is written then, without waiting.
+    emu.send_to_addr(&add_mapping(7001), &daemon).unwrap();
+    assert!(link_readable(&mut shell, Duration::from_secs(5)));
+    shell.drain_kernel();
+    assert!(shell.host.unsaved_generation().is_some());
+    shell.restart.on_exit(&mut shell.host);
+    assert_eq!(shell.restart.counts().state_writes, Some(2));
+    assert_eq!(shell.host.unsaved_generation(), None);
+    let file = StateFile::decode(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(file.mappings.len(), 2);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&dir);
 }

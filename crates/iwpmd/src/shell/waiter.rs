@@ -33,7 +33,7 @@ const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
 /// What a wait found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Ready {
+pub(crate) struct Ready {
     /// Something in mio's set is ready; its events are still to be collected.
     pub others: bool,
     /// The kernel link has data, or an error to report (an overrun's `ENOBUFS`).
@@ -46,7 +46,7 @@ pub(super) struct Ready {
 
 /// The epoll set (see the module docs).
 #[derive(Debug)]
-pub(super) struct Waiter {
+pub(crate) struct Waiter {
     epoll: OwnedFd,
     /// Whether the kernel link is in the set (it leaves it when it hangs up).
     kernel_watched: bool,
@@ -56,7 +56,7 @@ pub(super) struct Waiter {
 
 impl Waiter {
     /// A set watching `others` and `kernel` for input.
-    pub(super) fn new(others: impl AsFd, kernel: impl AsFd) -> io::Result<Self> {
+    pub(crate) fn new(others: impl AsFd, kernel: impl AsFd) -> io::Result<Self> {
         let epoll = epoll::create(CreateFlags::CLOEXEC)?;
         epoll::add(&epoll, others, EventData::new_u64(OTHERS), EventFlags::IN)?;
         epoll::add(&epoll, kernel, EventData::new_u64(KERNEL), EventFlags::IN)?;
@@ -68,7 +68,7 @@ impl Waiter {
     }
 
     /// Watches the kernel link for room to send as well (`want`), or no longer.
-    pub(super) fn watch_kernel_writable(
+    pub(crate) fn watch_kernel_writable(
         &mut self,
         kernel: impl AsFd,
         want: bool,
@@ -87,13 +87,13 @@ impl Waiter {
     }
 
     /// Whether the kernel link is still in the set (it leaves it once it hangs up).
-    pub(super) fn watches_kernel(&self) -> bool {
+    pub(crate) fn watches_kernel(&self) -> bool {
         self.kernel_watched
     }
 
     /// Stops watching the kernel link: after a hang-up it would be reported at once, for
     /// ever.
-    pub(super) fn forget_kernel(&mut self, kernel: impl AsFd) -> io::Result<()> {
+    pub(crate) fn forget_kernel(&mut self, kernel: impl AsFd) -> io::Result<()> {
         if self.kernel_watched {
             self.kernel_watched = false;
             epoll::delete(&self.epoll, kernel)?;
@@ -102,7 +102,7 @@ impl Waiter {
     }
 
     /// Sleeps until something is ready or `timeout` (`None`: no limit) passes.
-    pub(super) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Ready> {
+    pub(crate) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Ready> {
         let timeout = timeout.unwrap_or(LONGEST_WAIT).min(LONGEST_WAIT);
         let timeout = Timespec {
             tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),

@@ -1,6 +1,6 @@
 //! The control socket's IO: a non-blocking Unix stream listener on the daemon's event loop,
 //! its connections, and the framing. What a request *means* is answered in
-//! `shell/control.rs`; this module only moves bytes and enforces the limits that keep a
+//! `control.rs`; this module only moves bytes and enforces the limits that keep a
 //! slow or hostile client from costing the loop anything:
 //!
 //! * the caller is checked with `SO_PEERCRED` at accept: root or the daemon's own uid,

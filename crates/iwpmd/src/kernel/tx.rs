@@ -6,7 +6,8 @@
 //! link may stop (see [`KernelTx::read_ends`]).
 //!
 //! The state lives in [`KernelTx`]; the sockets, counters and rate limits it sends
-//! through are the shell's, lent for one call as [`Outlets`].
+//! through are the other components' (the link's, the peers', the loop's wait), lent for
+//! one call as [`Outlets`].
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -15,12 +16,12 @@ use std::time::Instant;
 use iwpm_core::{KernelReceipt, PeerSocket, RateLimit};
 
 use crate::io_counters::IoCounters;
-use crate::kernel_link::KernelLink;
-use crate::peer_sockets::PeerSockets;
+use crate::peer_sockets::Peers;
 use crate::send_failure::SendFailure;
+use crate::shell::waiter::Waiter;
 
 use super::coalesce::Coalesced;
-use super::waiter::Waiter;
+use super::link::KernelLink;
 
 /// Most datagrams held for the kernel link while its socket is full (a Unix-datagram
 /// receiver queues only `net.unix.max_dgram_qlen` datagrams); past this, new ones are
@@ -45,21 +46,22 @@ enum Held {
     },
 }
 
-/// What the send path sends through, and where it counts and logs: the shell's own, lent
-/// for one call.
-pub(super) struct Outlets<'a> {
+/// What the send path sends through, and where it counts and logs: the loop's, lent for
+/// one call.
+pub(crate) struct Outlets<'a> {
     pub kernel: &'a KernelLink,
-    pub peers: &'a PeerSockets,
+    /// Warnings about the kernel link.
+    pub warn_kernel: &'a mut RateLimit,
+    /// The peer sockets and their warnings.
+    pub peers: &'a mut Peers,
     /// Watches the kernel link for room to send while datagrams are held.
     pub waiter: &'a mut Waiter,
     pub counters: &'a mut IoCounters,
-    pub warn_kernel: &'a mut RateLimit,
-    pub warn_peer: &'a mut RateLimit,
 }
 
 /// The outgoing side of the kernel link (see the module docs).
 #[derive(Debug, Default)]
-pub(super) struct KernelTx {
+pub(crate) struct KernelTx {
     /// Datagrams waiting for the kernel link to become writable, oldest first, with the
     /// peer datagrams the core sent after them (see [`Held`]).
     held: VecDeque<Held>,
@@ -73,7 +75,7 @@ pub(super) struct KernelTx {
 /// One kernel datagram as the send path sees it, from the core's receipt for it until its
 /// answers have been sent ([`KernelTx::received`]).
 #[derive(Debug)]
-pub(super) struct ReadTurn {
+pub(crate) struct ReadTurn {
     /// What the core made of the datagram.
     receipt: KernelReceipt,
     /// It acknowledged the last message we sent.
@@ -83,18 +85,18 @@ pub(super) struct ReadTurn {
 impl KernelTx {
     /// Messages sent to the kernel and not yet acknowledged.
     #[cfg(test)]
-    pub(super) fn acks_due(&self) -> u64 {
+    pub(crate) fn acks_due(&self) -> u64 {
         self.acks_due
     }
 
     /// Whether answers are gathered and not sent yet.
-    pub(super) fn has_gathered(&self) -> bool {
+    pub(crate) fn has_gathered(&self) -> bool {
         !self.coalesced.is_empty()
     }
 
     /// The core handled a datagram read from the link (its answers are not sent yet): an
     /// acknowledgement is counted off the ones due.
-    pub(super) fn received(&mut self, receipt: KernelReceipt) -> ReadTurn {
+    pub(crate) fn received(&mut self, receipt: KernelReceipt) -> ReadTurn {
         let mut last_ack = false;
         if receipt.acknowledgement {
             self.acks_due = self.acks_due.saturating_sub(1);
@@ -114,7 +116,7 @@ impl KernelTx {
     /// request's exchange is over, and the level-triggered wait finds whatever else comes,
     /// without a read that would find the link empty. (Should the count be wrong, e.g.
     /// after an overrun, that only costs a read or a wait more, never a message.)
-    pub(super) fn read_ends(&mut self, turn: ReadTurn) -> bool {
+    pub(crate) fn read_ends(&mut self, turn: ReadTurn) -> bool {
         let ReadTurn { receipt, last_ack } = turn;
         let exchange_over = last_ack && receipt.answers == 0 && self.coalesced.is_empty();
         if exchange_over || receipt.unanswered_request() {
@@ -127,14 +129,14 @@ impl KernelTx {
     }
 
     /// The batch of reads is over: gathering stops and what was gathered is sent.
-    pub(super) fn end_burst(&mut self, out: &mut Outlets<'_>) {
+    pub(crate) fn end_burst(&mut self, out: &mut Outlets<'_>) {
         self.coalesced.set_gathering(false);
         self.flush_coalesced(out);
     }
 
     /// Sends one message to the kernel, in order: gathered while a burst is read, else
     /// at once (see [`KernelTx::send_datagram`]).
-    pub(super) fn send_kernel(&mut self, out: &mut Outlets<'_>, bytes: &[u8]) {
+    pub(crate) fn send_kernel(&mut self, out: &mut Outlets<'_>, bytes: &[u8]) {
         if !self.coalesced.is_gathering() {
             self.send_datagram(out, bytes, 1);
             return;
@@ -146,7 +148,7 @@ impl KernelTx {
     }
 
     /// Sends the gathered answers, if any, as one datagram.
-    pub(super) fn flush_coalesced(&mut self, out: &mut Outlets<'_>) {
+    pub(crate) fn flush_coalesced(&mut self, out: &mut Outlets<'_>) {
         if let Some((datagram, messages)) = self.coalesced.take() {
             self.send_datagram(out, &datagram, messages);
             self.coalesced.recycle(datagram);
@@ -186,7 +188,7 @@ impl KernelTx {
 
     /// Sends held datagrams, in order, until the kernel link is full again or nothing is
     /// held.
-    pub(super) fn flush_held(&mut self, out: &mut Outlets<'_>) {
+    pub(crate) fn flush_held(&mut self, out: &mut Outlets<'_>) {
         while let Some(held) = self.held.pop_front() {
             match held {
                 Held::Kernel { datagram, messages } => match out.kernel.send(&datagram) {
@@ -211,7 +213,7 @@ impl KernelTx {
     /// Sends a peer datagram after what the kernel must know before the peer acts on it:
     /// the gathered answers go first, and it is held behind kernel datagrams still waiting
     /// (see [`Held`]).
-    pub(super) fn send_peer(
+    pub(crate) fn send_peer(
         &mut self,
         out: &mut Outlets<'_>,
         now: Instant,
@@ -262,7 +264,7 @@ impl Outlets<'_> {
     }
 
     fn send_peer_now(&mut self, now: Instant, via: PeerSocket, to: SocketAddr, datagram: &[u8]) {
-        let result = match self.peers.get(via) {
+        let result = match self.peers.sockets.get(via) {
             Some(sock) => match sock.send_to(datagram, to) {
                 Ok(n) if n == datagram.len() => Ok(()),
                 Ok(sent) => Err(SendFailure::Short {
@@ -278,7 +280,7 @@ impl Outlets<'_> {
             Err(e) => {
                 // Dropping is safe: the core retransmits REQUEST/ACCEPT on its timer.
                 self.counters.peer_tx_dropped += 1;
-                if let Some(suppressed) = self.warn_peer.allow(now) {
+                if let Some(suppressed) = self.peers.warn.allow(now) {
                     tracing::warn!(socket = ?via, %to, error = %e, suppressed, "UDP send failed");
                 }
             }

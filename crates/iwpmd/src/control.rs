@@ -1,7 +1,6 @@
-//! What the control socket's requests mean: answers built from the core's read-only
-//! snapshots and the shell's own counters, at one moment of the loop (so every answer is
-//! consistent with itself). A child module of the shell so it can read the shell's state
-//! without widening its interface; the socket IO is `control_server.rs`.
+//! The control socket component: the socket IO is `control/server.rs`; what the requests
+//! mean is here, answers built from the core's read-only snapshots and the shell's own
+//! counters, at one moment of the loop (so every answer is consistent with itself).
 //!
 //! Only `probe` is not answered at once: it starts a core probe, and the answer goes out
 //! when the core reports the probe's end (`Action::ProbeDone`, at the latest at its
@@ -22,10 +21,13 @@ use iwpm_core::{
 };
 use mio::event::Event;
 
-use super::Shell;
-use crate::control_server::{ConnId, ControlServer};
-use crate::dump_writer;
+use crate::dump;
 use crate::logging;
+use crate::shell::Shell;
+
+use self::server::{ConnId, ControlServer};
+
+pub(crate) mod server;
 
 /// A probe's default wait: the answer must come well within the 2 s an operator waits.
 const PROBE_DEFAULT_WAIT: Duration = Duration::from_millis(1500);
@@ -42,7 +44,7 @@ fn gauge_names() -> Vec<String> {
 
 /// The control socket as the shell holds it.
 #[derive(Debug)]
-pub(super) struct Control {
+pub(crate) struct Control {
     server: ControlServer,
     /// `netlink` or `unix:PATH`, for `status`.
     kernel_link: String,
@@ -62,31 +64,31 @@ impl Shell {
     }
 
     /// The control socket's next deadline, to shorten the poll timeout.
-    pub(super) fn control_deadline(&self) -> Option<Instant> {
+    pub(crate) fn control_deadline(&self) -> Option<Instant> {
         self.control.as_ref()?.server.next_deadline()
     }
 
     /// Readiness on one of the control socket's tokens.
-    pub(super) fn control_event(&mut self, event: &Event) {
+    pub(crate) fn control_event(&mut self, event: &Event) {
         let Some(control) = self.control.as_mut() else {
             return;
         };
-        let requests = control.server.handle_event(self.poll.registry(), event);
+        let requests = control.server.handle_event(self.wakeups.registry(), event);
         for (conn, req) in requests {
             self.control_request(conn, req);
         }
     }
 
     /// Once per loop turn: connection deadlines, pipelined requests.
-    pub(super) fn control_turn(&mut self, now: Instant) {
+    pub(crate) fn control_turn(&mut self, now: Instant) {
         let Some(control) = self.control.as_mut() else {
             return;
         };
         if !control.server.has_connections() {
             return;
         }
-        control.server.expire(self.poll.registry(), now);
-        let next = control.server.next_requests(self.poll.registry());
+        control.server.expire(self.wakeups.registry(), now);
+        let next = control.server.next_requests(self.wakeups.registry());
         for (conn, req) in next {
             self.control_request(conn, req);
         }
@@ -121,7 +123,9 @@ impl Shell {
 
     fn control_respond(&mut self, conn: ConnId, response: &Response) {
         if let Some(control) = self.control.as_mut() {
-            control.server.respond(self.poll.registry(), conn, response);
+            control
+                .server
+                .respond(self.wakeups.registry(), conn, response);
         }
     }
 
@@ -134,7 +138,7 @@ impl Shell {
             ),
             None => (Duration::ZERO, String::new(), 0),
         };
-        let stats = self.core.stats();
+        let stats = self.host.core().stats();
         let core_counters: BTreeMap<String, u64> = stats
             .iter_on(Surface::Status)
             .map(|(k, v)| (k.to_owned(), v))
@@ -149,12 +153,13 @@ impl Shell {
         StatusReport {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             pid: std::process::id(),
-            abi: self.core.abi(),
-            handshake: self.core.handshake_state().to_owned(),
+            abi: self.host.core().abi(),
+            handshake: self.host.core().handshake_state().to_owned(),
             uptime_secs: uptime.as_secs_f64(),
             kernel_link,
             clients: self
-                .core
+                .host
+                .core()
                 .snapshot_clients()
                 .into_iter()
                 .map(|c| ClientEntry {
@@ -174,9 +179,10 @@ impl Shell {
     }
 
     fn mapping_list(&self, now: Instant) -> MappingList {
-        let clients = self.core.snapshot_clients();
+        let clients = self.host.core().snapshot_clients();
         let mappings = self
-            .core
+            .host
+            .core()
             .snapshot_mappings(now)
             .into_iter()
             .map(|m| {
@@ -212,7 +218,8 @@ impl Shell {
 
     fn peers_report(&self, now: Instant) -> PeersReport {
         let mut in_flight: Vec<ExchangeEntry> = self
-            .core
+            .host
+            .core()
             .snapshot_exchanges(now)
             .into_iter()
             .map(|e| ExchangeEntry {
@@ -232,7 +239,8 @@ impl Shell {
             .collect();
         in_flight.sort_by_key(|e| std::cmp::Reverse(e.age_ms));
         let recent = self
-            .core
+            .host
+            .core()
             .recent_exchanges()
             .into_iter()
             .map(|r| RecentEntry {
@@ -249,7 +257,8 @@ impl Shell {
             })
             .collect();
         let mut peers: Vec<PeerEntry> = self
-            .core
+            .host
+            .core()
             .snapshot_peers(now)
             .into_iter()
             .map(|p| PeerEntry {
@@ -268,11 +277,11 @@ impl Shell {
 
     /// The SIGUSR1 dump's lines (table, IO counters, core counters), newline-separated.
     fn dump_text(&self, now: Instant) -> String {
-        let mut lines = self.core.dump_lines_at(now);
+        let mut lines = self.host.core().dump_lines_at(now);
         lines.push(self.io_counters_line());
-        lines.push(dump_writer::pairs_line(
+        lines.push(dump::pairs_line(
             "core counters",
-            self.core.stats().iter_on(Surface::Dump),
+            self.host.core().stats().iter_on(Surface::Dump),
         ));
         let mut text = lines.join("\n");
         text.push('\n');
@@ -286,8 +295,13 @@ impl Shell {
         host: IpAddr,
         wait: Duration,
     ) -> Result<(), (ErrorKind, String)> {
-        let target = SocketAddr::new(host, self.core.config().peer_port);
-        if self.peers.get(PeerSocket::client_for(&target)).is_none() {
+        let target = SocketAddr::new(host, self.host.core().config().peer_port);
+        if self
+            .peers
+            .sockets
+            .get(PeerSocket::client_for(&target))
+            .is_none()
+        {
             return Err((
                 ErrorKind::Failed,
                 format!("this daemon has no peer socket for {host}'s address family"),
@@ -296,7 +310,7 @@ impl Shell {
         let local = route_source(target)
             .map_err(|e| (ErrorKind::Failed, format!("no route to {host}: {e}")))?;
         let id = self
-            .core
+            .host
             .start_probe(now, host, local, wait)
             .map_err(|e| (ErrorKind::Busy, e.to_string()))?;
         if let Some(control) = self.control.as_mut() {
@@ -307,7 +321,7 @@ impl Shell {
     }
 
     /// A probe ended (`Action::ProbeDone`): its answer goes to the connection that asked.
-    pub(super) fn probe_done(&mut self, result: &ProbeResult) {
+    pub(crate) fn probe_done(&mut self, result: &ProbeResult) {
         let Some(control) = self.control.as_mut() else {
             return;
         };

@@ -1,44 +1,57 @@
-//! The daemon's port reservations as lent to the core for one call, and the log of a
-//! reservation refused because the host ran out of a resource: the core only sees an
-//! error code, the shell knows the limits and counts to explain it in plain words.
+//! The daemon's port reservations as the core borrows them ([`PortReservations`], lent
+//! by `iwpm_core::Host` for each call), and the log of a reservation refused because the
+//! host ran out of a resource: the core only sees an error code, the lender knows the
+//! limits and counts to explain it in plain words.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use iwpm_core::{PortReservations, RateLimit, ReservationId, ReserveError};
 
-use crate::io_counters::IoCounters;
 use crate::ports::reservations::{Reservations, ReserveFailure};
 use crate::process::{self, Limit};
 
-/// The daemon's reservations as the core sees them during one call; a refusal for lack of
-/// a resource is explained in the log with the shell's own counters.
-pub(super) struct LentPorts<'a> {
-    held: &'a mut Reservations,
-    counters: &'a mut IoCounters,
-    warn: &'a mut RateLimit,
-    now: Instant,
+/// Burst of refusal warnings per window.
+const WARN_BURST: u32 = 5;
+/// Window of refusal warnings.
+const WARN_WINDOW: Duration = Duration::from_secs(10);
+
+/// The daemon's reservations, owned by the host and lent to the core; a refusal for lack of
+/// a resource is counted and explained in the log.
+#[derive(Debug)]
+pub(crate) struct Ports {
+    held: Reservations,
+    warn: RateLimit,
+    /// Reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
+    pub no_fd: u64,
+    /// Reservations refused because the ephemeral port range is exhausted.
+    pub no_port: u64,
 }
 
-impl<'a> LentPorts<'a> {
-    /// Lends `held` for a call made at `now`; refusals are counted in `counters` and logged
-    /// within `warn`'s limit.
-    pub(super) fn new(
-        held: &'a mut Reservations,
-        counters: &'a mut IoCounters,
-        warn: &'a mut RateLimit,
-        now: Instant,
-    ) -> Self {
-        LentPorts {
-            held,
-            counters,
-            warn,
-            now,
+impl Ports {
+    /// No reservations yet (the port picker is made now, see [`Reservations::new`]).
+    pub(crate) fn new() -> Self {
+        Ports {
+            held: Reservations::new(),
+            warn: RateLimit::new(WARN_WINDOW, WARN_BURST),
+            no_fd: 0,
+            no_port: 0,
         }
+    }
+
+    /// The reservations.
+    pub(crate) fn held(&self) -> &Reservations {
+        &self.held
+    }
+
+    /// The reservations, for what the restart machinery does with them outside the core's
+    /// calls (inherited ports, the FD store).
+    pub(crate) fn held_mut(&mut self) -> &mut Reservations {
+        &mut self.held
     }
 }
 
-impl PortReservations for LentPorts<'_> {
+impl PortReservations for Ports {
     fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
         self.held.reserve(bind).map_err(|f| {
             self.reserve_failed(bind, &f);
@@ -53,14 +66,15 @@ impl PortReservations for LentPorts<'_> {
     }
 }
 
-impl LentPorts<'_> {
+impl Ports {
     /// Logs, rate-limited and in plain words, a reservation refused for lack of a resource
-    /// (descriptors, ephemeral ports); other failures are the core's to report.
+    /// (descriptors, ephemeral ports); other failures are the core's to report. (The
+    /// clock is read here, on this rare path, rather than lent with every call.)
     fn reserve_failed(&mut self, bind: SocketAddr, f: &ReserveFailure) {
-        let now = self.now;
+        let now = Instant::now();
         let held = iwpm_control::render::count(self.held.len() as u64, "port", "ports");
         if f.process_out_of_fds() || f.system_out_of_fds() {
-            self.counters.reserve_no_fd += 1;
+            self.no_fd += 1;
             if let Some(suppressed) = self.warn.allow(now) {
                 let (soft, hard) = process::fd_limit_now();
                 // Listing /proc/self/fd itself needs a descriptor; at EMFILE it fails.
@@ -89,7 +103,7 @@ impl LentPorts<'_> {
                 }
             }
         } else if f.out_of_ephemeral_ports(bind) {
-            self.counters.reserve_no_port += 1;
+            self.no_port += 1;
             if let Some(suppressed) = self.warn.allow(now) {
                 let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
                     .map(|r| r.split_whitespace().collect::<Vec<_>>().join("-"))
