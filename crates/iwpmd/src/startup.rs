@@ -197,9 +197,8 @@ fn kernel_link_hint(e: &KernelLinkError) -> Option<&'static str> {
 fn peer_hint(e: &PeerSocketError) -> Option<Cow<'static, str>> {
     match e {
         PeerSocketError::PortInUse { addr } => Some(Cow::Owned(format!(
-            "Another port mapper (this one or rdma-core's iwpmd) holds UDP port {port}. Stop \
-             it first (`systemctl stop iwpmd` for the packaged one), or find it with \
-             `ss -ulpn 'sport = :{port}'`.",
+            "It may be this daemon or rdma-core's iwpmd: stop it first (`systemctl stop \
+             iwpmd` for the packaged one), or find it with `ss -ulpn 'sport = :{port}'`.",
             port = addr.port()
         ))),
         PeerSocketError::Open { os, .. } if is_permission(os) => Some(Cow::Borrowed(
@@ -288,7 +287,7 @@ mod tests {
     fn busy_peer_port_and_held_lock_point_at_the_running_daemon() {
         let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 3935));
         let m = message(PeerSocketError::PortInUse { addr });
-        assert!(m.contains("by another port mapper. Another"), "{m}");
+        assert!(m.contains("by another port mapper. It may be"), "{m}");
         assert!(m.contains("systemctl stop iwpmd"), "{m}");
         assert!(m.contains("'sport = :3935'"), "{m}");
         // The hint names the port that was in use, not the standard one.

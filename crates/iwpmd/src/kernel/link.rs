@@ -245,6 +245,16 @@ impl KernelLink {
     /// As root, `path` is checked first (see [`check_emulator_path`]): whoever controls
     /// that socket plays the kernel for a root process.
     pub(crate) fn open_unix(path: &Path) -> Result<Self, KernelLinkError> {
+        // Nothing there: say so first. (No connect follows, so whoever may create the
+        // socket later plays nothing; the ownership check is for a path that is there.)
+        if let Err(os) = std::fs::symlink_metadata(path) {
+            if os.kind() == io::ErrorKind::NotFound {
+                return Err(KernelLinkError::UnixConnect {
+                    path: path.to_owned(),
+                    os,
+                });
+            }
+        }
         let euid = rustix::process::geteuid();
         if euid.is_root() {
             check_emulator_path(path, euid.as_raw())?;
@@ -377,7 +387,9 @@ impl AsFd for KernelLink {
 ///
 /// A path that does not exist yet is no pass: whoever may create it plays the kernel
 /// once it appears, so then the nearest existing directory above it, and every one above
-/// that, is checked the same way (a dangling symbolic link is refused outright).
+/// that, is checked the same way (a dangling symbolic link is refused outright). (The
+/// link reports a path missing before it gets here; this covers one that vanishes
+/// between that look and this check.)
 ///
 /// In a user namespace other than the initial one (the lab's unprivileged runs), files
 /// of users outside it show as the overflow uid (65534), `/` and `/tmp` among them;
