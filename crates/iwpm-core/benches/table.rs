@@ -79,36 +79,32 @@ fn main() {
     ] {
         let mut base = None;
         for &live in &levels {
-            let mut h = common::Host::booted();
+            let mut h = common::CoreHarness::booted();
             for i in 0..live {
                 let ip = format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255);
                 h.add(&format!("{ip}:4000"), flags);
             }
             h.kernel_in.clear();
             let batch = ops(n_ops, flags);
-            assert_eq!(h.core.stats().mappings, live as u64, "setup ADDs failed");
+            assert_eq!(h.core().stats().mappings, live as u64, "setup ADDs failed");
             let mut best = f64::MAX;
             for _ in 0..rounds {
                 let t = Instant::now();
                 for (add, remove) in &batch {
-                    let receipt =
-                        h.core
-                            .handle_kernel_datagram(h.now, black_box(add), &mut h.ports);
+                    let receipt = h.host.handle_kernel_datagram(h.now, black_box(add));
                     black_box(&receipt);
-                    while let Some(a) = h.core.poll_action() {
+                    while let Some(a) = h.host.poll_action() {
                         black_box(a);
                     }
-                    let receipt =
-                        h.core
-                            .handle_kernel_datagram(h.now, black_box(remove), &mut h.ports);
+                    let receipt = h.host.handle_kernel_datagram(h.now, black_box(remove));
                     black_box(&receipt);
-                    while let Some(a) = h.core.poll_action() {
+                    while let Some(a) = h.host.poll_action() {
                         black_box(a);
                     }
                 }
                 best = best.min(t.elapsed().as_nanos() as f64 / n_ops as f64);
                 assert_eq!(
-                    h.core.stats().mappings,
+                    h.core().stats().mappings,
                     live as u64,
                     "ADD/REMOVE did not pair"
                 );

@@ -92,14 +92,14 @@ impl Saver {
         }
     }
 
-    /// The generation to write now, if a write is due at `now`.
-    fn take_due(&mut self, now: Instant) -> Option<u64> {
+    /// Starts the write due at `now`, if one is; true if it did.
+    fn start_due(&mut self, now: Instant) -> bool {
         if self.in_flight || self.due.is_none_or(|d| d > now) {
-            return None;
+            return false;
         }
         self.due = None;
         self.in_flight = true;
-        Some(self.generation)
+        true
     }
 }
 
@@ -112,8 +112,10 @@ pub struct Host<P> {
     /// The time of the last input, for scheduling a write when its `TableChanged` is
     /// drained.
     last_now: Instant,
-    /// A due write, handed out by the next [`Host::poll_action`] after the core's queue.
-    save_due: Option<u64>,
+    /// A write fell due: the next [`Host::poll_action`] hands it out after the core's
+    /// queue, with the generation announced last (the table the caller will write then
+    /// may have moved within the call that made the write due).
+    save_due: bool,
 }
 
 impl<P: PortReservations> Host<P> {
@@ -125,7 +127,7 @@ impl<P: PortReservations> Host<P> {
             ports,
             saver: save.map(Saver::new),
             last_now: now,
-            save_due: None,
+            save_due: false,
         }
     }
 
@@ -188,8 +190,8 @@ impl<P: PortReservations> Host<P> {
             self.core.handle_timeout(now, &mut self.ports);
         }
         if let Some(saver) = &mut self.saver {
-            if let Some(generation) = saver.take_due(now) {
-                self.save_due = Some(generation);
+            if saver.start_due(now) {
+                self.save_due = true;
             }
         }
     }
@@ -207,9 +209,12 @@ impl<P: PortReservations> Host<P> {
             }
             return Some(action);
         }
-        self.save_due
-            .take()
-            .map(|generation| Action::SaveState { generation })
+        if !std::mem::take(&mut self.save_due) {
+            return None;
+        }
+        self.saver.as_ref().map(|saver| Action::SaveState {
+            generation: saver.generation,
+        })
     }
 
     /// When [`Host::handle_timeout`] should be called next: the core's deadline or a due
@@ -323,6 +328,26 @@ mod tests {
         h.state_saved(due, 2, Duration::ZERO);
         assert_eq!(h.unsaved_generation(), None);
         assert_eq!(h.saver.as_ref().unwrap().deadline(), None);
+    }
+
+    #[test]
+    fn a_save_names_the_generation_announced_last() {
+        let t0 = Instant::now();
+        let mut h = host(t0);
+        announce(&mut h, t0, 1);
+        let due = t0 + Duration::from_millis(200);
+        h.handle_timeout(due);
+        // The call that made the write due also changed the table: its TableChanged is
+        // drained before the SaveState, and the caller writes the table as it is then.
+        announce(&mut h, due, 2);
+        assert_eq!(drain(&mut h), vec![Action::SaveState { generation: 2 }]);
+        h.state_saved(due, 2, Duration::ZERO);
+        assert_eq!(
+            h.unsaved_generation(),
+            None,
+            "no second write for generation 2"
+        );
+        assert_eq!(h.poll_timeout(), h.core.poll_timeout());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use crate::ports::MAPPED_PORTS;
+use crate::host::MAPPED_PORTS;
 use crate::world::World;
 
 /// Which invariant broke (a shrunk schedule must still break the same one).
@@ -144,21 +144,21 @@ impl World {
         let Some(d) = host.daemon.as_ref() else {
             return;
         };
-        if let Some(f) = d.ports.faults.first() {
+        if let Some(f) = d.ports().faults.first() {
             let f = f.clone();
             self.violate(ViolationKind::Reservation, Some(h), f);
             return;
         }
         // The table and the ledger change together: re-check them when the table did.
-        let generation = (host.incarnation, d.generation);
+        let generation = (host.incarnation, host.table_generation);
         if host.checked.get() != Some(generation) {
             host.checked.set(Some(generation));
-            if let Err(e) = d.core.check_invariants() {
+            if let Err(e) = d.core().check_invariants() {
                 self.violate(ViolationKind::CoreInvariant, Some(h), e.to_string());
                 return;
             }
-            let owned: BTreeSet<_> = d.core.mappings().filter_map(|m| m.reservation).collect();
-            let held: BTreeSet<_> = d.ports.held().keys().copied().collect();
+            let owned: BTreeSet<_> = d.core().mappings().filter_map(|m| m.reservation).collect();
+            let held: BTreeSet<_> = d.ports().held.keys().copied().collect();
             if owned != held {
                 let leaked: Vec<_> = held.difference(&owned).collect();
                 let lost: Vec<_> = owned.difference(&held).collect();
@@ -199,9 +199,9 @@ impl World {
                 self.violate(ViolationKind::Sim, Some(h), "no daemon at the end".into());
                 return;
             };
-            let mappings = d.core.mappings().count();
-            let held = d.ports.held().len();
-            let exchanges = d.core.snapshot_exchanges(now).len();
+            let mappings = d.core().mappings().count();
+            let held = d.ports().held.len();
+            let exchanges = d.core().snapshot_exchanges(now).len();
             let kernel_entries = host.kernel.mapinfo().len();
             let pending = host.kernel.pending_requests();
             // A replay cut short by the kernel's datagram limit keeps restored listeners

@@ -1,44 +1,38 @@
-//! One simulated host: an emulated kernel (`KernelIwpm`), the daemon process (a `Core`
-//! with its port reservations and state file, absent while crashed), the host's
-//! monotonic clock and the connection manager's ids ([`crate::cm`]).
+//! One simulated host: an emulated kernel (`KernelIwpm`), the daemon process (an
+//! [`iwpm_core::Host`]: the core, its port reservations and the state-file policy; absent
+//! while crashed), the state file, the host's monotonic clock and the connection
+//! manager's ids ([`crate::cm`]).
 //!
-//! What the real shell (`crates/iwpmd/src/shell.rs`) does around the core is done here
-//! the same way: every action is executed in order (kernel messages go to the kernel at
-//! once, as a netlink `sendmsg` does), the kernel's answers are fed back (the core settles
-//! restart recovery within them), and the state file is rewritten 200 ms after the core
-//! announced a table change (`Action::TableChanged`).
+//! The daemon is driven through the same `Host` as the real shell
+//! (`crates/iwpmd/src/shell.rs`), and what the shell does around it is done here the same
+//! way: every action is executed in order (kernel messages go to the kernel at once, as a
+//! netlink `sendmsg` does), the kernel's answers are fed back (the core settles restart
+//! recovery within them), and the host's timers (the core's and the state file's) run
+//! when they are due. When the host asks for a state-file write (`Action::SaveState`,
+//! after its gathering delay) the file is written at once and takes no time: the write
+//! timing is the daemon's own, not a copy of it.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use iwpm_core::state_file::StateFile;
-use iwpm_core::{Core, CoreConfig, Previous};
+use iwpm_core::{Core, CoreConfig, Previous, SavePolicy};
 use iwpm_kernel_emu::kernel::{KernelConfig, KernelIwpm, Link, SendError, SendMode};
+use iwpm_testkit::model::FakePorts;
 
 use crate::cm::Cm;
-use crate::ports::FakePorts;
 use crate::rng::mix;
 
 /// UDP port of the daemons' client sockets (REQUESTs and ACKs leave from it).
 pub const CLIENT_PORT: u16 = 50_000;
-/// The shell's state-file write delay (`iwpmd/src/state_file.rs`).
-const WRITE_DELAY: Duration = Duration::from_millis(200);
 
-/// A running daemon process.
-#[derive(Debug)]
-pub struct Daemon {
-    /// The sans-IO core.
-    pub core: Core,
-    /// Its reservations (all closed by the OS when the process dies).
-    pub ports: FakePorts,
-    /// When the next state-file write is due (host-global time).
-    pub write_due: Option<Duration>,
-    /// Table generation last written.
-    pub written: Option<u64>,
-    /// Table generation the core last announced (`Action::TableChanged`).
-    pub generation: u64,
-}
+/// Mapped ports come from this range (the invariants attribute REMOTE_INFO entries by it).
+pub const MAPPED_PORTS: std::ops::Range<u16> = 40_000..60_000;
+
+/// A running daemon process: the core in its host, with the port reservations it holds
+/// (all closed by the OS when the process dies) and the daemon's state-file policy.
+pub type Daemon = iwpm_core::Host<FakePorts>;
 
 /// Message counts of one host (what the scale table reports per host).
 #[derive(Clone, Copy, Debug, Default)]
@@ -74,6 +68,9 @@ pub struct Host {
     pub incarnation: u32,
     /// The state file as last written (empty: none).
     pub state_file: Vec<u8>,
+    /// The table generation the live daemon last announced (`Action::TableChanged`):
+    /// the deep checks run again when it moves.
+    pub table_generation: u64,
     /// How far this host's monotonic clock is ahead of the fleet's.
     pub offset: Duration,
     /// Kernel datagrams waiting to be read by the daemon.
@@ -178,6 +175,7 @@ impl Host {
             daemon: None,
             incarnation: 0,
             state_file: Vec::new(),
+            table_generation: 0,
             offset: Duration::ZERO,
             to_daemon: VecDeque::new(),
             cm: Cm::new(),
@@ -223,12 +221,13 @@ impl Host {
             handle_key: key,
             ..CoreConfig::default()
         };
-        let mut core = Core::new(config, t);
-        let mut ports = FakePorts::new(
+        let ports = FakePorts::recording(
+            MAPPED_PORTS,
             (mix(self.seed ^ self.idx as u64 ^ u64::from(self.incarnation) << 32) % 20_000) as u16,
         );
+        let mut daemon = Daemon::new(Core::new(config, t), ports, Some(SavePolicy::default()), t);
         if self.state_file.is_empty() {
-            core.start(t);
+            daemon.start(t);
         } else {
             let file = StateFile::decode(&self.state_file)?;
             let previous = Previous {
@@ -236,15 +235,10 @@ impl Host {
                 inherited_ports: false,
             };
             // What restore could not do shows up in the invariants (leaks, unmapped).
-            let _report = core.start_after_restart(t, previous, &mut ports);
+            let _report = daemon.start_after_restart(t, previous);
         }
-        self.daemon = Some(Daemon {
-            core,
-            ports,
-            write_due: None,
-            written: None,
-            generation: 0,
-        });
+        self.daemon = Some(daemon);
+        self.table_generation = 0;
         Ok(())
     }
 
@@ -278,43 +272,37 @@ impl Host {
         if let Some(d) = self.daemon.as_mut() {
             // Every queued datagram is fed: when a read loop may stop is the real shell's
             // concern.
-            let _receipt = d.core.handle_kernel_datagram(t, &bytes, &mut d.ports);
+            let _receipt = d.handle_kernel_datagram(t, &bytes);
         }
         true
     }
 
-    /// Notes the announced table generation (schedules a state-file write) and writes a
-    /// due one.
-    pub fn state_file_turn(&mut self, now: Duration) {
+    /// Writes the state file the daemon asked for (`Action::SaveState` of `generation`)
+    /// from its table as it is now, at once: the write takes no time.
+    pub fn save_state(&mut self, base: Instant, now: Duration, generation: u64) {
+        let t = self.local(base, now);
         let Some(d) = self.daemon.as_mut() else {
             return;
         };
-        let generation = d.generation;
-        if d.written != Some(generation) && d.write_due.is_none() {
-            d.write_due = Some(now + WRITE_DELAY);
+        self.state_file = StateFile {
+            host: format!("sim{}", self.idx),
+            boot_id: "sim-boot".into(),
+            mappings: d.core().saved_mappings(),
         }
-        if d.write_due.is_some_and(|due| due <= now) {
-            d.write_due = None;
-            d.written = Some(generation);
-            self.state_file = StateFile {
-                host: format!("sim{}", self.idx),
-                boot_id: "sim-boot".into(),
-                mappings: d.core.saved_mappings(),
-            }
-            .encode();
-        }
+        .encode();
+        d.state_saved(t, generation, Duration::ZERO);
     }
 
-    /// When this host next needs a wake-up (fleet time).
+    /// When this host next needs a wake-up (fleet time): the daemon's timers (its core's
+    /// and its state file's) or the kernel's.
     pub fn deadline(&self, base: Instant) -> Option<Duration> {
-        let core = self
+        let daemon = self
             .daemon
             .as_ref()
-            .and_then(|d| d.core.poll_timeout())
+            .and_then(Daemon::poll_timeout)
             .map(|t| self.global(base, t));
         let kernel = self.kernel.poll_timeout().map(|t| self.global(base, t));
-        let write = self.daemon.as_ref().and_then(|d| d.write_due);
-        [core, kernel, write].into_iter().flatten().min()
+        [daemon, kernel].into_iter().flatten().min()
     }
 
     /// The peer socket address a daemon action leaves from.

@@ -4,7 +4,7 @@
 //! mapped address, and how it ACKs like a real host in finding D).
 //!
 //! Its REQUESTs always claim a port-mapped connecting side (mapped port ≠ port) with a
-//! mapped port below [`crate::ports::MAPPED_PORTS`], or a source that is no fleet address,
+//! mapped port below [`crate::host::MAPPED_PORTS`], or a source that is no fleet address,
 //! so every REMOTE_INFO they cause is told apart from legitimate ones by the invariants.
 //! The one exception is finding E's replay, which repeats a victim's own bytes: the ledger
 //! (`crate::ledger`) counts a replayed ACK's exchange once, and the victim's connection
@@ -252,7 +252,7 @@ impl World {
     fn probe(&mut self, item: usize, ap: SocketAddr) {
         let handle = tagged(PROBE_TAG, item, 0);
         let me = SocketAddr::new(IpAddr::V4(PEER_IP), CLIENT_PORT);
-        let mapped = SocketAddr::new(IpAddr::V4(PEER_IP), crate::ports::MAPPED_PORTS.start);
+        let mapped = SocketAddr::new(IpAddr::V4(PEER_IP), crate::host::MAPPED_PORTS.start);
         let req = PeerMessage::request(handle, me, mapped, ap);
         self.actors.probes.insert(item, (handle, self.now, false));
         self.send_udp(me, SocketAddr::new(ap.ip(), IWPM_PEER_PORT), req.encode());

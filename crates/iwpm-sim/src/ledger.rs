@@ -196,7 +196,7 @@ impl World {
     fn ledger_terms(&self, h: usize) -> (u64, [u64; 5]) {
         let host = &self.hosts[h];
         let default = iwpm_core::CoreConfig::default();
-        let c = host.daemon.as_ref().map_or(&default, |d| d.core.config());
+        let c = host.daemon.as_ref().map_or(&default, |d| d.core().config());
         let elapsed = self.now + host.offset;
         let refills = (elapsed.as_nanos() / c.remote_info_refill.as_nanos().max(1)) as u64;
         let budget = u64::from(c.remote_info_budget) * u64::from(host.incarnation);

@@ -1,7 +1,8 @@
 //! A deterministic fleet simulator for the port mapper.
 //!
 //! N hosts, each an emulated kernel ([`iwpm_kernel_emu::kernel::KernelIwpm`]), a daemon
-//! core ([`iwpm_core::Core`]) with its port reservations and state file, and a connection
+//! ([`iwpm_core::Host`], as the real daemon runs its core) with its port reservations and
+//! state file, and a connection
 //! manager, share one virtual clock and a simulated network in one process, without
 //! sockets or threads. A seed draws the run ([`plan::Scenario::generate`]): an MPI-style
 //! all-to-all job, churn, listeners coming and going, network faults (loss, duplication,
@@ -33,7 +34,6 @@ mod hostile;
 mod ledger;
 mod peer;
 pub mod plan;
-pub mod ports;
 pub mod rng;
 pub mod scale;
 pub mod shrink;

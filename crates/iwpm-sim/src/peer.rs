@@ -23,9 +23,9 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 use crate::check::ViolationKind;
 use crate::cm::ListenState;
 use crate::host::CLIENT_PORT;
+use crate::host::MAPPED_PORTS;
 use crate::ledger::retyped;
 use crate::plan::What;
-use crate::ports::MAPPED_PORTS;
 use crate::world::{Event, World, PEER_IP, PEER_IP6};
 
 /// Handles of the peer's REQUESTs carry this in their top 16 bits.

@@ -320,7 +320,7 @@ impl World {
         if std::env::var_os("IWPM_SIM_DEBUG").is_some() {
             for (i, h) in self.hosts.iter().enumerate() {
                 if let Some(d) = h.daemon.as_ref() {
-                    let st = d.core.stats();
+                    let st = d.core().stats();
                     eprintln!("host {i}: ledger sent {} verified {} blind6 {:?}; core on_ack {} deferred {} unverified {} evicted {} quota_dropped {}", self.ledgers[i].sent, self.ledgers[i].verified.len(), self.ledgers[i].blind_len(), st.remote_info_on_ack, st.remote_info_deferred, st.peer_acks_unverified, st.exchanges_evicted, st.peer_quota_dropped);
                 }
             }
@@ -396,9 +396,8 @@ impl World {
         }
         let t = host.local(self.base, self.now);
         if let Some(d) = host.daemon.as_mut() {
-            if d.core.poll_timeout().is_some_and(|due| due <= t) {
-                d.core.handle_timeout(t, &mut d.ports);
-            }
+            // The host runs only what is due: the core's timers, a state-file write.
+            d.handle_timeout(t);
         }
         if host.kernel.poll_timeout().is_some_and(|due| due <= t) {
             host.with_kernel(|k, link| k.handle_timeout(t, link));
@@ -407,16 +406,12 @@ impl World {
     }
 
     /// Runs host `h` until it has nothing left to do now: the daemon's actions, the
-    /// kernel's answers, finished mappings; then the state file and its next wake-up.
+    /// kernel's answers, finished mappings; then its next wake-up.
     pub(crate) fn pump(&mut self, h: usize) {
         self.touched.insert(h);
         loop {
             let mut progressed = false;
-            while let Some(action) = self.hosts[h]
-                .daemon
-                .as_mut()
-                .and_then(|d| d.core.poll_action())
-            {
+            while let Some(action) = self.hosts[h].daemon.as_mut().and_then(|d| d.poll_action()) {
                 progressed = true;
                 self.daemon_action(h, action);
             }
@@ -435,7 +430,6 @@ impl World {
         if host.kernel.stats().replays_aborted > 0 {
             host.replay_truncated = true;
         }
-        host.state_file_turn(self.now);
         if let Some(at) = host.deadline(self.base) {
             if host.wake.is_none_or(|w| at < w || w < self.now) {
                 host.wake = Some(at);
@@ -454,7 +448,7 @@ impl World {
                 let me = host.incarnation;
                 host.with_kernel(|k, link| k.handle_datagram(t, &me, &bytes, link));
                 if let Some(d) = host.daemon.as_mut() {
-                    d.core.recycle(bytes);
+                    d.recycle(bytes);
                 }
             }
             Action::ToPeer { via, to, datagram } => {
@@ -463,11 +457,11 @@ impl World {
                 self.daemon_sends(h, from, to, &datagram);
                 self.send_udp(from, to, datagram);
             }
-            Action::SaveState { .. } => {}
+            Action::SaveState { generation } => {
+                self.hosts[h].save_state(self.base, self.now, generation);
+            }
             Action::TableChanged { generation, .. } => {
-                if let Some(d) = self.hosts[h].daemon.as_mut() {
-                    d.generation = generation;
-                }
+                self.hosts[h].table_generation = generation;
             }
             Action::Ready | Action::ProbeDone(_) | Action::Settled(_) | Action::RecoveryEnded => {}
         }
@@ -594,7 +588,7 @@ impl World {
             return;
         };
         host.counters.udp_in += 1;
-        d.core.handle_peer_datagram(t, via, from, bytes);
+        d.handle_peer_datagram(t, via, from, bytes);
         self.pump(h);
     }
 

@@ -1,15 +1,17 @@
-//! Test harness: one [`Core`] plus a fake shell ([`Ports`]), a scripted kernel side
-//! (encodes with the proto codec, decodes what the core sends with the kernel's rules) and a
-//! virtual clock. iwpm-core's integration tests and its table bench drive the core
-//! through it.
+//! Test harness: one [`iwpm_core::Host`] (the core with the fake port reservations,
+//! [`Ports`], lent to it), a scripted kernel side (encodes with the proto codec, decodes
+//! what the core sends with the kernel's rules) and a virtual clock. iwpm-core's
+//! integration tests and its table bench drive the core through it, and so through the
+//! same `Host` the daemon's shell drives: a duty `Host` adds to the core is tested here
+//! too. The harness keeps no state file (no save policy).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use iwpm_core::{
-    Action, Core, CoreConfig, KernelReceipt, PeerSocket, Previous, ProbeResult, RestoreReport,
-    SettleReport,
+    Action, Core, CoreConfig, Host, KernelReceipt, PeerSocket, Previous, ProbeResult,
+    RestoreReport, SettleReport,
 };
 use iwpm_proto::consts::{NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::{
@@ -52,15 +54,17 @@ pub struct Sent {
 /// held reservation.
 pub use crate::model::FakePorts as Ports;
 
-/// One core under test: its clock, the kernel side's queue and the fake shell.
+/// One core under test, in the [`Host`] that lends it the fake ports: its clock and the
+/// kernel side's queue.
 #[derive(Debug)]
-pub struct Host {
-    pub core: Core,
+pub struct CoreHarness {
+    /// The core and its port reservations. Inputs go through it (`h.host.handle_*`), as
+    /// the daemon's do; what the core reports is read through [`CoreHarness::core`].
+    pub host: Host<Ports>,
     pub now: Instant,
     pub kernel_seq: u32,
     pub kernel_in: VecDeque<(Envelope, DaemonMsg)>,
     pub peer_out: VecDeque<Sent>,
-    pub ports: Ports,
     pub ready: usize,
     /// Ops sent to the legacy client 3.
     pub legacy_out: Vec<u16>,
@@ -87,15 +91,14 @@ pub struct Host {
     pumps: u64,
 }
 
-impl Host {
+impl CoreHarness {
     pub fn new(config: CoreConfig, now: Instant) -> Self {
-        Host {
-            core: Core::new(config, now),
+        CoreHarness {
+            host: Host::new(Core::new(config, now), Ports::default(), None, now),
             now,
             kernel_seq: 0,
             kernel_in: VecDeque::new(),
             peer_out: VecDeque::new(),
-            ports: Ports::default(),
             ready: 0,
             legacy_out: Vec::new(),
             sent_at: HashMap::new(),
@@ -118,14 +121,40 @@ impl Host {
     }
 
     pub fn booted_with(config: CoreConfig) -> Self {
-        let mut h = Host::new(config, Instant::now());
+        let mut h = CoreHarness::new(config, Instant::now());
         h.boot();
         h
     }
 
-    pub fn boot(&mut self) {
-        self.core.start(self.now);
+    /// The core under test, for what it reports (stats, mappings, snapshots, invariants).
+    pub fn core(&self) -> &Core {
+        self.host.core()
+    }
+
+    /// The fake port reservations lent to the core.
+    pub fn ports(&self) -> &Ports {
+        self.host.ports()
+    }
+
+    /// The fake port reservations, to set how the next reservations are answered.
+    pub fn ports_mut(&mut self) -> &mut Ports {
+        self.host.ports_mut()
+    }
+
+    /// Starts the core (its HELLO goes out) and drains what it sent.
+    pub fn start(&mut self) {
+        self.host.start(self.now);
         self.pump();
+    }
+
+    /// Runs what is due now ([`Host::handle_timeout`]) and drains what it sent.
+    pub fn timeout(&mut self) {
+        self.host.handle_timeout(self.now);
+        self.pump();
+    }
+
+    pub fn boot(&mut self) {
+        self.start();
         let (env, msg) = self.expect_kernel();
         assert_eq!(env.seq, 0, "HELLO is the first message for client 2");
         assert!(matches!(
@@ -148,9 +177,7 @@ impl Host {
     /// Starts the core as a restarted daemon with `previous`'s mappings; what it sent is
     /// drained.
     pub fn start_after_restart(&mut self, previous: Previous<'_>) -> RestoreReport {
-        let report = self
-            .core
-            .start_after_restart(self.now, previous, &mut self.ports);
+        let report = self.host.start_after_restart(self.now, previous);
         self.pump();
         report
     }
@@ -158,7 +185,7 @@ impl Host {
     /// Drains every action, checking the table announcements: each moves the generation
     /// forward, and the last one counts the table as it is.
     pub fn pump(&mut self) {
-        while let Some(a) = self.core.poll_action() {
+        while let Some(a) = self.host.poll_action() {
             match a {
                 Action::ToKernel(bytes) => {
                     self.order.push('K');
@@ -193,7 +220,9 @@ impl Host {
                     });
                 }
                 Action::Ready => self.ready += 1,
-                Action::SaveState { .. } => panic!("a bare core saves nothing"),
+                Action::SaveState { .. } => {
+                    panic!("the harness keeps no state file: nothing to save")
+                }
                 Action::ProbeDone(result) => self.probes_done.push_back(result),
                 Action::Settled(report) => self.settled += report,
                 Action::RecoveryEnded => {
@@ -211,10 +240,10 @@ impl Host {
         }
         self.pumps += 1;
         if self.pumps % self.invariant_stride.max(1) == 0 {
-            self.core.check_invariants().unwrap();
+            self.core().check_invariants().unwrap();
             assert_eq!(
                 self.table.1,
-                self.core.mappings().count(),
+                self.core().mappings().count(),
                 "the last TableChanged does not count the table"
             );
         }
@@ -264,8 +293,7 @@ impl Host {
     /// Starts the core and answers its HELLO with ABI 4 (the MAPINFO window opens); what
     /// the core sent the kernel so far is dropped.
     pub fn start_answered(&mut self) {
-        self.core.start(self.now);
-        self.pump();
+        self.start();
         self.kernel_msg(KernelMsg::Hello(Hello {
             abi_version: 4,
             unknown: vec![],
@@ -288,9 +316,7 @@ impl Host {
     }
 
     pub fn kernel_raw(&mut self, bytes: &[u8]) {
-        self.receipt = self
-            .core
-            .handle_kernel_datagram(self.now, bytes, &mut self.ports);
+        self.receipt = self.host.handle_kernel_datagram(self.now, bytes);
         self.pump();
     }
 
@@ -418,26 +444,25 @@ impl Host {
     /// Moves the clock forward by `d`, running every timer on the way.
     pub fn advance(&mut self, d: Duration) {
         let end = self.now + d;
-        while let Some(t) = self.core.poll_timeout() {
+        while let Some(t) = self.host.poll_timeout() {
             if t > end {
                 break;
             }
             self.now = self.now.max(t);
-            self.core.handle_timeout(self.now, &mut self.ports);
-            self.pump();
+            self.timeout();
         }
         self.now = end;
     }
 
     pub fn peer(&mut self, via: PeerSocket, from: &str, msg: &PeerMessage) {
-        self.core
+        self.host
             .handle_peer_datagram(self.now, via, addr(from), &msg.encode());
         self.pump();
     }
 
     /// A datagram as it came off the wire (its unused bytes included).
     pub fn peer_raw(&mut self, via: PeerSocket, from: &str, datagram: &[u8]) {
-        self.core
+        self.host
             .handle_peer_datagram(self.now, via, addr(from), datagram);
         self.pump();
     }
@@ -451,7 +476,7 @@ impl Host {
 
     pub fn refcount(&self, local: &str) -> Option<u32> {
         let ep = addr(local).into();
-        self.core
+        self.core()
             .mappings()
             .find(|m| m.local_endpoint == ep)
             .map(|m| m.refcount)

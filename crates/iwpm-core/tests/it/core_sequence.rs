@@ -470,6 +470,9 @@ fn driver_sees_a_full_exchange() {
     assert_eq!(s.peer_out[0], 1, "one REQUEST");
     assert_eq!(s.peer_out[2], 1, "one ACK");
     assert_eq!(d.core().mappings().next().unwrap().refcount, 1);
+    assert_eq!(d.saves(), 0, "no write before the gathering delay");
+    d.step(&Op::Advance { ms: 200 });
+    assert_eq!(d.saves(), 1, "the new mapping is saved 200 ms later, once");
     d.finish();
 }
 

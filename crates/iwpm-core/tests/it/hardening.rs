@@ -15,7 +15,7 @@ use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
 const SEC: Duration = Duration::from_secs(1);
 
-fn listener(h: &mut Host, local: &str) {
+fn listener(h: &mut CoreHarness, local: &str) {
     let s = h.add(local, Some(0));
     h.expect_add_reply(s);
 }
@@ -25,7 +25,7 @@ fn request(handle: u64, cp: &str, mapped_cp: &str, ap: &str) -> PeerMessage {
     PeerMessage::request(handle, addr(cp), addr(mapped_cp), addr(ap))
 }
 
-fn remote_infos(h: &mut Host) -> usize {
+fn remote_infos(h: &mut CoreHarness) -> usize {
     let n = h
         .kernel_in
         .iter()
@@ -35,7 +35,7 @@ fn remote_infos(h: &mut Host) -> usize {
     n
 }
 
-fn sent(h: &mut Host, ty: PeerMsgType) -> usize {
+fn sent(h: &mut CoreHarness, ty: PeerMsgType) -> usize {
     let n = h.peer_out.iter().filter(|s| s.msg.msg_type == ty).count();
     h.peer_out.clear();
     n
@@ -46,13 +46,13 @@ fn sent(h: &mut Host, ty: PeerMsgType) -> usize {
 /// connection.
 #[test]
 fn forged_connecting_identity_is_dropped() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     let forged = request(7, "10.9.9.9:5000", "10.0.0.66:41234", "10.0.0.2:4000");
     h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &forged);
     h.no_kernel();
     h.no_peer();
-    assert_eq!(h.core.stats().peer_forged, 1);
+    assert_eq!(h.core().stats().peer_forged, 1);
     // The same request with consistent addresses is served.
     let honest = request(7, "10.0.0.66:5000", "10.0.0.66:41234", "10.0.0.2:4000");
     h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &honest);
@@ -63,7 +63,7 @@ fn forged_connecting_identity_is_dropped() {
 /// Threat 2: every REMOTE_INFO of a spoofed REQUEST pins kernel memory for ever.
 #[test]
 fn spoofed_requests_pin_at_most_the_remote_info_budget() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 8,
         remote_info_refill: SEC * 10,
         ..config()
@@ -89,7 +89,7 @@ fn spoofed_requests_pin_at_most_the_remote_info_budget() {
         pinned <= 8 + 3,
         "{pinned} REMOTE_INFOs for spoofed REQUESTs"
     );
-    assert!(h.core.stats().remote_info_deferred > 2_900);
+    assert!(h.core().stats().remote_info_deferred > 2_900);
     // A real peer still gets its REMOTE_INFO: on its ACK.
     h.advance(SEC * 11);
     let real = request(99, "10.0.0.1:5000", "10.0.0.1:41234", "10.0.0.2:4000");
@@ -102,7 +102,7 @@ fn spoofed_requests_pin_at_most_the_remote_info_budget() {
 /// An ACK returns the REMOTE_INFO token: real peers never exhaust the budget.
 #[test]
 fn confirmed_exchanges_return_their_remote_info_token() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 2,
         ..config()
     });
@@ -119,7 +119,7 @@ fn confirmed_exchanges_return_their_remote_info_token() {
         h.ack(PeerSocket::V4Listener, "10.0.0.1:3935", &accept);
         h.no_kernel();
     }
-    assert_eq!(h.core.stats().remote_info_deferred, 0);
+    assert_eq!(h.core().stats().remote_info_deferred, 0);
 }
 
 /// Threat 3 (squatting): a source's REQUESTs that are never ACKed must not deny that
@@ -129,7 +129,7 @@ fn confirmed_exchanges_return_their_remote_info_token() {
 /// after its 10 s timeout.)
 #[test]
 fn unacked_requests_do_not_deny_their_source() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     listener(&mut h, "[fd00::2]:4000");
     for (flooder, real, ap) in [
@@ -176,7 +176,7 @@ fn unacked_requests_do_not_deny_their_source() {
 /// every REMOTE_INFO until a connection consumes it.
 #[test]
 fn blind_acks_pin_no_kernel_memory() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 8,
         remote_info_refill: SEC * 10,
         ..config()
@@ -217,12 +217,12 @@ fn blind_acks_pin_no_kernel_memory() {
         pinned <= 2 * (8 + 1),
         "{pinned} REMOTE_INFOs pinned by blind pairs"
     );
-    let st = h.core.stats();
+    let st = h.core().stats();
     assert!(st.peer_acks_unverified + st.peer_acks_over_rate >= 9_900);
-    assert_eq!(h.core.stats().remote_info_not_needed, 5_000);
+    assert_eq!(h.core().stats().remote_info_not_needed, 5_000);
     // Only the IPv6 port-mapped REQUESTs hold state (their cookie has no room for the
     // mapped port), within one source's quota.
-    assert!(h.core.stats().peer_exchanges_unconfirmed <= 256);
+    assert!(h.core().stats().peer_exchanges_unconfirmed <= 256);
 }
 
 /// Threat 3 (legitimate burst): an MPI job's 1000 connects from one host, every REQUEST read
@@ -231,7 +231,7 @@ fn blind_acks_pin_no_kernel_memory() {
 /// for retransmissions.
 #[test]
 fn a_burst_of_1000_connects_from_one_peer_is_served_in_full() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     let mut accepts = Vec::new();
     for i in 0..1_000u64 {
@@ -264,14 +264,14 @@ fn a_burst_of_1000_connects_from_one_peer_is_served_in_full() {
         1_000,
         "one REMOTE_INFO per connect, none twice"
     );
-    assert_eq!(h.core.stats().peer_acks_unverified, 0);
+    assert_eq!(h.core().stats().peer_acks_unverified, 0);
 }
 
 /// Threat 3 (eviction): a table full of confirmed exchanges evicts them, not the exchange
 /// still waiting for a real peer's ACK, whose held REMOTE_INFO then goes out on that ACK.
 #[test]
 fn eviction_spares_exchanges_waiting_for_their_ack() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 0,
         max_peer_exchanges: 4,
         ..config()
@@ -303,7 +303,7 @@ fn eviction_spares_exchanges_waiting_for_their_ack() {
 /// share of the REJECT rate; another host still gets its fast REJECT.
 #[test]
 fn one_source_cannot_take_every_reject() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     for i in 0..1_000u64 {
         let r = request(i + 1, "10.0.0.66:5000", "10.0.0.66:5000", "10.0.0.2:9999");
         h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &r);
@@ -321,7 +321,7 @@ fn one_source_cannot_take_every_reject() {
 /// Threat 4: ACCEPT/REJECT forged by a third host that learned (or guessed) the handle.
 #[test]
 fn answers_count_only_from_the_host_asked() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let seq = h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     let req = h.expect_peer().msg;
     // From another IP: ignored.
@@ -330,12 +330,12 @@ fn answers_count_only_from_the_host_asked() {
     let reject = PeerMessage::reject_for(&req);
     h.peer(PeerSocket::V4Client, "10.0.0.66:3935", &reject);
     h.no_kernel();
-    assert_eq!(h.core.stats().peer_wrong_source, 2);
+    assert_eq!(h.core().stats().peer_wrong_source, 2);
     // From the right IP but naming another IP as the mapped remote: ignored.
     let redirect = PeerMessage::accept_for(&req, addr("10.0.0.66:40123"));
     h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &redirect);
     h.no_kernel();
-    assert_eq!(h.core.stats().peer_forged, 1);
+    assert_eq!(h.core().stats().peer_forged, 1);
     // The real answer still works.
     h.peer(PeerSocket::V4Client, "10.0.0.2:3935", &accept);
     match h.expect_kernel() {
@@ -351,7 +351,7 @@ fn answers_count_only_from_the_host_asked() {
 #[test]
 fn handles_depend_on_the_key_only() {
     let handles = |key: [u8; 32]| {
-        let mut h = Host::booted_with(CoreConfig {
+        let mut h = CoreHarness::booted_with(CoreConfig {
             handle_key: key,
             ..config()
         });
@@ -375,7 +375,7 @@ fn handles_depend_on_the_key_only() {
 /// exchange alive; REQUESTs for unknown addresses earn at most `max_rejects_per_sec`.
 #[test]
 fn reflection_is_bounded() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         max_rejects_per_sec: 10,
         ..config()
     });
@@ -389,7 +389,7 @@ fn reflection_is_bounded() {
     assert_eq!(sent(&mut h, PeerMsgType::Ack), 1 + 9);
     h.advance(SEC * 6);
     assert_eq!(
-        h.core.stats().exchanges_active,
+        h.core().stats().exchanges_active,
         0,
         "not refreshed by duplicates"
     );
@@ -399,7 +399,7 @@ fn reflection_is_bounded() {
         h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &r);
     }
     assert_eq!(sent(&mut h, PeerMsgType::Reject), 10);
-    assert_eq!(h.core.stats().rejects_suppressed, 990);
+    assert_eq!(h.core().stats().rejects_suppressed, 990);
     h.advance(SEC);
     let r = request(1, "10.0.0.66:5000", "10.0.0.66:41000", "10.0.0.2:9999");
     h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &r);
@@ -409,7 +409,7 @@ fn reflection_is_bounded() {
 /// Threat 6: a local user makes the kernel send us a HELLO or a MAPINFO replay.
 #[test]
 fn kernel_answers_we_did_not_ask_for_are_dropped() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     h.mapinfo_num(0);
     h.kernel_in.clear();
@@ -423,22 +423,22 @@ fn kernel_answers_we_did_not_ask_for_are_dropped() {
         unknown: vec![],
     }));
     h.no_kernel();
-    assert_eq!(h.core.abi(), 4);
-    assert_eq!(h.core.stats().kernel_unsolicited, 2);
+    assert_eq!(h.core().abi(), 4);
+    assert_eq!(h.core().stats().kernel_unsolicited, 2);
     // Time alone closes the window too.
-    let mut late = Host::booted();
+    let mut late = CoreHarness::booted();
     late.advance(SEC * 10);
     late.mapinfo_records(&[("10.0.0.2:4000", "10.0.0.2:40000", Some(0))]);
-    assert_eq!(late.core.mappings().count(), 0);
+    assert_eq!(late.core().mappings().count(), 0);
 }
 
 /// Threat 7: kernel input lost to a full receive queue (a REG_PID multicast lost makes the
 /// kernel think no port mapper runs): we say HELLO again, once a second at most.
 #[test]
 fn lost_kernel_input_resends_hello() {
-    let mut h = Host::booted();
-    h.core.handle_kernel_overrun(h.now);
-    h.core.handle_kernel_overrun(h.now);
+    let mut h = CoreHarness::booted();
+    h.host.handle_kernel_overrun(h.now);
+    h.host.handle_kernel_overrun(h.now);
     h.pump();
     let (env, msg) = h.expect_kernel();
     assert!(matches!(
@@ -454,9 +454,9 @@ fn lost_kernel_input_resends_hello() {
     h.kernel_done(env.seq, Some(0));
     h.no_kernel();
     assert_eq!(h.ready, 1, "Ready only once");
-    assert_eq!(h.core.stats().kernel_overruns, 2);
+    assert_eq!(h.core().stats().kernel_overruns, 2);
     h.advance(SEC * 2);
-    h.core.handle_kernel_overrun(h.now);
+    h.host.handle_kernel_overrun(h.now);
     h.pump();
     assert!(matches!(h.expect_kernel().1, DaemonMsg::Hello(_)));
 }
@@ -465,7 +465,7 @@ fn lost_kernel_input_resends_hello() {
 /// wildcard address.
 #[test]
 fn requests_see_listeners_only() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     h.query("10.0.0.2:5000", "10.0.0.1:4000", Some(0));
     h.peer_out.clear();
     let probe = request(1, "10.0.0.66:5000", "10.0.0.66:41000", "10.0.0.2:5000");
@@ -481,7 +481,7 @@ fn requests_see_listeners_only() {
 /// Threat 8: thousands of timers due at once are handled in bounded slices.
 #[test]
 fn timer_bursts_are_sliced() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     for i in 0..1500u32 {
         h.query(
             &format!("10.0.{}.{}:5000", 1 + i / 250, 1 + i % 250),
@@ -491,14 +491,14 @@ fn timer_bursts_are_sliced() {
     }
     h.peer_out.clear();
     h.now += SEC * 2;
-    h.core.handle_timeout(h.now, &mut h.ports);
+    h.host.handle_timeout(h.now);
     h.pump();
     assert_eq!(h.peer_out.len(), 1024, "one slice per call");
     assert!(
-        h.core.poll_timeout().is_some_and(|t| t <= h.now),
+        h.host.poll_timeout().is_some_and(|t| t <= h.now),
         "more due at once"
     );
-    h.core.handle_timeout(h.now, &mut h.ports);
+    h.host.handle_timeout(h.now);
     h.pump();
     assert_eq!(h.peer_out.len(), 1500, "the rest on the next call");
 }
@@ -506,7 +506,7 @@ fn timer_bursts_are_sliced() {
 /// `peer_allow` drops everything from elsewhere before it is even decoded.
 #[test]
 fn peer_allow_filters_sources() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         peer_allow: PeerAllow::only(vec!["10.0.0.0/24".parse().unwrap()]),
         ..config()
     });
@@ -515,7 +515,7 @@ fn peer_allow_filters_sources() {
     h.peer(PeerSocket::V4Listener, "10.0.1.1:3935", &req);
     h.no_peer();
     h.no_kernel();
-    assert_eq!(h.core.stats().peer_not_allowed, 1);
+    assert_eq!(h.core().stats().peer_not_allowed, 1);
     let req = request(1, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
     h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
     assert_eq!(sent(&mut h, PeerMsgType::Accept), 1);
@@ -526,7 +526,7 @@ fn peer_allow_filters_sources() {
 /// REMOTE_INFO, and gets the notice at most once more: no ping-pong.
 #[test]
 fn a_delivery_notice_and_its_echoed_acks_end_after_one_resend() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 0,
         ..config()
     });
@@ -548,7 +548,7 @@ fn a_delivery_notice_and_its_echoed_acks_end_after_one_resend() {
     h.ack(PeerSocket::V4Listener, from, &again);
     h.no_peer();
     h.no_kernel();
-    let st = h.core.stats();
+    let st = h.core().stats();
     assert_eq!(st.remote_info_notices_sent, 2);
     assert_eq!(st.peer_acks_unverified, 0, "ACKs of a notice verify");
     assert_eq!(st.remote_info_on_ack, 1);
@@ -580,13 +580,13 @@ fn spoofed_v6(net: u32, i: u32, ap: &str) -> (PeerMessage, String) {
 #[test]
 fn eviction_returns_no_remote_info_token() {
     for (max_peer_exchanges, total) in [(65_536, 16_000u32), (256, 20_000)] {
-        let mut h = Host::booted_with(CoreConfig {
+        let mut h = CoreHarness::booted_with(CoreConfig {
             max_peer_exchanges,
             ..config()
         });
         h.invariant_stride = 997;
         listener(&mut h, "[fd00::2]:4000");
-        let budget = h.core.config().remote_info_budget as usize;
+        let budget = h.core().config().remote_info_budget as usize;
         let per_sec = 1_000;
         for k in 0..total {
             let (req, from) = spoofed_v6(k / 320, k % 320, "[fd00::2]:4000");
@@ -612,7 +612,7 @@ fn eviction_returns_no_remote_info_token() {
 /// 6 400 spoofed IPv6 REQUESTs.)
 #[test]
 fn a_wildcard_listener_answers_only_its_own_family() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     h.invariant_stride = 97;
     listener(&mut h, "0.0.0.0:4000");
     listener(&mut h, "[::]:4001");
@@ -648,7 +648,7 @@ fn a_wildcard_listener_answers_only_its_own_family() {
 /// each on average.)
 #[test]
 fn a_ten_bit_cookie_cannot_be_swept() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 0,
         ..config()
     });
@@ -680,7 +680,7 @@ fn a_ten_bit_cookie_cannot_be_swept() {
 /// B: a source that fails ten-bit checks is checked at most 20 times a second.
 #[test]
 fn ten_bit_checks_are_metered_per_source() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 0,
         ..config()
     });
@@ -695,7 +695,7 @@ fn ten_bit_checks_are_metered_per_source() {
         let blind = PeerMessage::ack_for(&PeerMessage::accept_for(&req, addr("[fd00::2]:4000")));
         h.peer(PeerSocket::V6Listener, &from, &blind);
     }
-    let st = h.core.stats();
+    let st = h.core().stats();
     assert!(st.peer_acks_unverified <= 20 + 2, "{st:?}");
     assert!(st.peer_acks_over_rate >= 970);
 }
@@ -706,10 +706,10 @@ fn ten_bit_checks_are_metered_per_source() {
 /// 20 000.)
 #[test]
 fn a_real_host_pins_at_most_its_allowance() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     h.invariant_stride = 997;
     listener(&mut h, "10.0.0.2:4000");
-    let c = h.core.config().clone();
+    let c = h.core().config().clone();
     let (pairs, secs) = (6_000u32, 2u32);
     for i in 0..pairs {
         let port = 1_024 + (i % 30_000) as u16;
@@ -733,7 +733,7 @@ fn a_real_host_pins_at_most_its_allowance() {
         + c.remote_info_source_burst
         + c.remote_info_source_rate * secs) as usize;
     assert!(pinned <= bound, "{pinned} REMOTE_INFOs (bound {bound})");
-    assert!(h.core.stats().remote_info_source_capped > 0);
+    assert!(h.core().stats().remote_info_source_capped > 0);
     // Another host is untouched: its REMOTE_INFO goes at once.
     let req = request(1, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
     h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &req);
@@ -747,7 +747,7 @@ fn a_real_host_pins_at_most_its_allowance() {
 /// send a second REMOTE_INFO).
 #[test]
 fn confirmed_exchanges_of_one_source_spare_the_others() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         max_peer_exchanges: 64,
         ..config()
     });
@@ -781,7 +781,7 @@ fn confirmed_exchanges_of_one_source_spare_the_others() {
 /// one REMOTE_INFO. (3bede92: 32.)
 #[test]
 fn a_replayed_cookie_releases_one_remote_info() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 0,
         ..config()
     });
@@ -800,7 +800,7 @@ fn a_replayed_cookie_releases_one_remote_info() {
     assert_eq!(released, 1, "REMOTE_INFOs from one cookie");
     // With tokens to spend, the replayed REQUESTs take them, and the replayed ACK (whose
     // cookie planned otherwise) gives none back: the ledger holds.
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         remote_info_budget: 8,
         remote_info_refill: SEC * 100,
         ..config()
@@ -826,7 +826,7 @@ fn a_replayed_cookie_releases_one_remote_info() {
 /// (3bede92: one exchange each, up to 65 536; +92 MB in a debug build at 70 000.)
 #[test]
 fn spoofed_ipv6_requests_hold_bounded_state() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     h.invariant_stride = 997;
     listener(&mut h, "[fd00::2]:4000");
     for k in 0..10_000u32 {
@@ -834,7 +834,7 @@ fn spoofed_ipv6_requests_hold_bounded_state() {
         h.peer(PeerSocket::V6Listener, &from, &req);
         h.peer_out.clear();
     }
-    let held = h.core.stats().peer_exchanges_active;
+    let held = h.core().stats().peer_exchanges_active;
     assert!(held <= 2_048 + 128, "{held} passive exchanges held");
     h.kernel_in.clear();
     // A real IPv6 peer's REQUEST is still answered, and its ACK still releases its
@@ -851,7 +851,7 @@ fn spoofed_ipv6_requests_hold_bounded_state() {
 /// (3bede92: the flooders took the whole 100/s, the real host got none.)
 #[test]
 fn a_real_hosts_reject_survives_a_spoofed_flood() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     h.invariant_stride = 97;
     let (mut bytes_in, mut bytes_out, mut real_rejects) = (0, 0, 0);
     for tick in 0..10u32 {
@@ -897,7 +897,7 @@ fn a_real_hosts_reject_survives_a_spoofed_flood() {
 #[test]
 fn a_burst_of_1000_ipv6_connects_from_one_of_our_peers_is_served_in_full() {
     use iwpm_proto::peer::{PeerExtension, IPV4_ECHO_LEN};
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     h.invariant_stride = 97;
     listener(&mut h, "[fd00::2]:4000");
     let announce = PeerExtension {
@@ -939,7 +939,7 @@ fn a_burst_of_1000_ipv6_connects_from_one_of_our_peers_is_served_in_full() {
     infos.sort_by_key(|a| a.port());
     infos.dedup();
     assert_eq!(at_once + infos.len(), 1_000, "one REMOTE_INFO per connect");
-    let st = h.core.stats();
+    let st = h.core().stats();
     assert_eq!(st.peer_acks_unverified, 0);
     // A notice per REMOTE_INFO sent on its ACK, and once more for its duplicate ACK.
     assert_eq!(st.remote_info_notices_sent, 2 * (1_000 - at_once) as u64);

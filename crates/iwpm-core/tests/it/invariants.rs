@@ -123,7 +123,7 @@ struct Seen {
     all: Vec<(PeerSocket, SocketAddr, Vec<u8>)>,
 }
 
-fn observe(h: &mut Host, seen: &mut Seen) {
+fn observe(h: &mut CoreHarness, seen: &mut Seen) {
     while let Some(s) = h.peer_out.pop_front() {
         match s.msg.msg_type {
             PeerMsgType::Request => seen.requests.push(s.msg),
@@ -136,14 +136,17 @@ fn observe(h: &mut Host, seen: &mut Seen) {
 }
 
 /// The shell's held reservations are exactly the live mappings' reservations.
-fn check_reservations(h: &Host) {
-    let held: BTreeSet<_> = h.ports.held.keys().copied().collect();
-    let live: BTreeSet<_> = h.core.mappings().filter_map(|m| m.reservation).collect();
+fn check_reservations(h: &CoreHarness) {
+    let held: BTreeSet<_> = h.ports().held.keys().copied().collect();
+    let live: BTreeSet<_> = h.core().mappings().filter_map(|m| m.reservation).collect();
     assert_eq!(held, live);
-    assert_eq!(h.core.stats().mappings as usize, h.core.mappings().count());
+    assert_eq!(
+        h.core().stats().mappings as usize,
+        h.core().mappings().count()
+    );
 }
 
-fn step(h: &mut Host, seen: &mut Seen, e: Ev) {
+fn step(h: &mut CoreHarness, seen: &mut Seen, e: Ev) {
     match e {
         Ev::RegPid => {
             h.reg_pid();
@@ -246,7 +249,7 @@ fn step(h: &mut Host, seen: &mut Seen, e: Ev) {
             if !seen.all.is_empty() {
                 // A datagram we sent, delivered back to us (self-talk / reflection).
                 let (via, to, raw) = seen.all[pick % seen.all.len()].clone();
-                h.core.handle_peer_datagram(h.now, via, to, &raw);
+                h.host.handle_peer_datagram(h.now, via, to, &raw);
                 h.pump();
             }
         }
@@ -260,7 +263,7 @@ fn step(h: &mut Host, seen: &mut Seen, e: Ev) {
             h.kernel_raw(&b);
         }
         Ev::PeerGarbage(b) => {
-            h.core
+            h.host
                 .handle_peer_datagram(h.now, PeerSocket::V4Listener, addr(SOURCES[0]), &b);
             h.pump();
         }
@@ -291,21 +294,21 @@ fn step(h: &mut Host, seen: &mut Seen, e: Ev) {
             h.sent_at.insert(env.seq, (h.now, op));
             h.kernel_raw(&b);
         }
-        Ev::FailNextReservation(k) => h.ports.fail_next.push_back(match k {
+        Ev::FailNextReservation(k) => h.ports_mut().fail_next.push_back(match k {
             0 => ReserveError::AddrInUse,
             1 => ReserveError::NoDescriptors,
             _ => ReserveError::Other(13),
         }),
-        Ev::GrantPortZero => h.ports.force_port.push_back(0),
+        Ev::GrantPortZero => h.ports_mut().force_port.push_back(0),
         Ev::Advance(ms) => h.advance(Duration::from_millis(ms)),
     }
     observe(h, seen);
-    h.core.check_invariants().unwrap();
+    h.core().check_invariants().unwrap();
     check_reservations(h);
 }
 
 fn run(events: Vec<Ev>) {
-    let mut h = Host::new(
+    let mut h = CoreHarness::new(
         CoreConfig {
             max_mappings: 6,
             max_exchanges: 4,
@@ -322,11 +325,11 @@ fn run(events: Vec<Ev>) {
     // Drain: let every exchange end, then remove every reference.
     h.advance(Duration::from_secs(30));
     observe(&mut h, &mut seen);
-    assert_eq!(h.core.stats().exchanges_active, 0);
-    assert_eq!(h.core.poll_timeout(), None);
+    assert_eq!(h.core().stats().exchanges_active, 0);
+    assert_eq!(h.host.poll_timeout(), None);
     loop {
         let Some((l, rc, owner)) = h
-            .core
+            .core()
             .mappings()
             .next()
             .map(|m| (m.local_endpoint, m.refcount, m.owner_client))
@@ -341,21 +344,22 @@ fn run(events: Vec<Ev>) {
         assert!(h.refcount(&l).is_none(), "{l} freed after {rc} REMOVEs");
     }
     assert!(
-        h.ports.held.is_empty(),
+        h.ports().held.is_empty(),
         "every reservation released: {:?}",
-        h.ports.held
+        h.ports().held
     );
-    let s = h.core.stats();
+    let s = h.core().stats();
     assert_eq!(
         s.reservations_requested,
-        h.ports.granted + h.ports.refused,
+        h.ports().granted + h.ports().refused,
         "every reservation counted"
     );
     assert_eq!(
-        h.ports.releases as u64, h.ports.granted,
+        h.ports().releases as u64,
+        h.ports().granted,
         "every granted port released"
     );
-    assert_eq!(s.reservations_released, h.ports.granted);
+    assert_eq!(s.reservations_released, h.ports().granted);
     check_reservations(&h);
 }
 

@@ -18,10 +18,10 @@ use iwpm_proto::netlink::{
 
 #[test]
 fn handshake_negotiates_abi4_and_requests_mapinfo() {
-    let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.host.start(h.now);
     h.pump();
-    assert_eq!(h.core.poll_timeout(), Some(h.now + Duration::from_secs(5)));
+    assert_eq!(h.host.poll_timeout(), Some(h.now + Duration::from_secs(5)));
     let (env, msg) = h.expect_kernel();
     assert_eq!((env.client, env.seq, env.pid), (RDMA_NL_IWCM, 0, PID));
     assert!(matches!(
@@ -43,25 +43,25 @@ fn handshake_negotiates_abi4_and_requests_mapinfo() {
         other => panic!("{other:?}"),
     }
     assert_eq!(h.ready, 1);
-    assert!(h.core.is_ready());
-    assert_eq!(h.core.abi(), 4);
+    assert!(h.core().is_ready());
+    assert_eq!(h.core().abi(), 4);
     // The dump DONEs that follow are expected, not errors; nothing is re-sent.
     h.kernel_done(0, Some(0));
     h.kernel_done(1, Some(-22));
     h.no_kernel();
-    assert_eq!(h.core.stats().netlink_done_in, 2);
-    assert_eq!(h.core.stats().netlink_done_nonzero, 1);
-    assert_eq!(h.core.poll_timeout(), None);
+    assert_eq!(h.core().stats().netlink_done_in, 2);
+    assert_eq!(h.core().stats().netlink_done_nonzero, 1);
+    assert_eq!(h.host.poll_timeout(), None);
     // start twice does nothing.
-    h.core.start(h.now);
+    h.host.start(h.now);
     h.pump();
     h.no_kernel();
 }
 
 #[test]
 fn abi3_fallback_on_hello_error_runs_once() {
-    let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.host.start(h.now);
     h.pump();
     h.expect_kernel();
     let hello = NlHeader {
@@ -72,7 +72,7 @@ fn abi3_fallback_on_hello_error_runs_once() {
         pid: PID,
     };
     h.kernel_error(0, -22, Some(&hello));
-    assert_eq!(h.core.abi(), 3);
+    assert_eq!(h.core().abi(), 3);
     let mut clients = vec![];
     while let Some((env, msg)) = h.kernel_in.pop_front() {
         match msg {
@@ -94,7 +94,7 @@ fn abi3_fallback_on_hello_error_runs_once() {
     h.kernel_error(0, -22, None);
     h.no_kernel();
     assert_eq!(h.ready, 1);
-    assert_eq!(h.core.stats().netlink_error_in, 2);
+    assert_eq!(h.core().stats().netlink_error_in, 2);
 
     // ABI 3: FLAGS is not part of ADD; a REG_PID reply says version 3.
     let seq = h.reg_pid();
@@ -110,8 +110,8 @@ fn abi3_fallback_on_hello_error_runs_once() {
 #[test]
 fn hello_with_unusable_version_gets_error_17() {
     for v in [5u16, 2] {
-        let mut h = Host::new(config(), Instant::now());
-        h.core.start(h.now);
+        let mut h = CoreHarness::new(config(), Instant::now());
+        h.host.start(h.now);
         h.pump();
         h.expect_kernel();
         let seq = h.kernel_msg(KernelMsg::Hello(Hello {
@@ -120,15 +120,15 @@ fn hello_with_unusable_version_gets_error_17() {
         }));
         h.expect_handle_err(seq, IWPM_VERSION_MISMATCH_ERR);
         h.no_kernel();
-        assert_eq!(h.core.abi(), 4);
+        assert_eq!(h.core().abi(), 4);
         assert_eq!(h.ready, 1);
     }
 }
 
 #[test]
 fn handshake_without_answer_times_out_to_ready() {
-    let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.host.start(h.now);
     h.pump();
     h.expect_kernel();
     h.kernel_done(0, Some(0));
@@ -140,8 +140,8 @@ fn handshake_without_answer_times_out_to_ready() {
     assert!(matches!(h.expect_kernel().1, DaemonMsg::MapInfo(_)));
 
     // A kernel that cannot reach us (DONE with an error for HELLO): Ready, no MAPINFO.
-    let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.host.start(h.now);
     h.pump();
     h.expect_kernel();
     h.kernel_done(0, Some(-111));
@@ -151,7 +151,7 @@ fn handshake_without_answer_times_out_to_ready() {
 
 #[test]
 fn reg_pid_reply_echoes_device_and_checks_library() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let seq = h.reg_pid();
     let (env, msg) = h.expect_kernel();
     assert_eq!(env.client, RDMA_NL_IWCM);
@@ -176,7 +176,7 @@ fn reg_pid_reply_echoes_device_and_checks_library() {
 
 #[test]
 fn header_seqs_count_per_client() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     // HELLO 0, MAPINFO 1, REG_PID reply 2: the next message to client 2 has seq 3.
     let seq = h.add("10.0.0.1:4000", None);
     let _ = seq;
@@ -188,27 +188,27 @@ fn header_seqs_count_per_client() {
 /// peer's REQUEST would then ask for no REMOTE_INFO): one more is drawn, the first released.
 #[test]
 fn a_mapped_port_never_equals_the_local_one() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     // The fake shell grants 40000 next: the local port of this listener.
     let seq = h.add("10.0.0.1:40000", Some(0));
     let mapped = h.expect_add_reply(seq);
     assert_eq!(mapped, sa("10.0.0.1:40001"));
-    assert_eq!(h.ports.held.len(), 1);
-    assert_eq!(h.core.stats().reservations_released, 1);
+    assert_eq!(h.ports().held.len(), 1);
+    assert_eq!(h.core().stats().reservations_released, 1);
 }
 
 #[test]
 fn add_reserves_a_port_and_remove_releases_it() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let seq = h.add("10.0.0.1:4000", Some(0));
     let mapped = h.expect_add_reply(seq);
     assert_eq!(mapped, sa("10.0.0.1:40000"), "same IP, reserved port");
-    assert_eq!(h.ports.held.len(), 1);
+    assert_eq!(h.ports().held.len(), 1);
     assert_eq!(
-        *h.ports.held.values().next().unwrap(),
+        *h.ports().held.values().next().unwrap(),
         addr("0.0.0.0:40000")
     );
-    let m = h.core.mappings().next().unwrap();
+    let m = h.core().mappings().next().unwrap();
     assert_eq!(
         (m.refcount, m.owner_client, m.wildcard, m.no_port_map),
         (1, 2, false, false)
@@ -220,26 +220,26 @@ fn add_reserves_a_port_and_remove_releases_it() {
 
     h.remove("10.0.0.1:4000");
     h.no_kernel();
-    assert!(h.ports.held.is_empty());
-    assert_eq!(h.core.mappings().count(), 0);
-    assert_eq!(h.core.stats().reservations_released, 1);
+    assert!(h.ports().held.is_empty());
+    assert_eq!(h.core().mappings().count(), 0);
+    assert_eq!(h.core().stats().reservations_released, 1);
     // REMOVE of an unknown address is ignored.
     h.remove("10.0.0.1:4000");
     h.no_kernel();
-    assert_eq!(h.core.stats().remove_unknown, 1);
+    assert_eq!(h.core().stats().remove_unknown, 1);
 }
 
 #[test]
 fn wildcard_add_is_shared_with_refcount() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let s1 = h.add("0.0.0.0:4000", Some(0));
     let m1 = h.expect_add_reply(s1);
     let s2 = h.add("0.0.0.0:4000", Some(0));
     let m2 = h.expect_add_reply(s2);
     assert_eq!(m1, m2);
     assert_eq!(h.refcount("0.0.0.0:4000"), Some(2));
-    assert_eq!(h.ports.held.len(), 1);
-    let v = h.core.mappings().next().unwrap();
+    assert_eq!(h.ports().held.len(), 1);
+    let v = h.core().mappings().next().unwrap();
     assert!(v.wildcard);
 
     // A specific address on a wildcard-mapped port, and an IPv6 wildcard on it: duplicates.
@@ -249,14 +249,14 @@ fn wildcard_add_is_shared_with_refcount() {
     h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
 
     h.remove("0.0.0.0:4000");
-    assert_eq!(h.ports.held.len(), 1, "one reference left");
+    assert_eq!(h.ports().held.len(), 1, "one reference left");
     h.remove("0.0.0.0:4000");
-    assert!(h.ports.held.is_empty());
+    assert!(h.ports().held.is_empty());
 }
 
 #[test]
 fn specific_addresses_on_one_port_are_independent_but_block_a_wildcard() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let a = h.add("10.0.0.1:4000", Some(0));
     let ma = h.expect_add_reply(a);
     let b = h.add("10.0.0.2:4000", Some(0));
@@ -264,60 +264,62 @@ fn specific_addresses_on_one_port_are_independent_but_block_a_wildcard() {
     assert_ne!(ma.port(), mb.port());
     let w = h.add("0.0.0.0:4000", Some(0));
     h.expect_handle_err(w, IWPM_DUPLICATE_MAPPING_ERR);
-    assert_eq!(h.core.mappings().count(), 2);
+    assert_eq!(h.core().mappings().count(), 2);
 }
 
 #[test]
 fn ipv6_add() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let s = h.add("[2001:db8::1]:4000", Some(0));
     let m = h.expect_add_reply(s);
     assert_eq!(m, sa("[2001:db8::1]:40000"));
-    assert_eq!(*h.ports.held.values().next().unwrap(), addr("[::]:40000"));
+    assert_eq!(*h.ports().held.values().next().unwrap(), addr("[::]:40000"));
 }
 
 #[test]
 fn no_port_map_maps_to_itself_without_reservation() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let s = h.add("10.0.0.1:4000", Some(IWPM_FLAGS_NO_PORT_MAP | 0x10));
     assert_eq!(h.expect_add_reply(s), sa("10.0.0.1:4000"));
-    assert!(h.ports.held.is_empty());
-    assert_eq!(h.core.stats().reservations_requested, 0);
-    let v = h.core.mappings().next().unwrap();
+    assert!(h.ports().held.is_empty());
+    assert_eq!(h.core().stats().reservations_requested, 0);
+    let v = h.core().mappings().next().unwrap();
     assert!(v.no_port_map && v.reservation.is_none());
     h.remove("10.0.0.1:4000");
-    assert_eq!(h.ports.releases, 0);
-    assert_eq!(h.core.mappings().count(), 0);
+    assert_eq!(h.ports().releases, 0);
+    assert_eq!(h.core().mappings().count(), 0);
 }
 
 #[test]
 fn add_and_query_from_unregistered_client_are_dropped() {
-    let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.host.start(h.now);
     h.pump();
     h.kernel_in.clear();
     h.add("10.0.0.1:4000", Some(0));
     h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     h.no_kernel();
     h.no_peer();
-    assert_eq!(h.core.stats().netlink_unregistered, 2);
-    assert_eq!(h.core.stats().netlink_in_op(RDMA_NL_IWPM_ADD_MAPPING), 1);
+    assert_eq!(h.core().stats().netlink_unregistered, 2);
+    assert_eq!(h.core().stats().netlink_in_op(RDMA_NL_IWPM_ADD_MAPPING), 1);
 }
 
 #[test]
 fn reservation_failure_gives_create_mapping_err_and_leaks_nothing() {
-    let mut h = Host::booted();
-    h.ports.fail_next.push_back(ReserveError::NoDescriptors);
+    let mut h = CoreHarness::booted();
+    h.ports_mut()
+        .fail_next
+        .push_back(ReserveError::NoDescriptors);
     let s = h.add("10.0.0.1:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
-    assert_eq!(h.core.mappings().count(), 0);
-    assert!(h.ports.held.is_empty());
-    h.ports.fail_next.push_back(ReserveError::AddrInUse);
+    assert_eq!(h.core().mappings().count(), 0);
+    assert!(h.ports().held.is_empty());
+    h.ports_mut().fail_next.push_back(ReserveError::AddrInUse);
     let s = h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
     h.no_peer();
-    assert_eq!(h.core.stats().reservations_failed, 2);
-    assert_eq!(h.core.stats().handle_err(IWPM_CREATE_MAPPING_ERR), 2);
+    assert_eq!(h.core().stats().reservations_failed, 2);
+    assert_eq!(h.core().stats().handle_err(IWPM_CREATE_MAPPING_ERR), 2);
     // The address can be mapped afterwards.
     let s = h.add("10.0.0.1:4000", Some(0));
     h.expect_add_reply(s);
@@ -325,17 +327,17 @@ fn reservation_failure_gives_create_mapping_err_and_leaks_nothing() {
 
 #[test]
 fn port_zero_reservation_is_released() {
-    let mut h = Host::booted();
-    h.ports.force_port.push_back(0);
+    let mut h = CoreHarness::booted();
+    h.ports_mut().force_port.push_back(0);
     let s = h.add("10.0.0.1:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
-    assert!(h.ports.held.is_empty());
-    assert_eq!(h.ports.releases, 1);
+    assert!(h.ports().held.is_empty());
+    assert_eq!(h.ports().releases, 1);
 }
 
 #[test]
 fn malformed_message_gets_error_10_with_header_seq() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     // ABI 4 makes FLAGS mandatory: a QUERY without it is invalid.
     let seq = h.kernel_msg(KernelMsg::QueryMapping(QueryMappingRequest {
         echo_seq: 0,
@@ -345,7 +347,7 @@ fn malformed_message_gets_error_10_with_header_seq() {
         unknown: vec![],
     }));
     h.expect_handle_err(seq, IWPM_INVALID_NLMSG_ERR);
-    assert_eq!(h.core.stats().netlink_malformed, 1);
+    assert_eq!(h.core().stats().netlink_malformed, 1);
     // A sockaddr attribute cut short: same answer for REMOVE too.
     let env = h.env();
     let mut b = Vec::new();
@@ -371,7 +373,7 @@ fn malformed_message_gets_error_10_with_header_seq() {
 
 #[test]
 fn unknown_ops_and_control_messages_are_dropped() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     for op in [RDMA_NL_IWPM_REMOTE_INFO, RDMA_NL_IWPM_HANDLE_ERR, 9, 0x3ff] {
         let header = NlHeader {
             len: 16,
@@ -394,20 +396,20 @@ fn unknown_ops_and_control_messages_are_dropped() {
     other.ty = 1;
     h.kernel_raw(&other.to_bytes());
     h.no_kernel();
-    assert_eq!(h.core.stats().netlink_unknown_op, 5);
-    assert_eq!(h.core.stats().netlink_control_other, 1);
+    assert_eq!(h.core().stats().netlink_unknown_op, 5);
+    assert_eq!(h.core().stats().netlink_control_other, 1);
     // Broken framing.
     h.kernel_raw(&[1, 2, 3]);
     let mut bad = other.to_bytes().to_vec();
     bad[0] = 200;
     h.kernel_raw(&bad);
-    assert_eq!(h.core.stats().netlink_bad_framing, 2);
+    assert_eq!(h.core().stats().netlink_bad_framing, 2);
     h.no_kernel();
 }
 
 #[test]
 fn remove_by_another_client_is_ignored() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let s = h.add("10.0.0.1:4000", Some(0));
     h.expect_add_reply(s);
     let env = Envelope {
@@ -424,12 +426,12 @@ fn remove_by_another_client_is_ignored() {
         }),
     );
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
-    assert_eq!(h.core.stats().remove_wrong_owner, 1);
+    assert_eq!(h.core().stats().remove_wrong_owner, 1);
 }
 
 #[test]
 fn mapping_cap_refuses_new_mappings_only() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         max_mappings: 2,
         ..config()
     });
@@ -443,13 +445,13 @@ fn mapping_cap_refuses_new_mappings_only() {
     h.expect_handle_err(d, IWPM_CREATE_MAPPING_ERR);
     let e = h.add("0.0.0.0:1000", Some(0));
     h.expect_add_reply(e);
-    assert_eq!(h.core.stats().mappings_refused, 2);
-    assert_eq!(h.core.mappings().count(), 2);
+    assert_eq!(h.core().stats().mappings_refused, 2);
+    assert_eq!(h.core().mappings().count(), 2);
 }
 
 #[test]
 fn a_kernel_seq_is_answered_at_most_once() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let env = h.env();
     let msg = KernelMsg::AddMapping(iwpm_proto::netlink::ManageMappingRequest {
         echo_seq: 0,
@@ -462,12 +464,12 @@ fn a_kernel_seq_is_answered_at_most_once() {
     h.kernel_msg_with(env, &msg);
     h.no_kernel();
     assert_eq!(h.refcount("0.0.0.0:4000"), Some(1));
-    assert_eq!(h.core.stats().netlink_duplicate_seq, 1);
+    assert_eq!(h.core().stats().netlink_duplicate_seq, 1);
 }
 
 #[test]
 fn messages_of_one_datagram_are_mapped_in_order() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     // Two ADDs in one datagram, then a third in its own datagram.
     let e1 = h.env();
     let e2 = h.env();
@@ -490,12 +492,12 @@ fn messages_of_one_datagram_are_mapped_in_order() {
     assert_eq!(h.expect_add_reply(e2.seq), sa("10.0.0.1:40001"));
     assert_eq!(h.expect_add_reply(s3), sa("10.0.0.1:4002"));
     h.no_kernel();
-    assert_eq!(h.ports.binds.len(), 2, "NO_PORT_MAP reserves nothing");
+    assert_eq!(h.ports().binds.len(), 2, "NO_PORT_MAP reserves nothing");
 }
 
 #[test]
 fn unusable_addresses_are_answered_without_reserving() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let mut unix = sa("10.0.0.1:4000");
     unix.0[0..2].copy_from_slice(&1u16.to_ne_bytes());
     let s = h.kernel_msg(KernelMsg::AddMapping(
@@ -519,19 +521,19 @@ fn unusable_addresses_are_answered_without_reserving() {
     h.expect_handle_err(s, IWPM_INVALID_NLMSG_ERR);
     let s = h.query("0.0.0.0:5000", "10.0.0.2:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
-    assert_eq!(h.core.stats().reservations_requested, 0);
-    assert_eq!(h.core.mappings().count(), 0);
+    assert_eq!(h.core().stats().reservations_requested, 0);
+    assert_eq!(h.core().mappings().count(), 0);
     h.no_peer();
 }
 
 #[test]
 fn dump_has_the_c_lines_and_details_on_separate_lines() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let s = h.add("10.0.0.1:4000", Some(0));
     h.expect_add_reply(s);
     let s = h.add("[2001:db8::1]:4001", Some(IWPM_FLAGS_NO_PORT_MAP));
     h.expect_add_reply(s);
-    let lines = h.core.dump_lines();
+    let lines = h.core().dump_lines();
     assert_eq!(lines[0], "print_iwpm_mapped_ports:");
     assert_eq!(lines[1], "Mapping #0");
     assert_eq!(lines[2], "Local address IPV6 2001:db8::1:4001(0x0FA1)");
@@ -561,10 +563,10 @@ fn dump_has_the_c_lines_and_details_on_separate_lines() {
 
 #[test]
 fn every_kernel_bound_action_is_one_datagram() {
-    let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.host.start(h.now);
     let mut n = 0;
-    while let Some(a) = h.core.poll_action() {
+    while let Some(a) = h.host.poll_action() {
         if let Action::ToKernel(b) = a {
             assert_eq!(
                 u32::from_ne_bytes(b[0..4].try_into().unwrap()) as usize,
@@ -578,15 +580,21 @@ fn every_kernel_bound_action_is_one_datagram() {
 
 #[test]
 fn the_mapping_gauge_follows_every_add_and_remove() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     for port in 5000..5010 {
         let s = h.add(&format!("10.0.0.1:{port}"), Some(IWPM_FLAGS_NO_PORT_MAP));
         h.expect_add_reply(s);
-        assert_eq!(h.core.stats().mappings, h.core.mappings().count() as u64);
+        assert_eq!(
+            h.core().stats().mappings,
+            h.core().mappings().count() as u64
+        );
     }
     for port in 5000..5010 {
         h.remove(&format!("10.0.0.1:{port}"));
-        assert_eq!(h.core.stats().mappings, h.core.mappings().count() as u64);
+        assert_eq!(
+            h.core().stats().mappings,
+            h.core().mappings().count() as u64
+        );
     }
-    assert_eq!(h.core.stats().mappings, 0);
+    assert_eq!(h.core().stats().mappings, 0);
 }

@@ -14,7 +14,7 @@ use iwpm_proto::peer::{PeerMessage, PeerMsgType, PEER_REQUEST_LEN, PEER_SHORT_LE
 
 const SEC: Duration = Duration::from_secs(1);
 
-fn expect_query_reply(h: &mut Host) -> QueryMappingReply {
+fn expect_query_reply(h: &mut CoreHarness) -> QueryMappingReply {
     match h.expect_kernel() {
         (env, DaemonMsg::QueryMapping(r)) => {
             assert_eq!(env.client, RDMA_NL_IWCM);
@@ -24,7 +24,7 @@ fn expect_query_reply(h: &mut Host) -> QueryMappingReply {
     }
 }
 
-fn expect_remote_info(h: &mut Host) -> QueryMappingReply {
+fn expect_remote_info(h: &mut CoreHarness) -> QueryMappingReply {
     match h.expect_kernel() {
         (env, DaemonMsg::RemoteInfo(r)) => {
             assert_eq!(env.client, RDMA_NL_IWCM);
@@ -35,12 +35,12 @@ fn expect_remote_info(h: &mut Host) -> QueryMappingReply {
 }
 
 /// The peer daemon at 10.0.0.2 (the one [`query`] asks) answers with `msg`.
-fn answer(h: &mut Host, msg: &PeerMessage) {
+fn answer(h: &mut CoreHarness, msg: &PeerMessage) {
     h.peer(PeerSocket::V4Client, "10.0.0.2:3935", msg);
 }
 
 /// A QUERY for 10.0.0.1:5000 → 10.0.0.2:4000; returns (kernel seq, REQUEST sent).
-fn query(h: &mut Host) -> (u32, Sent) {
+fn query(h: &mut CoreHarness) -> (u32, Sent) {
     let seq = h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     h.no_kernel();
     (seq, h.expect_peer())
@@ -51,7 +51,7 @@ fn query(h: &mut Host) -> (u32, Sent) {
 /// cookie). Before, the 24 bytes were zeroed, leaving two of our daemons 10 echoed bits.
 #[test]
 fn our_ack_echoes_every_unused_byte_of_the_accept() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let (_, req) = query(&mut h);
     let mut accept = PeerMessage::accept_for(&req.msg, addr("10.0.0.2:40123"));
     accept.version = 2;
@@ -74,7 +74,7 @@ fn our_ack_echoes_every_unused_byte_of_the_accept() {
 
 #[test]
 fn active_request_accept_ack() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let (seq, req) = query(&mut h);
     assert_eq!(req.via, PeerSocket::V4Client);
     assert_eq!(req.to, addr("10.0.0.2:3935"));
@@ -111,13 +111,13 @@ fn active_request_accept_ack() {
     // No REQUEST retransmission after the answer; the record goes away after its lifetime.
     h.advance(SEC * 10);
     h.no_peer();
-    assert_eq!(h.core.stats().exchanges_active, 0);
-    assert_eq!(h.core.stats().exchanges_expired, 0);
+    assert_eq!(h.core().stats().exchanges_active, 0);
+    assert_eq!(h.core().stats().exchanges_expired, 0);
     // A very late ACCEPT matches nothing and is dropped silently.
     answer(&mut h, &accept);
     h.no_kernel();
     h.no_peer();
-    assert_eq!(h.core.stats().peer_unmatched, 1);
+    assert_eq!(h.core().stats().peer_unmatched, 1);
     assert_eq!(
         h.refcount("10.0.0.1:5000"),
         Some(1),
@@ -127,7 +127,7 @@ fn active_request_accept_ack() {
 
 #[test]
 fn request_is_retransmitted_9_times_then_expires_silently() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let (_, req) = query(&mut h);
     let t0 = h.now;
     let mut times = vec![];
@@ -140,17 +140,17 @@ fn request_is_retransmitted_9_times_then_expires_silently() {
         }
     }
     assert_eq!(times, (1..=9).collect::<Vec<_>>());
-    assert_eq!(h.core.stats().retransmissions, 9);
-    assert_eq!(h.core.stats().peer_out[0], 10);
-    assert_eq!(h.core.stats().exchanges_expired, 1);
-    assert_eq!(h.core.stats().exchanges_active, 0);
-    assert_eq!(h.core.poll_timeout(), None);
+    assert_eq!(h.core().stats().retransmissions, 9);
+    assert_eq!(h.core().stats().peer_out[0], 10);
+    assert_eq!(h.core().stats().exchanges_expired, 1);
+    assert_eq!(h.core().stats().exchanges_active, 0);
+    assert_eq!(h.host.poll_timeout(), None);
     h.no_kernel();
 }
 
 #[test]
 fn reject_answers_the_query_with_error_16() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let (seq, req) = query(&mut h);
     let reject = PeerMessage::reject_for(&req.msg);
     answer(&mut h, &reject);
@@ -164,14 +164,14 @@ fn reject_answers_the_query_with_error_16() {
     // Duplicate REJECT and REJECT for nothing: counted, no answer.
     answer(&mut h, &reject);
     h.no_kernel();
-    assert_eq!(h.core.stats().rejects_received, 1);
-    assert_eq!(h.core.stats().peer_unmatched, 1);
+    assert_eq!(h.core().stats().rejects_received, 1);
+    assert_eq!(h.core().stats().peer_unmatched, 1);
     assert_eq!(h.refcount("10.0.0.1:5000"), Some(1));
 }
 
 #[test]
 fn reject_after_accept_is_ignored() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let (_, req) = query(&mut h);
     let accept = PeerMessage::accept_for(&req.msg, addr("10.0.0.2:40123"));
     answer(&mut h, &accept);
@@ -184,7 +184,7 @@ fn reject_after_accept_is_ignored() {
 
 #[test]
 fn answers_after_the_kernel_gave_up_are_not_forwarded() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let (_, req) = query(&mut h);
     h.advance(Duration::from_millis(9_500));
     h.peer_out.clear();
@@ -192,8 +192,8 @@ fn answers_after_the_kernel_gave_up_are_not_forwarded() {
     answer(&mut h, &accept);
     h.no_kernel();
     h.no_peer();
-    assert_eq!(h.core.stats().replies_dropped_late, 1);
-    assert_eq!(h.core.stats().exchanges_active, 0);
+    assert_eq!(h.core().stats().replies_dropped_late, 1);
+    assert_eq!(h.core().stats().exchanges_active, 0);
 
     let seq = h.query("10.0.0.1:5001", "10.0.0.2:4000", Some(0));
     let _ = seq;
@@ -202,10 +202,10 @@ fn answers_after_the_kernel_gave_up_are_not_forwarded() {
     h.peer_out.clear();
     answer(&mut h, &PeerMessage::reject_for(&req.msg));
     h.no_kernel();
-    assert_eq!(h.core.stats().replies_dropped_late, 2);
+    assert_eq!(h.core().stats().replies_dropped_late, 2);
 }
 
-fn listener(h: &mut Host, local: &str) -> iwpm_proto::sockaddr::SockAddrStorage {
+fn listener(h: &mut CoreHarness, local: &str) -> iwpm_proto::sockaddr::SockAddrStorage {
     let s = h.add(local, Some(0));
     h.expect_add_reply(s)
 }
@@ -221,7 +221,7 @@ fn request_to(ap: &str, handle: u64) -> PeerMessage {
 
 #[test]
 fn passive_request_accept_remote_info_ack() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let mapped = listener(&mut h, "10.0.0.2:4000");
     assert_eq!(mapped, sa("10.0.0.2:40000"));
     let req = request_to("10.0.0.2:4000", 0xfeed);
@@ -268,17 +268,17 @@ fn passive_request_accept_remote_info_ack() {
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     h.no_peer();
     h.no_kernel();
-    assert_eq!(h.core.stats().peer_duplicates, 3);
+    assert_eq!(h.core().stats().peer_duplicates, 3);
     // A full retransmission interval after the ACK the same key is a new association (C
     // reuses its handles as soon as an exchange is done): answered, with its REMOTE_INFO.
     h.advance(SEC * 3);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Accept);
     expect_remote_info(&mut h);
-    assert_eq!(h.core.stats().peer_reused_handles, 1);
+    assert_eq!(h.core().stats().peer_reused_handles, 1);
     // Unconfirmed, it expires with its lifetime; then the same handle is new again.
     h.advance(SEC * 11);
-    assert_eq!(h.core.stats().exchanges_active, 0);
+    assert_eq!(h.core().stats().exchanges_active, 0);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Accept);
     expect_remote_info(&mut h);
@@ -286,7 +286,7 @@ fn passive_request_accept_remote_info_ack() {
 
 #[test]
 fn accept_is_only_resent_for_requests_at_most_9_times() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     let req = request_to("10.0.0.2:4000", 1);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
@@ -295,7 +295,7 @@ fn accept_is_only_resent_for_requests_at_most_9_times() {
     // No ACK and no more REQUESTs: silence, then expiry.
     h.advance(SEC * 20);
     assert_eq!(h.peer_out.len(), 0, "no ACCEPT retransmission of our own");
-    assert_eq!(h.core.stats().exchanges_expired, 1);
+    assert_eq!(h.core().stats().exchanges_expired, 1);
     // A hostile peer replaying one REQUEST 100 times a second for 9 s (the exchange lives 10).
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     for _ in 0..900 {
@@ -308,7 +308,7 @@ fn accept_is_only_resent_for_requests_at_most_9_times() {
 
 #[test]
 fn request_for_unmapped_address_is_rejected_at_once() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     let req = request_to("10.0.0.2:4001", 9);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
@@ -319,8 +319,8 @@ fn request_for_unmapped_address_is_rejected_at_once() {
     );
     assert_eq!(rej.msg, PeerMessage::reject_for(&req));
     h.no_kernel();
-    assert_eq!(h.core.stats().rejects_sent, 1);
-    assert_eq!(h.core.stats().exchanges_active, 0);
+    assert_eq!(h.core().stats().rejects_sent, 1);
+    assert_eq!(h.core().stats().exchanges_active, 0);
     // Another specific IP on the mapped port is not a match either.
     h.peer(
         PeerSocket::V4Listener,
@@ -332,7 +332,7 @@ fn request_for_unmapped_address_is_rejected_at_once() {
 
 #[test]
 fn wildcard_listener_answers_with_the_requested_ip() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let mapped = listener(&mut h, "0.0.0.0:4000");
     let port = mapped.port();
     let req = request_to("10.0.0.2:4000", 5);
@@ -350,23 +350,23 @@ fn wildcard_listener_answers_with_the_requested_ip() {
 
 #[test]
 fn same_handle_from_two_peers_is_two_exchanges() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "0.0.0.0:4000");
     let req = request_to("10.0.0.2:4000", 42);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:33333", &req);
     h.peer(PeerSocket::V4Listener, "10.0.0.9:33333", &req);
     assert_eq!(h.peer_out.len(), 2);
     assert_eq!(h.kernel_in.len(), 2);
-    assert_eq!(h.core.stats().exchanges_active, 2);
+    assert_eq!(h.core().stats().exchanges_active, 2);
 }
 
 #[test]
 fn legacy_48_byte_request_is_accepted() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     let req = request_to("10.0.0.2:4000", 3);
     let short = &req.encode()[..PEER_SHORT_LEN];
-    h.core
+    h.host
         .handle_peer_datagram(h.now, PeerSocket::V4Listener, addr("10.0.0.1:33333"), short);
     h.pump();
     assert_eq!(h.expect_peer().msg.msg_type, PeerMsgType::Accept);
@@ -376,7 +376,7 @@ fn legacy_48_byte_request_is_accepted() {
 
 #[test]
 fn malformed_peer_datagrams_are_dropped_and_counted() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     let good = request_to("10.0.0.2:4000", 3).encode();
     let mut bad_nibble = good.clone();
@@ -384,18 +384,18 @@ fn malformed_peer_datagrams_are_dropped_and_counted() {
     let mut long = good.clone();
     long.push(0);
     for d in [&good[..47], &bad_nibble[..], &long[..], &[][..]] {
-        h.core
+        h.host
             .handle_peer_datagram(h.now, PeerSocket::V4Listener, addr("10.0.0.1:1"), d);
         h.pump();
     }
     h.no_peer();
     h.no_kernel();
-    assert_eq!(h.core.stats().peer_malformed, 4);
+    assert_eq!(h.core().stats().peer_malformed, 4);
 }
 
 #[test]
 fn remote_traffic_never_refuses_local_connects() {
-    let mut h = Host::booted_with(CoreConfig {
+    let mut h = CoreHarness::booted_with(CoreConfig {
         max_exchanges: 2,
         max_peer_exchanges: 2,
         ..config()
@@ -409,8 +409,12 @@ fn remote_traffic_never_refuses_local_connects() {
         );
     }
     assert_eq!(h.peer_out.len(), 3, "every REQUEST answered");
-    assert_eq!(h.core.stats().exchanges_evicted, 1, "the oldest made room");
-    assert_eq!(h.core.stats().peer_exchanges_active, 2);
+    assert_eq!(
+        h.core().stats().exchanges_evicted,
+        1,
+        "the oldest made room"
+    );
+    assert_eq!(h.core().stats().peer_exchanges_active, 2);
     h.peer_out.clear();
     h.kernel_in.clear();
     // The peer flood does not count against local connects...
@@ -421,24 +425,24 @@ fn remote_traffic_never_refuses_local_connects() {
     // ...which have their own cap.
     let s = h.query("10.0.0.1:5002", "10.0.0.2:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
-    assert_eq!(h.core.stats().exchanges_refused, 1);
-    assert_eq!(h.core.stats().exchanges_active, 4);
+    assert_eq!(h.core().stats().exchanges_refused, 1);
+    assert_eq!(h.core().stats().exchanges_active, 4);
 }
 
 #[test]
 fn removing_the_mapping_stops_its_exchanges() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     query(&mut h);
     h.remove("10.0.0.1:5000");
-    assert!(h.ports.held.is_empty());
-    assert_eq!(h.core.stats().exchanges_active, 0);
+    assert!(h.ports().held.is_empty());
+    assert_eq!(h.core().stats().exchanges_active, 0);
     h.advance(SEC * 5);
     h.no_peer();
 }
 
 #[test]
 fn ipv6_query_uses_the_v6_client_socket() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let seq = h.query("[2001:db8::1]:5000", "[2001:db8::2]:4000", Some(0));
     let req = h.expect_peer();
     assert_eq!(req.via, PeerSocket::V6Client);
@@ -453,7 +457,7 @@ fn ipv6_query_uses_the_v6_client_socket() {
 
 #[test]
 fn no_port_map_query_advertises_the_real_port() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     h.query(
         "10.0.0.1:5000",
         "10.0.0.2:4000",
@@ -461,19 +465,19 @@ fn no_port_map_query_advertises_the_real_port() {
     );
     let req = h.expect_peer();
     assert_eq!(req.msg.mapped_cp(), Some(addr("10.0.0.1:5000")));
-    assert!(h.ports.held.is_empty());
+    assert!(h.ports().held.is_empty());
 }
 
 #[test]
 fn active_port_reuse_shares_the_mapping_with_distinct_handles() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let (_, r1) = query(&mut h);
     let s2 = h.query("10.0.0.1:5000", "10.0.0.3:4000", Some(0));
     let r2 = h.expect_peer();
     assert_ne!(r1.msg.assoc_handle, r2.msg.assoc_handle);
     assert_eq!(r1.msg.mapped_cp(), r2.msg.mapped_cp());
     assert_eq!(h.refcount("10.0.0.1:5000"), Some(2));
-    assert_eq!(h.ports.held.len(), 1);
+    assert_eq!(h.ports().held.len(), 1);
     // The second answer goes to the second kernel request.
     let accept = PeerMessage::accept_for(&r2.msg, addr("10.0.0.3:40000"));
     h.peer(PeerSocket::V4Client, "10.0.0.3:3935", &accept);
@@ -482,7 +486,7 @@ fn active_port_reuse_shares_the_mapping_with_distinct_handles() {
 
 #[test]
 fn query_resolving_to_a_wildcard_mapping_fails() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "0.0.0.0:5000");
     let s = h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     h.expect_handle_err(s, IWPM_CREATE_MAPPING_ERR);
@@ -492,7 +496,7 @@ fn query_resolving_to_a_wildcard_mapping_fails() {
 
 #[test]
 fn peer_input_right_after_an_add_sees_the_mapping() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     h.add("10.0.0.2:4001", Some(0));
     h.expect_add_reply(h.kernel_seq);
@@ -511,11 +515,11 @@ fn peer_input_right_after_an_add_sees_the_mapping() {
 
 #[test]
 fn handles_differ_between_cores_with_different_keys() {
-    let mut a = Host::booted_with(CoreConfig {
+    let mut a = CoreHarness::booted_with(CoreConfig {
         handle_key: [1; 32],
         ..config()
     });
-    let mut b = Host::booted_with(CoreConfig {
+    let mut b = CoreHarness::booted_with(CoreConfig {
         handle_key: [2; 32],
         ..config()
     });
@@ -529,7 +533,7 @@ fn handles_differ_between_cores_with_different_keys() {
 /// (seen on the real kernel: C client, our server), not a duplicate to stay silent about.
 #[test]
 fn reused_handle_with_a_new_connecting_endpoint_is_a_new_association() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     listener(&mut h, "10.0.0.2:4000");
     let first = request_to("10.0.0.2:4000", 0x5633_7305_d1a0);
     h.peer(PeerSocket::V4Listener, "10.0.0.1:47222", &first);

@@ -7,17 +7,20 @@ use iwpm_testkit::core_host as common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, CoreConfig, PeerSocket, ProbeOutcome, ProbeResult};
+use iwpm_core::{Action, Core, CoreConfig, Host, PeerSocket, ProbeOutcome, ProbeResult};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
-fn core(now: Instant) -> Core {
-    let mut c = Core::new(
+/// A started core in its host (no port is ever reserved: probes map nothing), output
+/// drained.
+fn core(now: Instant) -> Host<common::Ports> {
+    let core = Core::new(
         CoreConfig {
             netlink_pid: 4242,
             ..CoreConfig::default()
         },
         now,
     );
+    let mut c = Host::new(core, common::Ports::default(), None, now);
     c.start(now);
     while c.poll_action().is_some() {}
     c
@@ -26,12 +29,12 @@ fn core(now: Instant) -> Core {
 /// A peer datagram the core sent: socket, destination, bytes.
 type PeerSend = (PeerSocket, SocketAddr, Vec<u8>);
 
-fn peer_sends(c: &mut Core) -> Vec<PeerSend> {
+fn peer_sends(c: &mut Host<common::Ports>) -> Vec<PeerSend> {
     drain(c).0
 }
 
 /// The peer datagrams and the probe result among the core's actions.
-fn drain(c: &mut Core) -> (Vec<PeerSend>, Option<ProbeResult>) {
+fn drain(c: &mut Host<common::Ports>) -> (Vec<PeerSend>, Option<ProbeResult>) {
     let mut out = Vec::new();
     let mut done = None;
     while let Some(a) = c.poll_action() {
@@ -69,8 +72,8 @@ fn probe_gets_a_reject_and_leaves_nothing_on_the_peer() {
     assert_eq!(answers.len(), 1, "{answers:?}");
     let reject = PeerMessage::decode(&answers[0].2).unwrap();
     assert_eq!(reject.msg_type, PeerMsgType::Reject);
-    assert!(b.snapshot_exchanges(t0).is_empty());
-    assert_eq!(b.stats().rejects_sent, 1);
+    assert!(b.core().snapshot_exchanges(t0).is_empty());
+    assert_eq!(b.core().stats().rejects_sent, 1);
 
     let t1 = t0 + Duration::from_millis(3);
     a.handle_peer_datagram(t1, *via, SocketAddr::new(b_ip, 3935), &answers[0].2);
@@ -80,8 +83,8 @@ fn probe_gets_a_reject_and_leaves_nothing_on_the_peer() {
     assert_eq!(r.elapsed, Duration::from_millis(3));
     assert_eq!(r.requests, 1);
     // The REJECT was the probe's: not an unmatched peer message.
-    assert_eq!(a.stats().peer_unmatched, 0);
-    assert!(a.check_invariants().is_ok());
+    assert_eq!(a.core().stats().peer_unmatched, 0);
+    assert!(a.core().check_invariants().is_ok());
 }
 
 #[test]
@@ -100,7 +103,7 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
     let (result, now) = loop {
         let now = a.poll_timeout().expect("probe has no timer");
         assert!(now <= t0 + Duration::from_millis(1500));
-        a.handle_timeout(now, &mut common::Ports::default());
+        a.handle_timeout(now);
         let (sent, done) = drain(&mut a);
         requests += sent.len();
         if let Some(r) = done {

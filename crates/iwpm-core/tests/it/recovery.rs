@@ -12,13 +12,13 @@ use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, NLM_F_REQUEST, RDMA_NL_IWCM};
 use iwpm_proto::netlink::DaemonMsg;
 
 /// A started core whose kernel answered HELLO(4), not yet registered.
-fn restarted() -> Host {
-    let mut h = Host::new(config(), Instant::now());
+fn restarted() -> CoreHarness {
+    let mut h = CoreHarness::new(config(), Instant::now());
     h.start_answered();
     h
 }
 
-fn expect_mapinfo_ack(h: &mut Host, seq: u32, send: u32, ack: u32) {
+fn expect_mapinfo_ack(h: &mut CoreHarness, seq: u32, send: u32, ack: u32) {
     match h.expect_kernel() {
         (env, DaemonMsg::MapInfoNum(r)) => {
             assert_eq!(env.client, RDMA_NL_IWCM);
@@ -44,7 +44,7 @@ fn records_are_recovered_with_restored_refcounts() {
         ("[2001:db8::1]:7000", "[2001:db8::1]:40030", Some(0)),
     ]);
     h.no_kernel();
-    let mut held: Vec<_> = h.ports.held.values().map(|a| a.to_string()).collect();
+    let mut held: Vec<_> = h.ports().held.values().map(|a| a.to_string()).collect();
     held.sort();
     assert_eq!(held, ["0.0.0.0:40010", "0.0.0.0:40020", "[::]:40030"]);
     assert_eq!(
@@ -54,7 +54,7 @@ fn records_are_recovered_with_restored_refcounts() {
     );
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1));
     assert_eq!(h.refcount("10.0.0.1:6000"), Some(1));
-    let s = h.core.stats();
+    let s = h.core().stats();
     assert_eq!((s.mapinfo_accepted, s.mapinfo_duplicates), (5, 1));
 
     let seq = h.mapinfo_num(5);
@@ -64,11 +64,11 @@ fn records_are_recovered_with_restored_refcounts() {
     h.reg_pid();
     h.kernel_in.clear();
     h.remove("0.0.0.0:5000");
-    assert_eq!(h.ports.held.len(), 3, "one user of the wildcard left");
+    assert_eq!(h.ports().held.len(), 3, "one user of the wildcard left");
     h.remove("0.0.0.0:5000");
-    assert_eq!(h.ports.held.len(), 2);
+    assert_eq!(h.ports().held.len(), 2);
     h.remove("10.0.0.1:6000");
-    assert_eq!(h.ports.releases, 1);
+    assert_eq!(h.ports().releases, 1);
     // The freed port is gone; a fresh ADD maps the wildcard anew.
     let s = h.add("0.0.0.0:5000", Some(0));
     assert_eq!(h.expect_add_reply(s).port(), 40000);
@@ -86,8 +86,8 @@ fn conflicting_record_gets_error_12_and_the_batch_goes_on() {
     h.expect_handle_err(0, IWPM_DUPLICATE_MAPPING_ERR);
     h.expect_handle_err(0, IWPM_DUPLICATE_MAPPING_ERR);
     h.no_kernel();
-    assert_eq!(h.core.mappings().count(), 2);
-    assert_eq!(h.core.stats().mapinfo_conflicts, 2);
+    assert_eq!(h.core().mappings().count(), 2);
+    assert_eq!(h.core().stats().mapinfo_conflicts, 2);
     let seq = h.mapinfo_num(4);
     expect_mapinfo_ack(&mut h, seq, 4, 2);
 }
@@ -95,15 +95,15 @@ fn conflicting_record_gets_error_12_and_the_batch_goes_on() {
 #[test]
 fn record_whose_port_is_taken_fails_with_error_11() {
     let mut h = restarted();
-    h.ports.fail_next.push_back(ReserveError::AddrInUse);
+    h.ports_mut().fail_next.push_back(ReserveError::AddrInUse);
     h.mapinfo_records(&[
         ("10.0.0.1:4000", "10.0.0.1:40010", Some(0)),
         ("10.0.0.1:4001", "10.0.0.1:40011", Some(0)),
     ]);
     h.expect_handle_err(0, IWPM_CREATE_MAPPING_ERR);
     h.no_kernel();
-    assert_eq!(h.core.mappings().count(), 1);
-    assert_eq!(h.ports.held.len(), 1);
+    assert_eq!(h.core().mappings().count(), 1);
+    assert_eq!(h.ports().held.len(), 1);
     // A port already held by another mapping is refused by the fake shell too.
     h.mapinfo_records(&[("10.0.0.3:4002", "10.0.0.3:40011", Some(0))]);
     h.expect_handle_err(0, IWPM_CREATE_MAPPING_ERR);
@@ -114,16 +114,16 @@ fn record_whose_port_is_taken_fails_with_error_11() {
 #[test]
 fn shell_granting_another_port_is_a_failure() {
     let mut h = restarted();
-    h.ports.force_port.push_back(40011);
+    h.ports_mut().force_port.push_back(40011);
     h.mapinfo_records(&[("10.0.0.1:4000", "10.0.0.1:40010", Some(0))]);
     assert_eq!(
-        h.ports.binds,
+        h.ports().binds,
         [addr("0.0.0.0:40010")],
         "recorded port on the wildcard"
     );
     h.expect_handle_err(0, IWPM_CREATE_MAPPING_ERR);
-    assert!(h.ports.held.is_empty(), "released");
-    assert_eq!(h.core.mappings().count(), 0);
+    assert!(h.ports().held.is_empty(), "released");
+    assert_eq!(h.core().mappings().count(), 0);
 }
 
 #[test]
@@ -135,7 +135,7 @@ fn unusable_records_fail_with_error_11() {
     ]);
     h.expect_handle_err(0, IWPM_CREATE_MAPPING_ERR);
     h.no_kernel();
-    assert_eq!(h.core.mappings().count(), 1);
+    assert_eq!(h.core().mappings().count(), 1);
 }
 
 #[test]
@@ -150,15 +150,15 @@ fn mapinfo_num_acknowledges_each_batch() {
 
 #[test]
 fn abi3_records_have_no_flags() {
-    let mut h = Host::new(config(), Instant::now());
-    h.core.start(h.now);
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.host.start(h.now);
     h.pump();
     h.kernel_error(0, -22, None);
     h.kernel_in.clear();
-    assert_eq!(h.core.abi(), 3);
+    assert_eq!(h.core().abi(), 3);
     h.mapinfo_records(&[("10.0.0.1:4000", "10.0.0.1:40010", None)]);
     h.no_kernel();
-    assert_eq!(h.ports.held.len(), 1);
+    assert_eq!(h.ports().held.len(), 1);
     // ABI 4 records must carry FLAGS; without it they are invalid.
     let mut h = restarted();
     h.mapinfo_records(&[("10.0.0.1:4000", "10.0.0.1:40010", None)]);

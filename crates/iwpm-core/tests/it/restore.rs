@@ -23,20 +23,20 @@ fn saved(local: &str, mapped: &str, refcount: u32) -> SavedMapping {
 }
 
 /// A core that restored `table` and whose kernel answered HELLO(4) (replay window open).
-fn restored(table: &[SavedMapping]) -> Host {
-    let mut h = Host::new(config(), Instant::now());
+fn restored(table: &[SavedMapping]) -> CoreHarness {
+    let mut h = CoreHarness::new(config(), Instant::now());
     let report = h.start_after_restart(Previous {
         mappings: table,
         inherited_ports: false,
     });
     assert_eq!(report.restored, table.len(), "{report:?}");
-    assert!(h.core.recovering());
+    assert!(h.core().recovering());
     h.start_answered();
     h
 }
 
 /// What settling did since the last look (the core settles within its `handle_*` calls).
-fn settle(h: &mut Host) -> SettleReport {
+fn settle(h: &mut CoreHarness) -> SettleReport {
     h.pump();
     std::mem::take(&mut h.settled)
 }
@@ -53,18 +53,18 @@ fn table() -> Vec<SavedMapping> {
 #[test]
 fn restore_reserves_exactly_the_saved_ports_once() {
     let h = restored(&table());
-    let mut held: Vec<String> = h.ports.held.values().map(|a| a.to_string()).collect();
+    let mut held: Vec<String> = h.ports().held.values().map(|a| a.to_string()).collect();
     held.sort();
     assert_eq!(held, ["0.0.0.0:40010", "0.0.0.0:40011", "0.0.0.0:40020"]);
     assert_eq!(h.refcount("0.0.0.0:5000"), Some(3));
     assert_eq!(h.refcount("10.0.0.2:4000"), Some(2));
-    assert_eq!(h.core.saved_mappings().len(), 4);
+    assert_eq!(h.core().saved_mappings().len(), 4);
 }
 
 #[test]
 fn complete_replay_sets_the_kernels_counts_and_frees_the_rest() {
     let mut h = restored(&table());
-    let binds_before = h.ports.binds.len();
+    let binds_before = h.ports().binds.len();
     h.mapinfo_records(&[
         ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
         ("0.0.0.0:5000", "0.0.0.0:40020", Some(0)),
@@ -76,7 +76,7 @@ fn complete_replay_sets_the_kernels_counts_and_frees_the_rest() {
             Some(iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP),
         ),
     ]);
-    assert_eq!(h.ports.binds.len(), binds_before, "no port bound again");
+    assert_eq!(h.ports().binds.len(), binds_before, "no port bound again");
     // Until the replay ends, nothing is decided.
     assert_eq!(settle(&mut h), SettleReport::default());
     h.mapinfo_num(5);
@@ -98,9 +98,9 @@ fn complete_replay_sets_the_kernels_counts_and_frees_the_rest() {
         None,
         "not in the kernel any more"
     );
-    assert_eq!(h.ports.releases, 1);
-    assert!(!h.core.recovering());
-    h.core.check_invariants().unwrap();
+    assert_eq!(h.ports().releases, 1);
+    assert!(!h.core().recovering());
+    h.core().check_invariants().unwrap();
 }
 
 #[test]
@@ -108,14 +108,14 @@ fn truncated_replay_keeps_the_saved_counts() {
     let mut h = restored(&table());
     h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
     // No MAPINFO_NUM: the window closes on its timer.
-    assert!(h.core.poll_timeout().is_some());
+    assert!(h.host.poll_timeout().is_some());
     h.advance(Duration::from_secs(10));
     let r = settle(&mut h);
     assert_eq!((r.kept, r.freed, r.replayed), (4, 0, 1), "{r:?}");
     assert_eq!(h.refcount("0.0.0.0:5000"), Some(3));
     assert_eq!(h.refcount("10.0.0.2:4000"), Some(2));
-    assert_eq!(h.ports.releases, 0);
-    assert!(!h.core.recovering());
+    assert_eq!(h.ports().releases, 0);
+    assert!(!h.core().recovering());
 }
 
 #[test]
@@ -129,7 +129,7 @@ fn truncated_replay_keeps_only_the_connectors_it_listed() {
     t.push(connector("10.0.0.1:54129", "10.0.0.1:40031"));
     let mut h = restored(&t);
     assert_eq!(
-        h.core
+        h.core()
             .saved_mappings()
             .iter()
             .filter(|m| m.connector)
@@ -152,8 +152,8 @@ fn truncated_replay_keeps_only_the_connectors_it_listed() {
         Some(2),
         "listeners keep the file's word"
     );
-    assert_eq!(h.ports.releases, 1);
-    h.core.check_invariants().unwrap();
+    assert_eq!(h.ports().releases, 1);
+    h.core().check_invariants().unwrap();
 }
 
 #[test]
@@ -162,14 +162,14 @@ fn empty_replay_frees_every_restored_mapping() {
     h.advance(Duration::from_secs(10));
     let r = settle(&mut h);
     assert_eq!(r.freed, 4, "{r:?}");
-    assert!(h.ports.held.is_empty());
-    assert_eq!(h.core.mappings().count(), 0);
+    assert!(h.ports().held.is_empty());
+    assert_eq!(h.core().mappings().count(), 0);
 }
 
 #[test]
 fn a_saved_port_taken_meanwhile_fails_that_mapping_only() {
-    let mut h = Host::new(config(), Instant::now());
-    h.ports
+    let mut h = CoreHarness::new(config(), Instant::now());
+    h.ports_mut()
         .fail_next
         .push_back(iwpm_core::ReserveError::AddrInUse);
     let r = h.start_after_restart(Previous {
@@ -203,21 +203,21 @@ fn state_file_corpus_replays_clean() {
 fn watched_recovery_wakes_the_shell_at_the_window_end() {
     let mut h = restored(&[]);
     h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
-    assert_eq!(h.core.poll_timeout(), None, "nobody waits");
-    let mut h = Host::new(config(), Instant::now());
+    assert_eq!(h.host.poll_timeout(), None, "nobody waits");
+    let mut h = CoreHarness::new(config(), Instant::now());
     h.start_after_restart(Previous {
         mappings: &[],
         inherited_ports: true,
     });
     h.start_answered();
     h.mapinfo_records(&[("0.0.0.0:5000", "0.0.0.0:40020", Some(0))]);
-    let end = h.core.poll_timeout().expect("the window's end");
-    assert!(h.core.recovering());
+    let end = h.host.poll_timeout().expect("the window's end");
+    assert!(h.core().recovering());
     assert_eq!(h.recovery_ended, 0);
     h.advance(end - h.now);
-    assert!(!h.core.recovering());
+    assert!(!h.core().recovering());
     assert_eq!(h.recovery_ended, 1);
-    assert_eq!(h.core.poll_timeout(), None);
+    assert_eq!(h.host.poll_timeout(), None);
 }
 
 /// A connect whose QUERY failed (a REJECT, or the daemon died before answering) leaves the
@@ -252,7 +252,7 @@ fn a_replayed_identity_record_replaces_the_restored_connector_it_contradicts() {
     });
     assert_eq!(ack, Some(2), "both records counted");
     let mapped: Vec<String> = h
-        .core
+        .core()
         .mappings()
         .map(|m| format!("{} -> {}", m.local_endpoint, m.mapped_endpoint))
         .collect();
@@ -261,10 +261,10 @@ fn a_replayed_identity_record_replaces_the_restored_connector_it_contradicts() {
         "{mapped:?}"
     );
     assert!(!mapped.iter().any(|m| m.contains("41000")), "{mapped:?}");
-    assert_eq!(h.core.stats().mapinfo_replaced, 1);
-    assert_eq!(h.core.stats().mapinfo_conflicts, 0);
+    assert_eq!(h.core().stats().mapinfo_replaced, 1);
+    assert_eq!(h.core().stats().mapinfo_conflicts, 0);
     settle(&mut h);
-    h.core.check_invariants().unwrap();
+    h.core().check_invariants().unwrap();
 }
 
 /// Requests that arrive while restored mappings wait to be settled keep their effect: an
@@ -316,7 +316,7 @@ fn requests_during_the_replay_keep_their_references() {
         Some(1),
         "one of two users went"
     );
-    h.core.check_invariants().unwrap();
+    h.core().check_invariants().unwrap();
 
     // (a REMOVE before the records: the complete replay already lacks it)
     let mut h = restored(&table);
@@ -330,7 +330,7 @@ fn requests_during_the_replay_keep_their_references() {
     let r = settle(&mut h);
     assert_eq!((r.confirmed, r.freed), (2, 0), "{r:?}");
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1), "not dropped twice");
-    h.core.check_invariants().unwrap();
+    h.core().check_invariants().unwrap();
 
     // (a REMOVE before a truncated replay that never reached the listener: the state
     // file's count loses it)
@@ -341,7 +341,7 @@ fn requests_during_the_replay_keep_their_references() {
     let r = settle(&mut h);
     assert_eq!((r.kept, r.freed), (2, 0), "{r:?}");
     assert_eq!(h.refcount("10.0.0.1:4000"), Some(1), "saved 2, one removed");
-    h.core.check_invariants().unwrap();
+    h.core().check_invariants().unwrap();
 }
 
 /// A MAPINFO record flagged NO_PORT_MAP whose mapped port is not its local port (no
@@ -360,7 +360,7 @@ fn a_no_port_map_record_with_another_port_keeps_the_state_file_readable() {
     let file = iwpm_core::state_file::StateFile {
         host: "h".into(),
         boot_id: "b".into(),
-        mappings: h.core.saved_mappings(),
+        mappings: h.core().saved_mappings(),
     };
     assert_eq!(file.mappings.len(), 1);
     let back = iwpm_core::state_file::StateFile::decode(&file.encode());

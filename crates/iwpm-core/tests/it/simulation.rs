@@ -25,7 +25,7 @@ struct Packet {
 struct Sim {
     start: Instant,
     now: Instant,
-    hosts: Vec<(IpAddr, Host)>,
+    hosts: Vec<(IpAddr, CoreHarness)>,
     in_flight: BTreeMap<(Instant, u64), Packet>,
     counter: u64,
     delay: Duration,
@@ -46,7 +46,7 @@ impl Sim {
             .iter()
             .enumerate()
             .map(|(i, ip)| {
-                let mut h = Host::new(
+                let mut h = CoreHarness::new(
                     CoreConfig {
                         handle_key: [i as u8 + 1; 32],
                         local_answers,
@@ -71,7 +71,7 @@ impl Sim {
         }
     }
 
-    fn host(&mut self, i: usize) -> &mut Host {
+    fn host(&mut self, i: usize) -> &mut CoreHarness {
         let now = self.now;
         let h = &mut self.hosts[i].1;
         h.now = now;
@@ -131,7 +131,7 @@ impl Sim {
         };
         let now = self.now;
         let h = self.host(i);
-        h.core.handle_peer_datagram(now, via, p.from, &p.datagram);
+        h.host.handle_peer_datagram(now, via, p.from, &p.datagram);
         h.pump();
     }
 
@@ -143,7 +143,7 @@ impl Sim {
             let timer_at = self
                 .hosts
                 .iter()
-                .filter_map(|(_, h)| h.core.poll_timeout())
+                .filter_map(|(_, h)| h.host.poll_timeout())
                 .min();
             let next = match (packet_at, timer_at) {
                 (Some(a), Some(b)) => a.min(b),
@@ -164,8 +164,8 @@ impl Sim {
                 for i in 0..self.hosts.len() {
                     let now = self.now;
                     let h = self.host(i);
-                    if h.core.poll_timeout().is_some_and(|t| t <= now) {
-                        h.core.handle_timeout(now, &mut h.ports);
+                    if h.host.poll_timeout().is_some_and(|t| t <= now) {
+                        h.host.handle_timeout(now);
                         h.pump();
                     }
                 }
@@ -179,7 +179,7 @@ impl Sim {
     }
 }
 
-fn take_kernel(h: &mut Host) -> Vec<DaemonMsg> {
+fn take_kernel(h: &mut CoreHarness) -> Vec<DaemonMsg> {
     h.kernel_in.drain(..).map(|(_, m)| m).collect()
 }
 
@@ -208,7 +208,7 @@ fn connect(sim: &mut Sim) -> (u32, iwpm_proto::sockaddr::SockAddrStorage) {
     let s = b.add("10.0.0.2:4000", Some(0));
     let b_mapped = b.expect_add_reply(s);
     let a = sim.host(0);
-    a.ports.next_port = 41_000;
+    a.ports_mut().next_port = 41_000;
     let seq = a.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     (seq, b_mapped)
 }
@@ -245,9 +245,9 @@ fn two_daemons_complete_the_exchange() {
     assert_eq!(sim.sent_by_type, [1, 1, 1, 0]);
     for i in 0..2 {
         let h = sim.host(i);
-        assert_eq!(h.core.stats().retransmissions, 0);
-        assert_eq!(h.core.stats().exchanges_active, 0);
-        assert_eq!(h.core.stats().exchanges_expired, 0);
+        assert_eq!(h.core().stats().retransmissions, 0);
+        assert_eq!(h.core().stats().exchanges_active, 0);
+        assert_eq!(h.core().stats().exchanges_expired, 0);
         h.no_kernel();
     }
 }
@@ -284,9 +284,9 @@ fn lossy_network_still_completes_exactly_once() {
     );
     assert_eq!(sim.sent_by_type[2], 1);
     for i in 0..2 {
-        assert_eq!(sim.host(i).core.stats().exchanges_active, 0);
+        assert_eq!(sim.host(i).core().stats().exchanges_active, 0);
     }
-    assert!(sim.host(1).core.stats().peer_duplicates >= 1);
+    assert!(sim.host(1).core().stats().peer_duplicates >= 1);
 }
 
 #[test]
@@ -298,15 +298,15 @@ fn unreachable_peer_means_no_answer_and_no_leak() {
     assert_eq!(sim.sent_by_type[0], 10);
     let a = sim.host(0);
     a.no_kernel();
-    assert_eq!(a.core.stats().exchanges_expired, 1);
-    assert_eq!(a.core.stats().exchanges_active, 0);
+    assert_eq!(a.core().stats().exchanges_expired, 1);
+    assert_eq!(a.core().stats().exchanges_active, 0);
     assert_eq!(
         a.refcount("10.0.0.1:5000"),
         Some(1),
         "the kernel will REMOVE it"
     );
     a.remove("10.0.0.1:5000");
-    assert!(a.ports.held.is_empty());
+    assert!(a.ports().held.is_empty());
 }
 
 #[test]
@@ -356,7 +356,7 @@ fn one_daemon_answers_a_connect_to_its_own_ip_from_its_table() {
     let mut want = wildcard_mapped.to_socket_addr().unwrap();
     want.set_ip("10.0.0.1".parse().unwrap());
     assert_eq!(replies[0].mapped_remote_addr.to_socket_addr(), Some(want));
-    assert_eq!(sim.host(0).core.stats().local_answers, 2);
+    assert_eq!(sim.host(0).core().stats().local_answers, 2);
 
     // A connecting side that is not port mapped (siw): the REMOTE_INFO would map its address
     // to itself, which is what the kernel assumes without one; only the reply goes out.
@@ -375,7 +375,7 @@ fn one_daemon_answers_a_connect_to_its_own_ip_from_its_table() {
     assert_eq!((replies[0].seq, replies[0].err), (siw, 0));
     assert_eq!(replies[0].mapped_local_addr, replies[0].local_addr);
     assert_eq!(replies[0].mapped_remote_addr, listen_mapped);
-    assert_eq!(sim.host(0).core.stats().local_answers, 3);
+    assert_eq!(sim.host(0).core().stats().local_answers, 3);
 
     // No listener there: asked over UDP, so the answer is the REJECT C would get.
     let none = sim.host(0).query("10.0.0.1:5002", "10.0.0.1:4999", Some(0));
@@ -387,7 +387,7 @@ fn one_daemon_answers_a_connect_to_its_own_ip_from_its_table() {
         (none, IWPM_REMOTE_QUERY_REJECT)
     );
     assert_eq!(sim.sent_by_type, [1, 0, 0, 1]);
-    assert_eq!(sim.host(0).core.stats().local_answers, 3);
+    assert_eq!(sim.host(0).core().stats().local_answers, 3);
 }
 
 #[test]
@@ -436,9 +436,9 @@ fn many_connections_in_both_directions() {
         assert!(query_replies(&msgs).iter().all(|r| r.err == 0));
         assert_eq!(remote_infos(&msgs).len(), 50);
         let h = sim.host(me);
-        assert_eq!(h.core.stats().exchanges_active, 0);
-        assert_eq!(h.core.mappings().count(), 51);
-        h.core.check_invariants().unwrap();
+        assert_eq!(h.core().stats().exchanges_active, 0);
+        assert_eq!(h.core().mappings().count(), 51);
+        h.core().check_invariants().unwrap();
     }
 }
 
@@ -510,7 +510,7 @@ fn spent_budget_pair() -> Sim {
     let mut sim = Sim::new(&["10.0.0.1", "10.0.0.2"]);
     // B has no REMOTE_INFO budget: its REMOTE_INFO waits for A's verified ACK.
     let now = sim.now;
-    sim.hosts[1].1 = Host::new(
+    sim.hosts[1].1 = CoreHarness::new(
         CoreConfig {
             handle_key: [2; 32],
             remote_info_budget: 0,
@@ -550,8 +550,8 @@ fn a_remote_info_held_for_the_ack_is_in_the_kernel_before_the_active_side_connec
         "REQUEST, ACCEPT + notice, ACK"
     );
     let (a, b) = (
-        sim.host(0).core.stats().clone(),
-        sim.host(1).core.stats().clone(),
+        sim.host(0).core().stats().clone(),
+        sim.host(1).core().stats().clone(),
     );
     assert_eq!((a.query_replies_held, a.remote_info_notices_missed), (1, 0));
     assert_eq!(b.remote_info_notices_sent, 1);
@@ -575,8 +575,8 @@ fn a_lost_delivery_notice_is_sent_again_for_the_repeated_ack() {
         1,
         "one REMOTE_INFO, the repeated ACK absorbed"
     );
-    assert_eq!(sim.host(0).core.stats().remote_info_notices_missed, 0);
-    assert_eq!(sim.host(1).core.stats().remote_info_notices_sent, 2);
+    assert_eq!(sim.host(0).core().stats().remote_info_notices_missed, 0);
+    assert_eq!(sim.host(1).core().stats().remote_info_notices_sent, 2);
 }
 
 /// Every ACK lost: the held answer goes out after the last wait (60 ms), never later, so
@@ -591,7 +591,7 @@ fn with_every_ack_lost_the_held_answer_goes_out_after_the_waits() {
     assert!((60..=80).contains(&a_reply), "answered at {a_reply} ms");
     assert!(t[1].1.is_none());
     assert_eq!(sim.sent_by_type[2], 3, "the ACK and two repeats");
-    assert_eq!(sim.host(0).core.stats().remote_info_notices_missed, 1);
+    assert_eq!(sim.host(0).core().stats().remote_info_notices_missed, 1);
 }
 
 /// The kernel stops waiting while our answer is held for the notice (here a 40 ms
@@ -600,7 +600,7 @@ fn with_every_ack_lost_the_held_answer_goes_out_after_the_waits() {
 fn a_held_answer_past_the_kernels_deadline_is_not_sent() {
     let mut sim = spent_budget_pair();
     let now = sim.now;
-    sim.hosts[0].1 = Host::new(
+    sim.hosts[0].1 = CoreHarness::new(
         CoreConfig {
             handle_key: [1; 32],
             reply_deadline: Duration::from_millis(40),
@@ -613,6 +613,6 @@ fn a_held_answer_past_the_kernels_deadline_is_not_sent() {
     connect(&mut sim);
     let t = kernel_timeline(&mut sim, Duration::from_millis(200));
     assert!(t[0].0.is_none(), "no answer after the kernel's deadline");
-    assert_eq!(sim.host(0).core.stats().query_replies_held, 1);
-    assert_eq!(sim.host(0).core.stats().remote_info_notices_missed, 1);
+    assert_eq!(sim.host(0).core().stats().query_replies_held, 1);
+    assert_eq!(sim.host(0).core().stats().remote_info_notices_missed, 1);
 }

@@ -14,32 +14,32 @@ const SEC: Duration = Duration::from_secs(1);
 
 #[test]
 fn mappings_and_exchanges_in_flight() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let t0 = h.now;
     h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
     let req = h.expect_peer();
     h.advance(SEC * 3 + Duration::from_millis(500));
     while h.peer_out.pop_front().is_some() {}
-    let maps = h.core.snapshot_mappings(h.now);
+    let maps = h.core().snapshot_mappings(h.now);
     assert_eq!(maps.len(), 1);
     assert_eq!(maps[0].role, MappingRole::Connector);
     assert_eq!(maps[0].refcount, 1);
     assert_eq!(maps[0].age, h.now - t0);
     assert_eq!(maps[0].local.port, 5000);
-    let ex = h.core.snapshot_exchanges(h.now);
+    let ex = h.core().snapshot_exchanges(h.now);
     assert_eq!(ex.len(), 1);
     assert_eq!(ex[0].side, ExchangeSide::Requesting);
     assert_eq!(ex[0].peer, req.to);
     assert_eq!(ex[0].retransmissions, 3);
     assert_eq!(ex[0].age, Duration::from_millis(3500));
     assert_eq!(ex[0].expires_in, Duration::from_millis(6500));
-    assert_eq!(h.core.handshake_state(), "done");
-    assert_eq!(h.core.snapshot_clients().len(), 1);
+    assert_eq!(h.core().handshake_state(), "done");
+    assert_eq!(h.core().snapshot_clients().len(), 1);
 }
 
 #[test]
 fn peer_tallies_count_accepts_rejects_and_timeouts() {
-    let mut h = Host::booted();
+    let mut h = CoreHarness::booted();
     let peer = addr("10.0.0.2:3935");
     // Rejected at once.
     h.query("10.0.0.1:5000", "10.0.0.2:4000", Some(0));
@@ -55,7 +55,7 @@ fn peer_tallies_count_accepts_rejects_and_timeouts() {
     h.expect_peer();
     h.advance(SEC * 11);
     while h.peer_out.pop_front().is_some() {}
-    let peers = h.core.snapshot_peers(h.now);
+    let peers = h.core().snapshot_peers(h.now);
     assert_eq!(peers.len(), 1);
     assert_eq!(peers[0].ip, peer.ip());
     let t = peers[0].tally;
@@ -69,7 +69,7 @@ fn peer_tallies_count_accepts_rejects_and_timeouts() {
         ),
         (2, 9, 0, 1, 1)
     );
-    let recent = h.core.recent_exchanges();
+    let recent = h.core().recent_exchanges();
     let outcomes: Vec<_> = recent
         .iter()
         .map(|r| (r.outcome, r.retransmissions))
@@ -82,5 +82,5 @@ fn peer_tallies_count_accepts_rejects_and_timeouts() {
         ]
     );
     assert_eq!(recent[1].took, SEC * 10);
-    assert!(h.core.snapshot_exchanges(h.now).is_empty());
+    assert!(h.core().snapshot_exchanges(h.now).is_empty());
 }

@@ -1,13 +1,16 @@
-//! [`Driver`]: one core between a model shell ([`FakePorts`]) and a model kernel, playing
-//! [`Op`]s and checking after each (module docs of `model`). The kernel's side is in
-//! `kernel.rs`, the peers' in `peer.rs`, the daemon restart in `restart.rs`.
+//! [`Driver`]: one core, in the [`Host`] that lends it the model shell's ports
+//! ([`FakePorts`]) and keeps the daemon's state-file policy, against a model kernel,
+//! playing [`Op`]s and checking after each (module docs of `model`). The kernel's side is
+//! in `kernel.rs`, the peers' in `peer.rs`, the daemon restart in `restart.rs`.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use iwpm_core::state_file::SavedMapping;
-use iwpm_core::{Action, Core, CoreConfig, KernelReceipt, PeerSocket, ReserveError};
+use iwpm_core::{
+    Action, Core, CoreConfig, Host, KernelReceipt, PeerSocket, ReserveError, SavePolicy,
+};
 use iwpm_proto::consts::{NLMSG_DONE, NLMSG_ERROR};
 use iwpm_proto::netlink::{frames, NlHeader};
 use iwpm_proto::peer::PeerMessage;
@@ -68,12 +71,13 @@ enum Ctx {
     Timer,
 }
 
-/// One core, its model shell and model kernel. See the module docs for what is checked.
+/// One core in its host, the model shell's ports and the model kernel. See the module
+/// docs for what is checked.
 #[derive(Debug)]
 pub struct Driver {
-    core: Core,
+    /// The core, the ports lent to it and the state-file policy: what the daemon runs.
+    host: Host<FakePorts>,
     config: CoreConfig,
-    shell: FakePorts,
     now: Instant,
     /// Next fresh kernel header seq, and the last one used.
     next_seq: u32,
@@ -122,6 +126,8 @@ pub struct Driver {
     announced: (u64, Vec<SavedMapping>),
     /// [`Action::RecoveryEnded`] came from this daemon.
     recovery_ended: bool,
+    /// State-file writes the host asked for ([`Action::SaveState`]), every daemon's.
+    saves: u64,
 }
 
 impl Driver {
@@ -130,9 +136,8 @@ impl Driver {
         let config = setup.config();
         let now = Instant::now();
         let mut d = Driver {
-            core: Core::new(config.clone(), now),
+            host: model_host(Core::new(config.clone(), now), now),
             config,
-            shell: FakePorts::pool(GRANT_BASE, GRANT_PORTS),
             now,
             next_seq: 1,
             last_seq: 0,
@@ -156,8 +161,9 @@ impl Driver {
             kernel_out: 0,
             announced: (0, Vec::new()),
             recovery_ended: false,
+            saves: 0,
         };
-        d.core.start(d.now);
+        d.host.start(d.now);
         d.pump(Ctx::Input);
         if setup.boot() {
             d.step(&Op::Hello { abi: 4 });
@@ -172,7 +178,17 @@ impl Driver {
 
     /// The core under test.
     pub fn core(&self) -> &Core {
-        &self.core
+        self.host.core()
+    }
+
+    /// The model shell's port reservations.
+    fn shell(&self) -> &FakePorts {
+        self.host.ports()
+    }
+
+    /// State-file writes the host asked for so far ([`Action::SaveState`]).
+    pub fn saves(&self) -> u64 {
+        self.saves
     }
 
     /// Ops played so far.
@@ -210,20 +226,25 @@ impl Driver {
             }
             Op::Tick => self.timeout(),
             Op::Overrun => {
-                self.core.handle_kernel_overrun(self.now);
+                self.host.handle_kernel_overrun(self.now);
                 self.pump(Ctx::Input);
             }
-            Op::Answer { kind, port } => self.shell.answer_next(reservation_answer(*kind, *port)),
+            Op::Answer { kind, port } => self
+                .host
+                .ports_mut()
+                .answer_next(reservation_answer(*kind, *port)),
             Op::AnswerUnknown { .. } => {}
             Op::Restore { how } => self.restart(*how),
         }
         self.after_step();
     }
 
+    /// Runs what is due now, as the daemon's loop does when it wakes up (the host calls
+    /// the core only when one of its timers is due).
     fn timeout(&mut self) {
-        self.core.handle_timeout(self.now, &mut self.shell);
+        self.host.handle_timeout(self.now);
         self.pump(Ctx::Timer);
-        if let Some(t) = self.core.poll_timeout() {
+        if let Some(t) = self.host.poll_timeout() {
             if t <= self.now {
                 fail("a timer is still due right after handle_timeout");
             }
@@ -234,7 +255,7 @@ impl Driver {
     pub fn advance(&mut self, d: Duration) {
         let end = self.now + d;
         let mut guard = 0u32;
-        while let Some(t) = self.core.poll_timeout() {
+        while let Some(t) = self.host.poll_timeout() {
             if t > end {
                 break;
             }
@@ -257,14 +278,25 @@ impl Driver {
 
     fn drain(&mut self, ctx: Ctx) {
         let mut table_changes = 0;
-        while let Some(a) = self.core.poll_action() {
+        while let Some(a) = self.host.poll_action() {
             match a {
                 Action::ToKernel(bytes) => {
                     self.kernel_out += 1;
                     self.on_to_kernel(&bytes);
                 }
                 Action::ToPeer { via, to, datagram } => self.on_to_peer(ctx, via, to, datagram),
-                Action::SaveState { .. } => fail("a bare core saves nothing"),
+                Action::SaveState { generation } => {
+                    // The file is written from the table as it is now: its generation
+                    // must be the newest announced, or the file and its label disagree.
+                    if generation != self.announced.0 {
+                        fail(format!(
+                            "SaveState for generation {generation}, the table is at {}",
+                            self.announced.0
+                        ));
+                    }
+                    self.saves += 1;
+                    self.host.state_saved(self.now, generation, Duration::ZERO);
+                }
                 Action::Ready => {
                     self.ready += 1;
                     if self.ready > 1 {
@@ -277,7 +309,7 @@ impl Driver {
                     if std::mem::replace(&mut self.recovery_ended, true) {
                         fail("RecoveryEnded emitted twice");
                     }
-                    if self.core.recovering() {
+                    if self.core().recovering() {
                         fail("RecoveryEnded while the core is still recovering");
                     }
                 }
@@ -292,17 +324,17 @@ impl Driver {
                     if generation <= self.announced.0 {
                         fail("TableChanged without a new generation");
                     }
-                    if mappings != self.core.mappings().count() {
+                    if mappings != self.core().mappings().count() {
                         fail("TableChanged does not count the table");
                     }
-                    self.announced = (generation, self.core.saved_mappings());
+                    self.announced = (generation, self.core().saved_mappings());
                 }
             }
         }
-        if table_changes == 0 && self.core.saved_mappings() != self.announced.1 {
+        if table_changes == 0 && self.core().saved_mappings() != self.announced.1 {
             fail("the table changed without TableChanged: a state file would miss it");
         }
-        if !self.recovery_ended && !self.core.recovering() {
+        if !self.recovery_ended && !self.core().recovering() {
             fail("the recovery is over without RecoveryEnded");
         }
     }
@@ -311,9 +343,7 @@ impl Driver {
     /// datagram opened with and how many messages the core answered with.
     fn feed_kernel(&mut self, datagram: &[u8]) {
         let sent_before = self.kernel_out;
-        let receipt = self
-            .core
-            .handle_kernel_datagram(self.now, datagram, &mut self.shell);
+        let receipt = self.host.handle_kernel_datagram(self.now, datagram);
         self.pump(Ctx::Input);
         // (A first frame with broken framing is no message at all.)
         let framed = frames(datagram).next().is_some_and(|f| f.is_ok());
@@ -329,11 +359,11 @@ impl Driver {
     }
 
     fn after_step(&mut self) {
-        if let Err(e) = self.core.check_invariants() {
+        if let Err(e) = self.core().check_invariants() {
             fail(e);
         }
-        let s = self.core.stats();
-        let listed = self.core.mappings().count();
+        let s = self.core().stats();
+        let listed = self.core().mappings().count();
         if s.mappings as usize != listed {
             fail(format!(
                 "gauge says {} mappings, {listed} listed",
@@ -357,15 +387,15 @@ impl Driver {
         if s.peer_exchanges_unconfirmed > passive {
             fail("more unconfirmed peer exchanges than peer exchanges");
         }
-        if s.reservations_requested != self.shell.reserves() {
+        if s.reservations_requested != self.shell().reserves() {
             fail("reservations_requested differs from the reservations the shell saw");
         }
-        if s.reservations_released != self.shell.releases as u64 {
+        if s.reservations_released != self.shell().releases as u64 {
             fail("reservations_released differs from the releases the shell saw");
         }
         let mut locals = HashSet::new();
         let mut live = BTreeSet::new();
-        for m in self.core.mappings() {
+        for m in self.core().mappings() {
             if !locals.insert(m.local_endpoint) {
                 fail(format!("two mappings for {}", m.local_endpoint));
             }
@@ -378,7 +408,7 @@ impl Driver {
                 fail("mapping with refcount 0");
             }
         }
-        let held: BTreeSet<_> = self.shell.held.keys().copied().collect();
+        let held: BTreeSet<_> = self.shell().held.keys().copied().collect();
         if held != live {
             fail(format!(
                 "shell holds {held:?} but live mappings hold {live:?}"
@@ -389,7 +419,7 @@ impl Driver {
                 continue;
             }
             let rc = self
-                .core
+                .core()
                 .mappings()
                 .find(|m| m.local_endpoint == *ep)
                 .map_or(0, |m| m.refcount);
@@ -409,11 +439,11 @@ impl Driver {
             + self.config.handshake_timeout;
         self.advance(settle);
         self.after_step();
-        if self.core.stats().exchanges_active != 0 {
+        if self.core().stats().exchanges_active != 0 {
             fail("exchanges left after every lifetime passed");
         }
         let budget: u64 = self
-            .core
+            .core()
             .mappings()
             .map(|m| u64::from(m.refcount))
             .sum::<u64>()
@@ -421,7 +451,7 @@ impl Driver {
         let mut removes = 0u64;
         loop {
             let first = self
-                .core
+                .core()
                 .mappings()
                 .next()
                 .map(|m| (m.local, m.owner_client));
@@ -430,28 +460,28 @@ impl Driver {
             if removes > budget {
                 fail("REMOVE by the owner does not free the table");
             }
-            let reserves = self.shell.reserves();
+            let reserves = self.shell().reserves();
             self.remove(owner, local);
             self.after_step();
-            if self.shell.reserves() != reserves {
+            if self.shell().reserves() != reserves {
                 fail("a REMOVE asked for a reservation");
             }
         }
         self.advance(settle);
         self.after_step();
-        if self.core.mappings().next().is_some() {
+        if self.core().mappings().next().is_some() {
             fail("mappings left after every REMOVE");
         }
-        if !self.shell.held.is_empty() {
+        if !self.shell().held.is_empty() {
             fail(format!(
                 "reservations never released: {:?}",
-                self.shell.held
+                self.shell().held
             ));
         }
-        if self.core.stats().exchanges_active != 0 {
+        if self.core().stats().exchanges_active != 0 {
             fail("exchanges left after the table emptied");
         }
-        let sh = &self.shell;
+        let sh = self.shell();
         if sh.granted != sh.releases as u64 {
             fail(format!(
                 "{} ports granted, {} released",
@@ -462,6 +492,14 @@ impl Driver {
             fail("not every reservation was answered exactly once");
         }
     }
+}
+
+/// `core` in the daemon's host: the model shell's pool of ports lent to it, and the
+/// daemon's state-file policy (each write is answered at once, so the policy's timers and
+/// the checks on [`Action::SaveState`] run with every op).
+fn model_host(core: Core, now: Instant) -> Host<FakePorts> {
+    let ports = FakePorts::pool(GRANT_BASE, GRANT_PORTS);
+    Host::new(core, ports, Some(SavePolicy::default()), now)
 }
 
 /// The reservation answer of [`Op::Answer`]: `kind % 6` 0-2 the ordinary grant, 3 a

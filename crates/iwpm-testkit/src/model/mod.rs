@@ -4,10 +4,11 @@
 //!
 //! [`core_sequence`] decodes arbitrary bytes into a [`Setup`] and a list of [`Op`]s (see
 //! [`decode`]; [`encode`] is its inverse, used to build seeds; `ops.rs`) and plays them
-//! against one core through its public API only, with a model of the shell (port
-//! reservations, [`FakePorts`]) and of the kernel (requests sent, answers received,
-//! references it was told it holds). After every step [`Driver`] checks, and panics with
-//! `core_sequence: …` on a violation:
+//! against one core through its public API only, in the [`iwpm_core::Host`] the daemon
+//! runs it in (the host lends it the model shell's port reservations, [`FakePorts`], and
+//! keeps the daemon's state-file policy), with a model of the kernel (requests sent,
+//! answers received, references it was told it holds). After every step [`Driver`]
+//! checks, and panics with `core_sequence: …` on a violation:
 //!
 //! * [`Core::check_invariants`]; the gauges (`mappings` ≤ `max_mappings`, `exchanges_active`
 //!   ≤ `max_exchanges`, `mappings` = the number of listed mappings); at most one mapping per
@@ -32,13 +33,16 @@
 //! * the peer side: every datagram sent decodes, leaves on a socket of its family; a
 //!   timer-driven REQUEST/ACCEPT is a retransmission of one first sent less than
 //!   `exchange_lifetime` ago, at most `max_retransmits` times, and no REQUEST is resent
-//!   after its ACCEPT was acknowledged; after `handle_timeout(t)`, no timer is due at `t`;
+//!   after its ACCEPT was acknowledged; after the host's `handle_timeout(t)`, no timer (the
+//!   core's or the state file's) is due at `t`;
 //! * `Ready` at most once per daemon;
 //! * the core's one output queue says everything: a kernel datagram's receipt names what
 //!   it opened with and counts the messages sent in answer; a table that moved (as the
 //!   state file would save it) was announced by one `TableChanged` in that call, with a new
 //!   generation and the table's size; `RecoveryEnded` comes once, as soon as the core no
 //!   longer recovers; no probe result without a probe;
+//! * the state file: every `SaveState` names the generation announced last (the file is
+//!   written from the table as it is then), and is answered at once;
 //! * at the end ([`Driver::finish`]): time run forward, every mapping REMOVEd by its owner:
 //!   the table is empty, no exchange is left, every granted port was released exactly once
 //!   and the counters agree.

@@ -1,12 +1,15 @@
 //! [`FakePorts`]: the shell's TCP port reservations as a test sees them, lent to a core in
-//! place of real sockets. One fake for the fuzz driver and the core's tests: it grants
-//! ports as an operating system would (the asked one if free, else a free one for port 0),
-//! refuses or misbehaves on demand, keeps the ledger the checks compare with the core's
-//! mappings, and panics on what no shell could do (releasing a reservation it does not
-//! hold, binding anything but a wildcard).
+//! place of real sockets. One fake for the fuzz driver, the core's tests and the fleet
+//! simulator: it grants ports as an operating system would (the asked one if free, else a
+//! free one for port 0), refuses or misbehaves on demand, and keeps the ledger the checks
+//! compare with the core's mappings. What no shell could do (releasing a reservation it
+//! does not hold, binding anything but a wildcard) is a bug of the core: a test panics at
+//! once, the simulator ([`FakePorts::recording`]) records it in [`FakePorts::faults`] and
+//! reports it with the seed that found it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::ops::Range;
 
 use iwpm_core::{PortReservations, ReservationId, ReserveError};
 
@@ -19,6 +22,10 @@ enum Grants {
     /// The lowest free port of `base..base + len`, per family (a v4 and a v6
     /// reservation may share a port); refused once all are held.
     Pool { base: u16, len: u16 },
+    /// The first free port of `start..end` from a cursor up, per family, wrapping to
+    /// `start`; the cursor moves past the port granted, so a port just released is not
+    /// granted again at once (as an ephemeral port range behaves).
+    Cycle { start: u16, end: u16 },
 }
 
 /// Port reservations of one fake shell (see the module docs).
@@ -40,6 +47,11 @@ pub struct FakePorts {
     /// Reservations answered Ok / Err.
     pub granted: u64,
     pub refused: u64,
+    /// What the core did wrong with its reservations, in order (only when recording:
+    /// otherwise the first one panics).
+    pub faults: Vec<String>,
+    /// Record faults instead of panicking ([`FakePorts::recording`]).
+    recording: bool,
     grants: Grants,
     /// Last id issued (ids are never reused).
     last_id: u64,
@@ -61,6 +73,22 @@ impl FakePorts {
         FakePorts::with_grants(Grants::Pool { base, len })
     }
 
+    /// The ports a simulated daemon process gets: port-0 reservations cycle through
+    /// `range` (per family) from `range.start + start % range.len()`, so each process
+    /// starts its grants elsewhere; faults of the core are recorded in
+    /// [`FakePorts::faults`], not panicked on, so that the simulator can report them with
+    /// the seed that found them.
+    pub fn recording(range: Range<u16>, start: u16) -> Self {
+        let span = range.end.saturating_sub(range.start).max(1);
+        let mut ports = FakePorts::with_grants(Grants::Cycle {
+            start: range.start,
+            end: range.end,
+        });
+        ports.next_port = range.start + start % span;
+        ports.recording = true;
+        ports
+    }
+
     fn with_grants(grants: Grants) -> Self {
         FakePorts {
             held: BTreeMap::new(),
@@ -71,6 +99,8 @@ impl FakePorts {
             releases: 0,
             granted: 0,
             refused: 0,
+            faults: Vec::new(),
+            recording: false,
             grants,
             last_id: 0,
             in_use: HashMap::new(),
@@ -97,8 +127,14 @@ impl FakePorts {
     fn key(&self, bind: SocketAddr, port: u16) -> (Option<bool>, u16) {
         match self.grants {
             Grants::Cursor => (None, port),
-            Grants::Pool { .. } => (Some(bind.is_ipv4()), port),
+            Grants::Pool { .. } | Grants::Cycle { .. } => (Some(bind.is_ipv4()), port),
         }
+    }
+
+    /// The core did something no shell could: panic, or record it when recording.
+    fn fault(&mut self, what: String) {
+        assert!(self.recording, "fake ports: {what}");
+        self.faults.push(what);
     }
 
     fn in_use(&self, bind: SocketAddr, port: u16) -> bool {
@@ -135,6 +171,16 @@ impl FakePorts {
             Grants::Pool { base, len } => (base..base.saturating_add(len))
                 .find(|p| !self.in_use(bind, *p))
                 .ok_or(ReserveError::AddrInUse),
+            Grants::Cycle { start, end } => {
+                for _ in start..end {
+                    let p = self.next_port;
+                    self.next_port = if p + 1 >= end { start } else { p + 1 };
+                    if !self.in_use(bind, p) {
+                        return Ok(p);
+                    }
+                }
+                Err(ReserveError::AddrInUse)
+            }
         }
     }
 }
@@ -142,10 +188,9 @@ impl FakePorts {
 impl PortReservations for FakePorts {
     fn reserve(&mut self, bind: SocketAddr) -> Result<(ReservationId, u16), ReserveError> {
         self.binds.push(bind);
-        assert!(
-            bind.ip().is_unspecified(),
-            "fake ports: reservation binds {bind}, not a wildcard"
-        );
+        if !bind.ip().is_unspecified() {
+            self.fault(format!("reservation binds {bind}, not a wildcard"));
+        }
         match self.grant(bind) {
             Ok(port) => {
                 self.last_id += 1;
@@ -166,7 +211,10 @@ impl PortReservations for FakePorts {
 
     fn release(&mut self, id: ReservationId) {
         let Some(a) = self.held.remove(&id) else {
-            panic!("fake ports: release of {id:?}, which the shell does not hold");
+            self.fault(format!(
+                "release of {id:?}, which the shell does not hold (twice, or never granted)"
+            ));
+            return;
         };
         let key = self.key(a, a.port());
         if let Some(n) = self.in_use.get_mut(&key) {
@@ -217,6 +265,26 @@ mod tests {
         p.answer_next(Some(Ok(0)));
         assert_eq!(p.reserve(v4(4000)).unwrap().1, 0, "Ok(0), not the failure");
         assert_eq!(p.reserve(v4(4000)).unwrap().1, 4000);
+    }
+
+    #[test]
+    fn recording_grants_cycle_per_family_and_faults_are_recorded() {
+        let mut p = FakePorts::recording(40_000..40_003, 4);
+        let (id, port) = p.reserve(v4(0)).unwrap();
+        assert_eq!(port, 40_001, "the start offset wraps into the range");
+        assert_eq!(p.reserve(v6(0)).unwrap().1, 40_002, "the cursor moved on");
+        assert_eq!(p.reserve(v6(40_001)).unwrap().1, 40_001, "per family");
+        assert_eq!(p.reserve(v4(40_001)), Err(ReserveError::AddrInUse));
+        p.release(id);
+        assert_eq!(
+            p.reserve(v4(0)).unwrap().1,
+            40_000,
+            "past the port released"
+        );
+        assert!(p.faults.is_empty());
+        p.release(id);
+        let _ = p.reserve(SocketAddr::from(([10, 0, 0, 1], 0)));
+        assert_eq!(p.faults.len(), 2, "{:?}", p.faults);
     }
 
     #[test]

@@ -346,7 +346,7 @@ impl Driver {
     pub(super) fn remove(&mut self, client: u8, addr: SockAddrStorage) {
         let ep = addr.endpoint();
         let before = ep.and_then(|ep| {
-            self.core
+            self.core()
                 .mappings()
                 .find(|m| m.local_endpoint == ep)
                 .map(|m| (m.id, m.refcount, m.owner_client))
@@ -360,7 +360,7 @@ impl Driver {
         self.kernel_msg(client, 0, &msg, None);
         let Some(ep) = ep else { return };
         let after = self
-            .core
+            .core()
             .mappings()
             .find(|m| m.local_endpoint == ep)
             .map(|m| (m.id, m.refcount));
@@ -483,7 +483,7 @@ impl Driver {
         if self.removes_in_call {
             return;
         }
-        match self.core.mappings().find(|m| m.local_endpoint == ep) {
+        match self.core().mappings().find(|m| m.local_endpoint == ep) {
             Some(m) if m.mapped == mapped => {}
             other => fail(format!(
                 "success answer for {ep} but the mapping is {:?}",

@@ -162,7 +162,7 @@ impl Driver {
     pub(super) fn peer(&mut self, via: PeerSocket, from: SocketAddr, bytes: &[u8]) {
         self.ledger.received(from, bytes);
         let before = self.remote_infos;
-        self.core.handle_peer_datagram(self.now, via, from, bytes);
+        self.host.handle_peer_datagram(self.now, via, from, bytes);
         self.pump(Ctx::Input);
         let n = self.remote_infos - before;
         self.ledger

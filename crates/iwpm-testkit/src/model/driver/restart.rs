@@ -1,7 +1,8 @@
 //! [`Op::Restore`]: the daemon restarts. The old core's table goes through the state file
 //! (encoded and read back, as the shell writes and reads it); its process ends, closing
-//! every reservation; a new core (another handle key) is started with the file's mappings
-//! ([`Core::start_after_restart`]); the model kernel answers its HELLO and, for
+//! every reservation; a new core (another handle key), in a new host with a new model
+//! shell, is started with the file's mappings ([`Host::start_after_restart`]); the model
+//! kernel answers its HELLO and, for
 //! each MAPINFO request, replays one record per reference it was told of, one record a
 //! datagram, then (unless the op says otherwise) MAPINFO_NUM. Nothing else is called:
 //! the restored mappings must be settled by the core's own `handle_*` calls, and every
@@ -21,15 +22,16 @@
 //! attribute).
 
 use iwpm_core::state_file::{SavedMapping, StateFile};
+#[cfg(doc)]
+use iwpm_core::Host;
 use iwpm_core::{Core, Previous};
 use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION};
 use iwpm_proto::netlink::{KernelMsg, MapInfoNumRequest, MapInfoRecord};
 use iwpm_proto::sockaddr::Endpoint;
 
 use super::kernel::encode_record;
-use super::{Ctx, Driver, Op};
-use crate::model::pools::{fail, GRANT_BASE, GRANT_PORTS};
-use crate::model::FakePorts;
+use super::{model_host, Ctx, Driver, Op};
+use crate::model::pools::fail;
 
 /// One replayed record: its client, local endpoint and message.
 type Replayed = (u8, Endpoint, MapInfoRecord);
@@ -37,19 +39,20 @@ type Replayed = (u8, Endpoint, MapInfoRecord);
 impl Driver {
     pub(super) fn restart(&mut self, how: u8) {
         let saved = self.state_file_round_trip();
-        let abi = self.core.abi();
+        let abi = self.core().abi();
         let replay = self.kernel_replay(abi);
-        // The process ends: its sockets, and so its reservations, close. An answer set for
-        // the next reservation stays set (it may hit the restore).
-        let mut shell = FakePorts::pool(GRANT_BASE, GRANT_PORTS);
-        shell.fail_next = std::mem::take(&mut self.shell.fail_next);
-        shell.force_port = std::mem::take(&mut self.shell.force_port);
-        self.shell = shell;
         self.restarts += 1;
         let mut config = self.config.clone();
         config.handle_key[0] ^= self.restarts as u8;
         config.handle_key[1] ^= (self.restarts >> 8) as u8;
-        self.core = Core::new(config, self.now);
+        // The process ends: its sockets, and so its reservations, close (the old host and
+        // its model shell go). An answer set for the next reservation stays set (it may
+        // hit the restore).
+        let mut host = model_host(Core::new(config, self.now), self.now);
+        let old = self.host.ports_mut();
+        host.ports_mut().fail_next = std::mem::take(&mut old.fail_next);
+        host.ports_mut().force_port = std::mem::take(&mut old.force_port);
+        self.host = host;
         // The new process's requests, exchanges and Ready are its own.
         self.requests.clear();
         self.origins.clear();
@@ -63,9 +66,7 @@ impl Driver {
             mappings: &saved,
             inherited_ports: false,
         };
-        let report = self
-            .core
-            .start_after_restart(self.now, previous, &mut self.shell);
+        let report = self.host.start_after_restart(self.now, previous);
         if report.restored + report.failed + report.skipped != saved.len() {
             fail(format!(
                 "restore of {} saved mappings reported {report:?}",
@@ -110,7 +111,7 @@ impl Driver {
         let file = StateFile {
             host: "model".into(),
             boot_id: "model-boot".into(),
-            mappings: self.core.saved_mappings(),
+            mappings: self.core().saved_mappings(),
         };
         // Compared as written: the file keeps no IPv6 flow label, which no mapping needs.
         let bytes = file.encode();
@@ -127,7 +128,7 @@ impl Driver {
     /// it was told (the old core's, which the checks kept equal to it), oldest first.
     fn kernel_replay(&self, abi: u16) -> Vec<Replayed> {
         let mut records = Vec::new();
-        let mappings: Vec<_> = self.core.mappings().collect();
+        let mappings: Vec<_> = self.core().mappings().collect();
         for m in mappings.iter().rev() {
             let refs = self.kref.get(&m.local_endpoint).copied().unwrap_or(0);
             let flags = if m.no_port_map {
