@@ -131,18 +131,30 @@ impl<P: PortReservations> Host<P> {
         }
     }
 
-    /// [`Core::start`].
+    /// [`Core::start`]. With a state file, the first write is scheduled at once, changes
+    /// or not: the file then describes this process (a previous one's file, or one this
+    /// process could not restore, would otherwise stay until the table first moves).
     pub fn start(&mut self, now: Instant) {
         self.last_now = now;
         self.core.start(now);
+        self.schedule_first_save(now);
     }
 
     /// [`Core::start_after_restart`], the previous mappings' ports reserved through the
-    /// host's lender.
+    /// host's lender; the first write is scheduled as by [`Host::start`].
     pub fn start_after_restart(&mut self, now: Instant, previous: Previous<'_>) -> RestoreReport {
         self.last_now = now;
-        self.core
-            .start_after_restart(now, previous, &mut self.ports)
+        let report = self
+            .core
+            .start_after_restart(now, previous, &mut self.ports);
+        self.schedule_first_save(now);
+        report
+    }
+
+    fn schedule_first_save(&mut self, now: Instant) {
+        if let Some(saver) = &mut self.saver {
+            saver.schedule(now);
+        }
     }
 
     /// [`Core::handle_kernel_datagram`].
