@@ -14,10 +14,10 @@
 //! exactly when the daemon does, or a crash there tests a different daemon. Writing the
 //! file (a thread, `rename`, `fsync`) stays with the caller.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::machine::{Core, Previous, ProbeError, ProbeId, RestoreReport};
+use crate::machine::{Core, Previous, ProbeError, ProbeId, ProbeRequest, RestoreReport};
 use crate::{Action, KernelReceipt, PeerSocket, PortReservations};
 
 /// When the state file is written.
@@ -186,12 +186,10 @@ impl<P: PortReservations> Host<P> {
     pub fn start_probe(
         &mut self,
         now: Instant,
-        target_ip: IpAddr,
-        local_ip: IpAddr,
-        wait: Duration,
+        probe: ProbeRequest,
     ) -> Result<ProbeId, ProbeError> {
         self.last_now = now;
-        self.core.start_probe(now, target_ip, local_ip, wait)
+        self.core.start_probe(now, probe)
     }
 
     /// Runs what is due at `now`: the core's timers, and a state-file write (queued as

@@ -68,8 +68,8 @@ pub use crate::counter::{CounterKind, CounterSlot, Presence, Surface};
 pub use crate::host::{Host, SavePolicy};
 pub use crate::machine::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
-    PeerSnapshot, Previous, ProbeError, ProbeId, ProbeOutcome, ProbeResult, RestoreReport,
-    SettleReport, MAX_PROBES, PROBE_MAX_WAIT,
+    PeerSnapshot, Previous, ProbeError, ProbeId, ProbeOutcome, ProbeRequest, ProbeResult,
+    RestoreReport, SettleReport, MAX_PROBES, PROBE_MAX_WAIT,
 };
 pub use crate::mapping_id::MappingId;
 pub use crate::peer_allow::PeerAllow;

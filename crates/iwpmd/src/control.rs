@@ -17,7 +17,7 @@ use iwpm_control::{
 };
 use iwpm_core::{
     Counter, ExchangeOutcome, ExchangeSide, MappingRole, PeerSocket, ProbeId, ProbeOutcome,
-    ProbeResult, Surface,
+    ProbeRequest, ProbeResult, Surface,
 };
 use mio::event::Event;
 
@@ -311,7 +311,14 @@ impl Shell {
             .map_err(|e| (ErrorKind::Failed, format!("no route to {host}: {e}")))?;
         let id = self
             .host
-            .start_probe(now, host, local, wait)
+            .start_probe(
+                now,
+                ProbeRequest {
+                    target: host,
+                    source: local,
+                    wait,
+                },
+            )
             .map_err(|e| (ErrorKind::Busy, e.to_string()))?;
         if let Some(control) = self.control.as_mut() {
             control.probes.push((id, conn, local));

@@ -61,7 +61,9 @@ mod reserve;
 mod restore;
 mod snapshot;
 
-pub use probe::{ProbeError, ProbeId, ProbeOutcome, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT};
+pub use probe::{
+    ProbeError, ProbeId, ProbeOutcome, ProbeRequest, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT,
+};
 pub use restore::{Previous, RestoreReport, SettleReport};
 pub use snapshot::{ClientSnapshot, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot};
 

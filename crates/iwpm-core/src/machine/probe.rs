@@ -27,6 +27,19 @@ pub(super) const PROBE_RESEND: Duration = Duration::from_millis(300);
 /// Longest wait a probe may ask for.
 pub const PROBE_MAX_WAIT: Duration = Duration::from_secs(10);
 
+/// What a probe asks: named fields, since the two addresses share a type and a swap
+/// would probe the wrong host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeRequest {
+    /// The peer daemon's IP (probed on the configured peer port).
+    pub target: IpAddr,
+    /// The address the REQUEST comes from (the one the shell's route to the target uses;
+    /// it is the REQUEST's connecting address).
+    pub source: IpAddr,
+    /// How long to wait for the answer (capped at [`PROBE_MAX_WAIT`]).
+    pub wait: Duration,
+}
+
 /// Names one probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ProbeId(pub u64);
@@ -100,17 +113,19 @@ impl Probes {
 }
 
 impl Core {
-    /// Starts a probe of the peer daemon at `target_ip` (on the configured peer port),
-    /// sending from `local_ip` (the address the shell's route to the target uses; it is
-    /// the REQUEST's connecting address). The result comes as [`Action::ProbeDone`] at the
-    /// latest `wait` (capped at [`PROBE_MAX_WAIT`]) from now.
+    /// Starts a probe of the peer daemon at `probe.target` from `probe.source`. The
+    /// result comes as [`Action::ProbeDone`] at the latest `probe.wait` (capped at
+    /// [`PROBE_MAX_WAIT`]) from now.
     pub fn start_probe(
         &mut self,
         now: Instant,
-        target_ip: IpAddr,
-        local_ip: IpAddr,
-        wait: Duration,
+        probe: ProbeRequest,
     ) -> Result<ProbeId, ProbeError> {
+        let ProbeRequest {
+            target: target_ip,
+            source: local_ip,
+            wait,
+        } = probe;
         self.last_now = now;
         if self.probes.running.len() >= MAX_PROBES {
             return Err(ProbeError::TooMany);

@@ -7,11 +7,21 @@ use iwpm_testkit::core_host as common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, CoreConfig, Host, PeerSocket, ProbeOutcome, ProbeResult};
+use iwpm_core::{
+    Action, Core, CoreConfig, Host, PeerSocket, ProbeOutcome, ProbeRequest, ProbeResult,
+};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
 /// A started core in its host (no port is ever reserved: probes map nothing), output
 /// drained.
+fn probe(target: IpAddr, source: IpAddr, wait: Duration) -> ProbeRequest {
+    ProbeRequest {
+        target,
+        source,
+        wait,
+    }
+}
+
 fn core(now: Instant) -> Host<common::Ports> {
     let core = Core::new(
         CoreConfig {
@@ -55,7 +65,7 @@ fn probe_gets_a_reject_and_leaves_nothing_on_the_peer() {
     let mut a = core(t0);
     let mut b = core(t0);
     let id = a
-        .start_probe(t0, b_ip, a_ip, Duration::from_millis(1500))
+        .start_probe(t0, probe(b_ip, a_ip, Duration::from_millis(1500)))
         .unwrap();
     let sent = peer_sends(&mut a);
     assert_eq!(sent.len(), 1);
@@ -94,9 +104,11 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
     let target: IpAddr = "192.0.2.9".parse().unwrap();
     a.start_probe(
         t0,
-        target,
-        "192.0.2.1".parse().unwrap(),
-        Duration::from_millis(1500),
+        probe(
+            target,
+            "192.0.2.1".parse().unwrap(),
+            Duration::from_millis(1500),
+        ),
     )
     .unwrap();
     let mut requests = peer_sends(&mut a).len();
@@ -118,9 +130,7 @@ fn probe_without_answer_repeats_then_gives_up_at_the_deadline() {
     let id2 = a
         .start_probe(
             now,
-            target,
-            "192.0.2.1".parse().unwrap(),
-            Duration::from_secs(1),
+            probe(target, "192.0.2.1".parse().unwrap(), Duration::from_secs(1)),
         )
         .unwrap();
     let sent = peer_sends(&mut a);
