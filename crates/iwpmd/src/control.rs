@@ -296,19 +296,30 @@ impl Shell {
         wait: Duration,
     ) -> Result<(), (ErrorKind, String)> {
         let target = SocketAddr::new(host, self.host.core().config().peer_port);
-        if self
-            .peers
-            .sockets
-            .get(PeerSocket::client_for(&target))
-            .is_none()
-        {
+        let Some(client) = self.peers.sockets.get(PeerSocket::client_for(&target)) else {
             return Err((
                 ErrorKind::Failed,
                 format!("this daemon has no peer socket for {host}'s address family"),
             ));
-        }
-        let local = route_source(target)
-            .map_err(|e| (ErrorKind::Failed, format!("no route to {host}: {e}")))?;
+        };
+        // The REQUESTs leave from the daemon's client socket: when it is bound to one
+        // address, the route must start there (a daemon bound to 127.0.0.1 cannot reach
+        // another host at all, and saying "filtered" then would send the operator to the
+        // wrong firewall).
+        let bound = client
+            .local_addr()
+            .map_or_else(|_| unspecified(host), |a| a.ip());
+        let local = route_source(target, bound).map_err(|e| {
+            let from = if bound.is_unspecified() {
+                String::new()
+            } else {
+                format!(" from {bound}, the address this daemon's peer sockets are bound to")
+            };
+            (
+                ErrorKind::Failed,
+                format!("cannot send to {host}{from}: {e}; nothing was sent"),
+            )
+        })?;
         let id = self
             .host
             .start_probe(
@@ -369,13 +380,20 @@ fn millis(d: Duration) -> u64 {
 
 /// The local address the kernel's routing picks towards `target` (a connected UDP socket
 /// sends nothing; it only asks the route).
-fn route_source(target: SocketAddr) -> std::io::Result<IpAddr> {
-    let any: IpAddr = if target.is_ipv4() {
+/// The wildcard address of `ip`'s family.
+fn unspecified(ip: IpAddr) -> IpAddr {
+    if ip.is_ipv4() {
         Ipv4Addr::UNSPECIFIED.into()
     } else {
         Ipv6Addr::UNSPECIFIED.into()
-    };
-    let sock = UdpSocket::bind(SocketAddr::new(any, 0))?;
+    }
+}
+
+/// The source address the kernel picks for a datagram from `bound` (a wildcard, or the
+/// one address the daemon's socket is bound to) to `target`: a connected UDP socket asks
+/// the routing table without sending anything.
+fn route_source(target: SocketAddr, bound: IpAddr) -> std::io::Result<IpAddr> {
+    let sock = UdpSocket::bind(SocketAddr::new(bound, 0))?;
     sock.connect(target)?;
     Ok(sock.local_addr()?.ip())
 }

@@ -286,6 +286,22 @@ fn probe_reachable_and_blocked(lab: &mut Lab, sock_a: &Path, b_ip: IpAddr) {
     }
     assert!(got >= 1, "the probe sent nothing to 127.0.0.3");
     eprintln!("probe blocked: verdict after {took:?} ({got} REQUESTs swallowed)");
+
+    // Unreachable from the daemon's own address: bound to a loopback address, it cannot send to
+    // another network at all. That is said, with the address, rather than blaming a
+    // firewall over there for datagrams that never left.
+    let out = iwpmctl(sock_a, &["probe", "10.255.255.1"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(!said.contains("BLOCKED"), "{said}");
+    assert!(
+        said.contains("cannot send to 10.255.255.1 from 127.") && said.contains("nothing was sent"),
+        "{said}"
+    );
 }
 
 fn log_level_changes(sock: &Path) {
