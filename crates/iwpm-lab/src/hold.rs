@@ -58,7 +58,12 @@ pub fn hold(config: LabConfig, opts: &HoldOptions) -> anyhow::Result<bool> {
     writeln!(
         out,
         "{}",
-        connections_line(listen, listener.info.mapped_local, records.len(), established)
+        connections_line(
+            listen,
+            listener.info.mapped_local,
+            records.len(),
+            established
+        )
     )?;
     let ctl = shell_word(&opts.iwpmctl.display().to_string());
     for side in lab.sides_mut() {

@@ -315,10 +315,18 @@ mod tests {
     struct Fixture {
         dir: PathBuf,
         env: Env,
+        _one_at_a_time: std::sync::MutexGuard<'static, ()>,
     }
+
+    /// One fixture at a time: a fake cargo being written while another test forks would be
+    /// open for writing in the child until it execs, and running it then fails with ETXTBSY.
+    static SERIAL: Mutex<()> = Mutex::new(());
 
     impl Fixture {
         fn new(tag: &str, profile: &str) -> Fixture {
+            let serial = SERIAL
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let dir =
                 std::env::temp_dir().join(format!("iwpm-lab-locate-{tag}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
@@ -350,7 +358,11 @@ mod tests {
                 cargo: cargo.into(),
                 path: None,
             };
-            Fixture { dir, env }
+            Fixture {
+                dir,
+                env,
+                _one_at_a_time: serial,
+            }
         }
 
         fn cargo_calls(&self) -> Vec<String> {
@@ -468,6 +480,7 @@ mod tests {
             "{said:?}"
         );
         assert!(said[1].starts_with("iwpm-lab: built "), "{said:?}");
+        drop(f);
         let mut none = Fixture::new("ctl-none", "release");
         none.env.profile_dir = None;
         let err = none.locate_tool(IWPMCTL).0.unwrap_err();

@@ -182,7 +182,10 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
     let iwpmctl = if cli.hold {
         let tool = iwpm_lab::locate::IWPMCTL;
-        Some(iwpm_lab::locate::binary(tool, |line| eprintln!("{line}")).context("finding iwpmctl")?)
+        Some(
+            iwpm_lab::locate::binary(tool, |line| eprintln!("{line}"))
+                .context("finding iwpmctl")?,
+        )
     } else {
         None
     };

@@ -165,6 +165,12 @@ pub struct Peer {
     /// REMOTE_INFO entries B's kernel still holds after teardown (a REQUEST answered
     /// twice, e.g. across a daemon restart, leaves one the kernel never consumes).
     pub stale_remote_info: usize,
+    /// REMOTE_INFOs B's daemon held back for the peer's ACK, its budget spent (counter
+    /// `remote_info_deferred`).
+    pub remote_info_deferred: u64,
+    /// Connections whose QUERY answer A's daemon held after its ACK, because the ACCEPT
+    /// said B's REMOTE_INFO waits for that ACK (counter `query_replies_held`).
+    pub query_replies_held: u64,
 }
 
 /// What a daemon ran out of while it reserved ports for mappings.
@@ -191,30 +197,57 @@ pub struct Shortage {
     pub logged: Option<String>,
 }
 
+impl Shortage {
+    /// What ran out: "file descriptors", "ephemeral ports".
+    pub fn what(&self) -> &'static str {
+        match self.resource {
+            Resource::FileDescriptors => "file descriptors",
+            Resource::Ports => "ephemeral ports",
+        }
+    }
+
+    /// The limit that was reached (from the daemon's warning when it names it) and what
+    /// raises it.
+    fn limit_and_remedy(&self) -> (String, &'static str) {
+        let logged = self.logged.as_deref().unwrap_or_default();
+        match self.resource {
+            Resource::FileDescriptors => {
+                let key = "RLIMIT_NOFILE limit of ";
+                if let Some(i) = logged.find(key) {
+                    let n = logged[i + key.len()..]
+                        .split([' ', ',', ';', ')'])
+                        .next()
+                        .unwrap_or("?");
+                    (
+                        format!("RLIMIT_NOFILE {n}"),
+                        "raise `ulimit -n` or LimitNOFILE",
+                    )
+                } else if logged.contains("system-wide") {
+                    ("fs.file-max".into(), "raise fs.file-max")
+                } else {
+                    ("EMFILE/ENFILE".into(), "raise `ulimit -n`")
+                }
+            }
+            Resource::Ports => (
+                "net.ipv4.ip_local_port_range".into(),
+                "widen net.ipv4.ip_local_port_range",
+            ),
+        }
+    }
+}
+
+/// The report's `cause` line: what ran out, its limit, what it did, what raises it.
 impl std::fmt::Display for Shortage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (what, why) = match self.resource {
-            Resource::FileDescriptors => (
-                "file descriptors",
-                "EMFILE/ENFILE: each port-mapped mapping holds a socket; raise `ulimit -n`",
-            ),
-            Resource::Ports => (
-                "ephemeral ports",
-                "each port-mapped mapping holds one of net.ipv4.ip_local_port_range",
-            ),
-        };
+        let (limit, remedy) = self.limit_and_remedy();
         write!(
             f,
-            "host {}: iwpmd ran out of {what} ({why}): {} port reservations refused, each \
-             answered with CREATE_MAPPING_ERR, so the kernel used the unmapped address and \
-             such connections fail (B's listener answers only on its mapped port: rejected, \
-             no listener)",
-            self.host, self.refused
-        )?;
-        if let Some(line) = &self.logged {
-            write!(f, "; the daemon logged: {line}")?;
-        }
-        Ok(())
+            "host {}: iwpmd ran out of {} ({limit}): {} mappings refused; their connections \
+             went unmapped and were rejected (B listens on its mapped port); {remedy}",
+            self.host,
+            self.what(),
+            self.refused
+        )
     }
 }
 
@@ -238,16 +271,22 @@ pub struct Latency {
     pub connect_histogram: Vec<Bucket>,
 }
 
-/// Wall-clock phases.
+/// Wall-clock phases, one after the other: they add up to `total_s`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Timings {
-    /// Hosts, daemons, listener.
+    /// Hosts, taps, relays, daemons started (until each said HELLO), B's listener.
     pub setup_s: f64,
-    /// Opening the connections.
+    /// Opening the connections (and, with `--restart-daemon`, the restart).
     pub connect_s: f64,
-    /// Tearing them down and checking the tables emptied.
+    /// The cross-checks at the peak, `check_wait_s` included.
+    pub check_s: f64,
+    /// Of `check_s`: waiting for passive ends and for REMOTE_INFOs still on their way.
+    pub check_wait_s: f64,
+    /// Tearing the connections down and waiting for every table to empty.
     pub teardown_s: f64,
-    /// Everything.
+    /// Reading the counters and stopping the daemons with SIGTERM.
+    pub stop_s: f64,
+    /// Everything: the sum of the phases above.
     pub total_s: f64,
     /// Established connections per second of the connect phase.
     pub connections_per_s: f64,
@@ -280,6 +319,27 @@ pub struct Report {
     pub daemon_exits: BTreeMap<String, String>,
     /// No failure, mismatch or violation.
     pub ok: bool,
+}
+
+impl Timings {
+    /// Every phase, then the total they add up to:
+    /// `setup 0.02 s + connecting 0.19 s + checks 0.03 s + teardown 0.09 s + stopping 0.05 s
+    /// = 0.38 s`, with the checks' waits in parentheses when there were any.
+    pub fn line(&self) -> String {
+        let wait = if self.check_wait_s >= 0.005 {
+            format!(
+                " ({:.2} s waiting for passive ends and REMOTE_INFOs)",
+                self.check_wait_s
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "setup {:.2} s + connecting {:.2} s + checks {:.2} s{wait} + teardown {:.2} s + \
+             stopping {:.2} s = {:.2} s",
+            self.setup_s, self.connect_s, self.check_s, self.teardown_s, self.stop_s, self.total_s
+        )
+    }
 }
 
 fn ms(p: &Option<Percentiles>) -> [String; 3] {
@@ -471,14 +531,10 @@ impl Report {
         let t = &self.timings;
         let _ = writeln!(
             o,
-            "throughput    {:.0} connections/s ({} in {:.2} s); setup {:.2} s, teardown {:.2} s, total {:.2} s",
-            t.connections_per_s,
-            self.connections.established,
-            t.connect_s,
-            t.setup_s,
-            t.teardown_s,
-            t.total_s
+            "throughput    {:.0} connections/s ({} in {:.2} s)",
+            t.connections_per_s, self.connections.established, t.connect_s
         );
+        let _ = writeln!(o, "time          {}", t.line());
     }
 
     fn render_restart(&self, o: &mut String) {
@@ -519,11 +575,14 @@ impl Report {
         for s in &self.shortages {
             let _ = writeln!(o, "cause         {s}");
         }
+        if let Some(cause) = self.loss_cause() {
+            let _ = writeln!(o, "cause         {cause}");
+        }
         let _ = writeln!(o, "violations    {}", self.violations.len());
         for v in self.violations.iter().take(10) {
             let _ = writeln!(o, "  {v}");
         }
-        let _ = writeln!(o, "mismatches    {}", self.mismatches.len());
+        let _ = writeln!(o, "mismatches    {}", self.mismatches_header());
         for v in self.mismatches.iter().take(20) {
             let _ = writeln!(o, "  {v}");
         }
@@ -534,9 +593,59 @@ impl Report {
     }
 }
 
+/// How often A's daemon sends the ACK of an exchange whose REMOTE_INFO waits for it
+/// (`NOTICE_WAITS` in iwpm-core's `machine/peer/active.rs`: the ACK, then again per wait).
+const ACK_SENDS: i32 = 3;
+
+impl Report {
+    /// The mismatch count, and what it means for the connections: one mismatch is one
+    /// line below, and one line may stand for many failed connections.
+    fn mismatches_header(&self) -> String {
+        let n = self.mismatches.len();
+        if n == 0 {
+            return "0".into();
+        }
+        let c = &self.connections;
+        let inconsistent = c.established.saturating_sub(c.consistent);
+        format!(
+            "{n} lines below; connections: {} failed, {inconsistent} established but \
+             inconsistent",
+            c.failed
+        )
+    }
+
+    /// With `--loss`, when every mismatch is a connection that reached B without
+    /// REMOTE_INFO: that this is what the loss rate predicts, and why.
+    fn loss_cause(&self) -> Option<String> {
+        let loss = self.settings.loss_percent;
+        let held = self.peer.query_replies_held;
+        let all_missing = self.mismatches.iter().all(Mismatch::is_missing_remote_info);
+        if loss <= 0.0 || held == 0 || self.mismatches.is_empty() || !all_missing {
+            return None;
+        }
+        let n = self.mismatches.len();
+        let all_lost = (loss / 100.0).powi(ACK_SENDS);
+        let predicted = held as f64 * all_lost;
+        // Well beyond a Poisson count's spread: something else is wrong too.
+        let verdict = if n as f64 <= 2.0 * predicted + 3.0 {
+            "expected with --loss"
+        } else {
+            "more than the loss explains"
+        };
+        Some(format!(
+            "{n} connections reached B without REMOTE_INFO, about {predicted:.0} predicted at \
+             {loss} % loss: lost ACKs kept B's REMOTE_INFO tokens, so {held} REMOTE_INFOs \
+             waited for A's ACK, which A sends {ACK_SENDS} times, all lost in {:.1} % of \
+             cases; {verdict}",
+            all_lost * 100.0
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mismatch::{ConnProblem, ConnTag};
 
     #[test]
     fn restart_drops_and_unconsumed_remote_infos_are_explained() {
@@ -569,6 +678,158 @@ mod tests {
         assert!(text.contains("4 arrived after their connection"), "{text}");
         assert!(
             text.contains("10 repeat an earlier one (a REQUEST answered twice; not expected"),
+            "{text}"
+        );
+    }
+
+    /// The `time` line's phases (outside parentheses) and its total.
+    fn phases_and_total(line: &str) -> (Vec<f64>, f64) {
+        let secs = |part: &str| -> f64 {
+            let part = part.split(" (").next().unwrap().trim();
+            let number = part.strip_suffix(" s").unwrap().rsplit(' ').next().unwrap();
+            number.parse().unwrap()
+        };
+        let (phases, total) = line.rsplit_once(" = ").unwrap();
+        (phases.split(" + ").map(secs).collect(), secs(total))
+    }
+
+    #[test]
+    fn the_time_line_lists_phases_that_add_up_to_the_total() {
+        let mut t = Timings {
+            setup_s: 0.0221,
+            connect_s: 9.054,
+            check_s: 1.0349,
+            check_wait_s: 1.004,
+            teardown_s: 0.0792,
+            stop_s: 0.0254,
+            ..Timings::default()
+        };
+        t.total_s = t.setup_s + t.connect_s + t.check_s + t.teardown_s + t.stop_s;
+        let r = Report {
+            timings: t,
+            ..Report::default()
+        };
+        let text = r.render();
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("time          "))
+            .unwrap();
+        assert_eq!(
+            line,
+            "setup 0.02 s + connecting 9.05 s + checks 1.03 s (1.00 s waiting for passive ends \
+             and REMOTE_INFOs) + teardown 0.08 s + stopping 0.03 s = 10.22 s"
+        );
+        let (phases, total) = phases_and_total(line);
+        assert_eq!(phases.len(), 5, "{line}");
+        let sum: f64 = phases.iter().sum();
+        // Each printed part is rounded to 0.005 s at most.
+        assert!(
+            (sum - total).abs() <= 0.005 * 6.0,
+            "{sum} != {total}: {line}"
+        );
+    }
+
+    fn no_remote_info(index: usize) -> Mismatch {
+        let local: std::net::SocketAddr = "127.0.0.1:10044".parse().unwrap();
+        Mismatch::Connection {
+            conn: ConnTag {
+                index,
+                local,
+                remote: "127.0.0.2:18515".parse().unwrap(),
+            },
+            problem: ConnProblem::NoRemoteInfo { seen: local },
+        }
+    }
+
+    fn cause_lines(r: &Report) -> Vec<String> {
+        r.render()
+            .lines()
+            .filter_map(|l| l.strip_prefix("cause         "))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn loss_that_explains_the_missing_remote_infos_says_so() {
+        let mut r = Report::default();
+        r.settings.loss_percent = 30.0;
+        r.peer.query_replies_held = 212;
+        r.connections.established = 1000;
+        r.connections.consistent = 996;
+        r.mismatches = (0..4).map(no_remote_info).collect();
+        assert_eq!(
+            cause_lines(&r),
+            [
+                "4 connections reached B without REMOTE_INFO, about 6 predicted at 30 % loss: \
+              lost ACKs kept B's REMOTE_INFO tokens, so 212 REMOTE_INFOs waited for A's ACK, \
+              which A sends 3 times, all lost in 2.7 % of cases; expected with --loss"
+            ]
+        );
+        let text = r.render();
+        assert!(
+            text.contains(
+                "mismatches    4 lines below; connections: 0 failed, 4 established but \
+                 inconsistent"
+            ),
+            "{text}"
+        );
+
+        r.mismatches = (0..40).map(no_remote_info).collect();
+        assert!(cause_lines(&r)[0].ends_with("; more than the loss explains"));
+        r.mismatches.push(Mismatch::PassiveNotDisconnected);
+        assert!(cause_lines(&r).is_empty(), "another kind of mismatch");
+        r.mismatches.pop();
+        r.settings.loss_percent = 0.0;
+        assert!(cause_lines(&r).is_empty(), "no loss");
+    }
+
+    /// Out of descriptors: the explanation once, short, in the `cause` line; the mismatch
+    /// only names it; the header says how many connections that cost.
+    #[test]
+    fn a_shortage_is_explained_once() {
+        let shortage = Shortage {
+            host: "A".into(),
+            resource: Resource::FileDescriptors,
+            refused: 159,
+            logged: Some(
+                "out of file descriptors: the daemon has reached its RLIMIT_NOFILE limit of \
+                 20000 (hard 20000; 19990 ports held for mappings), so a new mapping cannot \
+                 hold its port; the kernel gets CREATE_MAPPING_ERR for it. suppressed=0"
+                    .into(),
+            ),
+        };
+        let mut r = Report {
+            shortages: vec![shortage.clone()],
+            mismatches: vec![
+                Mismatch::OutOfResources(shortage),
+                Mismatch::PassiveNotDisconnected,
+            ],
+            ..Report::default()
+        };
+        r.connections.attempted = 400;
+        r.connections.established = 241;
+        r.connections.consistent = 241;
+        r.connections.failed = 159;
+        let causes = cause_lines(&r);
+        assert_eq!(
+            causes,
+            [
+                "host A: iwpmd ran out of file descriptors (RLIMIT_NOFILE 20000): 159 mappings \
+              refused; their connections went unmapped and were rejected (B listens on its \
+              mapped port); raise `ulimit -n` or LimitNOFILE"
+            ]
+        );
+        let text = r.render();
+        assert_eq!(text.matches("RLIMIT_NOFILE").count(), 1, "{text}");
+        assert!(
+            text.contains("\n  host A: iwpmd ran out of file descriptors: 159 mappings refused\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "mismatches    2 lines below; connections: 159 failed, 0 established but \
+                 inconsistent"
+            ),
             "{text}"
         );
     }

@@ -116,11 +116,19 @@ fn hold_and_release(extra: &[&str]) {
     let mut pids = Vec::new();
     let mut sockets = Vec::new();
     // A holds a mapping per connection, B its listener's.
-    for ((host, line), mappings) in hosts.iter().zip(&ctl_lines).zip(["4 mappings", "1 mapping"]) {
+    for ((host, line), mappings) in hosts
+        .iter()
+        .zip(&ctl_lines)
+        .zip(["4 mappings", "1 mapping"])
+    {
         let pid = after(host, "iwpmd pid");
         assert!(host.contains(&format!("({mappings})")), "{host}");
         let words: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(words[0], ctl.to_str().unwrap(), "{line}: not the absolute path");
+        assert_eq!(
+            words[0],
+            ctl.to_str().unwrap(),
+            "{line}: not the absolute path"
+        );
         assert_eq!(words.last(), Some(&"status"), "{line}");
         // The printed line, pasted into a shell as it is.
         let text = paste(line);
