@@ -19,6 +19,7 @@
 pub mod daemon;
 pub mod dump;
 pub mod histogram;
+pub mod hold;
 pub mod json;
 pub mod lab;
 pub mod locate;

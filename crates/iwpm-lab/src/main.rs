@@ -6,21 +6,19 @@
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use iwpm_kernel_emu::PortMapMode;
+use iwpm_lab::hold::{hold, HoldOptions};
 use iwpm_lab::lab::add_v6_loopback_addresses;
 use iwpm_lab::netns::{self, NetPlace};
 use iwpm_lab::progress::Status;
 use iwpm_lab::{
     run, Family, Lab, LabConfig, Phase, RelayConfig, RunEvent, RunOptions, Topology, WorkloadConfig,
 };
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 /// Exercise the real iwpmd end to end on two emulated iWARP hosts.
 ///
@@ -48,9 +46,9 @@ REMOTE_INFO that never arrives is.
 Exit status: 0 all connections established and consistent, no protocol violation; \
 1 otherwise; 2 the lab could not be set up.")]
 struct Cli {
-    /// Connections to open from A to B.
-    #[arg(long, default_value_t = 1000)]
-    connections: usize,
+    /// Connections to open from A to B [default: 1000, or 4 with --hold].
+    #[arg(long)]
+    connections: Option<usize>,
 
     /// Connections in progress at once [default: 64, or 256 with --loss, whose
     /// retransmissions make each connection take about a second].
@@ -73,7 +71,11 @@ struct Cli {
     #[arg(long)]
     no_port_map: bool,
 
-    /// Drop this percentage of the peer UDP datagrams between the daemons.
+    /// Drop this percentage of the peer UDP datagrams between the daemons. Each lost ACK
+    /// keeps one of B's REMOTE_INFO tokens; once they are spent (at 30 %: after several
+    /// hundred connections), REMOTE_INFO waits for A's ACK, and a connection whose 3 ACKs
+    /// are all lost reaches B without one: a few such mismatches and exit 1 are expected
+    /// (the report then says how many this loss predicts).
     #[arg(long, value_name = "PCT", default_value_t = 0.0)]
     loss: f64,
 
@@ -120,9 +122,10 @@ struct Cli {
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
 
-    /// Set up the lab and hold it instead of running connections: both daemons run over
-    /// their emulated kernels until Ctrl-C or SIGTERM; prints each daemon's pid, control
-    /// socket and a ready `iwpmctl --socket PATH status` line (see the lab's README).
+    /// Set up the lab, open a few connections (4, or --connections) and hold them instead
+    /// of running the checks: both daemons run over their emulated kernels until Ctrl-C or
+    /// SIGTERM; prints each daemon's pid, control socket and a ready
+    /// `/path/to/iwpmctl --socket PATH status` line (iwpmctl is built if missing).
     #[arg(long, conflicts_with_all = ["json", "plot", "restart_daemon"])]
     hold: bool,
 
@@ -150,7 +153,12 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     {
         bail!("--loss, --duplicate and --reorder are percentages (0 to 100)");
     }
-    if cli.connections == 0 || cli.connections > iwpm_lab::lab::MAX_CONNECTIONS {
+    let connections = cli.connections.unwrap_or(if cli.hold {
+        iwpm_lab::hold::DEFAULT_CONNECTIONS
+    } else {
+        1000
+    });
+    if connections == 0 || connections > iwpm_lab::lab::MAX_CONNECTIONS {
         bail!(
             "--connections must be 1 to {} (each live connection holds one emulated port)",
             iwpm_lab::lab::MAX_CONNECTIONS
@@ -172,6 +180,15 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     // network to fetch the daemon's own crates, and the files it writes are ours).
     // (cargo prints its own progress while it builds: the status line starts after it)
     iwpm_lab::locate::daemon_binary(|line| eprintln!("{line}")).context("finding iwpmd")?;
+    let iwpmctl = if cli.hold {
+        let tool = iwpm_lab::locate::IWPMCTL;
+        Some(
+            iwpm_lab::locate::binary(tool, |line| eprintln!("{line}"))
+                .context("finding iwpmctl")?,
+        )
+    } else {
+        None
+    };
     let status = Status::new("iwpm-lab", !cli.json);
     let family = if cli.ipv6 { Family::V6 } else { Family::V4 };
     if family == Family::V6 && topology == Topology::Current {
@@ -226,20 +243,28 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         daemon_config,
         ..LabConfig::default()
     };
-    if cli.hold {
+    let workload = WorkloadConfig {
+        connections,
+        concurrency,
+        ..WorkloadConfig::default()
+    };
+    let listen_port = RunOptions::default().listen_port;
+    if let Some(iwpmctl) = iwpmctl {
         drop(status);
-        return hold(config);
+        let opts = HoldOptions {
+            workload,
+            listen_port,
+            iwpmctl,
+        };
+        return hold(config, &opts);
     }
     let t0 = Instant::now();
     status.phase("setting up: two emulated hosts, taps, relays, two iwpmd");
     let mut lab = Lab::start(config).context("setting up the lab")?;
     let setup = t0.elapsed();
     let opts = RunOptions {
-        workload: WorkloadConfig {
-            connections: cli.connections,
-            concurrency,
-            ..WorkloadConfig::default()
-        },
+        workload,
+        listen_port,
         restart_daemon: cli.restart_daemon,
         ..RunOptions::default()
     };
@@ -272,74 +297,4 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
         print!("{}", report.render());
     }
     Ok(report.ok)
-}
-
-/// `--hold`: the lab set up, its daemons' handles printed, until SIGINT or SIGTERM; then
-/// both daemons are stopped with SIGTERM (their exit statuses printed) and everything is
-/// removed (scratch directory, namespaces).
-fn hold(config: LabConfig) -> anyhow::Result<bool> {
-    // Handlers (not a blocked mask, which the daemons would inherit) catch the signals
-    // from here on; the set-up below is then cleaned up whichever comes.
-    let mut signals = Signals::new([SIGINT, SIGTERM]).context("catching SIGINT/SIGTERM")?;
-    let mut lab = Lab::start(config).context("setting up the lab")?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "iwpm-lab: holding two iwpmd over emulated kernels (lab pid {}); Ctrl-C or SIGTERM \
-         stops them and cleans up",
-        std::process::id()
-    )?;
-    for side in [&lab.a, &lab.b] {
-        let Some(d) = &side.daemon else { continue };
-        let socket = d.config().control_socket.display().to_string();
-        let pid = d.pid();
-        writeln!(
-            out,
-            "host {}: {}, iwpmd pid {pid}, control socket {socket}",
-            side.name, side.addrs.public
-        )?;
-        writeln!(out, "  iwpmctl --socket {socket} status")?;
-        writeln!(
-            out,
-            "  kill -USR1 {pid}  (table dump: in its log, shown with --verbose); kill -TERM \
-             {pid} stops it"
-        )?;
-    }
-    if let Some(ns) = lab.a.place.name() {
-        writeln!(
-            out,
-            "namespaces: {ns}, {}",
-            lab.b.place.name().unwrap_or("?")
-        )?;
-    }
-    writeln!(out, "ready")?;
-    out.flush()?;
-    drop(out);
-    let signal = match signals.forever().next() {
-        Some(SIGINT) => "SIGINT",
-        _ => "SIGTERM",
-    };
-    let mut clean = true;
-    let mut exits = Vec::new();
-    for side in lab.sides_mut() {
-        match side.stop_daemon() {
-            Ok(Some(status)) => {
-                clean &= status.success();
-                exits.push(format!("{} {status}", side.name));
-            }
-            Ok(None) => exits.push(format!("{} already gone", side.name)),
-            Err(e) => {
-                clean = false;
-                exits.push(format!("{} {e}", side.name));
-            }
-        }
-    }
-    drop(lab);
-    // Whoever started us may be gone (a closed pipe): the clean-up is done either way.
-    let _ = writeln!(
-        std::io::stdout(),
-        "iwpm-lab: {signal}: daemons stopped ({}), lab removed",
-        exits.join(", ")
-    );
-    Ok(clean)
 }

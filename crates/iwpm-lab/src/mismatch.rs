@@ -355,11 +355,31 @@ impl fmt::Display for Mismatch {
                 f,
                 "host {host}: {connecting} connecting exchanges still in flight after teardown"
             ),
-            Mismatch::OutOfResources(s) => s.fmt(f),
+            // The report's `cause` line explains it; this names it among the mismatches.
+            Mismatch::OutOfResources(s) => write!(
+                f,
+                "host {}: iwpmd ran out of {}: {} mappings refused",
+                s.host,
+                s.what(),
+                s.refused
+            ),
             Mismatch::DaemonExit { host, status } => {
                 write!(f, "host {host}: iwpmd exited with {status} after SIGTERM")
             }
         }
+    }
+}
+
+impl Mismatch {
+    /// A connection that reached B without its REMOTE_INFO (what `--loss` can cause).
+    pub fn is_missing_remote_info(&self) -> bool {
+        matches!(
+            self,
+            Mismatch::Connection {
+                problem: ConnProblem::NoRemoteInfo { .. },
+                ..
+            }
+        )
     }
 }
 

@@ -11,6 +11,8 @@ use crate::histogram::Bucket;
 use crate::lab::RestartOutcome;
 use crate::mismatch::Mismatch;
 
+mod causes;
+
 /// p50/p99/max of a set of durations, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Percentiles {
@@ -165,6 +167,12 @@ pub struct Peer {
     /// REMOTE_INFO entries B's kernel still holds after teardown (a REQUEST answered
     /// twice, e.g. across a daemon restart, leaves one the kernel never consumes).
     pub stale_remote_info: usize,
+    /// REMOTE_INFOs B's daemon held back for the peer's ACK, its budget spent (counter
+    /// `remote_info_deferred`).
+    pub remote_info_deferred: u64,
+    /// Connections whose QUERY answer A's daemon held after its ACK, because the ACCEPT
+    /// said B's REMOTE_INFO waits for that ACK (counter `query_replies_held`).
+    pub query_replies_held: u64,
 }
 
 /// What a daemon ran out of while it reserved ports for mappings.
@@ -191,33 +199,6 @@ pub struct Shortage {
     pub logged: Option<String>,
 }
 
-impl std::fmt::Display for Shortage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (what, why) = match self.resource {
-            Resource::FileDescriptors => (
-                "file descriptors",
-                "EMFILE/ENFILE: each port-mapped mapping holds a socket; raise `ulimit -n`",
-            ),
-            Resource::Ports => (
-                "ephemeral ports",
-                "each port-mapped mapping holds one of net.ipv4.ip_local_port_range",
-            ),
-        };
-        write!(
-            f,
-            "host {}: iwpmd ran out of {what} ({why}): {} port reservations refused, each \
-             answered with CREATE_MAPPING_ERR, so the kernel used the unmapped address and \
-             such connections fail (B's listener answers only on its mapped port: rejected, \
-             no listener)",
-            self.host, self.refused
-        )?;
-        if let Some(line) = &self.logged {
-            write!(f, "; the daemon logged: {line}")?;
-        }
-        Ok(())
-    }
-}
-
 /// Latencies of established connections.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Latency {
@@ -238,16 +219,22 @@ pub struct Latency {
     pub connect_histogram: Vec<Bucket>,
 }
 
-/// Wall-clock phases.
+/// Wall-clock phases, one after the other: they add up to `total_s`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Timings {
-    /// Hosts, daemons, listener.
+    /// Hosts, taps, relays, daemons started (until each said HELLO), B's listener.
     pub setup_s: f64,
-    /// Opening the connections.
+    /// Opening the connections (and, with `--restart-daemon`, the restart).
     pub connect_s: f64,
-    /// Tearing them down and checking the tables emptied.
+    /// The cross-checks at the peak, `check_wait_s` included.
+    pub check_s: f64,
+    /// Of `check_s`: waiting for passive ends and for REMOTE_INFOs still on their way.
+    pub check_wait_s: f64,
+    /// Tearing the connections down and waiting for every table to empty.
     pub teardown_s: f64,
-    /// Everything.
+    /// Reading the counters and stopping the daemons with SIGTERM.
+    pub stop_s: f64,
+    /// Everything: the sum of the phases above.
     pub total_s: f64,
     /// Established connections per second of the connect phase.
     pub connections_per_s: f64,
@@ -280,6 +267,27 @@ pub struct Report {
     pub daemon_exits: BTreeMap<String, String>,
     /// No failure, mismatch or violation.
     pub ok: bool,
+}
+
+impl Timings {
+    /// Every phase, then the total they add up to:
+    /// `setup 0.02 s + connecting 0.19 s + checks 0.03 s + teardown 0.09 s + stopping 0.05 s
+    /// = 0.38 s`, with the checks' waits in parentheses when there were any.
+    pub fn line(&self) -> String {
+        let wait = if self.check_wait_s >= 0.005 {
+            format!(
+                " ({:.2} s waiting for passive ends and REMOTE_INFOs)",
+                self.check_wait_s
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "setup {:.2} s + connecting {:.2} s + checks {:.2} s{wait} + teardown {:.2} s + \
+             stopping {:.2} s = {:.2} s",
+            self.setup_s, self.connect_s, self.check_s, self.teardown_s, self.stop_s, self.total_s
+        )
+    }
 }
 
 fn ms(p: &Option<Percentiles>) -> [String; 3] {
@@ -471,14 +479,10 @@ impl Report {
         let t = &self.timings;
         let _ = writeln!(
             o,
-            "throughput    {:.0} connections/s ({} in {:.2} s); setup {:.2} s, teardown {:.2} s, total {:.2} s",
-            t.connections_per_s,
-            self.connections.established,
-            t.connect_s,
-            t.setup_s,
-            t.teardown_s,
-            t.total_s
+            "throughput    {:.0} connections/s ({} in {:.2} s)",
+            t.connections_per_s, self.connections.established, t.connect_s
         );
+        let _ = writeln!(o, "time          {}", t.line());
     }
 
     fn render_restart(&self, o: &mut String) {
@@ -519,11 +523,14 @@ impl Report {
         for s in &self.shortages {
             let _ = writeln!(o, "cause         {s}");
         }
+        if let Some(cause) = self.loss_cause() {
+            let _ = writeln!(o, "cause         {cause}");
+        }
         let _ = writeln!(o, "violations    {}", self.violations.len());
         for v in self.violations.iter().take(10) {
             let _ = writeln!(o, "  {v}");
         }
-        let _ = writeln!(o, "mismatches    {}", self.mismatches.len());
+        let _ = writeln!(o, "mismatches    {}", self.mismatches_header());
         for v in self.mismatches.iter().take(20) {
             let _ = writeln!(o, "  {v}");
         }
@@ -570,6 +577,53 @@ mod tests {
         assert!(
             text.contains("10 repeat an earlier one (a REQUEST answered twice; not expected"),
             "{text}"
+        );
+    }
+
+    /// The `time` line's phases (outside parentheses) and its total.
+    fn phases_and_total(line: &str) -> (Vec<f64>, f64) {
+        let secs = |part: &str| -> f64 {
+            let part = part.split(" (").next().unwrap().trim();
+            let number = part.strip_suffix(" s").unwrap().rsplit(' ').next().unwrap();
+            number.parse().unwrap()
+        };
+        let (phases, total) = line.rsplit_once(" = ").unwrap();
+        (phases.split(" + ").map(secs).collect(), secs(total))
+    }
+
+    #[test]
+    fn the_time_line_lists_phases_that_add_up_to_the_total() {
+        let mut t = Timings {
+            setup_s: 0.0221,
+            connect_s: 9.054,
+            check_s: 1.0349,
+            check_wait_s: 1.004,
+            teardown_s: 0.0792,
+            stop_s: 0.0254,
+            ..Timings::default()
+        };
+        t.total_s = t.setup_s + t.connect_s + t.check_s + t.teardown_s + t.stop_s;
+        let r = Report {
+            timings: t,
+            ..Report::default()
+        };
+        let text = r.render();
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("time          "))
+            .unwrap();
+        assert_eq!(
+            line,
+            "setup 0.02 s + connecting 9.05 s + checks 1.03 s (1.00 s waiting for passive ends \
+             and REMOTE_INFOs) + teardown 0.08 s + stopping 0.03 s = 10.22 s"
+        );
+        let (phases, total) = phases_and_total(line);
+        assert_eq!(phases.len(), 5, "{line}");
+        let sum: f64 = phases.iter().sum();
+        // Each printed part is rounded to 0.005 s at most.
+        assert!(
+            (sum - total).abs() <= 0.005 * 6.0,
+            "{sum} != {total}: {line}"
         );
     }
 

@@ -104,7 +104,8 @@ pub fn run(
     setup: Duration,
     mut progress: impl FnMut(RunEvent),
 ) -> Result<Report, LabError> {
-    let t_start = Instant::now();
+    // Each phase is the time since the previous one ended, so the phases add up to the total.
+    let mut clock = Lap(Instant::now());
     let mut report = Report {
         settings: settings(lab, opts),
         ..Report::default()
@@ -113,16 +114,15 @@ pub fn run(
 
     let (listening, found) = listen(lab, opts)?;
     mismatches.extend(found);
-    report.timings.setup_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
+    report.timings.setup_s = setup.as_secs_f64() + clock.lap();
 
-    let t_connect = Instant::now();
     progress(RunEvent::Phase(Phase::Connecting {
         total: opts.workload.connections,
     }));
     let (records, restart) = workload(lab, opts, listening.addr, |p| {
         progress(RunEvent::Connections(p));
     });
-    report.timings.connect_s = t_connect.elapsed().as_secs_f64();
+    report.timings.connect_s = clock.lap();
     let (restart, found) = check_restart(opts.restart_daemon, restart);
     report.restart = restart;
     mismatches.extend(found);
@@ -133,11 +133,13 @@ pub fn run(
     report.connections = peak.connections;
     report.mappings = peak.mappings;
     report.latency = latency(lab, &records, &listening.addr);
+    report.timings.check_s = clock.lap();
+    // To the millisecond: checks that found everything there at once "waited" a few µs.
+    report.timings.check_wait_s = peak.waited.as_millis() as f64 / 1e3;
 
     progress(RunEvent::Phase(Phase::TearingDown));
-    let t_teardown = Instant::now();
     mismatches.extend(teardown(lab, &records, listening, &mut report.mappings)?);
-    report.timings.teardown_s = t_teardown.elapsed().as_secs_f64();
+    report.timings.teardown_s = clock.lap();
 
     progress(RunEvent::Phase(Phase::Stopping));
     mismatches.extend(finish(lab, &mut report)?);
@@ -151,7 +153,8 @@ pub fn run(
             .map(Mismatch::OutOfResources),
     );
     let t = &mut report.timings;
-    t.total_s = setup.as_secs_f64() + t_start.elapsed().as_secs_f64();
+    t.stop_s = clock.lap();
+    t.total_s = t.setup_s + t.connect_s + t.check_s + t.teardown_s + t.stop_s;
     t.connections_per_s = if t.connect_s > 0.0 {
         report.connections.established as f64 / t.connect_s
     } else {
@@ -160,6 +163,19 @@ pub fn run(
     report.ok = mismatches.is_empty() && report.violations.is_empty();
     report.mismatches = mismatches;
     Ok(report)
+}
+
+/// A stopwatch whose laps are contiguous: the time since the previous lap.
+struct Lap(Instant);
+
+impl Lap {
+    /// Seconds since the previous lap (or the start).
+    fn lap(&mut self) -> f64 {
+        let now = Instant::now();
+        let lap = now.saturating_duration_since(self.0);
+        self.0 = now;
+        lap.as_secs_f64()
+    }
 }
 
 /// B's listener and the thread collecting its passive ends.

@@ -81,6 +81,8 @@ pub(super) fn peer_counters(lab: &mut Lab) -> Result<(Peer, Vec<Shortage>), LabE
         p.rejects += d.core(Counter::PeerOut(PeerMsgType::Reject));
         p.retransmissions += d.core(Counter::Retransmissions);
         p.duplicates += d.core(Counter::PeerDuplicates);
+        p.remote_info_deferred += d.core(Counter::RemoteInfoDeferred);
+        p.query_replies_held += d.core(Counter::QueryRepliesHeld);
         if let Some(r) = &side.relay {
             let st = r.stats();
             p.relay_seen += st.seen.iter().sum::<u64>();

@@ -23,6 +23,8 @@ pub(super) struct Peak {
     pub(super) connections: Connections,
     pub(super) mappings: Mappings,
     pub(super) mismatches: Vec<Mismatch>,
+    /// How long the checks waited for passive ends and REMOTE_INFOs still on their way.
+    pub(super) waited: Duration,
 }
 
 /// Cross-checks at the peak: both ends, both daemons, both kernels.
@@ -33,9 +35,11 @@ pub(super) fn check_peak(
 ) -> Result<Peak, LabError> {
     let mut found = Vec::new();
     let established: Vec<&ConnInfo> = records.iter().filter_map(|r| r.established()).collect();
+    let t_wait = Instant::now();
     found.extend(wait_passive(&listening.acceptor, established.len()));
     let accepted = listening.acceptor.accepted();
     wait_remote_infos(lab, &accepted, established.len());
+    let waited = t_wait.elapsed();
     let mut late_infos = late_remote_infos(lab);
     let dump_a = lab.a.dump()?;
     let dump_b = lab.b.dump()?;
@@ -93,6 +97,7 @@ pub(super) fn check_peak(
         connections,
         mappings,
         mismatches: found,
+        waited,
     })
 }
 
@@ -107,20 +112,33 @@ fn wait_passive(acceptor: &Acceptor, n_est: usize) -> Option<Mismatch> {
     })
 }
 
-/// Gives REMOTE_INFOs overtaken by their connection a moment to reach B's kernel.
+/// Gives REMOTE_INFOs overtaken by their connection a moment to reach B's kernel: until
+/// one per connection arrived, none came for [`REMOTE_INFO_QUIET`] (the active side's
+/// last ACK went out 60 ms after the ACCEPT; what has not come by then never will), or
+/// 5 s. No wait without port mapping: the daemons send no REMOTE_INFO then.
 fn wait_remote_infos(lab: &Lab, accepted: &[Accepted], n_est: usize) {
-    if accepted
-        .iter()
-        .all(|a| a.info.remote_info == Some(RemoteInfoLookup::Found))
+    if lab.config.mode == PortMapMode::NoPortMap
+        || accepted
+            .iter()
+            .all(|a| a.info.remote_info == Some(RemoteInfoLookup::Found))
     {
         return;
     }
     let want = n_est as u64;
+    let received = || lab.b.host.stats().kernel.remote_info_received;
     let deadline = Instant::now() + Duration::from_secs(5);
-    while lab.b.host.stats().kernel.remote_info_received < want && Instant::now() < deadline {
+    let (mut seen, mut since) = (received(), Instant::now());
+    while seen < want && Instant::now() < deadline && since.elapsed() < REMOTE_INFO_QUIET {
         std::thread::sleep(Duration::from_millis(10));
+        let now = received();
+        if now != seen {
+            (seen, since) = (now, Instant::now());
+        }
     }
 }
+
+/// How long no new REMOTE_INFO ends the wait for late ones.
+const REMOTE_INFO_QUIET: Duration = Duration::from_secs(1);
 
 /// (mapped remote, real remote) of every REMOTE_INFO still in B's kernel: those that
 /// reached it after the connection they describe (see `Connections::remote_info_late`).

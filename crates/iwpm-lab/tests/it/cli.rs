@@ -61,6 +61,25 @@ fn json_report() {
     ] {
         assert_eq!(r["latency"][part]["count"], 300, "{part}");
     }
+    let t = &r["timings"];
+    let phases: f64 = ["setup_s", "connect_s", "check_s", "teardown_s", "stop_s"]
+        .iter()
+        .map(|p| t[p].as_f64().unwrap())
+        .sum();
+    // The JSON rounds each to 3 significant digits below 1 s, 3 decimals above.
+    let total = t["total_s"].as_f64().unwrap();
+    assert!((phases - total).abs() <= 0.01 + total * 0.005, "{t}");
+}
+
+/// The `time` line's phases (what is outside parentheses) and its total, in seconds.
+fn phases_and_total(line: &str) -> (Vec<f64>, f64) {
+    let secs = |part: &str| -> f64 {
+        let part = part.split(" (").next().unwrap().trim();
+        let number = part.strip_suffix(" s").unwrap().rsplit(' ').next().unwrap();
+        number.parse().unwrap()
+    };
+    let (phases, total) = line.rsplit_once(" = ").unwrap();
+    (phases.split(" + ").map(secs).collect(), secs(total))
 }
 
 #[test]
@@ -79,6 +98,21 @@ fn text_report() {
     ] {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
+    // Every phase is listed, and they add up to the total (each rounded to 0.01 s).
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("time          "))
+        .unwrap_or_else(|| panic!("no time line in:\n{text}"));
+    let (phases, total) = phases_and_total(line);
+    assert_eq!(phases.len(), 5, "{line}");
+    for phase in ["setup", "connecting", "checks", "teardown", "stopping"] {
+        assert!(line.contains(&format!("{phase} ")), "{phase}: {line}");
+    }
+    let sum: f64 = phases.iter().sum();
+    assert!(
+        (sum - total).abs() <= 0.005 * 6.0,
+        "{sum} != {total}: {line}"
+    );
 }
 
 #[test]
@@ -105,6 +139,10 @@ fn no_port_map_and_loss() {
     assert!(r["peer"]["relay_extra_copies"].as_u64().unwrap() > 0);
     assert!(r["peer"]["relay_reordered"].as_u64().unwrap() > 0);
     assert_eq!(r["settings"]["reorder_percent"], 20.0);
+    // No REMOTE_INFO is owed without port mapping: the checks do not wait for any (they
+    // used to wait 5 s for them).
+    let waited = r["timings"]["check_wait_s"].as_f64().unwrap();
+    assert!(waited < 1.0, "{}", r["timings"]);
 }
 
 #[test]
@@ -128,6 +166,42 @@ fn bad_arguments_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let out = lab(&["--no-such-flag"], Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `--help` says, where `--loss` is described, that sustained loss fails a few connections
+/// (the run then exits 1) and that the report explains it; and what `--hold` opens.
+#[test]
+fn help_says_what_loss_and_hold_do() {
+    let out = lab(&["--help"], Duration::from_secs(30));
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let loss = help
+        .split("--loss <PCT>")
+        .nth(1)
+        .and_then(|s| s.split("--duplicate").next())
+        .unwrap_or_else(|| panic!("no --loss in:\n{help}"));
+    let loss = loss.split_whitespace().collect::<Vec<_>>().join(" ");
+    for needle in [
+        "REMOTE_INFO waits for A's ACK",
+        "reaches B without one",
+        "exit 1 are expected",
+        "the report then says how many this loss predicts",
+    ] {
+        assert!(
+            loss.contains(needle),
+            "{needle:?} missing from --loss: {loss}"
+        );
+    }
+    let hold = help.split("\n      --hold").nth(1).unwrap_or_default();
+    let hold = hold.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        hold.contains("open a few connections (4, or --connections)"),
+        "{hold}"
+    );
+    assert!(
+        hold.contains("/path/to/iwpmctl --socket PATH status"),
+        "{hold}"
+    );
 }
 
 /// Step 11: a run whose daemon runs out of descriptors names that as the cause (first

@@ -1,6 +1,7 @@
-//! `iwpm-lab --hold`: two daemons over emulated kernels, held until SIGTERM, inspected from
-//! outside with the real `iwpmctl` through the line the lab prints, and cleaned up (no
-//! daemon, scratch directory or namespace left).
+//! `iwpm-lab --hold`: two daemons over emulated kernels with B's listener and A's
+//! connections held until SIGTERM, inspected from outside by pasting the line the lab
+//! prints (the absolute path of `iwpmctl`) into a shell, and cleaned up (no daemon,
+//! scratch directory or namespace left).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -62,6 +63,17 @@ fn after<'a>(line: &'a str, key: &str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// Runs `line` as a user pasting it would (`sh -c`); its stdout, which must be a success.
+fn paste(line: &str) -> String {
+    let out = Command::new("sh").args(["-c", line]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{line}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The lab process, killed if the test fails before it is released.
 struct Held(Child);
 
@@ -77,6 +89,7 @@ impl Drop for Held {
 fn hold_and_release(extra: &[&str]) {
     let ctl = iwpmctl();
     let child = lab_command()
+        .env("IWPMCTL_BIN", &ctl)
         .arg("--hold")
         .args(extra)
         .stdin(Stdio::null())
@@ -92,25 +105,38 @@ fn hold_and_release(extra: &[&str]) {
     assert_eq!(hosts.len(), 2, "{printed:#?}");
     let ctl_lines: Vec<&String> = printed
         .iter()
-        .filter(|l| l.trim_start().starts_with("iwpmctl --socket "))
+        .filter(|l| l.contains(" --socket "))
         .collect();
     assert_eq!(ctl_lines.len(), 2, "{printed:#?}");
+    assert!(
+        printed.iter().any(|l| l.starts_with("held: B listens on ")
+            && l.ends_with("A opened 4 connections to it: 4 established")),
+        "{printed:#?}"
+    );
     let mut pids = Vec::new();
     let mut sockets = Vec::new();
-    for (host, line) in hosts.iter().zip(&ctl_lines) {
+    // A holds a mapping per connection, B its listener's.
+    for ((host, line), mappings) in hosts
+        .iter()
+        .zip(&ctl_lines)
+        .zip(["4 mappings", "1 mapping"])
+    {
         let pid = after(host, "iwpmd pid");
+        assert!(host.contains(&format!("({mappings})")), "{host}");
         let words: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(words.last(), Some(&"status"), "{line}");
-        // The printed line, as pasted, with this build's iwpmctl.
-        let out = Command::new(&ctl).args(&words[1..]).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{line}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        assert_eq!(
+            words[0],
+            ctl.to_str().unwrap(),
+            "{line}: not the absolute path"
         );
+        assert_eq!(words.last(), Some(&"status"), "{line}");
+        // The printed line, pasted into a shell as it is.
+        let text = paste(line);
         assert_eq!(after(&text, "pid:"), pid, "{text}");
         assert!(text.contains("handshake:       done"), "{text}");
+        // And with `list`, the mappings held.
+        let list = paste(&line.replace(" status", " list"));
+        assert!(list.trim_end().ends_with(mappings), "{list}");
         pids.push(pid.parse::<i32>().unwrap());
         sockets.push(PathBuf::from(words[2]));
     }
