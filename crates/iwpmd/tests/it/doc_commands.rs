@@ -1,4 +1,5 @@
-//! Every command the README, `CONTRIBUTING.md`, `docs/monitoring.md` and the manual pages'
+//! Every command the README, `CONTRIBUTING.md`, the `docs/` pages a user follows
+//! (monitoring, performance, testing, restarts, architecture) and the manual pages'
 //! EXAMPLES show works as written, checked cheaply (nothing here builds, boots or installs anything):
 //!
 //! * `cargo` lines: each `-p` names a workspace package, each `--bin`, `--example`,
@@ -502,6 +503,9 @@ fn every_documented_command_works_as_written() {
         "CONTRIBUTING.md",
         "docs/monitoring.md",
         "docs/performance.md",
+        "docs/testing.md",
+        "docs/restarts.md",
+        "docs/architecture.md",
         "tests/rig/README.md",
     ] {
         let text = read(doc);
