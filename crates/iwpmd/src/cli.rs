@@ -11,12 +11,22 @@ use clap::{ArgAction, Parser};
 /// Default configuration file, as installed by rdma-core packages.
 pub(crate) const DEFAULT_CONFIG: &str = "/etc/iwpmd.conf";
 
+/// `--version`: the version and the source it was built from (`git describe` of the
+/// checkout, or `IWPMD_BUILD` from a packager), as the start-up log line says it, so a bug
+/// report can name the commit.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (build ",
+    env!("IWPMD_BUILD"),
+    ")"
+);
+
 /// iWARP port mapper daemon.
 ///
 /// Reserves TCP ports for iWARP connections on behalf of the kernel (NETLINK_RDMA) and
 /// exchanges mapped ports with the iwpmd of peer hosts (UDP port 3935).
 #[derive(Debug, Parser)]
-#[command(name = "iwpmd", version)]
+#[command(name = "iwpmd", version = VERSION)]
 #[command(
     after_help = "Signals: SIGUSR1 logs the mapping table; SIGTERM exits 0; \
 SIGHUP exits 1 (as rdma-core's iwpmd; it does not reload)."
