@@ -11,6 +11,7 @@ mod churn;
 mod connect;
 mod procfs;
 mod report;
+mod table;
 
 use std::process::Command;
 
@@ -33,7 +34,8 @@ of simultaneous connects; restart recovery. Levels above the descriptor limit ar
 (each port-mapped mapping holds a socket)."
 )]
 struct Cli {
-    /// CI-sized run (seconds instead of minutes).
+    /// CI-sized smoke run (seconds instead of minutes): the targets, set for the full
+    /// sizes, are shown but not judged.
     #[arg(long)]
     quick: bool,
     /// Print the results as JSON.

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::churn::{ChurnLevel, BATCH};
 use crate::connect::{ConnectResult, RestartResult};
 use crate::procfs;
+use crate::table::{Align, Table};
 
 /// Mappings held at the restart: what one kernel MAPINFO replay can carry.
 pub(crate) const RESTART_MAPPINGS: usize = 200;
@@ -21,6 +22,9 @@ const FD_MARGIN: u64 = 1024;
 /// How big each scenario is.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Scale {
+    /// `--quick`: a smoke run at reduced sizes, whose figures are not judged against the
+    /// targets (they are set for the full sizes).
+    pub quick: bool,
     /// Live-mapping levels of the churn.
     pub churn_levels: Vec<usize>,
     /// Churn ops per level.
@@ -86,6 +90,7 @@ impl Scale {
         let burst = fit("burst", burst);
         capped.splice(0..0, range_notes);
         Scale {
+            quick,
             churn_levels,
             churn_ops: ops,
             connections,
@@ -106,9 +111,25 @@ pub(crate) struct Target {
     pub value: f64,
     /// The goal, as text.
     pub goal: String,
-    /// Whether the value meets it.
-    pub met: bool,
+    /// Whether the value meets it; `None` (JSON null) when not judged: a `--quick` run's
+    /// sizes are too small for goals set at the full sizes.
+    pub met: Option<bool>,
 }
+
+impl Target {
+    /// What the table's verdict column says.
+    pub(crate) fn verdict(&self) -> &'static str {
+        match self.met {
+            Some(true) => "met",
+            Some(false) => "MISS",
+            None => "n/a (quick)",
+        }
+    }
+}
+
+/// The line above a `--quick` run's targets: its figures are no verdict on the goals.
+pub(crate) const QUICK_TARGETS: &str = "--quick: a smoke run at a reduced scale; its figures \
+are not judged against the goals, which are set for the full scale";
 
 /// Everything one run measured.
 #[derive(Clone, Debug, Serialize)]
@@ -221,67 +242,93 @@ impl Bench {
                 mib <= 32.0,
             ));
         }
+        if self.scale.quick {
+            for target in &mut t {
+                target.met = None;
+            }
+        }
         self.targets = t;
     }
 
     /// The text report.
     pub(crate) fn render(&self) -> String {
+        use Align::{Left, Right};
         let mut s = String::new();
         let load = |l: Option<f64>| l.map_or("?".into(), |l| format!("{l:.1}"));
         let _ = writeln!(
             s,
-            "iwpm-bench (load average {} before, {} after)\n",
+            "iwpm-bench{} (load average {} before, {} after)\n",
+            if self.scale.quick { " --quick" } else { "" },
             load(self.load_before),
             load(self.load_after)
         );
+        let _ = writeln!(s, "churn (ADD+REMOVE per op)");
         let _ = writeln!(
             s,
-            "churn (ADD+REMOVE per op)   live  callers   op µs  floor µs  wall x  daemon CPU µs  floor CPU µs  CPU x  RSS MiB  B/mapping"
+            "  (per op: medians over batches of {BATCH} ops; x: median of each batch's ratio to \
+             the floor batch after it)"
         );
-        let _ = writeln!(
-            s,
-            "  (per op: medians over batches of {BATCH} ops; x: median of each batch's ratio to the floor batch after it)"
-        );
+        let mut t = Table::new(&[
+            ("family", Left),
+            ("live", Right),
+            ("callers", Right),
+            ("op µs", Right),
+            ("floor µs", Right),
+            ("wall x", Right),
+            ("daemon CPU µs", Right),
+            ("floor CPU µs", Right),
+            ("CPU x", Right),
+            ("RSS MiB", Right),
+            ("B/mapping", Right),
+        ]);
         for c in &self.churn {
-            let _ = writeln!(
-                s,
-                "  {:<24} {:>6} {:>8} {:>7.1} {:>9.1} {:>7.2} {:>14.2} {:>13.2} {:>6.2} {:>8.1} {:>10.0}",
-                c.family,
-                c.live,
-                c.callers,
-                c.op_us,
-                c.floor_us,
-                c.wall_ratio,
-                c.daemon_cpu_us,
-                c.floor_cpu_us,
-                c.cpu_ratio,
-                c.rss_bytes as f64 / 1048576.0,
-                c.bytes_per_mapping
-            );
+            t.row(vec![
+                c.family.clone(),
+                c.live.to_string(),
+                c.callers.to_string(),
+                format!("{:.1}", c.op_us),
+                format!("{:.1}", c.floor_us),
+                format!("{:.2}", c.wall_ratio),
+                format!("{:.2}", c.daemon_cpu_us),
+                format!("{:.2}", c.floor_cpu_us),
+                format!("{:.2}", c.cpu_ratio),
+                format!("{:.1}", c.rss_bytes as f64 / 1048576.0),
+                format!("{:.0}", c.bytes_per_mapping),
+            ]);
         }
-        let _ = writeln!(
-            s,
-            "\nconnects            n  conc.  conn/s   p50 ms   p99 ms  p999 ms  daemon p99  retrans  late RI  ok"
-        );
+        s += &t.render("  ");
+        let _ = writeln!(s, "\nconnects");
+        let mut t = Table::new(&[
+            ("scenario", Left),
+            ("n", Right),
+            ("conc.", Right),
+            ("conn/s", Right),
+            ("p50 ms", Right),
+            ("p99 ms", Right),
+            ("p999 ms", Right),
+            ("daemon p99", Right),
+            ("retrans", Right),
+            ("late RI", Right),
+            ("ok", Left),
+        ]);
         for c in &self.connect {
             let p =
                 |f: fn(&iwpm_lab::report::Percentiles) -> f64| c.latency.as_ref().map_or(0.0, f);
-            let _ = writeln!(
-                s,
-                "  {:<8} {:>8} {:>6} {:>7.0} {:>8.2} {:>8.2} {:>8.2} {:>11.2} {:>8} {:>8}  {}",
-                c.scenario,
-                c.connections,
-                c.concurrency,
-                c.conn_per_s,
-                p(|l| l.p50_ms),
-                p(|l| l.p99_ms),
-                p(|l| l.p999_ms),
-                c.daemon_local.as_ref().map_or(0.0, |l| l.p99_ms),
-                c.retransmissions,
-                c.remote_info_late,
-                if c.consistent { "yes" } else { "NO" }
-            );
+            t.row(vec![
+                c.scenario.to_owned(),
+                c.connections.to_string(),
+                c.concurrency.to_string(),
+                format!("{:.0}", c.conn_per_s),
+                format!("{:.2}", p(|l| l.p50_ms)),
+                format!("{:.2}", p(|l| l.p99_ms)),
+                format!("{:.2}", p(|l| l.p999_ms)),
+                format!("{:.2}", c.daemon_local.as_ref().map_or(0.0, |l| l.p99_ms)),
+                c.retransmissions.to_string(),
+                c.remote_info_late.to_string(),
+                (if c.consistent { "yes" } else { "NO" }).to_owned(),
+            ]);
         }
+        s += &t.render("  ");
         if let Some(r) = &self.restart {
             let _ = writeln!(
                 s,
@@ -294,16 +341,29 @@ impl Bench {
             );
         }
         let _ = writeln!(s, "\ntargets");
-        for t in &self.targets {
-            let _ = writeln!(
-                s,
-                "  {:<4} {:<62} {:>10.2}  (goal {})",
-                if t.met { "met" } else { "MISS" },
-                t.name,
-                t.value,
-                t.goal
-            );
+        if self.scale.quick {
+            let _ = writeln!(s, "  {QUICK_TARGETS}");
         }
+        let goal = if self.scale.quick {
+            "full-scale goal"
+        } else {
+            "goal"
+        };
+        let mut t = Table::new(&[
+            ("verdict", Left),
+            ("target", Left),
+            ("value", Right),
+            (goal, Left),
+        ]);
+        for g in &self.targets {
+            t.row(vec![
+                g.verdict().to_owned(),
+                g.name.clone(),
+                format!("{:.2}", g.value),
+                g.goal.clone(),
+            ]);
+        }
+        s += &t.render("  ");
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");
         }
@@ -358,7 +418,7 @@ fn target(name: String, value: f64, goal: &str, met: bool) -> Target {
         name,
         value,
         goal: goal.into(),
-        met,
+        met: Some(met),
     }
 }
 
@@ -451,6 +511,116 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// A run with one row of each kind and its targets judged.
+    fn finished(quick: bool) -> Bench {
+        let mut bench = Bench::new(&Scale::new(quick, None, false));
+        let mut low = level("ipv4", 100, 1, 12.0, 3.0);
+        low.cpu_ratio = 4.0;
+        low.bytes_per_mapping = 200.0;
+        let mut high = level("ipv4", 1000, 1, 12.5, 3.1);
+        high.cpu_ratio = 4.03;
+        high.bytes_per_mapping = 376.83;
+        bench.churn = vec![low, high];
+        bench.finish();
+        bench
+    }
+
+    /// The lines of the table under `title`, header first, up to the next blank line or
+    /// note.
+    fn table<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
+        text.lines()
+            .skip_while(|l| *l != title)
+            .skip(1)
+            .skip_while(|l| !l.contains("  target  ") && !l.contains("  family  "))
+            .take_while(|l| !l.is_empty() && !l.starts_with("note:"))
+            .collect()
+    }
+
+    /// Every row has a cell that ends where the header `head` ends (a right-aligned
+    /// column) or starts where it starts (left-aligned).
+    fn aligned(lines: &[&str], head: &str, right: bool) {
+        let chars = |l: &str| l.chars().collect::<Vec<char>>();
+        let h = chars(lines[0]);
+        let hs = chars(head);
+        let start = (0..h.len())
+            .find(|&i| h[i..].starts_with(&hs))
+            .unwrap_or_else(|| panic!("no {head:?} in {lines:?}"));
+        let edge = if right { start + hs.len() - 1 } else { start };
+        for l in &lines[1..] {
+            let c = chars(l);
+            let inside = c.get(edge).is_some_and(|c| *c != ' ');
+            let outside = if right {
+                c.get(edge + 1).is_none_or(|c| *c == ' ')
+            } else {
+                c[edge - 1] == ' '
+            };
+            assert!(
+                inside && outside,
+                "{head:?} misaligned in {l:?}:\n{}",
+                lines.join("\n")
+            );
+        }
+    }
+
+    /// `--quick`: no target judged, in the text (verdict, goal header, one line saying why)
+    /// and in the JSON (`met` null, `scale.quick`); the columns line up.
+    #[test]
+    fn quick_targets_are_not_judged() {
+        let bench = finished(true);
+        assert!(bench.targets.len() >= 4);
+        assert!(bench.targets.iter().all(|t| t.met.is_none()));
+        let text = bench.render();
+        assert_eq!(text.matches(QUICK_TARGETS).count(), 1, "{text}");
+        let rows = table(&text, "targets");
+        assert!(rows[0].contains("full-scale goal"), "{text}");
+        assert!(
+            rows[1..].iter().all(|r| r.starts_with("  n/a (quick)  ")),
+            "{text}"
+        );
+        assert!(!text.contains("MISS") && !text.contains(" met "), "{text}");
+        for (head, right) in [
+            ("target", false),
+            ("value", true),
+            ("full-scale goal", false),
+        ] {
+            aligned(&rows, head, right);
+        }
+        let churn = table(&text, "churn (ADD+REMOVE per op)");
+        for head in ["live", "callers", "CPU x", "B/mapping"] {
+            aligned(&churn, head, true);
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&iwpm_lab::json::to_string_rounded(&bench).unwrap()).unwrap();
+        assert_eq!(json["scale"]["quick"], true);
+        assert!(json["targets"][0]["met"].is_null(), "{json}");
+    }
+
+    /// The full run keeps its verdicts: met and MISS, against "goal".
+    #[test]
+    fn full_run_targets_are_judged() {
+        let bench = finished(false);
+        let text = bench.render();
+        assert!(!text.contains("--quick"), "{text}");
+        let rows = table(&text, "targets");
+        assert!(rows[0].ends_with("  goal"), "{text}");
+        let bytes = rows
+            .iter()
+            .find(|r| r.contains("bytes per mapping"))
+            .unwrap();
+        assert!(
+            bytes.starts_with("  MISS ") && bytes.ends_with("376.83  <= 256"),
+            "{text}"
+        );
+        let flat = rows
+            .iter()
+            .find(|r| r.contains("1000 vs 100 live"))
+            .unwrap();
+        assert!(flat.starts_with("  met "), "{text}");
+        for (head, right) in [("target", false), ("value", true), ("goal", false)] {
+            aligned(&rows, head, right);
+        }
     }
 
     #[test]

@@ -273,6 +273,13 @@ impl World {
             return;
         };
         self.hosts[h].cm.ephemeral_used.remove(&a.local.port());
+        if matches!(a.state, ActiveState::Mapping | ActiveState::Connecting) {
+            if self.explained(plan.from, Some(plan.to), plan.started) {
+                self.stats.gaps.closed_under_fault += 1;
+            } else {
+                self.stats.gaps.closed_early += 1;
+            }
+        }
         if a.state == ActiveState::Mapping {
             self.orphan(h, |m| matches!(m, MapFor::Connect(c) if *c == id));
             return;
@@ -393,13 +400,26 @@ impl World {
         let Some(plan) = self.conns.get(&id).cloned() else {
             return;
         };
+        // Counted once, while it was still connecting (a closed one was counted by close).
+        let mut counted = false;
         if let Some(a) = self.hosts[plan.from].cm.active.get_mut(&id) {
+            counted = a.state == ActiveState::Connecting;
             a.state = ActiveState::Failed;
             if let Some(t) = a.wire.take() {
                 self.tuples.remove(&t);
             }
         }
-        if self.listener_planned(&plan) && !self.explained(plan.from, Some(plan.to), plan.started) {
+        let planned = self.listener_planned(&plan);
+        let explained = self.explained(plan.from, Some(plan.to), plan.started);
+        if counted {
+            let n = &mut self.stats.gaps;
+            match (planned, explained) {
+                (false, _) => n.refused_unplanned += 1,
+                (true, true) => n.failed_under_fault += 1,
+                (true, false) => n.failed_unexplained += 1,
+            }
+        }
+        if planned && !explained {
             self.violate(
                 ViolationKind::ConnectFailed,
                 Some(plan.from),
@@ -469,6 +489,9 @@ impl World {
         let real = self.hosts[h]
             .kernel
             .take_remote_info(&m_local, &storage(wire_src));
+        if real.is_none() {
+            self.count_miss(h, id, wire_src);
+        }
         let remote = real.map_or(wire_src, |r| addr(&r, wire_src));
         self.hosts[h].cm.passive.insert(
             id,
@@ -481,6 +504,25 @@ impl World {
         );
         self.touched.insert(h);
         self.send_wire(h, from, WireMsg::Accepted { id, by: h });
+    }
+
+    /// Files a passive look-up's miss under its reason (`Gaps`).
+    fn count_miss(&mut self, h: usize, id: u32, wire_src: SocketAddr) {
+        let Some(plan) = self.conns.get(&id).cloned() else {
+            return;
+        };
+        let local = self.hosts[plan.from].cm.active.get(&id).map(|a| a.local);
+        let explained = self.explained(plan.from, Some(h), plan.started);
+        let planned = self.listener_planned(&plan);
+        let siw = !self.hosts[plan.from].port_mapped;
+        let n = &mut self.stats.gaps;
+        match local {
+            Some(l) if l == wire_src && siw => n.miss_siw += 1,
+            Some(l) if l == wire_src => n.miss_fallback += 1,
+            _ if explained => n.miss_under_fault += 1,
+            Some(_) if planned => n.miss_unexplained += 1,
+            _ => n.miss_unjudged += 1,
+        }
     }
 
     /// The active side of `id` is established: both sides must name their true peer.

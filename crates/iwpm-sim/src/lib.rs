@@ -40,7 +40,7 @@ pub mod shrink;
 pub mod world;
 
 pub use check::{Violation, ViolationKind};
-pub use world::{RunStats, World};
+pub use world::{Gaps, RunStats, World};
 
 use plan::{Profile, Scenario};
 

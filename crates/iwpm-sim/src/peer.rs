@@ -156,7 +156,16 @@ impl World {
             self.stats.rdma_peer_found += 1;
             return;
         }
-        if !self.explained(c.target, None, c.started) {
+        let explained = self.explained(c.target, None, c.started);
+        if found.is_none() {
+            let n = &mut self.stats.gaps;
+            if explained {
+                n.miss_under_fault += 1;
+            } else {
+                n.miss_unexplained += 1;
+            }
+        }
+        if !explained {
             let shown = reported.unwrap_or(c.mapped_cp);
             let detail = format!(
                 "the rdma-core-like peer's connection {} → port {} found {} REMOTE_INFO: the passive side reports peer {shown}, the true peer is {}",

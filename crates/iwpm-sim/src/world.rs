@@ -110,6 +110,8 @@ pub struct RunStats {
     pub remote_info_found: u64,
     /// See `remote_info_found`.
     pub remote_info_missed: u64,
+    /// Where the connects not established went, and why look-ups missed.
+    pub gaps: Gaps,
     /// Connects of the rdma-core-like peer that reached the passive host's iw_cm, and how
     /// many of them found their REMOTE_INFO there.
     pub rdma_peer_connects: u64,
@@ -138,11 +140,77 @@ impl std::ops::AddAssign<&RunStats> for RunStats {
         self.replays_truncated += o.replays_truncated;
         self.remote_info_found += o.remote_info_found;
         self.remote_info_missed += o.remote_info_missed;
+        self.gaps += &o.gaps;
         self.rdma_peer_connects += o.rdma_peer_connects;
         self.rdma_peer_found += o.rdma_peer_found;
         self.remote_info_for_peers += o.remote_info_for_peers;
         self.verified_acks += o.verified_acks;
         self.digest = crate::rng::mix(self.digest ^ o.digest);
+    }
+}
+
+/// Why connects ended unestablished and why passive look-ups missed, so that a summary
+/// can say the gaps are expected instead of leaving them to look like failures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gaps {
+    /// Connects the plan closed before they were set up, while a fault touched either
+    /// host (`World::explained`).
+    pub closed_under_fault: u64,
+    /// The same with no fault about.
+    pub closed_early: u64,
+    /// Connects refused or without a route while a fault touched either host.
+    pub failed_under_fault: u64,
+    /// Connects refused whose listener the plan did not hold open (not judged).
+    pub refused_unplanned: u64,
+    /// Connects refused with no fault to explain it: each one a `ConnectFailed`.
+    pub failed_unexplained: u64,
+    /// Look-ups that missed because the connecting device is siw-like (no port mapping):
+    /// its wire address is its own, so there is nothing to look up.
+    pub miss_siw: u64,
+    /// The same for a port-mapped connect whose mapping failed and fell back to its
+    /// unmapped address (judged as `Unmapped` or `KernelTimeout`).
+    pub miss_fallback: u64,
+    /// Look-ups that missed while a fault touched either host.
+    pub miss_under_fault: u64,
+    /// Look-ups that missed for a connect already closed, or to a listener the plan did
+    /// not hold open (not judged).
+    pub miss_unjudged: u64,
+    /// Any other miss: a `WrongPeer` once the connection is established.
+    pub miss_unexplained: u64,
+}
+
+impl Gaps {
+    /// Connects that ended without being established.
+    pub fn not_established(&self) -> u64 {
+        self.closed_under_fault
+            + self.closed_early
+            + self.failed_under_fault
+            + self.refused_unplanned
+            + self.failed_unexplained
+    }
+
+    /// Look-ups that found no REMOTE_INFO.
+    pub fn misses(&self) -> u64 {
+        self.miss_siw
+            + self.miss_fallback
+            + self.miss_under_fault
+            + self.miss_unjudged
+            + self.miss_unexplained
+    }
+}
+
+impl std::ops::AddAssign<&Gaps> for Gaps {
+    fn add_assign(&mut self, o: &Gaps) {
+        self.closed_under_fault += o.closed_under_fault;
+        self.closed_early += o.closed_early;
+        self.failed_under_fault += o.failed_under_fault;
+        self.refused_unplanned += o.refused_unplanned;
+        self.failed_unexplained += o.failed_unexplained;
+        self.miss_siw += o.miss_siw;
+        self.miss_fallback += o.miss_fallback;
+        self.miss_under_fault += o.miss_under_fault;
+        self.miss_unjudged += o.miss_unjudged;
+        self.miss_unexplained += o.miss_unexplained;
     }
 }
 
