@@ -544,6 +544,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iwpm_testkit::report_text::phases_and_total;
 
     #[test]
     fn restart_drops_and_unconsumed_remote_infos_are_explained() {
@@ -578,17 +579,6 @@ mod tests {
             text.contains("10 repeat an earlier one (a REQUEST answered twice; not expected"),
             "{text}"
         );
-    }
-
-    /// The `time` line's phases (outside parentheses) and its total.
-    fn phases_and_total(line: &str) -> (Vec<f64>, f64) {
-        let secs = |part: &str| -> f64 {
-            let part = part.split(" (").next().unwrap().trim();
-            let number = part.strip_suffix(" s").unwrap().rsplit(' ').next().unwrap();
-            number.parse().unwrap()
-        };
-        let (phases, total) = line.rsplit_once(" = ").unwrap();
-        (phases.split(" + ").map(secs).collect(), secs(total))
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod model;
 pub mod net;
 pub mod netlink_bytes;
 pub mod netlink_strategies;
+pub mod report_text;
 pub mod workspace;
 
 /// Everything a process-level test of the daemon uses, for `use iwpm_testkit::prelude::*`.

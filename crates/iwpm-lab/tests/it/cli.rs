@@ -5,6 +5,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use iwpm_testkit::host::have_tool;
+use iwpm_testkit::report_text::phases_and_total;
 
 use crate::common::{iwpmd, lab_command};
 
@@ -69,17 +70,6 @@ fn json_report() {
     // The JSON rounds each to 3 significant digits below 1 s, 3 decimals above.
     let total = t["total_s"].as_f64().unwrap();
     assert!((phases - total).abs() <= 0.01 + total * 0.005, "{t}");
-}
-
-/// The `time` line's phases (what is outside parentheses) and its total, in seconds.
-fn phases_and_total(line: &str) -> (Vec<f64>, f64) {
-    let secs = |part: &str| -> f64 {
-        let part = part.split(" (").next().unwrap().trim();
-        let number = part.strip_suffix(" s").unwrap().rsplit(' ').next().unwrap();
-        number.parse().unwrap()
-    };
-    let (phases, total) = line.rsplit_once(" = ").unwrap();
-    (phases.split(" + ").map(secs).collect(), secs(total))
 }
 
 #[test]
