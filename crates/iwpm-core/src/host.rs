@@ -277,11 +277,6 @@ impl<P: PortReservations> Host<P> {
     pub fn ports_mut(&mut self) -> &mut P {
         &mut self.ports
     }
-
-    /// Takes the host apart (a process ends: its reservations go with it).
-    pub fn into_parts(self) -> (Core, P) {
-        (self.core, self.ports)
-    }
 }
 
 #[cfg(test)]

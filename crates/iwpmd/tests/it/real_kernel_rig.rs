@@ -211,3 +211,47 @@ fn without_the_opt_in_no_package_is_installed_and_no_kernel_built() {
     }
     std::fs::remove_dir_all(&scratch).unwrap();
 }
+
+/// The rig takes the release build only when it is current: a missing binary, a missing
+/// dep-info file and a source changed after the link each give the reason and the command,
+/// and a build newer than every listed source is taken.
+#[test]
+fn only_a_current_release_build_is_taken() {
+    let target = iwpm_testkit::fs::scratch_dir("rig-release");
+    let release = target.join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    let source = target.join("main.rs");
+    std::fs::write(&source, "fn main() {}").unwrap();
+    let dep_info = format!(
+        "{}: {}\n",
+        release.join("iwpmd").display(),
+        source.display()
+    );
+    let set_time = |path: &Path, secs: u64| {
+        let at = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+    };
+
+    let err = current_release_daemon(&target).unwrap_err();
+    assert!(err.contains("release/iwpmd is missing"), "{err}");
+    std::fs::write(release.join("iwpmd"), "").unwrap();
+    let err = current_release_daemon(&target).unwrap_err();
+    assert!(err.contains("release/iwpmd.d is missing"), "{err}");
+    assert!(err.contains("cargo build --release -p iwpmd"), "{err}");
+    std::fs::write(release.join("iwpmd.d"), dep_info).unwrap();
+
+    set_time(&release.join("iwpmd"), 1_000);
+    set_time(&source, 2_000);
+    let err = current_release_daemon(&target).unwrap_err();
+    assert!(err.contains("is older than its source"), "{err}");
+    set_time(&source, 500);
+    assert_eq!(
+        current_release_daemon(&target).unwrap(),
+        release.join("iwpmd")
+    );
+}
