@@ -12,15 +12,20 @@
 //! ([`prepare_runtime_files`]), since the state file and control socket are made after it.
 //!
 //! Capabilities are per thread: the drop must run while the process has one thread, before
-//! the dump writer starts. [`drop_privileges`] checks that and refuses otherwise.
+//! the dump writer starts. [`drop_privileges`] checks that and refuses otherwise. The same
+//! holds for the user and group IDs: Linux keeps them per thread too (glibc's `setuid`
+//! signals every thread to make the change process-wide), so with one thread the direct
+//! system calls that rustix makes are the whole switch. The account comes from the C
+//! library's user database (`getpwnam_r`, through `uzers`), so NSS sources such as LDAP or
+//! systemd's user records count as they would for any other daemon.
 
 use std::io;
 
-use nix::unistd::{setgid, setgroups, setuid, User};
+use rustix::process::{Gid, Uid};
 use rustix::thread::{
     capabilities, capability_is_in_bounding_set, clear_ambient_capability_set,
     remove_capability_from_bounding_set, set_capabilities, set_keep_capabilities, set_no_new_privs,
-    CapabilitySet, CapabilitySets,
+    set_thread_gid, set_thread_groups, set_thread_uid, CapabilitySet, CapabilitySets,
 };
 
 /// What the running daemon keeps. CAP_NET_ADMIN is what the kernel link was opened with
@@ -35,17 +40,10 @@ pub(crate) enum PrivilegeError {
     /// More than one thread: a capability change would miss the others.
     #[error("cannot drop privileges with {0} threads running (capabilities are per thread)")]
     Threads(usize),
-    /// `--user` names no user.
-    #[error("unknown user {0:?} (--user)")]
+    /// `--user` names no user the C library's user database knows (or it could not be
+    /// read: `getpwnam_r` tells the two apart only by errno, which `uzers` does not keep).
+    #[error("unknown user {0:?} (--user): no such account in the user database")]
     UnknownUser(String),
-    /// The user database could not be read.
-    #[error("cannot look up user {name:?}: {os}")]
-    Lookup {
-        /// The name given.
-        name: String,
-        /// The OS error.
-        os: io::Error,
-    },
     /// A system call of the drop failed.
     #[error("cannot drop privileges ({what}): {os}")]
     Sys {
@@ -69,13 +67,6 @@ pub(crate) struct Dropped {
 
 fn sys(what: &'static str) -> impl Fn(rustix::io::Errno) -> PrivilegeError {
     move |e| PrivilegeError::Sys { what, os: e.into() }
-}
-
-fn nix_sys(what: &'static str) -> impl Fn(nix::errno::Errno) -> PrivilegeError {
-    move |e| PrivilegeError::Sys {
-        what,
-        os: io::Error::from_raw_os_error(e as i32),
-    }
 }
 
 /// Threads of this process, from `/proc/self/status` (`None` without /proc).
@@ -133,14 +124,21 @@ pub(crate) fn drop_privileges(user: Option<&str>) -> Result<Option<Dropped>, Pri
     }))
 }
 
-/// The `--user` account.
-fn lookup_user(name: &str) -> Result<User, PrivilegeError> {
-    User::from_name(name)
-        .map_err(|e| PrivilegeError::Lookup {
-            name: name.to_owned(),
-            os: io::Error::from_raw_os_error(e as i32),
-        })?
-        .ok_or_else(|| PrivilegeError::UnknownUser(name.to_owned()))
+/// The `--user` account: its numeric user and primary group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Account {
+    uid: u32,
+    gid: u32,
+}
+
+/// Looks the `--user` account up in the user database.
+fn lookup_user(name: &str) -> Result<Account, PrivilegeError> {
+    let user = uzers::get_user_by_name(name)
+        .ok_or_else(|| PrivilegeError::UnknownUser(name.to_owned()))?;
+    Ok(Account {
+        uid: user.uid(),
+        gid: user.primary_group_id(),
+    })
 }
 
 /// Hands the daemon's runtime files to `--user` before the switch, so that the state file
@@ -164,10 +162,10 @@ pub(crate) fn prepare_runtime_files(
     let Ok(account) = lookup_user(user) else {
         return; // drop_privileges reports it
     };
-    if !euid.is_root() || account.uid.as_raw() == euid.as_raw() {
+    if !euid.is_root() || account.uid == euid.as_raw() {
         return;
     }
-    let (uid, gid) = (account.uid.as_raw(), account.gid.as_raw());
+    let (uid, gid) = (account.uid, account.gid);
     let mut done: Vec<std::path::PathBuf> = Vec::new();
     for file in files {
         let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) else {
@@ -239,15 +237,18 @@ fn give_runtime_file(
     Ok(())
 }
 
-/// Becomes `name` (its primary group only), keeping the permitted capabilities.
+/// Becomes `name` (its primary group only), keeping the permitted capabilities. Only called
+/// by [`drop_privileges`] once it has seen a single thread, so the per-thread system calls
+/// change the whole process.
 fn switch_user(name: &str) -> Result<(String, u32, u32), PrivilegeError> {
-    let user = lookup_user(name)?;
+    let account = lookup_user(name)?;
+    let gid = Gid::from_raw(account.gid);
     set_keep_capabilities(true).map_err(sys("PR_SET_KEEPCAPS"))?;
-    setgroups(&[user.gid]).map_err(nix_sys("setgroups"))?;
-    setgid(user.gid).map_err(nix_sys("setgid"))?;
-    setuid(user.uid).map_err(nix_sys("setuid"))?;
+    set_thread_groups(&[gid]).map_err(sys("setgroups"))?;
+    set_thread_gid(gid).map_err(sys("setgid"))?;
+    set_thread_uid(Uid::from_raw(account.uid)).map_err(sys("setuid"))?;
     set_keep_capabilities(false).map_err(sys("PR_SET_KEEPCAPS"))?;
-    Ok((user.name, user.uid.as_raw(), user.gid.as_raw()))
+    Ok((name.to_owned(), account.uid, account.gid))
 }
 
 /// Capability names for the log (`CAP_NET_ADMIN`, …), or `none`.
@@ -275,7 +276,7 @@ mod tests {
             return;
         }
         let nobody = lookup_user("nobody").unwrap();
-        let (uid, gid) = (nobody.uid.as_raw(), nobody.gid.as_raw());
+        let (uid, gid) = (nobody.uid, nobody.gid);
         let base = std::env::temp_dir().join(format!("iwpmd-priv-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&base).unwrap();
@@ -313,6 +314,18 @@ mod tests {
         prepare_runtime_files("nobody", &[&link.join("state")], &link);
         assert_eq!(owner(&theirs), 0, "followed the link");
         let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// The account comes from the user database, and a name it lacks is named back.
+    #[test]
+    fn looks_accounts_up_by_name() {
+        assert_eq!(lookup_user("root").unwrap(), Account { uid: 0, gid: 0 });
+        let missing = lookup_user("no-such-iwpmd-user").unwrap_err();
+        assert!(
+            matches!(&missing, PrivilegeError::UnknownUser(n) if n == "no-such-iwpmd-user"),
+            "{missing:?}"
+        );
+        assert!(missing.to_string().contains("\"no-such-iwpmd-user\""));
     }
 
     #[test]
