@@ -3,20 +3,21 @@
 # A (server, 10.77.0.1, listens) and B (client, 10.77.0.2, connects); each runs the
 # guest test with its own port mapper daemon. Output lines are prefixed [NAME].
 #
-# Usage: tests/rig/run-2vm.sh [-p PORT] [-T SECS] [-s SHARE] [-n NAME_A,NAME_B]
+# Usage: tests/rig/run-2vm.sh [-p PORT] [-T SECS] [-s SHARE] [-n NAME_A,NAME_B] [-c CPUS]
 #                             [-e KEY=VAL]... [-A KEY=VAL]... [-B KEY=VAL]... [GUEST_TEST]
 #   GUEST_TEST defaults to guest/suite-twovm.sh; -e goes to both VMs, -A only to the
 #   server, -B only to the client (e.g. -A iwpmd=/mnt/rig/bin/iwpmd-rs: ours serves,
 #   the C daemon connects). -n names the VMs (results in SHARE/out/NAME) [vmA,vmB].
-#   -T is the hard timeout of each VM [300]. Exit 0 only if both guests pass.
+#   -T is the hard timeout of each VM [300]; -c the CPUs of each VM [1] (more than one
+#   needs a kernel with ACPI, such as the storage kernel). Exit 0 only if both guests pass.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 HERE="$RIG_DIR"
-PORT=47123; TMO=300; SHARE="$CACHE/share"; NAMES=vmA,vmB; EXTRA=(); EXTRA_A=(); EXTRA_B=()
-while getopts "p:T:s:n:e:A:B:h" o; do
-  case $o in p) PORT=$OPTARG ;; T) TMO=$OPTARG ;; s) SHARE=$OPTARG ;; n) NAMES=$OPTARG ;;
+PORT=47123; TMO=300; CPUS=1; SHARE="$CACHE/share"; NAMES=vmA,vmB; EXTRA=(); EXTRA_A=(); EXTRA_B=()
+while getopts "p:T:s:n:c:e:A:B:h" o; do
+  case $o in p) PORT=$OPTARG ;; T) TMO=$OPTARG ;; c) CPUS=$OPTARG ;; s) SHARE=$OPTARG ;; n) NAMES=$OPTARG ;;
              e) EXTRA+=(-e "$OPTARG") ;; A) EXTRA_A+=(-e "$OPTARG") ;; B) EXTRA_B+=(-e "$OPTARG") ;;
-             *) sed -n '2,11p' "$0"; exit 2 ;; esac
+             *) sed -n '2,12p' "$0"; exit 2 ;; esac
 done
 shift $((OPTIND-1))
 TEST="${1:-$HERE/guest/suite-twovm.sh}"
@@ -36,7 +37,7 @@ RC=$(mktemp -d /tmp/rig-2vm.XXXXXX)
 vm() {  # vm NAME NETSPEC MAC ROLE HOSTID PEER
   local own=()
   if [ "$4" = server ]; then own=("${EXTRA_A[@]}"); else own=("${EXTRA_B[@]}"); fi
-  "$HERE/run-vm.sh" -n "$1" -s "$SHARE" -T "$TMO" -m 1024 -N "$2" -M "$3" \
+  "$HERE/run-vm.sh" -n "$1" -s "$SHARE" -T "$TMO" -m 1024 -c "$CPUS" -N "$2" -M "$3" \
      -e role="$4" -e hostid="$5" -e peer="$6" -e sync="$SYNCNAME" "${EXTRA[@]}" "${own[@]}" "$TEST" 2>&1
   echo $? > "$RC/$1"
 }
