@@ -61,7 +61,7 @@ KERNEL=$("$RIG_DIR/build-kernel.sh" | tail -1) || { echo "[compare] no kernel" >
 export RIG_KERNEL="$KERNEL"
 "$RIG_DIR/mkinitramfs.sh" >&2 || { echo "[compare] initramfs failed" >&2; exit 1; }
 if [ -z "$OURS" ]; then
-  (cd "$REPO" && cargo build --release -p iwpmd >&2) || exit 1
+  (cd "$REPO" && CARGO_ENCODED_RUSTFLAGS=$(scripts/release-rustflags) cargo build --release -p iwpmd >&2) || exit 1
   OURS="${CARGO_TARGET_DIR:-$REPO/target}/release/iwpmd"
 fi
 cp "$OURS" "$SHARE/bin/iwpmd-rs" || exit 1

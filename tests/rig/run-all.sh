@@ -18,7 +18,10 @@
 #                  pm, pmops (port-mapped mode: the rig's patched kernels, RIG_PATCHES=1, the
 #                  default); and, not in the default list, pm-hold (with pm: ours as a
 #                  port-mapped passive side with no REMOTE_INFO budget: every REMOTE_INFO
-#                  held for the ACK; ours as the client waits for the delivery notice)
+#                  held for the ACK; ours as the client waits for the delivery notice), and
+#                  storage (NVMe over Fabrics between two VMs on a kernel of its own,
+#                  kernel/storage.config, built into RIG_STORAGE_CACHE
+#                  [/var/cache/iwpm-rig-storage] on first use)
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -66,7 +69,7 @@ if [ "${RIG_ALL_ONE:-0}" != 1 ]; then
   rm -rf "$RIG_TOP/share" "$RIG_TOP"/console-*.log "$RIG_TOP"/{cmtime,flood,flood6,forge,pairs,trickle,restart-load}.txt
   : > "$TOP_SUMMARY"
   if [ -z "$OURS" ]; then
-    (cd "$REPO" && cargo build --release -p iwpmd >&2) || { echo "FAIL setup: cargo build --release -p iwpmd" | tee -a "$TOP_SUMMARY"; exit 1; }
+    (cd "$REPO" && CARGO_ENCODED_RUSTFLAGS=$(scripts/release-rustflags) cargo build --release -p iwpmd >&2) || { echo "FAIL setup: cargo build --release -p iwpmd" | tee -a "$TOP_SUMMARY"; exit 1; }
     OURS="${CARGO_TARGET_DIR:-$REPO/target}/release/iwpmd"
   fi
   rc=0; TIMES=(); NP=0; NF=0; PAR=0
@@ -130,12 +133,13 @@ if [ "${RIG_INITRD_READY:-0}" != 1 ]; then
   "$RIG_DIR/mkinitramfs.sh" >&2 || { say "FAIL setup: initramfs"; exit 1; }
 fi
 if [ -z "$OURS" ]; then
-  (cd "$REPO" && cargo build --release -p iwpmd >&2) || { say "FAIL setup: cargo build --release -p iwpmd"; exit 1; }
+  (cd "$REPO" && CARGO_ENCODED_RUSTFLAGS=$(scripts/release-rustflags) cargo build --release -p iwpmd >&2) || { say "FAIL setup: cargo build --release -p iwpmd"; exit 1; }
   OURS="${CARGO_TARGET_DIR:-$REPO/target}/release/iwpmd"
 fi
 [ -x "$OURS" ] || { say "FAIL setup: our daemon $OURS is not an executable"; exit 1; }
 cp "$OURS" "$SHARE/bin/iwpmd-rs"
 RS=/mnt/rig/bin/iwpmd-rs; C=/usr/sbin/iwpmd
+STORAGE_CACHE=${RIG_STORAGE_CACHE:-/var/cache/iwpm-rig-storage}
 # Ours as C talks to itself in one VM: connects to its own IP go over UDP (REQUEST/ACCEPT/ACK
 # to itself), which the one-VM suites check on the real kernel; single-ours runs the
 # default, answering such connects from the daemon's own table (local=1).
@@ -334,6 +338,32 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
           "$(pov pmops-$p-B mixed_plain_to_pm_ms)/$(pov pmops-$p-A mixed_pm_to_plain_ms)"
       done; } > "$POT"
     { echo; echo "== pmops (target/rig/$RIG_KVER/pmops.txt)"; sed 's/^/  /' "$POT"; } | tee -a "$SUMMARY"
+  fi
+  if want storage; then  # NVMe over Fabrics through the port mapper: the storage kernel
+    # (kernel/storage.config, its own image and cache), 2 CPUs per VM, plain and (patched
+    # kernels) port-mapped; every pairing of C and ours in one boot per mode
+    local sk kvar old modes=0; kvar=$(rig_kernel_var); old=${!kvar}
+    [ -n "$(rig_patches)" ] && modes="0 1"
+    sk=$(RIG_EXTRA_CONFIG="$RIG_DIR/kernel/storage.config" RIG_CACHE="$STORAGE_CACHE" RIG_NO_SHARED=1 \
+      "$RIG_DIR/build-kernel.sh" 2>> "$RES/storage-kernel.log" | tail -1)
+    if [ -z "$sk" ] || [ ! -f "$sk" ]; then
+      say "FAIL setup: no storage kernel for Linux $RIG_KVER ($(tail -1 "$RES/storage-kernel.log"))"
+    else
+      export "$kvar=$sk"
+      for pm in $modes; do
+        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 600 \
+          -e portmap=$pm -e pairs=ours:ours,c:c,ours:c,c:ours
+      done
+      export "$kvar=$old"
+      STT="$RES/storage.txt"
+      { echo "NVMe-oF over RDMA through the port mapper (suite storage), Linux $RIG_KVER, storage kernel $sk"
+        for pm in $modes; do
+          for f in "$SHARE/out/storage-pm$pm-A/storage-figures.txt" "$SHARE/out/storage-pm$pm-B/storage-figures.txt"; do
+            [ -f "$f" ] && sed "s/^/port_map=$pm /" "$f"
+          done
+        done; } > "$STT"
+      { echo; echo "== storage (target/rig/$RIG_KVER/storage.txt)"; sed 's/^/  /' "$STT"; } | tee -a "$SUMMARY"
+    fi
   fi
 }
 # RIG_LANES: the three groups of suites one after the other (1), the two-VM suites beside

@@ -1,0 +1,150 @@
+#!/bin/sh
+# Suite "storage" (run by ../run-2vm.sh on the storage kernel, kernel/storage.config):
+# NVMe over Fabrics through the port mapper, with the kernel's own RDMA consumers on both
+# sides. The server (10.77.0.1) is an nvmet target: a subsystem with one file-backed
+# namespace (16 MiB on tmpfs) behind an RDMA port on :4420, set up through configfs. The
+# client (10.77.0.2) connects to it with the nvme-rdma host (/dev/nvme-fabrics, an admin
+# queue and nr_io_queues I/O queues, each an iWARP connection of its own), writes 4 MiB of
+# random data with O_DIRECT, reads them back, and disconnects.
+# Rounds: one per pairing in rig.pairs (server:client, each c or ours), daemons started
+# afresh for each round in both VMs, traced.
+# Checks per round, each side on its own daemon's evidence:
+#   server  the listener's ADD_MAPPING answered (the port mapper's mapped port is where siw
+#           listens: 4420 when plain, another one port-mapped); every queue's association
+#           complete on UDP (REQUEST, ACCEPT, ACK) and no kernel request unanswered; the
+#           namespace file holds what the client wrote; after the port is removed the
+#           daemon's dump lists no mapping
+#   client  the connect returns in under stall_s (no queue waited for the kernel's 10 s
+#           timeout) with every queue asked for; one QUERY_MAPPING per queue answered, every
+#           association complete; the dump while connected lists one mapping per queue;
+#           data read back = data written; after disconnect the dump lists none
+# Figures (storage-figures.txt): connect and disconnect times, queues, mappings.
+# Knobs: role, hostid, peer, sync (run-2vm.sh); pairs=c:c,ours:ours,... [ours:ours];
+#        queues=N [4] (nr_io_queues; capped by the kernel at the client's CPUs);
+#        portmap=0|1 (siw.port_map, patched kernels); stall_s [5]
+RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
+ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
+PAIRS=$(echo "${RIG_PAIRS:-ours:ours}" | tr ',' ' '); Q=${RIG_QUEUES:-4}
+if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
+NQN=nqn.2026-12.org.iwpmd-rs:rig-storage
+HOSTNQN=nqn.2026-12.org.iwpmd-rs:rig-host
+CD=/usr/sbin/iwpmd; OURS=/mnt/rig/bin/iwpmd-rs
+F="$OUT/storage-figures.txt"; : > "$F"
+fig() { echo "$1 $2" >> "$F"; note "figure $1 $2"; }
+CFG=/sys/kernel/config/nvmet
+
+setup_net
+note "kernel $(uname -r); role $ROLE; $(nproc) CPUs; siw0 on $DEV ($IP, port_map ${RIG_PORTMAP:-0}); peer $PEER; pairs $PAIRS"
+start_syslog
+mount -t configfs configfs /sys/kernel/config 2>/dev/null
+check setup-nvme "the kernel has NVMe-oF over RDMA ($( [ "$ROLE" = server ] && echo nvmet-rdma || echo nvme-rdma))" \
+  sh -c "if [ $ROLE = server ]; then [ -d $CFG/ports ]; else [ -c /dev/nvme-fabrics ]; fi"
+
+# ---- the target: one subsystem, one namespace, an RDMA port made and removed per round ----
+target_setup() {
+  truncate -s 16M /tmp/ns1.img
+  mkdir "$CFG/subsystems/$NQN" && echo 1 > "$CFG/subsystems/$NQN/attr_allow_any_host" &&
+  mkdir "$CFG/subsystems/$NQN/namespaces/1" &&
+  # (buffered: tmpfs before 6.6 has no O_DIRECT, which nvmet's file back end uses otherwise)
+  echo 1 > "$CFG/subsystems/$NQN/namespaces/1/buffered_io" &&
+  echo /tmp/ns1.img > "$CFG/subsystems/$NQN/namespaces/1/device_path" &&
+  echo 1 > "$CFG/subsystems/$NQN/namespaces/1/enable"
+}
+port_up() {
+  local p=$CFG/ports/1
+  mkdir "$p" && echo ipv4 > "$p/addr_adrfam" && echo rdma > "$p/addr_trtype" &&
+  echo "$IP" > "$p/addr_traddr" && echo 4420 > "$p/addr_trsvcid" &&
+  ln -s "$CFG/subsystems/$NQN" "$p/subsystems/$NQN"
+}
+port_down() { rm -f "$CFG/ports/1/subsystems/$NQN" && rmdir "$CFG/ports/1"; }
+
+# round_daemon LABEL: the daemon of this side for the round
+round_daemon() { if [ "$1" = c ]; then IWPMD=$CD; else IWPMD=$OURS; fi; IWPMD_ARGS=--systemd; }
+
+[ "$ROLE" = server ] && { check setup-target "nvmet subsystem $NQN with a 16 MiB file-backed namespace" target_setup; }
+flag "$ROLE.up"; wait_flag "$OTHER.up" 120
+
+for pair in $PAIRS; do
+  S=${pair%:*}; C=${pair#*:}; R="$S-$C"
+  if [ "$ROLE" = server ]; then mine=$S; else mine=$C; fi
+  round_daemon "$mine"
+  note "round $R: this side's daemon $IWPMD"
+  T="$OUT/iwpmd-$R.strace"; D="$OUT/traffic-$R.txt"
+  dmesg_mark
+  check "$R-start" "$mine daemon up" start_iwpmd "$T"
+  if [ "$ROLE" = server ]; then
+    listen_snap /tmp/ls-before
+    check "$R-port" "nvmet RDMA port $IP:4420 up" port_up
+    L=$(new_listen /tmp/ls-before)
+    check "$R-listen" "siw listens for :4420 on ${L:-nothing} (port_map ${RIG_PORTMAP:-0}: $( [ "${RIG_PORTMAP:-0}" = 1 ] && echo 'a mapped port' || echo '4420 itself'))" \
+      sh -c "[ -n '$L' ] && if [ '${RIG_PORTMAP:-0}' = 1 ]; then [ '$(port_of "$L")' != 4420 ]; else [ '$(port_of "$L")' = 4420 ]; fi"
+    flag "$R.target.ready"; wait_flag "$R.host.connected" 180
+    iwpmd_dump "$OUT/dump-$R-connected.txt"; fig "$R-server-mappings-connected" "$DUMP_N"
+    check "$R-dump-listener" "connected: the dump lists the listener $IP:4420 ($DUMP_N mappings)" \
+      grep -q "$IP:4420(" "$OUT/dump-$R-connected.txt"
+    flag "$R.target.dumped"; wait_flag "$R.host.done" 180
+    want=$(cat "$SYNC/$R.md5" 2>/dev/null)
+    got=$(dd if=/tmp/ns1.img bs=1M count=4 2>/dev/null | md5sum | cut -d' ' -f1)
+    check "$R-data" "the namespace file holds the client's 4 MiB (md5 $got)" test -n "$want" -a "$want" = "$got"
+    check "$R-port-down" "nvmet port removed" port_down
+    waitfor 10 sh -c "! ss -ltnH | grep -q ':4420 '" ; sleep 1
+    settled_dump "$OUT/dump-$R-after.txt"
+    check "$R-dump-after" "port removed: the dump lists no mapping ($DUMP_N)" test "$DUMP_N" = 0
+  else
+    wait_flag "$R.target.ready" 180
+    t0=$(uptime_s)
+    exec 3<>/dev/nvme-fabrics
+    if echo "transport=rdma,traddr=$PEER,trsvcid=4420,nqn=$NQN,hostnqn=$HOSTNQN,nr_io_queues=$Q" >&3; then
+      read -r reply <&3; ct=$(elapsed "$t0")
+    else reply=""; ct=$(elapsed "$t0"); fi
+    exec 3>&-
+    inst=$(echo "$reply" | sed -n 's/.*instance=\([0-9]*\).*/\1/p')
+    fig "$R-connect-s" "$ct"
+    check "$R-connect" "nvme connect over RDMA to $PEER:4420 in $ct s ($reply)" test -n "$inst"
+    check "$R-no-stall" "the connect took $ct s < ${STALL_S} s: no queue waited for the kernel's 10 s port-mapper timeout" lt "$ct" "$STALL_S"
+    CTRL=/sys/class/nvme/nvme${inst:-0}
+    queues=$(cat "$CTRL/queue_count" 2>/dev/null); want_q=$(( Q < $(nproc) ? Q : $(nproc) ))
+    fig "$R-queues" "${queues:-?}"
+    check "$R-queues" "the controller has ${queues:-?} queues: the admin queue and $want_q I/O queues (nr_io_queues $Q, $(nproc) CPUs)" \
+      test "${queues:-0}" = $((want_q + 1))
+    waitfor 10 test -b "/dev/nvme${inst:-0}n1"
+    iwpmd_dump "$OUT/dump-$R-connected.txt"; fig "$R-client-mappings-connected" "$DUMP_N"
+    check "$R-dump-connected" "connected: the dump lists $DUMP_N mappings, one per queue (${queues:-?})" test "$DUMP_N" = "${queues:-x}"
+    flag "$R.host.connected"; wait_flag "$R.target.dumped" 120
+    dd if=/dev/urandom of=/tmp/data bs=1M count=4 2>/dev/null
+    t1=$(uptime_s)
+    dd if=/tmp/data of="/dev/nvme${inst:-0}n1" bs=1M oflag=direct conv=fsync 2>"$OUT/dd-$R.err" &&
+      dd if="/dev/nvme${inst:-0}n1" of=/tmp/back bs=1M count=4 iflag=direct 2>>"$OUT/dd-$R.err"
+    fig "$R-io-4MiB-write-read-s" "$(elapsed "$t1")"
+    a=$(md5sum < /tmp/data | cut -d' ' -f1); b=$(md5sum < /tmp/back 2>/dev/null | cut -d' ' -f1)
+    check "$R-data" "4 MiB written with O_DIRECT and read back equal (md5 $a)" test "$a" = "$b"
+    echo "$a" > "$SYNC/$R.md5"
+    t2=$(uptime_s)
+    echo 1 > "$CTRL/delete_controller"
+    waitfor 20 test ! -e "$CTRL"; fig "$R-disconnect-s" "$(elapsed "$t2")"
+    settled_dump "$OUT/dump-$R-after.txt"
+    check "$R-dump-after" "disconnected: the dump lists no mapping ($DUMP_N)" test "$DUMP_N" = 0
+    flag "$R.host.done"
+  fi
+  stop_iwpmd
+  decode "$T" "$D"
+  u=$(unanswered "$D")
+  check "$R-trace-answered" "every kernel request in the daemon's trace answered ($(cnt "$D" ' nl recv src=[0?] IWCM ') requests)" test -z "$u"
+  detail "$u"
+  if [ "$ROLE" = server ]; then
+    check "$R-trace-add" "the listener's ADD_MAPPING $IP:4420 answered with MAPPING_ERR=0" \
+      grep -q " nl send dst=0 IWCM ADD_MAPPING .*ADDR=$IP:4420 .*MAPPING_ERR=0" "$D"
+    peer_check "$D" passive 4; r=$?
+  else
+    nq=$(awk -v ap="$PEER:4420" '/ nl send dst=0 IWCM QUERY_MAPPING / && index($0, "REMOTE_ADDR=" ap " ") && / MAPPING_ERR=0/ { n++ } END { print n + 0 }' "$D")
+    fig "$R-query-replies" "$nq"
+    check "$R-trace-query" "$nq QUERY_MAPPINGs for $PEER:4420 answered with MAPPING_ERR=0, one per queue (${queues:-?})" test "$nq" = "${queues:-x}"
+    peer_check "$D" active 4; r=$?
+  fi
+  fig "$R-$ROLE-associations" "${PEER_HANDLES:-0}"
+  check "$R-trace-peer" "${PEER_HANDLES:-0} associations, each with REQUEST, ACCEPT and ACK on UDP" test "$r" = 0
+  detail "$PEER_BAD"
+  check_dmesg "$R-dmesg"
+  flag "$R.$ROLE.end"; wait_flag "$R.$OTHER.end" 120
+done
+finish
