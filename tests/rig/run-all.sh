@@ -344,8 +344,9 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     # kernels) port-mapped; every pairing of C and ours in one boot per mode
     local sk kvar old modes=0; kvar=$(rig_kernel_var); old=${!kvar}
     [ -n "$(rig_patches)" ] && modes="0 1"
-    sk=$(RIG_EXTRA_CONFIG="$RIG_DIR/kernel/storage.config" RIG_CACHE="$STORAGE_CACHE" RIG_NO_SHARED=1 \
-      "$RIG_DIR/build-kernel.sh" 2>> "$RES/storage-kernel.log" | tail -1)
+    # (without the rig kernel's variable, which build-kernel.sh would take as it is)
+    sk=$(env -u "$kvar" RIG_EXTRA_CONFIG="$RIG_DIR/kernel/storage.config" RIG_CACHE="$STORAGE_CACHE" \
+      RIG_NO_SHARED=1 "$RIG_DIR/build-kernel.sh" 2>> "$RES/storage-kernel.log" | tail -1)
     if [ -z "$sk" ] || [ ! -f "$sk" ]; then
       say "FAIL setup: no storage kernel for Linux $RIG_KVER ($(tail -1 "$RES/storage-kernel.log"))"
     else
@@ -356,10 +357,21 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
       done
       export "$kvar=$old"
       STT="$RES/storage.txt"
+      stv() { awk -v k="$2" '$1==k {print $2; exit}' "$SHARE/out/$1/storage-figures.txt" 2>/dev/null; }
       { echo "NVMe-oF over RDMA through the port mapper (suite storage), Linux $RIG_KVER, storage kernel $sk"
+        echo "(one boot per mode, the pairings in turn; mappings: while connected / after both daemons' kill -9)"
+        printf '%-9s %-10s %-10s %-7s %-16s %-16s %-15s %s\n' "port_map" "srv-cli" "connect s" "queues" \
+          "client mappings" "server mappings" "writes/restart" "disconnect s"
         for pm in $modes; do
-          for f in "$SHARE/out/storage-pm$pm-A/storage-figures.txt" "$SHARE/out/storage-pm$pm-B/storage-figures.txt"; do
-            [ -f "$f" ] && sed "s/^/port_map=$pm /" "$f"
+          A="storage-pm$pm-A"; B="storage-pm$pm-B"
+          np=$(cat "$SHARE/out/$A/checks.txt" "$SHARE/out/$B/checks.txt" 2>/dev/null | grep -c '^PASS')
+          nf=$(cat "$SHARE/out/$A/checks.txt" "$SHARE/out/$B/checks.txt" 2>/dev/null | grep -c '^FAIL')
+          echo "port_map=$pm: $np/$((np+nf)) checks"
+          for p in ours-ours c-c ours-c c-ours; do
+            printf '%-9s %-10s %-10s %-7s %-16s %-16s %-15s %s\n' "$pm" "$p" "$(stv $B $p-connect-s)" "$(stv $B $p-queues)" \
+              "$(stv $B $p-client-mappings-connected)/$(stv $B $p-client-mappings-restarted)" \
+              "$(stv $A $p-server-mappings-connected)/$(stv $A $p-server-mappings-restarted)" \
+              "$(stv $B $p-restart-writes)" "$(stv $B $p-disconnect-s)"
           done
         done; } > "$STT"
       { echo; echo "== storage (target/rig/$RIG_KVER/storage.txt)"; sed 's/^/  /' "$STT"; } | tee -a "$SUMMARY"

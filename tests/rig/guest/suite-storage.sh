@@ -5,7 +5,10 @@
 # namespace (16 MiB on tmpfs) behind an RDMA port on :4420, set up through configfs. The
 # client (10.77.0.2) connects to it with the nvme-rdma host (/dev/nvme-fabrics, an admin
 # queue and nr_io_queues I/O queues, each an iWARP connection of its own), writes 4 MiB of
-# random data with O_DIRECT, reads them back, and disconnects.
+# random data with O_DIRECT, reads them back, and disconnects. In between, while the
+# controller is connected and writes run without a pause, each side's daemon is killed
+# with SIGKILL and started again (the server's first, then the client's): the kernel
+# keeps its mappings and hands them to the new daemon (MAPINFO).
 # Rounds: one per pairing in rig.pairs (server:client, each c or ours), daemons started
 # afresh for each round in both VMs, traced.
 # Checks per round, each side on its own daemon's evidence:
@@ -17,17 +20,21 @@
 #   client  the connect returns in under stall_s (no queue waited for the kernel's 10 s
 #           timeout) with every queue asked for; one QUERY_MAPPING per queue answered, every
 #           association complete; the dump while connected lists one mapping per queue;
-#           data read back = data written; after disconnect the dump lists none
+#           data read back = data written; the writes across both restarts all complete
+#           and read back equal; the new daemons' dumps list what the old ones did (the
+#           listener; one mapping per queue); after disconnect (and, on the server, the
+#           port's removal) the new daemon's dump lists none
 # Figures (storage-figures.txt): connect and disconnect times, queues, mappings.
 # Knobs: role, hostid, peer, sync (run-2vm.sh); pairs=c:c,ours:ours,... [ours:ours];
-#        queues=N [4] (nr_io_queues; capped by the kernel at the client's CPUs);
+#        queues=N [4] (nr_io_queues), write_queues=N [2] (nr_write_queues: separate
+#        queues for writes); the kernel caps each at the client's CPUs;
 #        portmap=0|1 (siw.port_map, patched kernels); stall_s [5]
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
-PAIRS=$(echo "${RIG_PAIRS:-ours:ours}" | tr ',' ' '); Q=${RIG_QUEUES:-4}
+PAIRS=$(echo "${RIG_PAIRS:-ours:ours}" | tr ',' ' '); Q=${RIG_QUEUES:-4}; W=${RIG_WRITE_QUEUES:-2}
 if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
-NQN=nqn.2026-12.org.iwpmd-rs:rig-storage
-HOSTNQN=nqn.2026-12.org.iwpmd-rs:rig-host
+# (no "iwpm" in the name: the dmesg check looks for the port mapper's kernel messages)
+NQN=nqn.2026-12.test.rig:storage
 CD=/usr/sbin/iwpmd; OURS=/mnt/rig/bin/iwpmd-rs
 F="$OUT/storage-figures.txt"; : > "$F"
 fig() { echo "$1 $2" >> "$F"; note "figure $1 $2"; }
@@ -82,7 +89,13 @@ for pair in $PAIRS; do
     iwpmd_dump "$OUT/dump-$R-connected.txt"; fig "$R-server-mappings-connected" "$DUMP_N"
     check "$R-dump-listener" "connected: the dump lists the listener $IP:4420 ($DUMP_N mappings)" \
       grep -q "$IP:4420(" "$OUT/dump-$R-connected.txt"
-    flag "$R.target.dumped"; wait_flag "$R.host.done" 180
+    flag "$R.target.dumped"; wait_flag "$R.io.running" 120
+    kill9_iwpmd
+    check "$R-restart" "the server's daemon killed (SIGKILL) during the client's writes and started again" start_iwpmd ""
+    settled_dump "$OUT/dump-$R-restarted.txt"; fig "$R-server-mappings-restarted" "$DUMP_N"
+    check "$R-restart-dump" "the new daemon's dump lists the listener $IP:4420 the kernel handed back ($DUMP_N mappings)" \
+      grep -q "$IP:4420(" "$OUT/dump-$R-restarted.txt"
+    flag "$R.server.restarted"; wait_flag "$R.host.done" 180
     want=$(cat "$SYNC/$R.md5" 2>/dev/null)
     got=$(dd if=/tmp/ns1.img bs=1M count=4 2>/dev/null | md5sum | cut -d' ' -f1)
     check "$R-data" "the namespace file holds the client's 4 MiB (md5 $got)" test -n "$want" -a "$want" = "$got"
@@ -94,7 +107,7 @@ for pair in $PAIRS; do
     wait_flag "$R.target.ready" 180
     t0=$(uptime_s)
     exec 3<>/dev/nvme-fabrics
-    if echo "transport=rdma,traddr=$PEER,trsvcid=4420,nqn=$NQN,hostnqn=$HOSTNQN,nr_io_queues=$Q" >&3; then
+    if echo "transport=rdma,traddr=$PEER,trsvcid=4420,nqn=$NQN,nr_io_queues=$Q,nr_write_queues=$W" >&3; then
       read -r reply <&3; ct=$(elapsed "$t0")
     else reply=""; ct=$(elapsed "$t0"); fi
     exec 3>&-
@@ -102,25 +115,54 @@ for pair in $PAIRS; do
     fig "$R-connect-s" "$ct"
     check "$R-connect" "nvme connect over RDMA to $PEER:4420 in $ct s ($reply)" test -n "$inst"
     check "$R-no-stall" "the connect took $ct s < ${STALL_S} s: no queue waited for the kernel's 10 s port-mapper timeout" lt "$ct" "$STALL_S"
-    CTRL=/sys/class/nvme/nvme${inst:-0}
-    queues=$(cat "$CTRL/queue_count" 2>/dev/null); want_q=$(( Q < $(nproc) ? Q : $(nproc) ))
+    CTRL=/sys/class/nvme/nvme${inst:-x}
+    queues=$(cat "$CTRL/queue_count" 2>/dev/null); n=$(nproc)
+    want_q=$(( Q < n ? Q : n )); want_w=$(( W < n ? W : n ))
     fig "$R-queues" "${queues:-?}"
-    check "$R-queues" "the controller has ${queues:-?} queues: the admin queue and $want_q I/O queues (nr_io_queues $Q, $(nproc) CPUs)" \
-      test "${queues:-0}" = $((want_q + 1))
-    waitfor 10 test -b "/dev/nvme${inst:-0}n1"
+    check "$R-queues" "the controller has ${queues:-?} queues: the admin queue, $want_q I/O and $want_w write queues (nr_io_queues $Q, nr_write_queues $W, $n CPUs)" \
+      test "${queues:-0}" = $((want_q + want_w + 1))
+    NS=/dev/nvme${inst:-x}n1
+    check "$R-namespace" "the namespace appears as the block device $NS" waitfor 10 test -b "$NS"
     iwpmd_dump "$OUT/dump-$R-connected.txt"; fig "$R-client-mappings-connected" "$DUMP_N"
     check "$R-dump-connected" "connected: the dump lists $DUMP_N mappings, one per queue (${queues:-?})" test "$DUMP_N" = "${queues:-x}"
     flag "$R.host.connected"; wait_flag "$R.target.dumped" 120
-    dd if=/dev/urandom of=/tmp/data bs=1M count=4 2>/dev/null
+    dd if=/dev/urandom of=/tmp/data bs=1M count=4 2>/dev/null; rm -f /tmp/back
     t1=$(uptime_s)
-    dd if=/tmp/data of="/dev/nvme${inst:-0}n1" bs=1M oflag=direct conv=fsync 2>"$OUT/dd-$R.err" &&
-      dd if="/dev/nvme${inst:-0}n1" of=/tmp/back bs=1M count=4 iflag=direct 2>>"$OUT/dd-$R.err"
+    # (only on the block device: dd would create a plain file of that name in /dev)
+    [ -b "$NS" ] && dd if=/tmp/data of="$NS" bs=1M oflag=direct conv=fsync 2>"$OUT/dd-$R.err" &&
+      dd if="$NS" of=/tmp/back bs=1M count=4 iflag=direct 2>>"$OUT/dd-$R.err"
     fig "$R-io-4MiB-write-read-s" "$(elapsed "$t1")"
     a=$(md5sum < /tmp/data | cut -d' ' -f1); b=$(md5sum < /tmp/back 2>/dev/null | cut -d' ' -f1)
-    check "$R-data" "4 MiB written with O_DIRECT and read back equal (md5 $a)" test "$a" = "$b"
+    check "$R-data" "4 MiB written to $NS with O_DIRECT and read back equal (md5 $a)" test "$a" = "$b"
     echo "$a" > "$SYNC/$R.md5"
+    # Writes without a pause (8 MiB at a time, after the first 4 MiB) while both daemons
+    # are killed and started again; then the last write is read back.
+    dd if=/dev/urandom of=/tmp/data2 bs=1M count=8 2>/dev/null; rm -f /tmp/io-stop /tmp/io-n /tmp/io-bad
+    if [ -b "$NS" ]; then
+      ( n=0; bad=0
+        while [ ! -e /tmp/io-stop ]; do
+          dd if=/tmp/data2 of="$NS" bs=1M seek=4 oflag=direct conv=fsync 2>>"$OUT/dd-$R-restart.err" || bad=$((bad+1))
+          n=$((n+1)); echo $n > /tmp/io-n; echo $bad > /tmp/io-bad
+        done ) & io=$!
+      waitfor 20 test -s /tmp/io-n
+    fi
+    flag "$R.io.running"; wait_flag "$R.server.restarted" 120
+    n0=$(cat /tmp/io-n 2>/dev/null)
+    kill9_iwpmd
+    check "$R-restart" "the client's daemon killed (SIGKILL) during the writes and started again" start_iwpmd ""
+    settled_dump "$OUT/dump-$R-restarted.txt"; fig "$R-client-mappings-restarted" "$DUMP_N"
+    check "$R-restart-dump" "the new daemon's dump lists the $DUMP_N mappings the kernel handed back, one per queue (${queues:-?})" \
+      test "$DUMP_N" = "${queues:-x}"
+    waitfor 20 sh -c "[ \$(cat /tmp/io-n 2>/dev/null || echo 0) -ge $(( ${n0:-0} + 2 )) ]"
+    touch /tmp/io-stop; [ -n "${io:-}" ] && wait "$io"
+    rm -f /tmp/back2
+    [ -b "$NS" ] && dd if="$NS" of=/tmp/back2 bs=1M skip=4 count=8 iflag=direct 2>>"$OUT/dd-$R-restart.err"
+    a2=$(md5sum < /tmp/data2 | cut -d' ' -f1); b2=$(md5sum < /tmp/back2 2>/dev/null | cut -d' ' -f1)
+    fig "$R-restart-writes" "$(cat /tmp/io-n 2>/dev/null)"
+    check "$R-restart-io" "$(cat /tmp/io-n 2>/dev/null || echo 0) writes of 8 MiB across both restarts, $(cat /tmp/io-bad 2>/dev/null || echo ?) failed; the last read back equal" \
+      sh -c "[ \"\$(cat /tmp/io-bad 2>/dev/null)\" = 0 ] && [ \$(cat /tmp/io-n) -ge $(( ${n0:-0} + 2 )) ] && [ '$a2' = '$b2' ]"
     t2=$(uptime_s)
-    echo 1 > "$CTRL/delete_controller"
+    [ -e "$CTRL" ] && echo 1 > "$CTRL/delete_controller"
     waitfor 20 test ! -e "$CTRL"; fig "$R-disconnect-s" "$(elapsed "$t2")"
     settled_dump "$OUT/dump-$R-after.txt"
     check "$R-dump-after" "disconnected: the dump lists no mapping ($DUMP_N)" test "$DUMP_N" = 0
