@@ -207,3 +207,34 @@ fn completion_scripts_know_the_options() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "unknown shell is a usage error");
 }
+
+/// A release names its version in four places besides the manifest: each manual page's
+/// `.TH` footer, the top entry of the Debian changelog (`<version>-<revision>`) and a
+/// section of CHANGELOG.md. A bump that forgets one fails here (and in check-packaging).
+#[test]
+fn every_place_that_names_the_version_names_this_one() {
+    let version = env!("CARGO_PKG_VERSION");
+    for page in [
+        "packaging/iwpmd.8",
+        "packaging/iwpmctl.8",
+        "packaging/iwpmd.conf.5",
+    ] {
+        let th = read(page)
+            .lines()
+            .find(|l| l.starts_with(".TH "))
+            .unwrap_or_else(|| panic!("{page}: no .TH line"))
+            .to_owned();
+        assert!(th.contains(&format!("\"iwpmd {version}\"")), "{page}: {th}");
+    }
+    let debian = read("packaging/debian/changelog");
+    let top = debian.lines().next().unwrap_or_default();
+    assert!(
+        top.starts_with(&format!("iwpmd-rs ({version}-")),
+        "packaging/debian/changelog's top entry is not {version}: {top}"
+    );
+    let changelog = read("CHANGELOG.md");
+    assert!(
+        changelog.contains(&format!("\n## [{version}] - ")),
+        "CHANGELOG.md has no section for {version}"
+    );
+}
