@@ -71,12 +71,15 @@ round_daemon() { if [ "$1" = c ]; then IWPMD=$CD; else IWPMD=$OURS; fi; IWPMD_AR
 [ "$ROLE" = server ] && { check setup-target "nvmet subsystem $NQN with a 16 MiB file-backed namespace" target_setup; }
 flag "$ROLE.up"; wait_flag "$OTHER.up" 120
 
+n_round=0
 for pair in $PAIRS; do
   S=${pair%:*}; C=${pair#*:}; R="$S-$C"
+  # (the barrier flags carry the round's number: a pairing may come twice)
+  n_round=$((n_round + 1)); FR="$n_round-$R"
   if [ "$ROLE" = server ]; then mine=$S; else mine=$C; fi
   round_daemon "$mine"
   note "round $R: this side's daemon $IWPMD"
-  T="$OUT/iwpmd-$R.strace"; D="$OUT/traffic-$R.txt"
+  T="$OUT/iwpmd-$FR.strace"; D="$OUT/traffic-$FR.txt"
   dmesg_mark
   check "$R-start" "$mine daemon up" start_iwpmd "$T"
   if [ "$ROLE" = server ]; then
@@ -85,26 +88,26 @@ for pair in $PAIRS; do
     L=$(new_listen /tmp/ls-before)
     check "$R-listen" "siw listens for :4420 on ${L:-nothing} (port_map ${RIG_PORTMAP:-0}: $( [ "${RIG_PORTMAP:-0}" = 1 ] && echo 'a mapped port' || echo '4420 itself'))" \
       sh -c "[ -n '$L' ] && if [ '${RIG_PORTMAP:-0}' = 1 ]; then [ '$(port_of "$L")' != 4420 ]; else [ '$(port_of "$L")' = 4420 ]; fi"
-    flag "$R.target.ready"; wait_flag "$R.host.connected" 180
-    iwpmd_dump "$OUT/dump-$R-connected.txt"; fig "$R-server-mappings-connected" "$DUMP_N"
+    flag "$FR.target.ready"; wait_flag "$FR.host.connected" 180
+    iwpmd_dump "$OUT/dump-$FR-connected.txt"; fig "$R-server-mappings-connected" "$DUMP_N"
     check "$R-dump-listener" "connected: the dump lists the listener $IP:4420 ($DUMP_N mappings)" \
-      grep -q "$IP:4420(" "$OUT/dump-$R-connected.txt"
-    flag "$R.target.dumped"; wait_flag "$R.io.running" 120
+      grep -q "$IP:4420(" "$OUT/dump-$FR-connected.txt"
+    flag "$FR.target.dumped"; wait_flag "$FR.io.running" 120
     kill9_iwpmd
     check "$R-restart" "the server's daemon killed (SIGKILL) during the client's writes and started again" start_iwpmd ""
-    settled_dump "$OUT/dump-$R-restarted.txt"; fig "$R-server-mappings-restarted" "$DUMP_N"
+    settled_dump "$OUT/dump-$FR-restarted.txt"; fig "$R-server-mappings-restarted" "$DUMP_N"
     check "$R-restart-dump" "the new daemon's dump lists the listener $IP:4420 the kernel handed back ($DUMP_N mappings)" \
-      grep -q "$IP:4420(" "$OUT/dump-$R-restarted.txt"
-    flag "$R.server.restarted"; wait_flag "$R.host.done" 180
-    want=$(cat "$SYNC/$R.md5" 2>/dev/null)
+      grep -q "$IP:4420(" "$OUT/dump-$FR-restarted.txt"
+    flag "$FR.server.restarted"; wait_flag "$FR.host.done" 180
+    want=$(cat "$SYNC/$FR.md5" 2>/dev/null)
     got=$(dd if=/tmp/ns1.img bs=1M count=4 2>/dev/null | md5sum | cut -d' ' -f1)
     check "$R-data" "the namespace file holds the client's 4 MiB (md5 $got)" test -n "$want" -a "$want" = "$got"
     check "$R-port-down" "nvmet port removed" port_down
     waitfor 10 sh -c "! ss -ltnH | grep -q ':4420 '" ; sleep 1
-    settled_dump "$OUT/dump-$R-after.txt"
+    settled_dump "$OUT/dump-$FR-after.txt"
     check "$R-dump-after" "port removed: the dump lists no mapping ($DUMP_N)" test "$DUMP_N" = 0
   else
-    wait_flag "$R.target.ready" 180
+    wait_flag "$FR.target.ready" 180
     t0=$(uptime_s)
     exec 3<>/dev/nvme-fabrics
     if echo "transport=rdma,traddr=$PEER,trsvcid=4420,nqn=$NQN,nr_io_queues=$Q,nr_write_queues=$W" >&3; then
@@ -123,40 +126,40 @@ for pair in $PAIRS; do
       test "${queues:-0}" = $((want_q + want_w + 1))
     NS=/dev/nvme${inst:-x}n1
     check "$R-namespace" "the namespace appears as the block device $NS" waitfor 10 test -b "$NS"
-    iwpmd_dump "$OUT/dump-$R-connected.txt"; fig "$R-client-mappings-connected" "$DUMP_N"
+    iwpmd_dump "$OUT/dump-$FR-connected.txt"; fig "$R-client-mappings-connected" "$DUMP_N"
     check "$R-dump-connected" "connected: the dump lists $DUMP_N mappings, one per queue (${queues:-?})" test "$DUMP_N" = "${queues:-x}"
-    flag "$R.host.connected"; wait_flag "$R.target.dumped" 120
+    flag "$FR.host.connected"; wait_flag "$FR.target.dumped" 120
     dd if=/dev/urandom of=/tmp/data bs=1M count=4 2>/dev/null; rm -f /tmp/back
     t1=$(uptime_s)
     # (only on the block device: dd would create a plain file of that name in /dev)
-    [ -b "$NS" ] && dd if=/tmp/data of="$NS" bs=1M oflag=direct conv=fsync 2>"$OUT/dd-$R.err" &&
-      dd if="$NS" of=/tmp/back bs=1M count=4 iflag=direct 2>>"$OUT/dd-$R.err"
+    [ -b "$NS" ] && dd if=/tmp/data of="$NS" bs=1M oflag=direct conv=fsync 2>"$OUT/dd-$FR.err" &&
+      dd if="$NS" of=/tmp/back bs=1M count=4 iflag=direct 2>>"$OUT/dd-$FR.err"
     fig "$R-io-4MiB-write-read-s" "$(elapsed "$t1")"
     a=$(md5sum < /tmp/data | cut -d' ' -f1); b=$(md5sum < /tmp/back 2>/dev/null | cut -d' ' -f1)
     check "$R-data" "4 MiB written to $NS with O_DIRECT and read back equal (md5 $a)" test "$a" = "$b"
-    echo "$a" > "$SYNC/$R.md5"
+    echo "$a" > "$SYNC/$FR.md5"
     # Writes without a pause (8 MiB at a time, after the first 4 MiB) while both daemons
     # are killed and started again; then the last write is read back.
     dd if=/dev/urandom of=/tmp/data2 bs=1M count=8 2>/dev/null; rm -f /tmp/io-stop /tmp/io-n /tmp/io-bad
     if [ -b "$NS" ]; then
       ( n=0; bad=0
         while [ ! -e /tmp/io-stop ]; do
-          dd if=/tmp/data2 of="$NS" bs=1M seek=4 oflag=direct conv=fsync 2>>"$OUT/dd-$R-restart.err" || bad=$((bad+1))
+          dd if=/tmp/data2 of="$NS" bs=1M seek=4 oflag=direct conv=fsync 2>>"$OUT/dd-$FR-restart.err" || bad=$((bad+1))
           n=$((n+1)); echo $n > /tmp/io-n; echo $bad > /tmp/io-bad
         done ) & io=$!
       waitfor 20 test -s /tmp/io-n
     fi
-    flag "$R.io.running"; wait_flag "$R.server.restarted" 120
+    flag "$FR.io.running"; wait_flag "$FR.server.restarted" 120
     n0=$(cat /tmp/io-n 2>/dev/null)
     kill9_iwpmd
     check "$R-restart" "the client's daemon killed (SIGKILL) during the writes and started again" start_iwpmd ""
-    settled_dump "$OUT/dump-$R-restarted.txt"; fig "$R-client-mappings-restarted" "$DUMP_N"
+    settled_dump "$OUT/dump-$FR-restarted.txt"; fig "$R-client-mappings-restarted" "$DUMP_N"
     check "$R-restart-dump" "the new daemon's dump lists the $DUMP_N mappings the kernel handed back, one per queue (${queues:-?})" \
       test "$DUMP_N" = "${queues:-x}"
     waitfor 20 sh -c "[ \$(cat /tmp/io-n 2>/dev/null || echo 0) -ge $(( ${n0:-0} + 2 )) ]"
     touch /tmp/io-stop; [ -n "${io:-}" ] && wait "$io"
     rm -f /tmp/back2
-    [ -b "$NS" ] && dd if="$NS" of=/tmp/back2 bs=1M skip=4 count=8 iflag=direct 2>>"$OUT/dd-$R-restart.err"
+    [ -b "$NS" ] && dd if="$NS" of=/tmp/back2 bs=1M skip=4 count=8 iflag=direct 2>>"$OUT/dd-$FR-restart.err"
     a2=$(md5sum < /tmp/data2 | cut -d' ' -f1); b2=$(md5sum < /tmp/back2 2>/dev/null | cut -d' ' -f1)
     fig "$R-restart-writes" "$(cat /tmp/io-n 2>/dev/null)"
     check "$R-restart-io" "$(cat /tmp/io-n 2>/dev/null || echo 0) writes of 8 MiB across both restarts, $(cat /tmp/io-bad 2>/dev/null || echo ?) failed; the last read back equal" \
@@ -164,9 +167,9 @@ for pair in $PAIRS; do
     t2=$(uptime_s)
     [ -e "$CTRL" ] && echo 1 > "$CTRL/delete_controller"
     waitfor 20 test ! -e "$CTRL"; fig "$R-disconnect-s" "$(elapsed "$t2")"
-    settled_dump "$OUT/dump-$R-after.txt"
+    settled_dump "$OUT/dump-$FR-after.txt"
     check "$R-dump-after" "disconnected: the dump lists no mapping ($DUMP_N)" test "$DUMP_N" = 0
-    flag "$R.host.done"
+    flag "$FR.host.done"
   fi
   stop_iwpmd
   decode "$T" "$D"
@@ -187,6 +190,6 @@ for pair in $PAIRS; do
   check "$R-trace-peer" "${PEER_HANDLES:-0} associations, each with REQUEST, ACCEPT and ACK on UDP" test "$r" = 0
   detail "$PEER_BAD"
   check_dmesg "$R-dmesg"
-  flag "$R.$ROLE.end"; wait_flag "$R.$OTHER.end" 120
+  flag "$FR.$ROLE.end"; wait_flag "$FR.$OTHER.end" 120
 done
 finish
