@@ -351,6 +351,8 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
       say "FAIL setup: no storage kernel for Linux $RIG_KVER ($(tail -1 "$RES/storage-kernel.log"))"
     else
       export "$kvar=$sk"
+      "$RIG_DIR/storage-tools.sh" "$SHARE/nfs" 2>> "$RES/storage-kernel.log" ||
+        say "FAIL setup: the NFS tools for the storage suite ($(tail -1 "$RES/storage-kernel.log"))"
       for pm in $modes; do
         TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 600 \
           -e portmap=$pm -e pairs=ours:ours,c:c,ours:c,c:ours
