@@ -345,13 +345,16 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     local sk kvar old modes=0; kvar=$(rig_kernel_var); old=${!kvar}
     [ -n "$(rig_patches)" ] && modes="0 1"
     # (without the rig kernel's variable, which build-kernel.sh would take as it is)
-    sk=$(env -u "$kvar" RIG_EXTRA_CONFIG="$RIG_DIR/kernel/storage.config" RIG_CACHE="$STORAGE_CACHE" \
-      RIG_NO_SHARED=1 "$RIG_DIR/build-kernel.sh" 2>> "$RES/storage-kernel.log" | tail -1)
+    # (one kernel at a time: the kernels share the cache, and build-kernel.sh writes its
+    # merged fragment there)
+    mkdir -p "$STORAGE_CACHE"
+    sk=$(flock -w 3600 "$STORAGE_CACHE/.build.lock" env -u "$kvar" RIG_EXTRA_CONFIG="$RIG_DIR/kernel/storage.config" \
+      RIG_CACHE="$STORAGE_CACHE" RIG_NO_SHARED=1 "$RIG_DIR/build-kernel.sh" 2>> "$RES/storage-kernel.log" | tail -1)
     if [ -z "$sk" ] || [ ! -f "$sk" ]; then
       say "FAIL setup: no storage kernel for Linux $RIG_KVER ($(tail -1 "$RES/storage-kernel.log"))"
     else
       export "$kvar=$sk"
-      "$RIG_DIR/storage-tools.sh" "$SHARE/nfs" 2>> "$RES/storage-kernel.log" ||
+      flock -w 600 "$STORAGE_CACHE/.build.lock" "$RIG_DIR/storage-tools.sh" "$SHARE/nfs" 2>> "$RES/storage-kernel.log" ||
         say "FAIL setup: the NFS tools for the storage suite ($(tail -1 "$RES/storage-kernel.log"))"
       for pm in $modes; do
         TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 600 \
