@@ -32,6 +32,8 @@
 # two-VM suites (twovm, forge, trickle, pm, pmops) beside its one-VM suites, RIG_LANES=3
 # also splits the one-VM suites in two (kernel conversation; perf, floods and attacks);
 # RIG_PAIR_SLOTS=N lets N two-VM runs share the host at once (1 by default).
+# RIG_STORAGE_MODES="0 1" (the default) are the siw.port_map modes the storage suite boots
+# (one boot each; "1" alone for the port-mapped one).
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
 # Results: target/rig/<kernel>/ (summary.txt, cmtime.txt, flood.txt, forge.txt, pairs.txt,
@@ -343,7 +345,7 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     # (kernel/storage.config, its own image and cache), 2 CPUs per VM, plain and (patched
     # kernels) port-mapped; every pairing of C and ours in one boot per mode
     local sk kvar old modes=0; kvar=$(rig_kernel_var); old=${!kvar}
-    [ -n "$(rig_patches)" ] && modes="0 1"
+    [ -n "$(rig_patches)" ] && modes=${RIG_STORAGE_MODES:-0 1}
     # (without the rig kernel's variable, which build-kernel.sh would take as it is)
     # (one kernel at a time: the kernels share the cache, and build-kernel.sh writes its
     # merged fragment there)
@@ -357,26 +359,36 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
       flock -w 600 "$STORAGE_CACHE/.build.lock" "$RIG_DIR/storage-tools.sh" "$SHARE/nfs" 2>> "$RES/storage-kernel.log" ||
         say "FAIL setup: the NFS tools for the storage suite ($(tail -1 "$RES/storage-kernel.log"))"
       for pm in $modes; do
-        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 600 \
-          -e portmap=$pm -e pairs=ours:ours,c:c,ours:c,c:ours
+        # (port-mapped, a fifth round: ours holding its REMOTE_INFO for a C client's ACK,
+        # which comes after the connection: what a queue does without one, reported)
+        p=ours:ours,c:c,ours:c,c:ours; [ "$pm" = 1 ] && p=$p,ours-hold:c
+        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 720 \
+          -e portmap=$pm -e pairs=$p
       done
       export "$kvar=$old"
       STT="$RES/storage.txt"
       stv() { awk -v k="$2" '$1==k {print $2; exit}' "$SHARE/out/$1/storage-figures.txt" 2>/dev/null; }
       { echo "NVMe-oF over RDMA through the port mapper (suite storage), Linux $RIG_KVER, storage kernel $sk"
-        echo "(one boot per mode, the pairings in turn; mappings: while connected / after both daemons' kill -9)"
-        printf '%-9s %-10s %-10s %-7s %-16s %-16s %-15s %s\n' "port_map" "srv-cli" "connect s" "queues" \
-          "client mappings" "server mappings" "writes/restart" "disconnect s"
+        echo "(one boot per mode, the pairings in turn; mappings: while connected / after both daemons' kill -9"
+        echo " / after the reconnect of every queue (client; reset_controller);"
+        echo " gap binds: a host socket's successful binds of this side's mapped ports during its daemon's"
+        echo " restarts, NVMe server/client/NFS server, - when plain; peers: how the target's kernel"
+        echo " reports the queues' host, real/mapped address, and the NFS client)"
+        printf '%-9s %-14s %-10s %-7s %-16s %-16s %-15s %-13s %-12s %-10s %s\n' "port_map" "srv-cli" "connect s" "queues" \
+          "client mappings" "server mappings" "writes/restart" "reset/disc s" "gap binds" "peers" "nfs peer"
         for pm in $modes; do
           A="storage-pm$pm-A"; B="storage-pm$pm-B"
           np=$(cat "$SHARE/out/$A/checks.txt" "$SHARE/out/$B/checks.txt" 2>/dev/null | grep -c '^PASS')
           nf=$(cat "$SHARE/out/$A/checks.txt" "$SHARE/out/$B/checks.txt" 2>/dev/null | grep -c '^FAIL')
           echo "port_map=$pm: $np/$((np+nf)) checks"
-          for p in ours-ours c-c ours-c c-ours; do
-            printf '%-9s %-10s %-10s %-7s %-16s %-16s %-15s %s\n' "$pm" "$p" "$(stv $B $p-connect-s)" "$(stv $B $p-queues)" \
-              "$(stv $B $p-client-mappings-connected)/$(stv $B $p-client-mappings-restarted)" \
+          for p in ours-ours c-c ours-c c-ours ours-hold-c; do
+            [ -n "$(stv $B $p-connect-s)" ] || continue
+            printf '%-9s %-14s %-10s %-7s %-16s %-16s %-15s %-13s %-12s %-10s %s\n' "$pm" "$p" "$(stv $B $p-connect-s)" "$(stv $B $p-queues)" \
+              "$(stv $B $p-client-mappings-connected)/$(stv $B $p-client-mappings-restarted)/$(stv $B $p-client-mappings-reset)" \
               "$(stv $A $p-server-mappings-connected)/$(stv $A $p-server-mappings-restarted)" \
-              "$(stv $B $p-restart-writes)" "$(stv $B $p-disconnect-s)"
+              "$(stv $B $p-restart-writes)" "$(stv $B $p-reset-s)/$(stv $B $p-disconnect-s)" \
+              "$(stv $A $p-restart-gap-binds)/$(stv $B $p-restart-gap-binds)/$(stv $A $p-nfs-restart-gap-binds)" \
+              "$(stv $A $p-nvme-peers-real)/$(stv $A $p-nvme-peers-mapped)" "$(stv $B $p-nfs-peer-seen)"
           done
         done; } > "$STT"
       { echo; echo "== storage (target/rig/$RIG_KVER/storage.txt)"; sed 's/^/  /' "$STT"; } | tee -a "$SUMMARY"

@@ -22,10 +22,25 @@
 #           association complete; the dump while connected lists one mapping per queue;
 #           data read back = data written; the writes across both restarts all complete
 #           and read back equal; the new daemons' dumps list what the old ones did (the
-#           listener; one mapping per queue); after disconnect (and, on the server, the
+#           listener; one mapping per queue); a reconnect of every queue (reset_controller)
+#           through the restarted daemons is live again in under stall_s with one new
+#           mapping per queue and the data intact; after disconnect (and, on the server, the
 #           port's removal) the new daemon's dump lists none
-# Figures (storage-figures.txt): connect and disconnect times, queues, mappings.
-# Knobs: role, hostid, peer, sync (run-2vm.sh); pairs=c:c,ours:ours,... [ours:ours];
+#   both    port-mapped: every restart above with a probe on the mapped ports of this side
+#           (the dump before the kill): ours runs behind the rig's FD store stand-in
+#           (tools/rigfdstore.c, as systemd's FD store holds the packaged unit's sockets), and
+#           a probe binding those ports in a loop from before the SIGKILL until the new
+#           daemon is up must never get one (zero gap); C has no store: one bind per port
+#           between the kill and the new daemon is reported (INFO)
+#   server  the target's kernel reports each queue's host by its real address (the
+#           client's dump: local, not mapped; the REMOTE_INFO was consumed)
+# The pairing ours-hold (server only) is ours with remote_info_budget=0: it sends each
+# REMOTE_INFO only on the peer's verified ACK, which a C client sends after it answered
+# its kernel, so the REMOTE_INFO comes after the connection: what a port-mapped queue does
+# without one is reported (INFO lines and figures), not judged.
+# Figures (storage-figures.txt): connect and disconnect times, queues, mappings, gap binds,
+# peers seen by real and by mapped address.
+# Knobs: role, hostid, peer, sync (run-2vm.sh); pairs=c:c,ours:ours,ours-hold:c,... [ours:ours];
 #        queues=N [4] (nr_io_queues), write_queues=N [2] (nr_write_queues: separate
 #        queues for writes); the kernel caps each at the client's CPUs;
 #        portmap=0|1 (siw.port_map, patched kernels); stall_s [5]
@@ -33,6 +48,7 @@ RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
 PAIRS=$(echo "${RIG_PAIRS:-ours:ours}" | tr ',' ' '); Q=${RIG_QUEUES:-4}; W=${RIG_WRITE_QUEUES:-2}
 if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
+PM=${RIG_PORTMAP:-0}; STATE=/tmp/iwpmd-state
 # (no "iwpm" in the name: the dmesg check looks for the port mapper's kernel messages)
 NQN=nqn.2026-12.test.rig:storage
 CD=/usr/sbin/iwpmd; OURS=/mnt/rig/bin/iwpmd-rs
@@ -89,8 +105,86 @@ nfs_server_up() {
 }
 nfs_server_down() { nfs_env; $NB/rpc.nfsd 0 >> "$OUT/nfsd.log" 2>&1; }
 
-# round_daemon LABEL: the daemon of this side for the round
-round_daemon() { if [ "$1" = c ]; then IWPMD=$CD; else IWPMD=$OURS; fi; IWPMD_ARGS=--systemd; }
+# round_daemon LABEL: the daemon of this side for the round (c, ours, ours-hold); STORE=1
+# when it runs behind the FD store stand-in (ours, port-mapped)
+round_daemon() {
+  IWPMD_ARGS=--systemd; STORE=0
+  case "$1" in
+    c) IWPMD=$CD ;;
+    ours) IWPMD=$OURS ;;
+    ours-hold) IWPMD=$OURS
+      { cat /etc/iwpmd.conf 2>/dev/null; echo "remote_info_budget=0"; } > /tmp/iwpmd-hold.conf
+      IWPMD_ARGS="--systemd --config /tmp/iwpmd-hold.conf" ;;
+  esac
+  [ "$PM" = 1 ] && [ "$IWPMD" = "$OURS" ] && STORE=1
+  return 0
+}
+# daemon_up TRACE: this side's daemon for the round, traced into TRACE. With STORE=1 the FD
+# store stand-in starts it (and, on a restart, starts it again with the stored sockets);
+# the wrapper keeps its pid for the daemon (strace -D) and traces only the first start.
+daemon_up() {
+  [ "$STORE" = 1 ] || { start_iwpmd "$1"; return; }
+  rm -rf "$CTL" "$STATE"; mkdir -p "$CTL"
+  cat > /tmp/iwpmd-stored <<EOS
+#!/bin/sh
+[ -e "$1" ] && exec $IWPMD "\$@"
+exec strace -D -f -tt -s 4096 -xx -o "$1" \\
+  -e trace=socket,bind,connect,setsockopt,sendto,sendmsg,sendmmsg,recvfrom,recvmsg,recvmmsg,close $IWPMD "\$@"
+EOS
+  chmod +x /tmp/iwpmd-stored
+  rigfdstore serve $NOTIFY $CTL 100000 -- /tmp/iwpmd-stored $IWPMD_ARGS --fd-store --state-file $STATE \
+    >> "$OUT/rigfdstore.log" 2>&1 & SP=$!
+  waitfor 15 ready_at_least 1 || return 1
+  IWPMD_PID=$(st pid); IWPMD_JOB=""; sleep 0.5
+  log "iwpmd pid $IWPMD_PID behind the FD store stand-in (pid $SP)"
+}
+# daemon_down: the round's end (SIGTERM; with the store, the stand-in stops it, exits, and
+# its stored sockets close with it)
+daemon_down() {
+  [ "$STORE" = 1 ] || { stop_iwpmd; return; }
+  kill -TERM "$SP" 2>/dev/null; waitfor 10 gone "$SP"; wait "$SP" 2>/dev/null
+  IWPMD_PID=""; rm -rf "$CTL" "$STATE"
+}
+ready_at_least() { [ "$(st ready)" -ge "$1" ] 2>/dev/null; }   # the stand-in has seen N READY=1
+gone() { ! kill -0 "$1" 2>/dev/null; }
+# mapped_ports DUMP: the mapped ports of a dump, one per line
+mapped_ports() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{p=$3; sub(/.*:/, "", p); print p}' | sort -u; }
+# restart NAME TEXT DUMP: SIGKILL this side's daemon during the consumers' traffic and start
+# a new one (checks NAME, described by TEXT, and NAME-no-gap). Port-mapped, the mapped ports of DUMP (taken before the
+# kill) are probed meanwhile: with the store, bound in a loop from before the kill until
+# the new daemon is up (each success is a moment the host stack could have taken the port);
+# without it, bound once each between the kill and the new daemon (a loop would hold a port
+# when the new daemon re-binds it for the kernel's MAPINFO record, and lose the mapping).
+restart() {
+  local name=$1 text=$2 np free=- rounds=- r t0
+  mapped_ports "$3" > /tmp/ports.txt; np=$(wc -l < /tmp/ports.txt)
+  if [ "$STORE" = 1 ]; then
+    rm -f /tmp/probe-stop
+    rigfdstore probe /tmp/ports.txt /tmp/probe-stop > "$OUT/probe-$name.txt" 2> "$OUT/probe-free-$name.txt" & pp=$!
+    sleep 0.5; t0=$(uptime_s); r=1
+    local r0 p; r0=$(st ready); p=$(st pid)
+    kill -9 "$p"; waitfor 5 gone "$p"; kill -USR2 "$SP"
+    waitfor 30 ready_at_least $((r0 + 1)) && r=0
+    IWPMD_PID=$(st pid); sleep 0.5
+    check "$name" "$text, started again by the FD store stand-in with its stored sockets in $(elapsed "$t0") s" test $r = 0
+    # (ours settles its restored mappings when the kernel's replay window ends)
+    sleep 2; touch /tmp/probe-stop; wait $pp
+    free=$(sed -n 's/.*free=\([0-9]*\).*/\1/p' "$OUT/probe-$name.txt"); rounds=$(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$OUT/probe-$name.txt")
+    check "$name-no-gap" "a probe bound the $np mapped ports of this side in a loop through the restart: ${rounds:-?} rounds, ${free:-?} binds succeeded" \
+      sh -c "[ '$np' -ge 1 ] && [ '${free:-x}' = 0 ] && [ '${rounds:-0}' -gt 0 ]"
+    detail "$(head -3 "$OUT/probe-free-$name.txt")"
+  else
+    kill9_iwpmd
+    if [ "$PM" = 1 ]; then
+      free=0; rounds=1
+      for p in $(cat /tmp/ports.txt); do host_bind "$p" && free=$((free+1)); done
+    fi
+    check "$name" "$text, and started again" start_iwpmd ""
+    [ "$PM" = 1 ] && role_check "no FD store" "$name-no-gap" \
+      "between the SIGKILL and the new daemon a host socket could bind $free of the $np mapped ports of this side" test "$free" = 0
+  fi
+  fig "$name-gap-binds" "$free"; fig "$name-gap-ports" "$np"
+}
 
 [ "$ROLE" = server ] && { check setup-target "nvmet subsystem $NQN with a 16 MiB file-backed namespace" target_setup; }
 flag "$ROLE.up"; wait_flag "$OTHER.up" 120
@@ -105,7 +199,7 @@ for pair in $PAIRS; do
   note "round $R: this side's daemon $IWPMD"
   T="$OUT/iwpmd-$FR.strace"; D="$OUT/traffic-$FR.txt"
   dmesg_mark
-  check "$R-start" "$mine daemon up" start_iwpmd "$T"
+  check "$R-start" "$mine daemon up$( [ "$STORE" = 1 ] && echo ', behind the FD store stand-in')" daemon_up "$T"
   if [ "$ROLE" = server ]; then
     listen_snap /tmp/ls-before
     check "$R-port" "nvmet RDMA port $IP:4420 up" port_up
@@ -114,11 +208,22 @@ for pair in $PAIRS; do
       sh -c "[ -n '$L' ] && if [ '${RIG_PORTMAP:-0}' = 1 ]; then [ '$(port_of "$L")' != 4420 ]; else [ '$(port_of "$L")' = 4420 ]; fi"
     flag "$FR.target.ready"; wait_flag "$FR.host.connected" 180
     iwpmd_dump "$OUT/dump-$FR-connected.txt"; fig "$R-server-mappings-connected" "$DUMP_N"
+    # Each queue's host as this kernel reports it (rdma res: the accepted cm_ids), against the
+    # client's own dump: its real local address, or (no REMOTE_INFO consumed) its mapped one.
+    rdma res show cm_id > "$OUT/cm-id-$FR-nvme.txt" 2>&1
+    sed -n "s/.* dst-addr \($PEER:[0-9]*\).*/\1/p" "$OUT/cm-id-$FR-nvme.txt" | sort > /tmp/peers-seen
+    nq=$(wc -l < "$SYNC/$FR.host.queues" 2>/dev/null)
+    nreal=$(awk 'NR==FNR { r[$1]=1; next } ($1 in r)' "$SYNC/$FR.host.queues" /tmp/peers-seen | wc -l)
+    nmapped=$(awk 'NR==FNR { if ($2 != $1) m[$2]=1; next } ($1 in m)' "$SYNC/$FR.host.queues" /tmp/peers-seen | wc -l)
+    fig "$R-nvme-peers-real" "$nreal"; fig "$R-nvme-peers-mapped" "$nmapped"
+    # (ours-hold against a C client: the REMOTE_INFO comes after the connection; reported)
+    judge=""; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
+    role_check "$judge" "$R-nvme-peers" "this kernel reports the host of each of the ${nq:-?} queues by its real address: $nreal real, $nmapped mapped ($(tr '\n' ' ' < /tmp/peers-seen))" \
+      sh -c "[ '${nq:-0}' -ge 1 ] && [ '$nreal' = '${nq:-x}' ] && [ \$(wc -l < /tmp/peers-seen) = '${nq:-x}' ]"
     check "$R-dump-listener" "connected: the dump lists the listener $IP:4420 ($DUMP_N mappings)" \
       grep -q "$IP:4420(" "$OUT/dump-$FR-connected.txt"
     flag "$FR.target.dumped"; wait_flag "$FR.io.running" 120
-    kill9_iwpmd
-    check "$R-restart" "the server's daemon killed (SIGKILL) during the client's writes and started again" start_iwpmd ""
+    restart "$R-restart" "the server's daemon killed (SIGKILL) during the client's writes" "$OUT/dump-$FR-connected.txt"
     settled_dump "$OUT/dump-$FR-restarted.txt"; fig "$R-server-mappings-restarted" "$DUMP_N"
     check "$R-restart-dump" "the new daemon's dump lists the listener $IP:4420 the kernel handed back ($DUMP_N mappings)" \
       grep -q "$IP:4420(" "$OUT/dump-$FR-restarted.txt"
@@ -143,8 +248,7 @@ for pair in $PAIRS; do
     flag "$FR.nfs.seen"; wait_flag "$FR.nfs.written" 120
     want=$(cat "$SYNC/$FR.nfs.md5" 2>/dev/null); got=$(md5sum < /export/data 2>/dev/null | cut -d' ' -f1)
     check "$R-nfs-data" "the file the client wrote is in /export (md5 $got)" test -n "$want" -a "$want" = "$got"
-    kill9_iwpmd
-    check "$R-nfs-restart" "the server's daemon killed (SIGKILL) with the export mounted, and started again" start_iwpmd ""
+    restart "$R-nfs-restart" "the server's daemon killed (SIGKILL) with the export mounted" "$OUT/dump-$FR-nfs.txt"
     settled_dump "$OUT/dump-$FR-nfs-restarted.txt"
     # (nfsd listens on both wildcards; the [::] ADD was refused as a duplicate of the
     # 0.0.0.0 one, yet the kernel replays both, and a daemon keeps whichever comes first)
@@ -177,6 +281,8 @@ for pair in $PAIRS; do
     check "$R-namespace" "the namespace appears as the block device $NS" waitfor 10 test -b "$NS"
     iwpmd_dump "$OUT/dump-$FR-connected.txt"; fig "$R-client-mappings-connected" "$DUMP_N"
     check "$R-dump-connected" "connected: the dump lists $DUMP_N mappings, one per queue (${queues:-?})" test "$DUMP_N" = "${queues:-x}"
+    # (for the target's view of each queue: local -> mapped, one line per queue)
+    dump_pairs "$OUT/dump-$FR-connected.txt" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{print $1, $3}' > "$SYNC/$FR.host.queues"
     flag "$FR.host.connected"; wait_flag "$FR.target.dumped" 120
     dd if=/dev/urandom of=/tmp/data bs=1M count=4 2>/dev/null; rm -f /tmp/back
     t1=$(uptime_s)
@@ -200,8 +306,7 @@ for pair in $PAIRS; do
     fi
     flag "$FR.io.running"; wait_flag "$FR.server.restarted" 120
     n0=$(cat /tmp/io-n 2>/dev/null)
-    kill9_iwpmd
-    check "$R-restart" "the client's daemon killed (SIGKILL) during the writes and started again" start_iwpmd ""
+    restart "$R-restart" "the client's daemon killed (SIGKILL) during the writes" "$OUT/dump-$FR-connected.txt"
     settled_dump "$OUT/dump-$FR-restarted.txt"; fig "$R-client-mappings-restarted" "$DUMP_N"
     check "$R-restart-dump" "the new daemon's dump lists the $DUMP_N mappings the kernel handed back, one per queue (${queues:-?})" \
       test "$DUMP_N" = "${queues:-x}"
@@ -213,6 +318,18 @@ for pair in $PAIRS; do
     fig "$R-restart-writes" "$(cat /tmp/io-n 2>/dev/null)"
     check "$R-restart-io" "$(cat /tmp/io-n 2>/dev/null || echo 0) writes of 8 MiB across both restarts, $(cat /tmp/io-bad 2>/dev/null || echo ?) failed; the last read back equal" \
       sh -c "[ \"\$(cat /tmp/io-bad 2>/dev/null)\" = 0 ] && [ \$(cat /tmp/io-n) -ge $(( ${n0:-0} + 2 )) ] && [ '$a2' = '$b2' ]"
+    # A reconnect, as after a fault (reset_controller: every queue torn down and connected
+    # again), through the two restarted daemons: the old mappings go, one new one per queue.
+    t3=$(uptime_s)
+    [ -e "$CTRL" ] && echo 1 > "$CTRL/reset_controller"
+    sleep 0.5; waitfor 20 grep -qx live "$CTRL/state"; rt=$(elapsed "$t3"); fig "$R-reset-s" "$rt"
+    check "$R-reset" "reset_controller: the controller is live again in $rt s (< ${STALL_S} s: no queue waited for the kernel's timeout)" \
+      sh -c "grep -qx live $CTRL/state && echo '$rt $STALL_S' | awk '{ exit !(\$1 < \$2) }'"
+    settled_dump "$OUT/dump-$FR-reset.txt"; fig "$R-client-mappings-reset" "$DUMP_N"
+    check "$R-reset-dump" "after the reconnect the dump lists $DUMP_N mappings, one per queue (${queues:-?}): the old ones removed" test "$DUMP_N" = "${queues:-x}"
+    rm -f /tmp/back3
+    [ -b "$NS" ] && dd if="$NS" of=/tmp/back3 bs=1M count=4 iflag=direct 2>>"$OUT/dd-$FR-restart.err"
+    check "$R-reset-data" "after the reconnect the first 4 MiB read back equal" sh -c "[ '$a' = \"\$(md5sum < /tmp/back3 | cut -d' ' -f1)\" ]"
     t2=$(uptime_s)
     [ -e "$CTRL" ] && echo 1 > "$CTRL/delete_controller"
     waitfor 20 test ! -e "$CTRL"; fig "$R-disconnect-s" "$(elapsed "$t2")"
@@ -233,7 +350,10 @@ for pair in $PAIRS; do
       test "$DUMP_N" -ge 1
     flag "$FR.nfs.mounted"; wait_flag "$FR.nfs.seen" 120
     seen=$(cat "$SYNC/$FR.nfs.address" 2>/dev/null)
-    check "$R-nfs-peer" "the server's kernel reports the client as ${seen:-nothing}: its true address $local_ep, not a mapped one" test -n "$local_ep" -a "$seen" = "$local_ep"
+    mapped_ep=$(dump_pairs "$OUT/dump-$FR-nfs.txt" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk 'NR==1 {print $3}')
+    fig "$R-nfs-peer-seen" "$( if [ "$seen" = "$local_ep" ]; then echo real; elif [ "$seen" = "$mapped_ep" ]; then echo mapped; else echo "${seen:-none}"; fi)"
+    judge=""; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
+    role_check "$judge" "$R-nfs-peer" "the server's kernel reports the client as ${seen:-nothing}: its true address $local_ep, not the mapped $mapped_ep" test -n "$local_ep" -a "$seen" = "$local_ep"
     dd if=/dev/urandom of=/tmp/nfsdata bs=1M count=4 2>/dev/null
     cp /tmp/nfsdata /mnt/nfs/data && sync
     md5sum < /tmp/nfsdata | cut -d' ' -f1 > "$SYNC/$FR.nfs.md5"
@@ -256,7 +376,7 @@ for pair in $PAIRS; do
     check "$R-nfs-dump-after" "unmounted: the dump lists no mapping ($DUMP_N)" test "$DUMP_N" = 0
     flag "$FR.nfs.done"
   fi
-  stop_iwpmd
+  daemon_down
   decode "$T" "$D"
   u=$(unanswered "$D")
   check "$R-trace-answered" "every kernel request in the daemon's trace answered ($(cnt "$D" ' nl recv src=[0?] IWCM ') requests)" test -z "$u"
