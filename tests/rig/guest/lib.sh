@@ -83,6 +83,11 @@ start_iwpmd() {
     sleep 0.1; i=$((i+1))
   done
   if [ -n "$1" ]; then IWPMD_PID=$(pidof "$name" | awk '{print $NF}'); else IWPMD_PID=$IWPMD_JOB; fi
+  # Traced, wait (5 s at most) for its HELLO to the kernel to have returned: the kernel
+  # takes a daemon's port id from its messages, inside the send, and until then sends its
+  # requests to the old daemon's (a connect then goes unmapped: "Unable to send a nlmsg").
+  # A socket is not yet a HELLO: under strace on a loaded host 0.65 s lay between the two.
+  [ -n "$1" ] && waitfor 5 grep -q -E '(sendto|sendmsg)\(.*nlmsg_type=0x808.*\) = [0-9]' "$1"
   sleep 0.5   # HELLO / MAPINFO exchange
   if [ -n "$IWPMD_PORTID" ] && [ -n "$IWPMD_PID" ] && kill -0 "$IWPMD_PID" 2>/dev/null; then
     log "iwpmd pid $IWPMD_PID, netlink port id $IWPMD_PORTID"; return 0
