@@ -469,6 +469,8 @@ host_bind_freed() {
   while [ $i -lt 10 ]; do host_bind "$1" && return 0; sleep 0.5; i=$((i+1)); done
   return 1
 }
+# mapped_ports DUMP: the mapped ports of a dump, one per line
+mapped_ports() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{p=$3; sub(/.*:/, "", p); print p}' | sort -u; }
 # dump_map FILE LOCAL: the mapped address (IP:PORT) the dump lists for LOCAL (IP:PORT)
 dump_map() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk -v l="$2" '$1==l {print $3; exit}'; }
 # mapped_differs FILE: every mapping of the dump has mapped port != local port (and >= 1);

@@ -70,8 +70,6 @@ mkdir -p "$SYNC"; echo "$IWPMD $IWPMD_ARGS store=$STORE" > "$SYNC/$ROLE.daemon"
 flag "$ROLE.up"; wait_flag "$OTHER.up" 120
 check ping "ICMP ping $PEER" sh -c "ping -c 2 -W 5 $PEER > $OUT/ping.txt 2>&1"
 siw_add_plain() { RIG_PORTMAP=0 siw_add "$DEV" siw0 && [ "$(cat /sys/module/siw/parameters/port_map)" = N ]; }
-# mapped_ports DUMP: the mapped ports of a dump, one per line
-mapped_ports() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{p=$3; sub(/.*:/, "", p); print p}' | sort -u; }
 local_mapped() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{print $1, $3}' | sort; }
 
 # ---- restart: each side's daemon SIGKILLed with a live port-mapped connection ----

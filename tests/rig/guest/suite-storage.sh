@@ -33,7 +33,9 @@
 #           daemon is up must never get one (zero gap); C has no store: one bind per port
 #           between the kill and the new daemon is reported (INFO)
 #   server  the target's kernel reports each queue's host by its real address (the
-#           client's dump: local, not mapped; the REMOTE_INFO was consumed)
+#           client's dump: local, not mapped; the REMOTE_INFO was consumed), and so does
+#           nfsd's for the NFS client: judged for ours as the server, reported for C, whose
+#           REMOTE_INFO races its ACCEPT (docs/protocol.md §6.9)
 # The pairing ours-hold (server only) is ours with remote_info_budget=0: it sends each
 # REMOTE_INFO only on the peer's verified ACK, which a C client sends after it answered
 # its kernel, so the REMOTE_INFO comes after the connection: what a port-mapped queue does
@@ -147,8 +149,6 @@ daemon_down() {
 }
 ready_at_least() { [ "$(st ready)" -ge "$1" ] 2>/dev/null; }   # the stand-in has seen N READY=1
 gone() { ! kill -0 "$1" 2>/dev/null; }
-# mapped_ports DUMP: the mapped ports of a dump, one per line
-mapped_ports() { dump_pairs "$1" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk '{p=$3; sub(/.*:/, "", p); print p}' | sort -u; }
 # restart NAME TEXT DUMP: SIGKILL this side's daemon during the consumers' traffic and start
 # a new one (checks NAME, described by TEXT, and NAME-no-gap). Port-mapped, the mapped ports of DUMP (taken before the
 # kill) are probed meanwhile: with the store, bound in a loop from before the kill until
@@ -212,13 +212,16 @@ for pair in $PAIRS; do
     # client's own dump: its real local address, or (no REMOTE_INFO consumed) its mapped one.
     rdma res show cm_id > "$OUT/cm-id-$FR-nvme.txt" 2>&1
     sed -n "s/.* dst-addr \($PEER:[0-9]*\).*/\1/p" "$OUT/cm-id-$FR-nvme.txt" | sort > /tmp/peers-seen
+    # (and its own end of each: 4420, or without the REMOTE_INFO the listener's mapped port)
+    nlocal=$(grep -c " src-addr $IP:4420 dst-addr $PEER:" "$OUT/cm-id-$FR-nvme.txt")
     nq=$(wc -l < "$SYNC/$FR.host.queues" 2>/dev/null)
     nreal=$(awk 'NR==FNR { r[$1]=1; next } ($1 in r)' "$SYNC/$FR.host.queues" /tmp/peers-seen | wc -l)
     nmapped=$(awk 'NR==FNR { if ($2 != $1) m[$2]=1; next } ($1 in m)' "$SYNC/$FR.host.queues" /tmp/peers-seen | wc -l)
-    fig "$R-nvme-peers-real" "$nreal"; fig "$R-nvme-peers-mapped" "$nmapped"
-    # (ours-hold against a C client: the REMOTE_INFO comes after the connection; reported)
-    judge=""; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
-    role_check "$judge" "$R-nvme-peers" "this kernel reports the host of each of the ${nq:-?} queues by its real address: $nreal real, $nmapped mapped ($(tr '\n' ' ' < /tmp/peers-seen))" \
+    fig "$R-nvme-peers-real" "$nreal"; fig "$R-nvme-peers-mapped" "$nmapped"; fig "$R-nvme-local-4420" "$nlocal"
+    # (judges ours as the target; C's REMOTE_INFO races its ACCEPT, docs/protocol.md §6.9,
+    # and ours-hold's comes after the connection: both reported)
+    judge=""; [ "$S" = c ] && judge=reference; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
+    role_check "$judge" "$R-nvme-peers" "this kernel reports the host of each of the ${nq:-?} queues by its real address: $nreal real, $nmapped mapped, $nlocal with its own end at :4420 ($(tr '\n' ' ' < /tmp/peers-seen))" \
       sh -c "[ '${nq:-0}' -ge 1 ] && [ '$nreal' = '${nq:-x}' ] && [ \$(wc -l < /tmp/peers-seen) = '${nq:-x}' ]"
     check "$R-dump-listener" "connected: the dump lists the listener $IP:4420 ($DUMP_N mappings)" \
       grep -q "$IP:4420(" "$OUT/dump-$FR-connected.txt"
@@ -244,7 +247,8 @@ for pair in $PAIRS; do
     # the client as this kernel reports it: the peer of the connection accepted on :20049
     # (nfsd's own client list shows the address with port 0 for RDMA)
     rdma res show cm_id > "$OUT/cm-id-$FR-nfs.txt" 2>&1
-    sed -n 's/.* src-addr [^ ]*:20049 dst-addr \([^ ]*\).*/\1/p' "$OUT/cm-id-$FR-nfs.txt" | grep -v ':0$' | head -1 > "$SYNC/$FR.nfs.address"
+    # (nfsd's own end is :20049, or without the REMOTE_INFO the listener's mapped port)
+    grep 'comm \[rpcrdma\]' "$OUT/cm-id-$FR-nfs.txt" | sed -n "s/.* dst-addr \($PEER:[0-9]*\).*/\1/p" | head -1 > "$SYNC/$FR.nfs.address"
     flag "$FR.nfs.seen"; wait_flag "$FR.nfs.written" 120
     want=$(cat "$SYNC/$FR.nfs.md5" 2>/dev/null); got=$(md5sum < /export/data 2>/dev/null | cut -d' ' -f1)
     check "$R-nfs-data" "the file the client wrote is in /export (md5 $got)" test -n "$want" -a "$want" = "$got"
@@ -352,7 +356,7 @@ for pair in $PAIRS; do
     seen=$(cat "$SYNC/$FR.nfs.address" 2>/dev/null)
     mapped_ep=$(dump_pairs "$OUT/dump-$FR-nfs.txt" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk 'NR==1 {print $3}')
     fig "$R-nfs-peer-seen" "$( if [ "$seen" = "$local_ep" ]; then echo real; elif [ "$seen" = "$mapped_ep" ]; then echo mapped; else echo "${seen:-none}"; fi)"
-    judge=""; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
+    judge=""; [ "$S" = c ] && judge=reference; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
     role_check "$judge" "$R-nfs-peer" "the server's kernel reports the client as ${seen:-nothing}: its true address $local_ep, not the mapped $mapped_ep" test -n "$local_ep" -a "$seen" = "$local_ep"
     dd if=/dev/urandom of=/tmp/nfsdata bs=1M count=4 2>/dev/null
     cp /tmp/nfsdata /mnt/nfs/data && sync
