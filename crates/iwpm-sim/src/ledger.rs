@@ -117,28 +117,35 @@ impl World {
         if m.msg_type != PeerMsgType::Accept {
             return;
         }
-        // A listener answers REQUESTs of its own family only.
-        let listener = self.hosts[h]
-            .cm
-            .listeners
-            .iter()
-            .find_map(|(port, l)| match &l.state {
-                crate::cm::ListenState::Listening { map, .. } => map
-                    .m_local
-                    .to_socket_addr()
-                    .filter(|a| a.port() == m.ap_port)
-                    .map(|_| *port),
-                crate::cm::ListenState::Mapping => None,
-            });
-        if let Some(port) = listener {
-            let kind = self.scenario.kind_of(port);
-            if kind.v6 != (m.ip_version == IpVersion::V6) {
-                let detail = format!(
-                    "host {h} answered an {:?} REQUEST from {to} for its {kind} listener on port {port} with an ACCEPT",
-                    m.ip_version
-                );
-                self.violate(ViolationKind::Family, Some(h), detail);
+        // A listener answers REQUESTs of its own family only. The ACCEPT names the listener
+        // by its mapped port, which a v4 and a v6 listener may share (each family has its
+        // own port space in the model), so it is wrong only if no listener of the
+        // REQUEST's family has that mapped port and one of the other family has.
+        let v6 = m.ip_version == IpVersion::V6;
+        let mut other_family = None;
+        for (port, l) in &self.hosts[h].cm.listeners {
+            let crate::cm::ListenState::Listening { map, .. } = &l.state else {
+                continue;
+            };
+            let Some(mapped) = map.m_local.to_socket_addr() else {
+                continue;
+            };
+            if mapped.port() != m.ap_port {
+                continue;
             }
+            if self.scenario.kind_of(*port).v6 == v6 {
+                other_family = None;
+                break;
+            }
+            other_family.get_or_insert(*port);
+        }
+        if let Some(port) = other_family {
+            let kind = self.scenario.kind_of(port);
+            let detail = format!(
+                "host {h} answered an {:?} REQUEST from {to} for its {kind} listener on port {port} with an ACCEPT",
+                m.ip_version
+            );
+            self.violate(ViolationKind::Family, Some(h), detail);
         }
     }
 
