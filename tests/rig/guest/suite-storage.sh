@@ -147,6 +147,12 @@ daemon_down() {
   kill -TERM "$SP" 2>/dev/null; waitfor 10 gone "$SP"; wait "$SP" 2>/dev/null
   IWPMD_PID=""; rm -rf "$CTL" "$STATE"
 }
+# peer_judge: how the round's server is judged on the peer addresses its kernel reports:
+# ours (empty: judged); C, whose REMOTE_INFO races its ACCEPT (docs/protocol.md §6.9), and
+# ours-hold, whose REMOTE_INFO comes after the connection, are reported
+peer_judge() {
+  case "$S" in c) echo reference ;; ours-hold) echo "REMOTE_INFO held for the ACK" ;; esac
+}
 ready_at_least() { [ "$(st ready)" -ge "$1" ] 2>/dev/null; }   # the stand-in has seen N READY=1
 gone() { ! kill -0 "$1" 2>/dev/null; }
 # restart NAME TEXT DUMP: SIGKILL this side's daemon during the consumers' traffic and start
@@ -156,7 +162,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 # without it, bound once each between the kill and the new daemon (a loop would hold a port
 # when the new daemon re-binds it for the kernel's MAPINFO record, and lose the mapping).
 restart() {
-  local name=$1 text=$2 np free=- rounds=- r t0
+  local name=$1 text=$2 np free=- rounds=- r t0 pp
   mapped_ports "$3" > /tmp/ports.txt; np=$(wc -l < /tmp/ports.txt)
   if [ "$STORE" = 1 ]; then
     rm -f /tmp/probe-stop
@@ -176,7 +182,7 @@ restart() {
   else
     kill9_iwpmd
     if [ "$PM" = 1 ]; then
-      free=0; rounds=1
+      free=0
       for p in $(cat /tmp/ports.txt); do host_bind "$p" && free=$((free+1)); done
     fi
     check "$name" "$text, and started again" start_iwpmd ""
@@ -218,10 +224,7 @@ for pair in $PAIRS; do
     nreal=$(awk 'NR==FNR { r[$1]=1; next } ($1 in r)' "$SYNC/$FR.host.queues" /tmp/peers-seen | wc -l)
     nmapped=$(awk 'NR==FNR { if ($2 != $1) m[$2]=1; next } ($1 in m)' "$SYNC/$FR.host.queues" /tmp/peers-seen | wc -l)
     fig "$R-nvme-peers-real" "$nreal"; fig "$R-nvme-peers-mapped" "$nmapped"; fig "$R-nvme-local-4420" "$nlocal"
-    # (judges ours as the target; C's REMOTE_INFO races its ACCEPT, docs/protocol.md §6.9,
-    # and ours-hold's comes after the connection: both reported)
-    judge=""; [ "$S" = c ] && judge=reference; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
-    role_check "$judge" "$R-nvme-peers" "this kernel reports the host of each of the ${nq:-?} queues by its real address: $nreal real, $nmapped mapped, $nlocal with its own end at :4420 ($(tr '\n' ' ' < /tmp/peers-seen))" \
+    role_check "$(peer_judge)" "$R-nvme-peers" "this kernel reports the host of each of the ${nq:-?} queues by its real address: $nreal real, $nmapped mapped, $nlocal with its own end at :4420 ($(tr '\n' ' ' < /tmp/peers-seen))" \
       sh -c "[ '${nq:-0}' -ge 1 ] && [ '$nreal' = '${nq:-x}' ] && [ \$(wc -l < /tmp/peers-seen) = '${nq:-x}' ]"
     check "$R-dump-listener" "connected: the dump lists the listener $IP:4420 ($DUMP_N mappings)" \
       grep -q "$IP:4420(" "$OUT/dump-$FR-connected.txt"
@@ -356,8 +359,7 @@ for pair in $PAIRS; do
     seen=$(cat "$SYNC/$FR.nfs.address" 2>/dev/null)
     mapped_ep=$(dump_pairs "$OUT/dump-$FR-nfs.txt" | sed 's/([^)]*)//g; s/IPV[46] //g' | awk 'NR==1 {print $3}')
     fig "$R-nfs-peer-seen" "$( if [ "$seen" = "$local_ep" ]; then echo real; elif [ "$seen" = "$mapped_ep" ]; then echo mapped; else echo "${seen:-none}"; fi)"
-    judge=""; [ "$S" = c ] && judge=reference; [ "$S" = ours-hold ] && judge="REMOTE_INFO held for the ACK"
-    role_check "$judge" "$R-nfs-peer" "the server's kernel reports the client as ${seen:-nothing}: its true address $local_ep, not the mapped $mapped_ep" test -n "$local_ep" -a "$seen" = "$local_ep"
+    role_check "$(peer_judge)" "$R-nfs-peer" "the server's kernel reports the client as ${seen:-nothing}: its true address $local_ep, not the mapped $mapped_ep" test -n "$local_ep" -a "$seen" = "$local_ep"
     dd if=/dev/urandom of=/tmp/nfsdata bs=1M count=4 2>/dev/null
     cp /tmp/nfsdata /mnt/nfs/data && sync
     md5sum < /tmp/nfsdata | cut -d' ' -f1 > "$SYNC/$FR.nfs.md5"
