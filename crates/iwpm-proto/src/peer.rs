@@ -14,12 +14,14 @@
 //! | 32 | 16 | `ap_ip` |
 //! | 48 | 16 | `mapped_cp_ip` (64- and 96-byte forms) |
 //! | 64 | 32 | iwpmd-rs extension block (96-byte form only, see [`PeerExtension`]) |
+//! | 64 | 60 | iwpmd-rs authentication block (124-byte sealed form only, see [`auth`]) |
 //!
 //! | length | form | sent by |
 //! |---|---|---|
 //! | 48 ([`PEER_SHORT_LEN`]) | ACCEPT, ACK, REJECT (and pre-2014 REQUESTs) | everyone |
 //! | 64 ([`PEER_REQUEST_LEN`]) | REQUEST | everyone |
 //! | 96 ([`PEER_EXTENDED_LEN`]) | any type, 64-byte form + extension block | iwpmd-rs only ([`PeerMessage::encode_with_extension`]) |
+//! | 124 ([`PEER_AUTH_LEN`]) | any type, sealed: 64-byte form + authentication block | iwpmd-rs daemons with a fleet key ([`auth::seal`]) |
 //!
 //! An IPv4 address fills the first 4 bytes of its 16-byte field.
 //!
@@ -40,10 +42,11 @@
 //! * **Oversize datagrams are rejected, but for the extended form.** The C daemon receives
 //!   into a 64-byte buffer, so a longer datagram is truncated by the kernel and accepted as
 //!   its first 64 bytes (which is why a C peer never sees our extension block). We accept
-//!   48, 64 and 96 bytes; a 96-byte datagram must carry a version-1 extension block
-//!   ([`PeerError::BadExtension`] otherwise), and every other length is
+//!   48, 64, 96 and 124 bytes; a 96-byte datagram must carry a version-1 extension block
+//!   and a 124-byte one a version-2 authentication block ([`PeerError::BadExtension`]
+//!   otherwise), and every other length is
 //!   [`PeerError::BadLength`]. To see oversize datagrams at all, the IO layer must receive
-//!   into a buffer of more than 96 bytes.
+//!   into a buffer of more than 124 bytes.
 //!
 //! Kept from the C daemon: nothing but the length and the IP nibble (and, for 96 bytes, the
 //! extension block's magic and version) is validated (not the version bits, not the type
@@ -92,8 +95,10 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+pub mod auth;
 mod extension;
 
+pub use auth::{AUTH_VERSION, PEER_AUTH_LEN};
 pub use extension::{
     peer_extension, PeerExtension, EXT_MAGIC, EXT_VERSION, PEER_EXTENDED_LEN, PEER_EXT_LEN,
 };
@@ -207,9 +212,9 @@ impl IpVersion {
 /// bytes and reads, so it never rejects one for its length or its extension block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum PeerError {
-    /// The datagram is not 48, 64 or 96 bytes long (longer ones included, unlike C).
+    /// The datagram is not 48, 64, 96 or 124 bytes long (longer ones included, unlike C).
     #[error(
-        "peer message of {len} bytes (expected {PEER_SHORT_LEN}, {PEER_REQUEST_LEN} or {PEER_EXTENDED_LEN})"
+        "peer message of {len} bytes (expected {PEER_SHORT_LEN}, {PEER_REQUEST_LEN}, {PEER_EXTENDED_LEN} or {PEER_AUTH_LEN})"
     )]
     BadLength {
         /// Length of the datagram.
@@ -278,6 +283,17 @@ impl PeerMessage {
             PEER_SHORT_LEN | PEER_REQUEST_LEN => {}
             PEER_EXTENDED_LEN => {
                 extension::read_block(&bytes[PEER_REQUEST_LEN..])?;
+            }
+            // The sealed form (`auth`): the message is its first 64 bytes; the block's
+            // magic and version are checked here, its MAC by whoever holds the key.
+            PEER_AUTH_LEN if auth::auth_block(bytes).is_some() => {}
+            PEER_AUTH_LEN => {
+                let mut magic = [0u8; 4];
+                magic.copy_from_slice(&bytes[PEER_REQUEST_LEN..PEER_REQUEST_LEN + 4]);
+                return Err(PeerError::BadExtension {
+                    magic,
+                    version: bytes[PEER_REQUEST_LEN + 4],
+                });
             }
             _ => return Err(PeerError::BadLength { len }),
         }

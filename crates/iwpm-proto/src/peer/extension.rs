@@ -75,7 +75,7 @@ impl PeerExtension {
     }
 
     /// The block on the wire; unknown flag bits and the reserved bytes are zero.
-    fn to_bytes(self) -> [u8; PEER_EXT_LEN] {
+    pub(super) fn to_bytes(self) -> [u8; PEER_EXT_LEN] {
         let mut b = [0u8; PEER_EXT_LEN];
         b[..MAGIC_LEN].copy_from_slice(&EXT_MAGIC);
         b[VERSION_AT] = EXT_VERSION;

@@ -10,6 +10,7 @@ mod netlink_bad_input;
 #[cfg(target_endian = "little")]
 mod netlink_golden;
 mod netlink_props;
+mod peer_auth_vectors;
 mod peer_bad_input;
 mod peer_props;
 mod peer_vectors;

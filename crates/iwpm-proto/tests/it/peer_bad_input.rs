@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use iwpm_proto::peer::{
     peer_extension, IpVersion, PeerError, PeerMessage, PeerMsgType, EXT_MAGIC, EXT_VERSION,
-    PEER_EXTENDED_LEN, PEER_REQUEST_LEN, PEER_SHORT_LEN,
+    PEER_AUTH_LEN, PEER_EXTENDED_LEN, PEER_REQUEST_LEN, PEER_SHORT_LEN,
 };
 
 fn datagram(len: usize, magic: u8) -> Vec<u8> {
@@ -25,7 +25,7 @@ fn extended(magic: u8) -> Vec<u8> {
 }
 
 #[test]
-fn every_length_but_48_64_and_96_is_bad_length() {
+fn every_length_but_48_64_96_and_124_is_bad_length() {
     for len in 0..=128usize {
         let mut b = datagram(len, 0x04);
         if len == PEER_EXTENDED_LEN {
@@ -34,6 +34,16 @@ fn every_length_but_48_64_and_96_is_bad_length() {
         let r = PeerMessage::decode(&b);
         if [PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN].contains(&len) {
             assert!(r.is_ok(), "len {len}");
+        } else if len == PEER_AUTH_LEN {
+            // (the sealed form: a zero block is no authentication block)
+            assert_eq!(
+                r,
+                Err(PeerError::BadExtension {
+                    magic: [0; 4],
+                    version: 0
+                }),
+                "len {len}"
+            );
         } else {
             assert_eq!(r, Err(PeerError::BadLength { len }), "len {len}");
         }
@@ -42,9 +52,13 @@ fn every_length_but_48_64_and_96_is_bad_length() {
 
 #[test]
 fn lengths_between_and_beyond_the_extended_form_are_bad_length() {
-    // A valid block at offset 64 does not help any other length: 65..=95 and 97.. are
-    // BadLength whatever they carry.
-    for len in (65..=95).chain(97..=200).chain([1500, 65507]) {
+    // A valid block at offset 64 does not help any other length: 65..=95, 97..=123 and
+    // 125.. are BadLength whatever they carry (124 is the sealed form, `peer_auth_vectors`).
+    for len in (65..=95)
+        .chain(97..=123)
+        .chain(125..=200)
+        .chain([1500, 65507])
+    {
         let mut b = datagram(len, 0x06);
         let end = len.min(PEER_EXTENDED_LEN);
         let block = extended(0x06);
@@ -268,7 +282,7 @@ fn ipv4_padding_garbage_is_ignored() {
 fn errors_display_the_offending_value() {
     assert_eq!(
         PeerError::BadLength { len: 7 }.to_string(),
-        "peer message of 7 bytes (expected 48, 64 or 96)"
+        "peer message of 7 bytes (expected 48, 64, 96 or 124)"
     );
     assert_eq!(
         PeerError::BadExtension {

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use iwpm_proto::peer::{
     peer_extension, IpVersion, PeerError, PeerExtension, PeerMessage, PeerMsgType, EXT_MAGIC,
-    EXT_VERSION, PEER_EXTENDED_LEN, PEER_REQUEST_LEN, PEER_SHORT_LEN,
+    EXT_VERSION, PEER_AUTH_LEN, PEER_EXTENDED_LEN, PEER_REQUEST_LEN, PEER_SHORT_LEN,
 };
 use proptest::prelude::*;
 
@@ -237,14 +237,14 @@ proptest! {
         let ext = peer_extension(&b);
         match PeerMessage::decode(&b) {
             Ok(m) => {
-                prop_assert!([PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN]
+                prop_assert!([PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN, PEER_AUTH_LEN]
                     .contains(&b.len()));
                 prop_assert!(m.is_consistent());
                 prop_assert_eq!(ext.is_some(), b.len() == PEER_EXTENDED_LEN);
             }
             Err(PeerError::BadLength { len }) => {
                 prop_assert_eq!(len, b.len());
-                prop_assert!(![PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN]
+                prop_assert!(![PEER_SHORT_LEN, PEER_REQUEST_LEN, PEER_EXTENDED_LEN, PEER_AUTH_LEN]
                     .contains(&len));
                 prop_assert_eq!(ext, None);
             }
@@ -253,10 +253,12 @@ proptest! {
                 prop_assert!(nibble != 4 && nibble != 6);
             }
             Err(PeerError::BadExtension { magic, version }) => {
-                prop_assert_eq!(b.len(), PEER_EXTENDED_LEN);
+                prop_assert!(b.len() == PEER_EXTENDED_LEN || b.len() == PEER_AUTH_LEN);
                 prop_assert_eq!(&magic[..], &b[64..68]);
                 prop_assert_eq!(version, b[68]);
-                prop_assert!(magic != EXT_MAGIC || version != EXT_VERSION);
+                prop_assert!(
+                    b.len() == PEER_AUTH_LEN || magic != EXT_MAGIC || version != EXT_VERSION
+                );
                 prop_assert_eq!(ext, None);
             }
         }
