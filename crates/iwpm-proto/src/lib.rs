@@ -20,6 +20,7 @@
 pub mod cidr;
 pub mod config;
 pub mod consts;
+pub mod fleet_key;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod netlink;
