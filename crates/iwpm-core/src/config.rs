@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use crate::peer_allow::PeerAllow;
 
+use iwpm_proto::cidr::Cidr;
+
 use iwpm_proto::consts::{IWPM_PEER_PORT, IWPM_UABI_VERSION};
 
 /// Configuration of a [`crate::Core`].
@@ -63,18 +65,20 @@ pub struct CoreConfig {
     /// and never connects thus pins at most `remote_info_source_burst` kernel entries plus
     /// this many per second.
     pub remote_info_source_rate: u32,
-    /// REJECTs sent per second at most (burst as large); beyond, REQUESTs for unknown
-    /// addresses are dropped silently (the peer's kernel then times out instead of failing
-    /// fast). A REJECT is smaller than the REQUEST it answers and each source has its own
-    /// rate below, so this only caps the work: a real host loses its REJECT only when more
-    /// than `max_rejects_per_sec / max_rejects_per_sec_per_source` sources flood at once.
+    /// REJECTs sent per second at most, in all (burst as large); beyond, REQUESTs for
+    /// unknown addresses are dropped silently (the peer's kernel then times out instead of
+    /// failing fast). There is no per-source share: a REJECT is smaller than the REQUEST it
+    /// answers, so a share would protect no one's bandwidth and would only let a spoofer
+    /// spend a victim's REJECTs with its address. Authenticated REQUESTs are not counted.
     pub max_rejects_per_sec: u32,
-    /// REJECTs sent per second at most to one source (IPv4 address, IPv6 /64), within the
-    /// global `max_rejects_per_sec`: one flooding host cannot take every other host's fast
-    /// REJECT away.
-    pub max_rejects_per_sec_per_source: u32,
     /// Source addresses whose peer datagrams are processed (default: all).
     pub peer_allow: PeerAllow,
+    /// Networks whose peer datagrams must be sealed with a fleet key
+    /// ([`crate::Core::set_fleet_keys`]); a plain or stripped one from there is dropped and
+    /// counted. Default: none, so rdma-core peers are served as they always were.
+    pub peer_auth_required: Vec<Cidr>,
+    /// How far a sealed datagram's stamp may be from our wall clock, either way (60 s).
+    pub peer_auth_window: Duration,
     /// Minimum time between two log lines of the same kind (the rest are counted).
     pub log_interval: Duration,
     /// A reply the core could not produce within this time after the kernel's request is
@@ -112,8 +116,9 @@ impl Default for CoreConfig {
             remote_info_source_burst: 2_048,
             remote_info_source_rate: 128,
             max_rejects_per_sec: 10_000,
-            max_rejects_per_sec_per_source: 20,
             peer_allow: PeerAllow::default(),
+            peer_auth_required: Vec::new(),
+            peer_auth_window: Duration::from_secs(60),
             log_interval: Duration::from_secs(5),
             reply_deadline: Duration::from_millis(9_500),
             handshake_timeout: Duration::from_secs(5),

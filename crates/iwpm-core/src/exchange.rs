@@ -91,6 +91,8 @@ pub(crate) enum ActiveState {
         reply: Box<QueryMappingReply>,
         client: u8,
         waits_left: u32,
+        /// Whether the ACCEPT was sealed, and so each ACK again is.
+        trust: crate::admission::Trust,
     },
 }
 
@@ -113,6 +115,9 @@ pub(crate) struct ActiveQuery {
 pub(crate) enum RemoteInfo {
     /// Sent when the REQUEST came, on a budget token the ACK gives back.
     SentOnToken,
+    /// Sent when the REQUEST came, which was authenticated (a fleet member's): no token
+    /// taken, none to give back.
+    SentAuthenticated,
     /// No token was left, and the peer's cookie has no room for the mapped `cp` port (an
     /// IPv6 peer without the extension block): sent when (if) the ACK proves the peer
     /// real. Only the port is held; the rest is in the key and the mapping, so a held

@@ -17,6 +17,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use iwpm_proto::fleet_key::FleetKeys;
+
 use crate::machine::{Core, Previous, ProbeError, ProbeId, ProbeRequest, RestoreReport};
 use crate::{Action, KernelReceipt, PeerSocket, PortReservations};
 
@@ -180,6 +182,17 @@ impl<P: PortReservations> Host<P> {
     ) {
         self.last_now = now;
         self.core.handle_peer_datagram(now, via, from, datagram);
+    }
+
+    /// [`Core::set_fleet_keys`].
+    pub fn set_fleet_keys(&mut self, now: Instant, keys: Option<FleetKeys>) {
+        self.last_now = now;
+        self.core.set_fleet_keys(now, keys);
+    }
+
+    /// [`Core::handle_wall_clock`]: call it once per loop turn, before the turn's input.
+    pub fn handle_wall_clock(&mut self, now: Instant, since_epoch: Duration) {
+        self.core.handle_wall_clock(now, since_epoch);
     }
 
     /// [`Core::start_probe`].

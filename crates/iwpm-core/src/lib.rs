@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod action;
+mod admission;
 mod answered;
 mod clients;
 mod config;
@@ -63,6 +64,7 @@ mod usage;
 pub use crate::action::{
     Action, KernelReceipt, PeerSocket, PortReservations, ReservationId, ReserveError,
 };
+pub use crate::admission::{AuthFailure, KeyUse, PeerAuth};
 pub use crate::config::CoreConfig;
 pub use crate::counter::{CounterKind, CounterSlot, Presence, Surface};
 pub use crate::host::{Host, SavePolicy};

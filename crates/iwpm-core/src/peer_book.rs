@@ -29,6 +29,8 @@ pub struct PeerTally {
     pub timeouts: u64,
     /// REQUESTs it sent us.
     pub requests_in: u64,
+    /// How its datagrams authenticate (fleet keys): keyed, unkeyed or failing.
+    pub auth: crate::admission::PeerAuth,
 }
 
 /// How a local (connecting) exchange ended.

@@ -30,6 +30,7 @@ pub(crate) enum LogKind {
     Replayed,
     Unsolicited,
     Overrun,
+    Unauthenticated,
 }
 
 /// Allows `burst` events per `window` and counts the ones it holds back. The one rate

@@ -154,6 +154,26 @@ crate::counters! {
     RemoteInfoHeldDropped => remote_info_held_dropped: Total;
     /// QUERYs for a listener on our own IP answered from our table (no UDP to ourselves).
     LocalAnswers => local_answers: Total;
+    /// Sealed peer datagrams that verified under one of our fleet keys (fresh, not seen
+    /// before): authenticated, and exempt from the spoofing defences.
+    PeerAuthVerified => peer_auth_verified: Total;
+    /// Sealed peer datagrams dropped: sealed under a key id we do not hold, or their MAC
+    /// does not verify (a host with another key, or a forgery).
+    PeerAuthWrongKey => peer_auth_wrong_key: Total;
+    /// Sealed peer datagrams dropped: their stamp is outside `peer_auth_window` (a skewed
+    /// clock, or a capture sent again later).
+    PeerAuthClock => peer_auth_clock: Total;
+    /// Sealed peer datagrams dropped: seen before (a replay).
+    PeerAuthReplayed => peer_auth_replayed: Total;
+    /// Plain (or stripped) peer datagrams dropped: their source is in
+    /// `peer_auth_required`.
+    PeerAuthMissing => peer_auth_missing: Total;
+    /// Sealed peer datagrams received while we hold no fleet key: served unauthenticated.
+    PeerAuthUnkeyed => peer_auth_unkeyed: Total;
+    /// Answers not sent because they would have been larger than the datagram they
+    /// answer (a duplicate in a smaller form than the original: bytes out never exceed
+    /// bytes in).
+    PeerAnswersWithheld => peer_answers_withheld: Total;
     /// Passive exchanges alive now (gauge; part of `exchanges_active`).
     PeerExchangesActive => peer_exchanges_active: Gauge;
     /// Passive exchanges not yet confirmed by an ACK (gauge).
@@ -458,7 +478,7 @@ mod tests {
             })
             .filter(|c| !c.name().starts_with("peer_out_"))
             .count();
-        assert_eq!(scalars, 57, "one per scalar field");
+        assert_eq!(scalars, 64, "one per scalar field");
         assert_eq!(Counter::all().count(), slots + scalars);
         for (i, c) in Counter::all().enumerate() {
             assert_eq!(c.index(), i, "{c}");

@@ -29,25 +29,24 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use iwpm_proto::fleet_key::FleetKeys;
+
 use iwpm_proto::consts::{err, NLM_F_REQUEST};
 use iwpm_proto::netlink::{encode_daemon_msg, DaemonMsg, Envelope, HandleErr};
 use iwpm_proto::peer::PeerMsgType;
 
 use crate::action::{Action, KernelReceipt, PeerSocket, PortReservations};
+use crate::admission::{Admission, KeyUse};
 use crate::answered::AnsweredSeqs;
 use crate::clients::Clients;
 use crate::config::CoreConfig;
-use crate::cookie::CookieJar;
 use crate::exchange::{Exchanges, HandleGen};
 use crate::mapping_id::MappingId;
 use crate::peer_book::PeerBook;
 use crate::ratelimit::{LogKind, LogLimiter};
-use crate::released::Released;
 use crate::request::Abi;
-use crate::source_meter::{SourceMeter, MAX_SOURCES};
 use crate::stats::Stats;
 use crate::table::{Mapping, MappingTable, MappingView};
-use crate::token_bucket::TokenBucket;
 use crate::usage::{Resource, Usage, UsageChange};
 use handshake::Handshake;
 
@@ -87,21 +86,9 @@ pub struct Core {
     stats: Stats,
     log: LogLimiter,
     last_now: Instant,
-    /// REMOTE_INFOs the kernel may hold for exchanges no ACK confirmed yet.
-    remote_info_tokens: TokenBucket,
-    /// REJECTs we may send.
-    reject_tokens: TokenBucket,
-    /// REJECTs each source may have of `reject_tokens`.
-    reject_tokens_per_source: SourceMeter,
-    /// What each source's verified ACKs may release (REMOTE_INFOs) or return (budget
-    /// tokens): `remote_info_source_burst`, then `remote_info_source_rate` per second.
-    verified_allowance: SourceMeter,
-    /// Failed ten-bit (IPv6) ACK checks each source may have per second.
-    unverified_acks: SourceMeter,
-    /// Exchanges whose cookie already released their REMOTE_INFO.
-    released: Released,
-    /// Keys of the echo cookies in our ACCEPTs.
-    cookies: CookieJar,
+    /// Whether peer datagrams are believed: keys, cookies, budgets, meters
+    /// ([`crate::admission`]).
+    admission: Admission,
     /// Clients whose MAPINFO replay we asked for, until when records are accepted.
     mapinfo_windows: Vec<(u8, Instant)>,
     /// When the last resynchronisation HELLO went out (after lost kernel input).
@@ -139,13 +126,6 @@ struct GaugeLevels {
     remote_info_tokens: u32,
 }
 
-/// Failed ten-bit ACK checks a source may have per second: a blind guess at an IPv6
-/// cookie without the extension block passes about once in 512 tries.
-const UNVERIFIED_ACKS_PER_SEC: u32 = 20;
-/// Exchanges remembered as having released their REMOTE_INFO (`crate::released`): about
-/// 40 bytes each.
-const MAX_RELEASED: usize = 65_536;
-
 /// Spare output buffers kept at most (a burst of replies needs no more to be reused).
 const MAX_SPARE_BUFFERS: usize = 16;
 /// Capacity of a new output buffer: the largest reply (QUERY_MAPPING's, 560 bytes).
@@ -158,20 +138,7 @@ impl Core {
         if config.netlink_pid == 0 {
             tracing::warn!("netlink_pid is 0: the kernel would unicast to itself");
         }
-        let remote_info_tokens =
-            TokenBucket::new(config.remote_info_budget, config.remote_info_refill, now);
-        let reject_tokens = TokenBucket::per_second(config.max_rejects_per_sec, now);
-        let cookies = CookieJar::new(&config.handle_key, now);
-        let reject_tokens_per_source =
-            SourceMeter::per_second(config.max_rejects_per_sec_per_source, MAX_SOURCES);
-        let verified_allowance = SourceMeter::new(
-            config.remote_info_source_burst,
-            Duration::from_secs(1)
-                .checked_div(config.remote_info_source_rate)
-                .unwrap_or(Duration::MAX),
-            MAX_SOURCES,
-        );
-        let unverified_acks = SourceMeter::per_second(UNVERIFIED_ACKS_PER_SEC, MAX_SOURCES);
+        let admission = Admission::new(&config, now);
         Core {
             abi: Abi(config.max_abi),
             handles: HandleGen::new(config.handle_key),
@@ -185,13 +152,7 @@ impl Core {
             actions: VecDeque::new(),
             stats: Stats::default(),
             last_now: now,
-            remote_info_tokens,
-            reject_tokens,
-            reject_tokens_per_source,
-            verified_allowance,
-            unverified_acks,
-            released: Released::new(MAX_RELEASED),
-            cookies,
+            admission,
             mapinfo_windows: Vec::new(),
             last_resync: None,
             usage: Usage::default(),
@@ -275,6 +236,34 @@ impl Core {
         self.settle_recovery(ports);
         self.sync_gauges(now);
         self.end_input();
+    }
+
+    /// The fleet keys to seal and verify peer datagrams with (`None`: no keys, every peer
+    /// is served unauthenticated). A reload keeps the use counts of the ids still listed;
+    /// the replay memory is kept, so a reload opens no window for replays.
+    pub fn set_fleet_keys(&mut self, now: Instant, keys: Option<FleetKeys>) {
+        self.last_now = now;
+        match &keys {
+            Some(k) => tracing::info!(
+                keys = k.len(),
+                signing = k.signing().id(),
+                "fleet keys loaded: peer datagrams to and from keyed daemons are authenticated"
+            ),
+            None => tracing::info!("no fleet keys: peer datagrams are not authenticated"),
+        }
+        self.admission.auth.set_keys(keys);
+    }
+
+    /// The wall clock, read by the caller at `now` (time since the Unix epoch): what the
+    /// stamps of sealed datagrams are made and checked with. The shell hands it in once per
+    /// loop turn; between two hand-ins the core advances it by `now`.
+    pub fn handle_wall_clock(&mut self, now: Instant, since_epoch: Duration) {
+        self.admission.auth.set_wall_clock(now, since_epoch);
+    }
+
+    /// Every fleet key with its use counts (never its bytes); empty without keys.
+    pub fn fleet_key_report(&self) -> Vec<KeyUse> {
+        self.admission.auth.report()
     }
 
     /// Hands a sent datagram's buffer back for reuse (optional: dropping it is fine).
@@ -379,7 +368,7 @@ impl Core {
             exchanges: self.exchanges.len(),
             passive: self.exchanges.passive_len(),
             unconfirmed: self.exchanges.unconfirmed_len(),
-            remote_info_tokens: self.remote_info_tokens.tokens_before_refill(),
+            remote_info_tokens: self.admission.remote_info_tokens.tokens_before_refill(),
         };
         // Levels that did not move cannot cross a threshold upwards, and a downward
         // crossing only matters for a resource already at its limit.
@@ -405,7 +394,7 @@ impl Core {
         self.stats.exchanges_active = self.exchanges.len() as u64;
         self.stats.peer_exchanges_active = self.exchanges.passive_len() as u64;
         self.stats.peer_exchanges_unconfirmed = self.exchanges.unconfirmed_len() as u64;
-        let ri_free = u64::from(self.remote_info_tokens.available(now));
+        let ri_free = u64::from(self.admission.remote_info_tokens.available(now));
         let (mappings, active, passive) = (
             self.table.len() as u64,
             self.exchanges.active_len() as u64,

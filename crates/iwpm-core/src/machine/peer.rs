@@ -40,9 +40,11 @@ use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
 
 use super::Core;
 use crate::action::PeerSocket;
+use crate::admission::{AuthFailure, Refusal, Trust};
 use crate::mapping_id::MappingId;
 use crate::peer_book::ExchangeOutcome;
 use crate::ratelimit::LogKind;
+use crate::stats::Stats;
 use crate::table::MappingRole;
 
 /// Most timers handled per [`Core::handle_timeout`] call; the rest are due at once on the
@@ -57,7 +59,12 @@ struct Inbound<'a> {
     via: PeerSocket,
     from: SocketAddr,
     msg: &'a PeerMessage,
+    /// The datagram as its sender wrote it (unsealed).
     datagram: &'a [u8],
+    /// Whether it was sealed under one of our fleet keys.
+    trust: Trust,
+    /// Its length on the wire (sealed or not): no answer to it is longer.
+    received_len: usize,
 }
 
 impl Core {
@@ -66,17 +73,23 @@ impl Core {
         now: Instant,
         via: PeerSocket,
         from: SocketAddr,
-        datagram: &[u8],
+        received: &[u8],
     ) {
-        if !self.config.peer_allow.allows(from.ip()) {
-            self.count_warn(
-                now,
-                |s| &mut s.peer_not_allowed,
-                LogKind::NotAllowed,
-                format_args!("peer datagram from {from} dropped: source not in peer_allow"),
-            );
-            return;
+        let opened = match self.admission.admit(now, from, received) {
+            Ok(opened) => opened,
+            Err(refusal) => {
+                self.refused(now, from, refusal);
+                return;
+            }
+        };
+        if let Some(key_id) = opened.key_id {
+            self.stats.peer_auth_verified += 1;
+            self.note_auth(now, from, Ok(key_id));
+        } else if opened.inner.is_some() {
+            // Sealed, and we hold no key: served as the plain datagram inside.
+            self.stats.peer_auth_unkeyed += 1;
         }
+        let datagram = opened.inner.as_deref().unwrap_or(received);
         let msg = match PeerMessage::decode(datagram) {
             Ok(m) => m,
             Err(e) => {
@@ -100,6 +113,8 @@ impl Core {
             from,
             msg: &msg,
             datagram,
+            trust: opened.trust,
+            received_len: received.len(),
         };
         match msg.msg_type {
             PeerMsgType::Request => {
@@ -112,10 +127,106 @@ impl Core {
         }
     }
 
+    /// A datagram the admission refused: counted, logged (rate-limited) and noted against
+    /// its source for `iwpmctl peers`.
+    fn refused(&mut self, now: Instant, from: SocketAddr, refusal: Refusal) {
+        let Refusal::Auth(r) = refusal else {
+            self.count_warn(
+                now,
+                |s| &mut s.peer_not_allowed,
+                LogKind::NotAllowed,
+                format_args!("peer datagram from {from} dropped: source not in peer_allow"),
+            );
+            return;
+        };
+        self.note_auth(now, from, Err(r.failure));
+        let (counter, detail): (fn(&mut Stats) -> &mut u64, String) = match r.failure {
+            AuthFailure::UnknownKey => (
+                |s| &mut s.peer_auth_wrong_key,
+                format!("it names key id {}, which we do not hold", r.key_id),
+            ),
+            AuthFailure::BadMac => (
+                |s| &mut s.peer_auth_wrong_key,
+                format!("its MAC does not verify under our key {} (a different key under that id, or changed bytes)", r.key_id),
+            ),
+            AuthFailure::Clock => (
+                |s| &mut s.peer_auth_clock,
+                format!(
+                    "its stamp is {} ms from our clock (window ±{} s): check both hosts' time",
+                    r.skew_ms,
+                    self.config.peer_auth_window.as_secs()
+                ),
+            ),
+            AuthFailure::Replayed => (
+                |s| &mut s.peer_auth_replayed,
+                "it was seen before (a replay)".to_owned(),
+            ),
+            AuthFailure::Missing => (
+                |s| &mut s.peer_auth_missing,
+                "it is not authenticated, and its network is in peer_auth_required (a peer \
+                 without the fleet key, or a stripped datagram)"
+                    .to_owned(),
+            ),
+        };
+        self.count_warn(
+            now,
+            counter,
+            LogKind::Unauthenticated,
+            format_args!("peer datagram from {from} dropped: {detail}"),
+        );
+    }
+
+    /// Records how a datagram from `from` authenticated, for `iwpmctl peers`.
+    fn note_auth(&mut self, now: Instant, from: SocketAddr, outcome: Result<u32, AuthFailure>) {
+        let tally = self.peer_book.tally(from.ip(), now);
+        tally.auth = tally.auth.after(outcome);
+    }
+
+    /// Sends an answer to `rx`: sealed when `rx` was authenticated, and only if it is no
+    /// larger on the wire than `rx` was, so that no one, whatever source it writes, gets
+    /// more bytes out of us than it sent (a real peer's retransmission has its original's
+    /// size, so its answer always fits).
+    fn answer(&mut self, now: Instant, rx: Inbound<'_>, ty: PeerMsgType, datagram: Vec<u8>) {
+        self.send_peer_to(
+            now,
+            rx.via,
+            rx.from,
+            ty,
+            datagram,
+            rx.trust,
+            Some(rx.received_len),
+        );
+    }
+
+    /// Sends `datagram` to `to`, sealed when `trust` says the peer is keyed (and we have
+    /// keys); with `limit`, only if it is at most that long on the wire.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_peer_to(
+        &mut self,
+        now: Instant,
+        via: PeerSocket,
+        to: SocketAddr,
+        ty: PeerMsgType,
+        datagram: Vec<u8>,
+        trust: Trust,
+        limit: Option<usize>,
+    ) {
+        let wire = match trust {
+            Trust::Authenticated => self.admission.auth.seal(now, &datagram).unwrap_or(datagram),
+            Trust::Unauthenticated => datagram,
+        };
+        if limit.is_some_and(|limit| wire.len() > limit) {
+            self.stats.peer_answers_withheld += 1;
+            return;
+        }
+        self.send_peer(via, to, ty, wire);
+    }
+
     /// The listener mapping for the accepting address `ap` and the mapped address to
     /// answer with; see [`Core::listener_for`].
     fn listener_answer(&self, ap: SocketAddr) -> Option<(MappingId, SocketAddr)> {
-        if ap.ip().is_unspecified() {
+        // (`::ffff:0.0.0.0` is the IPv4 wildcard too)
+        if ap.ip().to_canonical().is_unspecified() {
             return None;
         }
         let id = self.table.loose_local(&Endpoint::from(ap))?;

@@ -299,23 +299,69 @@ fn eviction_spares_exchanges_waiting_for_their_ack() {
     assert_eq!(remote_infos(&mut h), 1, "the waiting exchange survived");
 }
 
-/// Threat 5 (REJECTs): one source flooding REQUESTs for a closed port takes only its own
-/// share of the REJECT rate; another host still gets its fast REJECT.
+/// Threat 5 (REJECTs): a spoofer sending 1 000 REQUESTs a second for closed ports with a
+/// victim's address spends none of the victim's REJECTs. A REJECT (48 bytes) is never larger
+/// than the REQUEST it answers, so there is no per-source share to spend; only the total is
+/// capped (`max_rejects_per_sec`, 10 000), which 1 000/s does not reach.
+/// Bound: the victim loses REJECTs only while all sources together send more than
+/// `max_rejects_per_sec`; at a spoofed rate `a` ≤ 1 000/s and the victim's own `v`, it gets
+/// all `v` of them (on 7d162f0 it got 0 of 10: the source's share of 20/s was spent).
 #[test]
-fn one_source_cannot_take_every_reject() {
+fn spoofing_a_victims_address_spends_none_of_its_rejects() {
     let mut h = CoreHarness::booted();
-    for i in 0..1_000u64 {
-        let r = request(i + 1, "10.0.0.66:5000", "10.0.0.66:5000", "10.0.0.2:9999");
-        h.peer(PeerSocket::V4Listener, "10.0.0.66:3935", &r);
+    let victim = "10.0.0.1";
+    let mut victims_got = 0;
+    for ms in 0..10_000u64 {
+        // the spoofer: one REQUEST per millisecond, the victim's address, random handles
+        let r = request(
+            1_000_000 + ms,
+            &format!("{victim}:5000"),
+            &format!("{victim}:5000"),
+            "10.0.0.2:9999",
+        );
+        h.peer(PeerSocket::V4Listener, &format!("{victim}:3935"), &r);
+        if ms % 1_000 == 500 {
+            // the victim's own REQUEST, once a second
+            let own = request(
+                ms,
+                &format!("{victim}:6000"),
+                &format!("{victim}:6000"),
+                "10.0.0.2:9999",
+            );
+            h.peer(PeerSocket::V4Listener, &format!("{victim}:3935"), &own);
+        }
+        victims_got += h
+            .peer_out
+            .drain(..)
+            .filter(|s| s.msg.msg_type == PeerMsgType::Reject && s.msg.assoc_handle < 1_000_000)
+            .count();
+        h.advance(Duration::from_millis(1));
     }
-    assert_eq!(sent(&mut h, PeerMsgType::Reject), 20);
-    let r = request(1, "10.0.0.1:5000", "10.0.0.1:5000", "10.0.0.2:9999");
-    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &r);
-    assert_eq!(
-        sent(&mut h, PeerMsgType::Reject),
-        1,
-        "another host's REJECT"
-    );
+    assert_eq!(victims_got, 10, "the victim's own REJECTs, 10 of 10");
+    assert_eq!(h.core().stats().rejects_suppressed, 0);
+}
+
+/// Threat 5b (REJECTs, the total): a flood over `max_rejects_per_sec` from any sources is
+/// answered up to the cap and no further: REJECTs out ≤ the cap per second (and 48 bytes
+/// each, never more than the REQUESTs in).
+#[test]
+fn rejects_are_capped_in_all() {
+    let mut h = CoreHarness::booted_with(CoreConfig {
+        max_rejects_per_sec: 100,
+        ..config()
+    });
+    for i in 0..1_000u64 {
+        let ip = format!("10.0.{}.{}", i / 250, 1 + i % 250);
+        let r = request(
+            i + 1,
+            &format!("{ip}:5000"),
+            &format!("{ip}:5000"),
+            "10.0.0.2:9999",
+        );
+        h.peer(PeerSocket::V4Listener, &format!("{ip}:3935"), &r);
+    }
+    assert_eq!(sent(&mut h, PeerMsgType::Reject), 100);
+    assert_eq!(h.core().stats().rejects_suppressed, 900);
 }
 
 /// Threat 4: ACCEPT/REJECT forged by a third host that learned (or guessed) the handle.
@@ -947,4 +993,88 @@ fn a_burst_of_1000_ipv6_connects_from_one_of_our_peers_is_served_in_full() {
     let req = request(9_999, "[fd00::3]:5000", "[fd00::3]:45000", "[fd00::2]:4000");
     h.peer(PeerSocket::V6Listener, "[fd00::3]:3935", &req);
     assert_eq!(h.peer_out.pop_back().unwrap().raw.len(), 48);
+}
+
+/// Finding "Reflection" (7d162f0: a spoofed 96-byte REQUEST that took a token stored a
+/// 96-byte ACCEPT, and each 48-byte duplicate got it again: 1.82× out for in). An answer is
+/// never larger on the wire than the datagram it answers, so a duplicate in a smaller form
+/// gets nothing. Bound: bytes out ≤ bytes in, for every destination.
+#[test]
+fn a_duplicate_never_gets_a_larger_answer_than_itself() {
+    use iwpm_proto::peer::PeerExtension;
+    let mut h = CoreHarness::booted();
+    listener(&mut h, "[fd00::2]:4000");
+    let req = request(7, "[fd00::1]:5000", "[fd00::1]:41000", "[fd00::2]:4000");
+    let offer = PeerExtension {
+        flags: PeerExtension::CAN_ECHO,
+        cookie: [0; 24],
+    };
+    let long = req.encode_with_extension(&offer);
+    let (mut bytes_in, mut bytes_out) = (0, 0);
+    h.peer_raw(PeerSocket::V6Listener, "[fd00::1]:3935", &long);
+    bytes_in += long.len();
+    // 9 s of spoofed 48-byte duplicates, within the exchange's life (10 s).
+    for _ in 0..9 {
+        h.advance(SEC);
+        let short = &long[..48];
+        h.peer_raw(PeerSocket::V6Listener, "[fd00::1]:3935", short);
+        bytes_in += short.len();
+    }
+    bytes_out += h.peer_out.drain(..).map(|s| s.raw.len()).sum::<usize>();
+    assert!(bytes_out <= bytes_in, "{bytes_out} out for {bytes_in} in");
+    assert_eq!(bytes_out, 96, "the first ACCEPT only");
+    assert_eq!(h.core().stats().peer_answers_withheld, 9);
+    // The real peer's retransmission (its original's size) is answered as before: the
+    // spoofed duplicates spent none of its resends.
+    h.peer_raw(PeerSocket::V6Listener, "[fd00::1]:3935", &long);
+    assert_eq!(h.peer_out.len(), 1);
+    assert_eq!(h.peer_out[0].raw.len(), 96);
+}
+
+/// Finding "Smaller": an `ap` of `::ffff:0.0.0.0` (the IPv4 wildcard, written in IPv6) is
+/// a wildcard too: no listener answers for it.
+#[test]
+fn a_mapped_ipv4_wildcard_ap_is_refused_like_any_wildcard() {
+    let mut h = CoreHarness::booted();
+    listener(&mut h, "[::]:4000");
+    let r = request(
+        7,
+        "[fd00::1]:5000",
+        "[fd00::1]:41000",
+        "[::ffff:0.0.0.0]:4000",
+    );
+    h.peer(PeerSocket::V6Listener, "[fd00::1]:3935", &r);
+    assert_eq!(remote_infos(&mut h), 0);
+    let answers = h.peer_out.drain(..).collect::<Vec<_>>();
+    assert!(
+        answers
+            .iter()
+            .all(|s| s.msg.msg_type == PeerMsgType::Reject),
+        "{answers:?}"
+    );
+}
+
+/// Finding "Smaller": one forged ACK by a host that saw an IPv4 exchange (128-bit cookie)
+/// ended it. Now a failed 128-bit check leaves the exchange to the real peer's ACK.
+#[test]
+fn one_forged_ack_does_not_end_an_exchange_with_a_full_cookie() {
+    let mut h = CoreHarness::booted_with(CoreConfig {
+        remote_info_budget: 1,
+        ..config()
+    });
+    listener(&mut h, "10.0.0.2:4000");
+    let r = request(7, "10.0.0.1:5000", "10.0.0.1:41000", "10.0.0.2:4000");
+    h.peer(PeerSocket::V4Listener, "10.0.0.1:3935", &r);
+    assert_eq!(remote_infos(&mut h), 1, "on the budget's one token");
+    let accept = h.expect_peer();
+    let mut forged = ack_of(&accept);
+    forged[25] ^= 0xff; // a cookie byte
+    h.peer_raw(PeerSocket::V4Listener, "10.0.0.1:3935", &forged);
+    assert_eq!(h.core().stats().peer_acks_unverified, 1);
+    // The real ACK still confirms the exchange and returns the token.
+    h.ack(PeerSocket::V4Listener, "10.0.0.1:3935", &accept);
+    assert_eq!(h.core().stats().peer_exchanges_unconfirmed, 0);
+    let r2 = request(8, "10.0.0.3:5000", "10.0.0.3:41000", "10.0.0.2:4000");
+    h.peer(PeerSocket::V4Listener, "10.0.0.3:3935", &r2);
+    assert_eq!(remote_infos(&mut h), 1, "the token came back");
 }

@@ -2,6 +2,7 @@
 //! sans-IO core on a virtual clock (`iwpm_testkit::core_host`).
 
 mod core_sequence;
+mod fleet_auth;
 mod hardening;
 mod invariants;
 mod kernel_ops;

@@ -29,6 +29,7 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 
 use super::Inbound;
 use crate::action::PeerSocket;
+use crate::admission::Trust;
 use crate::cookie;
 use crate::exchange::{
     ActiveQuery, ActiveState, Due, Exchange, ExchangeId, ExchangeKey, ExchangeKind,
@@ -108,6 +109,17 @@ impl Core {
         true
     }
 
+    /// How our REQUESTs go: sealed whenever we hold fleet keys, to any peer. A keyed peer
+    /// then answers sealed; rdma-core reads the first 64 bytes, the plain REQUEST; one of
+    /// ours without keys serves the plain REQUEST inside.
+    fn request_trust(&self) -> Trust {
+        if self.admission.auth.is_keyed() {
+            Trust::Authenticated
+        } else {
+            Trust::Unauthenticated
+        }
+    }
+
     /// Sends the REQUEST for a QUERY whose mapping `id` now holds a reference.
     fn start_query_exchange(&mut self, now: Instant, query: Query, id: MappingId) {
         let Query { req, local, remote } = query;
@@ -150,7 +162,8 @@ impl Core {
         self.exchanges
             .insert(ex, now + self.config.retransmit_interval);
         self.peer_book.tally(to.ip(), now).requests += 1;
-        self.send_peer(via, to, PeerMsgType::Request, request);
+        let trust = self.request_trust();
+        self.send_peer_to(now, via, to, PeerMsgType::Request, request, trust, None);
     }
 
     /// The active exchange an ACCEPT or REJECT answers, if it came from the host asked.
@@ -195,10 +208,11 @@ impl Core {
     /// answer for the passive side's delivery notice; a duplicate is re-ACKed (bounded).
     pub(super) fn on_accept(&mut self, now: Instant, rx: Inbound<'_>) {
         let Inbound {
-            via,
             from,
             msg,
             datagram,
+            trust,
+            ..
         } = rx;
         let Some(xid) = self.answered_exchange(now, from, msg) else {
             return;
@@ -227,7 +241,7 @@ impl Core {
                 }
                 *re_acks_left -= 1;
                 let ack = ack.clone();
-                self.send_peer(via, from, PeerMsgType::Ack, ack);
+                self.answer(now, rx, PeerMsgType::Ack, ack);
                 return;
             }
             ActiveState::AwaitingNotice { ack, .. } if !notice => {
@@ -235,7 +249,7 @@ impl Core {
                 // waits bound how often).
                 self.stats.peer_duplicates += 1;
                 let ack = ack.clone();
-                self.send_peer(via, from, PeerMsgType::Ack, ack);
+                self.answer(now, rx, PeerMsgType::Ack, ack);
                 return;
             }
             ActiveState::AwaitingNotice { .. } => {
@@ -284,7 +298,7 @@ impl Core {
             Some(block) => cookie::encode_with_block(&PeerMessage::ack_for(msg), block),
             None => PeerMessage::ack_for(msg).encode(),
         };
-        self.send_peer(via, from, PeerMsgType::Ack, ack.clone());
+        self.answer(now, rx, PeerMsgType::Ack, ack.clone());
         let reply = QueryMappingReply {
             seq: kernel_seq,
             local_addr: local,
@@ -303,6 +317,7 @@ impl Core {
                 reply: Box::new(reply),
                 client,
                 waits_left: NOTICE_WAITS,
+                trust,
             };
             self.exchanges.answered_until(xid, held, now + NOTICE_WAIT);
             return;
@@ -451,10 +466,13 @@ impl Core {
         let waiting = match &mut ex.kind {
             ExchangeKind::Active(q) => match &mut q.state {
                 ActiveState::AwaitingNotice {
-                    ack, waits_left, ..
+                    ack,
+                    waits_left,
+                    trust,
+                    ..
                 } if *waits_left > 1 => {
                     *waits_left -= 1;
-                    Some(Some(ack.clone()))
+                    Some(Some((ack.clone(), *trust)))
                 }
                 ActiveState::AwaitingNotice { .. } => Some(None),
                 _ => None,
@@ -462,9 +480,9 @@ impl Core {
             ExchangeKind::Passive(_) => None,
         };
         match waiting {
-            Some(Some(ack)) => {
+            Some(Some((ack, trust))) => {
                 self.exchanges.rearm(due.id, now + NOTICE_WAIT);
-                self.send_peer(via, to, PeerMsgType::Ack, ack);
+                self.send_peer_to(now, via, to, PeerMsgType::Ack, ack, trust, None);
                 return;
             }
             Some(None) => {
@@ -499,7 +517,8 @@ impl Core {
         if let Some((datagram, _)) = resend {
             self.peer_book.tally(to.ip(), now).retransmissions += 1;
             self.stats.retransmissions += 1;
-            self.send_peer(via, to, PeerMsgType::Request, datagram);
+            let trust = self.request_trust();
+            self.send_peer_to(now, via, to, PeerMsgType::Request, datagram, trust, None);
         }
     }
 }

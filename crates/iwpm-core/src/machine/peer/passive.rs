@@ -34,8 +34,13 @@
 //!   when full (it only absorbs duplicates), then the oldest unconfirmed one, whose token
 //!   comes back; local connects have their own cap and are never refused because of remote
 //!   traffic.
-//! * **REJECTs** are limited per source (`max_rejects_per_sec_per_source`) under the global
-//!   `max_rejects_per_sec`: one flooding host cannot take every host's fast REJECT.
+//! * **REJECTs** are capped in all (`max_rejects_per_sec`), never per source: a REJECT is
+//!   smaller than the REQUEST it answers, and a per-source share is what a spoofer spends
+//!   with its victim's address.
+//! * **Authenticated peers** (sealed under a fleet key, `crate::admission`) skip the
+//!   budget, the allowance and the meters: their REMOTE_INFO goes with the ACCEPT.
+//! * **Answers in their question's size class**: an answer larger on the wire than the
+//!   datagram it answers is withheld (`Core::answer`).
 //! * **Listeners only**: a REQUEST is answered only from a listener mapping (ADD or
 //!   restart recovery), never from a connecting one, and never for a wildcard address.
 //!
@@ -52,11 +57,12 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use iwpm_proto::netlink::DaemonMsg;
-use iwpm_proto::peer::{IpVersion, Ipv4Echo, PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{IpVersion, Ipv4Echo, PeerMessage, PeerMsgType, PEER_AUTH_LEN};
 use iwpm_proto::sockaddr::Endpoint;
 
 use super::Inbound;
 use crate::action::PeerSocket;
+use crate::admission::Trust;
 use crate::cookie::{self, Binding, RemoteInfoPlan, Room, COOKIE_LIFETIME};
 use crate::exchange::{
     Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer, RemoteInfo, SourceKey,
@@ -112,7 +118,7 @@ impl Core {
             return;
         }
         let Some((id, answer_ap)) = self.listener_for(msg) else {
-            self.reject(now, via, from, msg);
+            self.reject(now, rx);
             return;
         };
         let key = ExchangeKey::Passive {
@@ -123,7 +129,7 @@ impl Core {
         };
         if let Some(xid) = self.exchanges.find(&key) {
             if !self.reused_association(now, xid) {
-                self.duplicate_request(now, xid);
+                self.duplicate_request(now, rx, xid);
                 return;
             }
             // The C daemon's handle is a heap address, reused once its record is freed; a
@@ -140,14 +146,19 @@ impl Core {
         };
         if mapped_cp == msg.cp() {
             self.stats.remote_info_not_needed += 1;
-            self.stateless_accept(now, answer, (RemoteInfoPlan::NotNeeded, 0));
+            self.stateless_accept(now, rx, answer, (RemoteInfoPlan::NotNeeded, 0));
             return;
         }
         let source = SourceKey::of(from.ip());
         let Some((owner, remote_info)) = self.remote_info_for(id, msg.cp(), mapped_cp) else {
             return;
         };
-        let remote_info = if self.remote_info_at_once(now, source) {
+        let remote_info = if rx.trust == Trust::Authenticated && self.room_for_passive(source) {
+            // A fleet member asked (sealed, fresh, never seen before): its REMOTE_INFO goes
+            // at once, on no token; the exchange entry absorbs its retransmissions.
+            self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
+            RemoteInfo::SentAuthenticated
+        } else if rx.trust == Trust::Unauthenticated && self.remote_info_at_once(now, source) {
             // REMOTE_INFO goes to the kernel before the ACCEPT leaves: the peer connects as
             // soon as it has the ACCEPT, and a connection that reaches iw_cm before its
             // remote-info entry is reported with the peer's mapped address and leaks the
@@ -158,11 +169,11 @@ impl Core {
             self.remote_info_waits(now, from);
             if room == Room::Block {
                 // The cookie carries the mapped `cp` port: nothing kept before the ACK.
-                self.stateless_accept(now, answer, (RemoteInfoPlan::OnAck, mapped_cp.port()));
+                self.stateless_accept(now, rx, answer, (RemoteInfoPlan::OnAck, mapped_cp.port()));
                 return;
             }
             if !self.room_to_hold(now, from, source) {
-                self.stateless_accept(now, answer, (RemoteInfoPlan::OnAck, 0));
+                self.stateless_accept(now, rx, answer, (RemoteInfoPlan::OnAck, 0));
                 return;
             }
             RemoteInfo::AwaitingAck {
@@ -170,7 +181,7 @@ impl Core {
             }
         };
         let plan = match remote_info {
-            RemoteInfo::SentOnToken => RemoteInfoPlan::SentAtOnce,
+            RemoteInfo::SentOnToken | RemoteInfo::SentAuthenticated => RemoteInfoPlan::SentAtOnce,
             _ => RemoteInfoPlan::OnAck,
         };
         let via = answer.via;
@@ -193,7 +204,7 @@ impl Core {
         // Passive exchanges have no retransmission timer: their only timer is the expiry.
         self.exchanges
             .insert(ex, now + self.config.exchange_lifetime);
-        self.send_peer(via, from, PeerMsgType::Accept, accept);
+        self.answer(now, rx, PeerMsgType::Accept, accept);
     }
 
     /// The listener mapping a REQUEST asks for, with the `ap` to answer: `None` for a
@@ -275,13 +286,16 @@ impl Core {
     /// real: a budget token is free, and the source holds fewer than its share.
     fn remote_info_at_once(&mut self, now: Instant, source: SourceKey) -> bool {
         self.exchanges.unconfirmed_from(source) < self.remote_info_share()
-            && self.remote_info_tokens.available(now) > 0
+            && self.admission.remote_info_tokens.available(now) > 0
             && self.room_for_passive(source)
-            && self.remote_info_tokens.take(now)
+            && self.admission.remote_info_tokens.take(now)
     }
 
     fn remote_info_waits(&mut self, now: Instant, from: SocketAddr) {
-        let (budget, per_source) = (self.remote_info_tokens.capacity(), self.remote_info_share());
+        let (budget, per_source) = (
+            self.admission.remote_info_tokens.capacity(),
+            self.remote_info_share(),
+        );
         self.count_warn(
             now,
             |s| &mut s.remote_info_deferred,
@@ -295,11 +309,16 @@ impl Core {
 
     /// Sends the ACCEPT with its cookie and keeps nothing: a retransmitted REQUEST gets the
     /// same ACCEPT again (one datagram out per datagram in, 48 bytes for 64).
-    fn stateless_accept(&mut self, now: Instant, answer: Answer, plan: (RemoteInfoPlan, u16)) {
-        let (via, to) = (answer.via, answer.binding.from);
+    fn stateless_accept(
+        &mut self,
+        now: Instant,
+        rx: Inbound<'_>,
+        answer: Answer,
+        plan: (RemoteInfoPlan, u16),
+    ) {
         let accept = self.cookied_accept(now, answer, plan);
         self.stats.accepts_stateless += 1;
-        self.send_peer(via, to, PeerMsgType::Accept, accept);
+        self.answer(now, rx, PeerMsgType::Accept, accept);
     }
 
     /// The ACCEPT's bytes, its cookie (for `plan`) where `answer.room` says.
@@ -315,25 +334,23 @@ impl Core {
             room,
             ..
         } = answer;
-        let echo = self.cookies.mark(now, &mut accept, &binding, plan, room);
+        let echo = self
+            .admission
+            .cookies
+            .mark(now, &mut accept, &binding, plan, room);
         encode_accept(&accept, &echo, room)
     }
 
-    /// A REQUEST for no listener: REJECT, within the source's REJECT rate and the global
-    /// one.
-    fn reject(&mut self, now: Instant, via: PeerSocket, from: SocketAddr, msg: &PeerMessage) {
-        let source = SourceKey::of(from.ip());
-        if !self.reject_tokens_per_source.take(now, source) || !self.reject_tokens.take(now) {
+    /// A REQUEST for no listener: REJECT, within the global REJECT rate (no per-source
+    /// share: `crate::admission::Admission::may_reject`).
+    fn reject(&mut self, now: Instant, rx: Inbound<'_>) {
+        if !self.admission.may_reject(now, rx.trust) {
             self.stats.rejects_suppressed += 1;
             return;
         }
         self.stats.rejects_sent += 1;
-        self.send_peer(
-            via,
-            from,
-            PeerMsgType::Reject,
-            PeerMessage::reject_for(msg).encode(),
-        );
+        let reject = PeerMessage::reject_for(rx.msg).encode();
+        self.answer(now, rx, PeerMsgType::Reject, reject);
     }
 
     /// True if the exchange was confirmed at least one retransmission interval ago.
@@ -347,24 +364,29 @@ impl Core {
 
     /// A retransmitted REQUEST: our ACCEPT (or its ACK) was lost. Answer again while the
     /// exchange is unconfirmed, within its resend allowance.
-    fn duplicate_request(&mut self, now: Instant, xid: ExchangeId) {
+    fn duplicate_request(&mut self, now: Instant, rx: Inbound<'_>, xid: ExchangeId) {
         self.stats.peer_duplicates += 1;
         let half = self.config.retransmit_interval / 2;
         let Some(ex) = self.exchanges.get_mut(xid) else {
             return;
         };
-        let (via, to) = (ex.via, ex.to);
         let ExchangeKind::Passive(p) = &mut ex.kind else {
             return;
         };
         if p.confirmed || p.resends_left == 0 || now < p.next_resend {
             return;
         }
+        // In the duplicate's own size class: a smaller duplicate (not what a real peer
+        // retransmits) gets nothing, and spends none of the real peer's resends.
+        if answer_len(p.accept.len(), rx.trust) > rx.received_len {
+            self.stats.peer_answers_withheld += 1;
+            return;
+        }
         p.resends_left -= 1;
         p.next_resend = now + half;
         let accept = p.accept.clone();
         self.stats.retransmissions += 1;
-        self.send_peer(via, to, PeerMsgType::Accept, accept);
+        self.answer(now, rx, PeerMsgType::Accept, accept);
     }
 
     /// An ACK counts only if it echoes the cookie of an ACCEPT we sent to its source: then
@@ -385,12 +407,19 @@ impl Core {
         let block = cookie::block_of(msg, rx.datagram);
         // Ten bits can be guessed: a source that failed too many checks is not checked
         // again until its rate refills (a 128-bit cookie needs no such meter).
-        if block.is_none() && self.unverified_acks.available(now, source) == 0 {
+        if block.is_none()
+            && rx.trust == Trust::Unauthenticated
+            && !self.admission.may_check_ten_bits(now, source)
+        {
             self.stats.peer_acks_over_rate += 1;
             return;
         }
         let binding = Binding::of_ack(from, msg);
-        let Some(verified) = self.cookies.verify(now, msg, block.as_ref(), &binding) else {
+        let Some(verified) = self
+            .admission
+            .cookies
+            .verify(now, msg, block.as_ref(), &binding)
+        else {
             self.unverified_ack(now, rx, key, block.is_none());
             return;
         };
@@ -416,7 +445,7 @@ impl Core {
             // The ACK again: our notice may be lost (our active side re-ACKs while it
             // waits). Once more at most: rdma-core ACKs every ACCEPT, the notice included.
             if verified.plan == Some(RemoteInfoPlan::OnAck) && self.take_notice_resend(xid) {
-                self.send_delivery_notice(rx, block.as_ref());
+                self.send_delivery_notice(now, rx, block.as_ref());
             }
             return;
         }
@@ -429,14 +458,14 @@ impl Core {
         if settled == RemoteInfo::Settled {
             return;
         }
-        if !self.within_allowance(now, from, source) {
+        if !self.within_allowance(now, rx, source) {
             if let RemoteInfo::AwaitingAck { .. } = settled {
                 self.stats.remote_info_held_dropped += 1;
             }
             return;
         }
         match settled {
-            RemoteInfo::SentOnToken => self.remote_info_tokens.refund(),
+            RemoteInfo::SentOnToken => self.admission.remote_info_tokens.refund(),
             RemoteInfo::AwaitingAck { mapped_cp_port } => {
                 let Some(ex) = self.exchanges.get(xid) else {
                     return;
@@ -449,7 +478,7 @@ impl Core {
                     self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
                 }
             }
-            RemoteInfo::Settled => {}
+            RemoteInfo::SentAuthenticated | RemoteInfo::Settled => {}
         }
     }
 
@@ -458,8 +487,9 @@ impl Core {
     /// ten-bit cookie costs the guesser a REQUEST: the cookie can be guessed, not swept.
     fn unverified_ack(&mut self, now: Instant, rx: Inbound<'_>, key: ExchangeKey, ten_bits: bool) {
         let from = rx.from;
-        if ten_bits {
-            self.unverified_acks.take(now, SourceKey::of(from.ip()));
+        if ten_bits && rx.trust == Trust::Unauthenticated {
+            self.admission
+                .ten_bit_check_failed(now, SourceKey::of(from.ip()));
         }
         self.count_warn(
             now,
@@ -470,6 +500,13 @@ impl Core {
                  there (blind, tampered, stale, or from a peer that zeroes the bytes)"
             ),
         );
+        // A 128-bit cookie cannot be guessed, so a failed check says only that someone
+        // forged an ACK (perhaps having seen the exchange): the exchange lives on for the
+        // real peer's ACK. A ten-bit one could be swept, so its exchange ends: each guess
+        // then costs the guesser a REQUEST.
+        if !ten_bits {
+            return;
+        }
         let Some(xid) = self.exchanges.find(&key) else {
             return;
         };
@@ -480,10 +517,11 @@ impl Core {
 
     /// May `source`'s verified ACK release a REMOTE_INFO (or return a token) now? Takes one
     /// of its allowance; says so, rate-limited, when there is none.
-    fn within_allowance(&mut self, now: Instant, from: SocketAddr, source: SourceKey) -> bool {
-        if self.verified_allowance.take(now, source) {
+    fn within_allowance(&mut self, now: Instant, rx: Inbound<'_>, source: SourceKey) -> bool {
+        if self.admission.take_allowance(now, source, rx.trust) {
             return true;
         }
+        let from = rx.from;
         let (burst, rate) = (
             self.config.remote_info_source_burst,
             self.config.remote_info_source_rate,
@@ -525,8 +563,8 @@ impl Core {
             self.stats.peer_unmatched += 1;
             return;
         }
-        let fingerprint = self.cookies.fingerprint(binding);
-        if self.released.contains(now, fingerprint) {
+        let fingerprint = self.admission.cookies.fingerprint(binding);
+        if self.admission.released.contains(now, fingerprint) {
             self.count_warn(
                 now,
                 |s| &mut s.peer_acks_replayed,
@@ -542,10 +580,11 @@ impl Core {
         let Some((owner, remote_info)) = self.remote_info_for(id, ack.cp(), mapped_cp) else {
             return;
         };
-        if !self.within_allowance(now, from, source) {
+        if !self.within_allowance(now, rx, source) {
             return;
         }
         if !self
+            .admission
             .released
             .record(now, fingerprint, now + COOKIE_LIFETIME)
         {
@@ -554,7 +593,7 @@ impl Core {
         }
         self.stats.remote_info_on_ack += 1;
         self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-        self.send_delivery_notice(rx, cookie::block_of(ack, rx.datagram).as_ref());
+        self.send_delivery_notice(now, rx, cookie::block_of(ack, rx.datagram).as_ref());
         if !self.room_for_passive(source) {
             return;
         }
@@ -590,7 +629,7 @@ impl Core {
     /// this (verified) ACK is in the kernel (`crate::cookie`), so the active side may let its
     /// kernel connect. Built from the ACK, which echoes every byte of our ACCEPT; only a
     /// cookie block has room for the mark.
-    fn send_delivery_notice(&mut self, rx: Inbound<'_>, block: Option<&Ipv4Echo>) {
+    fn send_delivery_notice(&mut self, now: Instant, rx: Inbound<'_>, block: Option<&Ipv4Echo>) {
         let Some(block) = block else {
             return;
         };
@@ -600,7 +639,7 @@ impl Core {
         };
         let bytes = encode_accept(&notice, &cookie::delivery_notice(block), Room::Block);
         self.stats.remote_info_notices_sent += 1;
-        self.send_peer(rx.via, rx.from, PeerMsgType::Accept, bytes);
+        self.answer(now, rx, PeerMsgType::Accept, bytes);
     }
 
     /// May a duplicate ACK of this confirmed exchange get the notice again? (Once.)
@@ -627,7 +666,7 @@ struct Answer {
 /// The plan an exchange's ACCEPT was marked with, as its REMOTE_INFO state says.
 fn plan_of(remote_info: &RemoteInfo) -> Option<RemoteInfoPlan> {
     match remote_info {
-        RemoteInfo::SentOnToken => Some(RemoteInfoPlan::SentAtOnce),
+        RemoteInfo::SentOnToken | RemoteInfo::SentAuthenticated => Some(RemoteInfoPlan::SentAtOnce),
         RemoteInfo::AwaitingAck { .. } => Some(RemoteInfoPlan::OnAck),
         RemoteInfo::Settled => None,
     }
@@ -641,6 +680,14 @@ fn cookie_room(req: &PeerMessage, datagram: &[u8]) -> Room {
         IpVersion::V4 => Room::Block,
         IpVersion::V6 if cookie::announces_block(datagram) => Room::Block,
         IpVersion::V6 => Room::TenBits,
+    }
+}
+
+/// How long an answer of `len` bytes is on the wire: sealed when its question was.
+fn answer_len(len: usize, trust: Trust) -> usize {
+    match trust {
+        Trust::Authenticated => PEER_AUTH_LEN,
+        Trust::Unauthenticated => len,
     }
 }
 

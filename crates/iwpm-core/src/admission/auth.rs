@@ -1,0 +1,279 @@
+//! Fleet keys in the core: what we send to a keyed peer is sealed (`iwpm_proto::peer::auth`),
+//! and a sealed datagram is believed only if its MAC verifies under a key we hold, its stamp
+//! is inside the clock window and it was not seen before. Whoever passes that is a fleet
+//! member, so the defences against spoofed sources do not apply to it.
+//!
+//! The stamps come from the wall clock the shell hands in ([`Authenticator::set_wall_clock`]:
+//! the core never reads a clock), advanced by the core's own `now` between two hand-ins, and
+//! never repeat: each is at least one microsecond past the last.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use iwpm_proto::cidr::Cidr;
+use iwpm_proto::fleet_key::FleetKeys;
+use iwpm_proto::peer::auth::{self, AuthBlock};
+
+use super::replay::{ReplayMemory, Stale, MAX_REMEMBERED};
+
+/// One key's use since it was loaded, for `iwpmctl keys` (never its bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct KeyUse {
+    /// The key's id.
+    pub id: u32,
+    /// True for the key we sign with.
+    pub signing: bool,
+    /// True when the key is only accepted (a rotation's first step).
+    pub accept_only: bool,
+    /// Datagrams we sealed with it.
+    pub signed: u64,
+    /// Datagrams that verified under it.
+    pub verified: u64,
+}
+
+/// Why a peer datagram failed authentication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum AuthFailure {
+    /// Sealed with a key id we do not hold.
+    UnknownKey,
+    /// Its MAC does not verify (a wrong key under a known id, or changed bytes).
+    BadMac,
+    /// Its stamp is outside the clock window (a skewed clock, or an old capture).
+    Clock,
+    /// Seen before (a replay).
+    Replayed,
+    /// Not sealed, from a network whose datagrams must be (`peer_auth_required`).
+    Missing,
+}
+
+impl AuthFailure {
+    /// A few words for logs and `iwpmctl peers`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            AuthFailure::UnknownKey => "unknown key id",
+            AuthFailure::BadMac => "wrong key",
+            AuthFailure::Clock => "clock",
+            AuthFailure::Replayed => "replayed",
+            AuthFailure::Missing => "not authenticated",
+        }
+    }
+}
+
+/// How a peer authenticated, as `iwpmctl peers` shows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum PeerAuth {
+    /// Nothing sealed seen from it (an rdma-core peer, or one of ours without a key).
+    #[default]
+    Unkeyed,
+    /// Its last sealed datagram verified under this key.
+    Keyed {
+        /// The key id.
+        key_id: u32,
+    },
+    /// Its last datagrams failed authentication: the latest reason, and how many in a row.
+    Failing {
+        /// The latest reason.
+        reason: AuthFailure,
+        /// Failures since it last authenticated (or was first seen).
+        count: u64,
+    },
+}
+
+impl PeerAuth {
+    /// The state after one more datagram from this peer.
+    pub(crate) fn after(self, outcome: Result<u32, AuthFailure>) -> PeerAuth {
+        match (outcome, self) {
+            (Ok(key_id), _) => PeerAuth::Keyed { key_id },
+            (Err(reason), PeerAuth::Failing { count, .. }) => PeerAuth::Failing {
+                reason,
+                count: count.saturating_add(1),
+            },
+            (Err(reason), _) => PeerAuth::Failing { reason, count: 1 },
+        }
+    }
+}
+
+/// Whether a datagram proved where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trust {
+    /// Not sealed, or sealed while we hold no key: anyone could have sent it.
+    Unauthenticated,
+    /// Sealed under a fleet key we hold: a fleet member sent it, once.
+    Authenticated,
+}
+
+/// A datagram that passed authentication (or needed none): its inner bytes and its trust.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// The datagram as its sender had it before sealing (`None`: the received bytes).
+    pub(crate) inner: Option<Vec<u8>>,
+    pub(crate) trust: Trust,
+    /// The key it verified under.
+    pub(crate) key_id: Option<u32>,
+}
+
+/// A sealed datagram not believed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) failure: AuthFailure,
+    /// For [`AuthFailure::Clock`]: the sender's clock minus ours, in milliseconds.
+    pub(crate) skew_ms: i64,
+    pub(crate) key_id: u32,
+}
+
+/// Keys, clock, replay memory and the policy of who must be authenticated.
+#[derive(Debug)]
+pub(crate) struct Authenticator {
+    keys: Option<FleetKeys>,
+    /// Use counts by key id (kept across reloads for the ids still listed).
+    uses: BTreeMap<u32, (u64, u64)>,
+    required: Vec<Cidr>,
+    window: Duration,
+    /// A wall-clock reading and the `now` it was taken at.
+    wall: Option<(Instant, Duration)>,
+    last_stamp_us: u64,
+    replay: ReplayMemory,
+}
+
+impl Authenticator {
+    pub(crate) fn new(required: Vec<Cidr>, window: Duration) -> Self {
+        Authenticator {
+            keys: None,
+            uses: BTreeMap::new(),
+            required,
+            window,
+            wall: None,
+            last_stamp_us: 0,
+            replay: ReplayMemory::new(MAX_REMEMBERED),
+        }
+    }
+
+    /// A new key set (or none). Use counts stay for the ids still listed.
+    pub(crate) fn set_keys(&mut self, keys: Option<FleetKeys>) {
+        self.uses
+            .retain(|id, _| keys.as_ref().is_some_and(|k| k.get(*id).is_some()));
+        self.keys = keys;
+    }
+
+    /// The wall clock read at `now` (time since the Unix epoch).
+    pub(crate) fn set_wall_clock(&mut self, now: Instant, since_epoch: Duration) {
+        self.wall = Some((now, since_epoch));
+    }
+
+    pub(crate) fn is_keyed(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// True when datagrams from `ip` must be sealed.
+    pub(crate) fn required_from(&self, ip: IpAddr) -> bool {
+        self.required.iter().any(|n| n.contains(ip))
+    }
+
+    fn wall_us(&self, now: Instant) -> Option<u64> {
+        let (at, wall) = self.wall?;
+        let t = if now >= at {
+            wall + (now - at)
+        } else {
+            wall.saturating_sub(at - now)
+        };
+        u64::try_from(t.as_micros()).ok()
+    }
+
+    /// Opens a received datagram: a plain one as it is (unauthenticated), a sealed one
+    /// verified when we hold keys (unauthenticated, unsealed, when we hold none).
+    pub(crate) fn open(&mut self, now: Instant, datagram: &[u8]) -> Result<Opened, Refused> {
+        let Some(block) = auth::auth_block(datagram) else {
+            return Ok(Opened {
+                inner: None,
+                trust: Trust::Unauthenticated,
+                key_id: None,
+            });
+        };
+        let inner = auth::unseal(datagram);
+        let Some(keys) = &self.keys else {
+            return Ok(Opened {
+                inner,
+                trust: Trust::Unauthenticated,
+                key_id: None,
+            });
+        };
+        let refused = |failure, skew_ms| Refused {
+            failure,
+            skew_ms,
+            key_id: block.key_id,
+        };
+        let Some(key) = keys.get(block.key_id) else {
+            return Err(refused(AuthFailure::UnknownKey, 0));
+        };
+        if !auth::verify(datagram, key) {
+            return Err(refused(AuthFailure::BadMac, 0));
+        }
+        let Some(wall_us) = self.wall_us(now) else {
+            return Err(refused(AuthFailure::Clock, 0));
+        };
+        let window_us = u64::try_from(self.window.as_micros()).unwrap_or(u64::MAX);
+        let skew_us = i128::from(block.stamp_us) - i128::from(wall_us);
+        if skew_us.unsigned_abs() > u128::from(window_us) {
+            let skew_ms = i64::try_from(skew_us / 1000).unwrap_or(i64::MAX);
+            return Err(refused(AuthFailure::Clock, skew_ms));
+        }
+        match self.replay.remember(
+            mac_prefix(&block),
+            block.stamp_us,
+            wall_us.saturating_sub(window_us),
+        ) {
+            Ok(()) => {}
+            Err(Stale::Replayed | Stale::BelowFloor) => {
+                return Err(refused(AuthFailure::Replayed, 0));
+            }
+        }
+        self.uses.entry(block.key_id).or_default().1 += 1;
+        Ok(Opened {
+            inner,
+            trust: Trust::Authenticated,
+            key_id: Some(block.key_id),
+        })
+    }
+
+    /// `inner` sealed with the signing key, or `None` without keys (or before the shell
+    /// handed in the wall clock) or for a datagram that is not a peer message form.
+    pub(crate) fn seal(&mut self, now: Instant, inner: &[u8]) -> Option<Vec<u8>> {
+        let keys = self.keys.as_ref()?;
+        let stamp = self.wall_us(now)?.max(self.last_stamp_us + 1);
+        let key = keys.signing();
+        let sealed = auth::seal(inner, key, stamp).ok()?;
+        self.last_stamp_us = stamp;
+        self.uses.entry(key.id()).or_default().0 += 1;
+        Some(sealed)
+    }
+
+    /// Every key with its use counts.
+    pub(crate) fn report(&self) -> Vec<KeyUse> {
+        let Some(keys) = &self.keys else {
+            return Vec::new();
+        };
+        let signing = keys.signing().id();
+        keys.iter()
+            .map(|k| {
+                let (signed, verified) = self.uses.get(&k.id()).copied().unwrap_or_default();
+                KeyUse {
+                    id: k.id(),
+                    signing: k.id() == signing,
+                    accept_only: k.accept_only(),
+                    signed,
+                    verified,
+                }
+            })
+            .collect()
+    }
+}
+
+fn mac_prefix(block: &AuthBlock) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&block.mac[..8]);
+    u64::from_le_bytes(b)
+}

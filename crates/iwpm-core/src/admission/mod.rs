@@ -1,0 +1,144 @@
+//! Admission: everything that decides whether a peer datagram is believed, and how far.
+//! [`crate::Core`]'s exchanges keep only their own state; what a stranger on the network can
+//! spend lives here, in one place with its own tests, as a QUIC endpoint keeps its
+//! connection-independent state apart from its connections.
+//!
+//! In the order a datagram meets them:
+//!
+//! 1. `peer_allow`: sources outside the configured networks are dropped.
+//! 2. Fleet keys ([`auth`]): a sealed datagram is opened; with keys, it is believed only
+//!    if its MAC verifies, its stamp is inside the clock window and it was not seen
+//!    before ([`replay`]). A plain datagram from a `peer_auth_required` network is dropped.
+//!    What passes sealed is [`Trust::Authenticated`] and skips every defence below.
+//! 3. For unauthenticated datagrams, the spoofing defences: echo cookies
+//!    ([`crate::cookie`]), the REMOTE_INFO budget, each source's allowance of released
+//!    REMOTE_INFOs, the released set, the ten-bit ACK check meter, and the REJECT cap.
+//!
+//! The bounds each of these keeps, with their tests, are in `docs/HARDENING.md`.
+
+pub(crate) mod auth;
+mod replay;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::config::CoreConfig;
+use crate::cookie::CookieJar;
+use crate::exchange::SourceKey;
+use crate::peer_allow::PeerAllow;
+use crate::released::Released;
+use crate::source_meter::{SourceMeter, MAX_SOURCES};
+use crate::token_bucket::TokenBucket;
+
+pub use auth::{AuthFailure, KeyUse, PeerAuth};
+pub(crate) use auth::{Opened, Refused, Trust};
+
+/// Failed ten-bit (IPv6) ACK checks a source may have per second: a blind guess at an IPv6
+/// cookie without the extension block passes about once in 512 tries.
+const UNVERIFIED_ACKS_PER_SEC: u32 = 20;
+/// Exchanges remembered as having released their REMOTE_INFO (`crate::released`): about
+/// 40 bytes each.
+const MAX_RELEASED: usize = 65_536;
+
+/// Why a peer datagram was not admitted at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Its source is outside `peer_allow`.
+    NotAllowed,
+    /// It failed authentication (or needed it and was plain).
+    Auth(Refused),
+}
+
+/// What decides whether a peer datagram is believed.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    peer_allow: PeerAllow,
+    pub(crate) auth: auth::Authenticator,
+    /// Keys of the echo cookies in our ACCEPTs.
+    pub(crate) cookies: CookieJar,
+    /// REMOTE_INFOs the kernel may hold for exchanges no ACK confirmed yet.
+    pub(crate) remote_info_tokens: TokenBucket,
+    /// REJECTs we may send, in all.
+    reject_tokens: TokenBucket,
+    /// What each source's verified ACKs may release (REMOTE_INFOs) or return (budget
+    /// tokens): `remote_info_source_burst`, then `remote_info_source_rate` per second.
+    verified_allowance: SourceMeter,
+    /// Failed ten-bit (IPv6) ACK checks each source may have per second.
+    unverified_acks: SourceMeter,
+    /// Exchanges whose cookie already released their REMOTE_INFO.
+    pub(crate) released: Released,
+}
+
+impl Admission {
+    pub(crate) fn new(config: &CoreConfig, now: Instant) -> Self {
+        Admission {
+            peer_allow: config.peer_allow.clone(),
+            auth: auth::Authenticator::new(
+                config.peer_auth_required.clone(),
+                config.peer_auth_window,
+            ),
+            cookies: CookieJar::new(&config.handle_key, now),
+            remote_info_tokens: TokenBucket::new(
+                config.remote_info_budget,
+                config.remote_info_refill,
+                now,
+            ),
+            reject_tokens: TokenBucket::per_second(config.max_rejects_per_sec, now),
+            verified_allowance: SourceMeter::new(
+                config.remote_info_source_burst,
+                Duration::from_secs(1)
+                    .checked_div(config.remote_info_source_rate)
+                    .unwrap_or(Duration::MAX),
+                MAX_SOURCES,
+            ),
+            unverified_acks: SourceMeter::per_second(UNVERIFIED_ACKS_PER_SEC, MAX_SOURCES),
+            released: Released::new(MAX_RELEASED),
+        }
+    }
+
+    /// The first look at a datagram from `from`: its source allowed, and (sealed) its
+    /// authentication, or (plain) whether its network lets it go unauthenticated.
+    pub(crate) fn admit(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<Opened, Refusal> {
+        if !self.peer_allow.allows(from.ip()) {
+            return Err(Refusal::NotAllowed);
+        }
+        let opened = self.auth.open(now, datagram).map_err(Refusal::Auth)?;
+        if opened.trust == Trust::Unauthenticated && self.auth.required_from(from.ip()) {
+            return Err(Refusal::Auth(Refused {
+                failure: AuthFailure::Missing,
+                skew_ms: 0,
+                key_id: 0,
+            }));
+        }
+        Ok(opened)
+    }
+
+    /// May we answer a REQUEST for no listener with a REJECT? A REJECT (48 bytes) is never
+    /// larger than the REQUEST it answers, so only the total is capped, never a source's
+    /// share: a spoofer with a victim's address cannot spend the victim's REJECTs.
+    /// Authenticated REQUESTs are not capped at all.
+    pub(crate) fn may_reject(&mut self, now: Instant, trust: Trust) -> bool {
+        trust == Trust::Authenticated || self.reject_tokens.take(now)
+    }
+
+    /// May `source`'s verified ACK release a REMOTE_INFO (or return a token) now? Takes one
+    /// of its allowance. Authenticated ACKs take none.
+    pub(crate) fn take_allowance(&mut self, now: Instant, source: SourceKey, trust: Trust) -> bool {
+        trust == Trust::Authenticated || self.verified_allowance.take(now, source)
+    }
+
+    /// May a ten-bit ACK from `source` be checked now (its failed checks within the rate)?
+    pub(crate) fn may_check_ten_bits(&mut self, now: Instant, source: SourceKey) -> bool {
+        self.unverified_acks.available(now, source) > 0
+    }
+
+    /// A ten-bit check of `source` failed.
+    pub(crate) fn ten_bit_check_failed(&mut self, now: Instant, source: SourceKey) {
+        self.unverified_acks.take(now, source);
+    }
+}
