@@ -118,11 +118,6 @@ pub(crate) enum RemoteInfo {
     /// Sent when the REQUEST came, which was authenticated (a fleet member's): no token
     /// taken, none to give back.
     SentAuthenticated,
-    /// No token was left, and the peer's cookie has no room for the mapped `cp` port (an
-    /// IPv6 peer without the extension block): sent when (if) the ACK proves the peer
-    /// real. Only the port is held; the rest is in the key and the mapping, so a held
-    /// entry stays small.
-    AwaitingAck { mapped_cp_port: u16 },
     /// Settled: token returned, or sent on the ACK.
     Settled,
 }
@@ -226,8 +221,6 @@ pub(crate) struct Exchanges {
     /// Confirmed passive exchanges, oldest first within each source (a source makes room
     /// among its own).
     confirmed_by_source: BTreeSet<(SourceKey, ExchangeId)>,
-    /// Unconfirmed passive exchanges holding a REMOTE_INFO for their ACK, oldest first.
-    held: BTreeSet<ExchangeId>,
     next_id: u64,
 }
 
@@ -256,11 +249,6 @@ impl Exchanges {
         self.per_source.get(&source).copied().unwrap_or(0)
     }
 
-    /// The oldest unconfirmed passive exchange from `source`.
-    pub(crate) fn oldest_unconfirmed_from(&self, source: SourceKey) -> Option<ExchangeId> {
-        first_of(&self.by_source, source)
-    }
-
     /// The oldest confirmed passive exchange from `source`.
     pub(crate) fn oldest_confirmed_from(&self, source: SourceKey) -> Option<ExchangeId> {
         first_of(&self.confirmed_by_source, source)
@@ -269,16 +257,6 @@ impl Exchanges {
     /// The oldest unconfirmed passive exchange of any source.
     pub(crate) fn oldest_unconfirmed(&self) -> Option<ExchangeId> {
         self.unconfirmed.first().copied()
-    }
-
-    /// Unconfirmed passive exchanges holding a REMOTE_INFO for their ACK.
-    pub(crate) fn held_len(&self) -> usize {
-        self.held.len()
-    }
-
-    /// The oldest of them.
-    pub(crate) fn oldest_held(&self) -> Option<ExchangeId> {
-        self.held.first().copied()
     }
 
     /// Every exchange (unordered), for snapshots.
@@ -317,9 +295,6 @@ impl Exchanges {
                 self.unconfirmed.insert(id);
                 *self.per_source.entry(p.source).or_default() += 1;
                 self.by_source.insert((p.source, id));
-                if matches!(p.remote_info, RemoteInfo::AwaitingAck { .. }) {
-                    self.held.insert(id);
-                }
             }
         }
         self.entries.insert(id, ex);
@@ -340,7 +315,6 @@ impl Exchanges {
         p.confirmed = true;
         let source = p.source;
         self.unconfirmed.remove(&id);
-        self.held.remove(&id);
         self.confirmed.insert(id);
         self.confirmed_by_source.insert((source, id));
         self.forget_source(source, id);
@@ -397,7 +371,6 @@ impl Exchanges {
         match &ex.kind {
             ExchangeKind::Active(_) => self.active -= 1,
             ExchangeKind::Passive(p) => {
-                self.held.remove(&id);
                 if self.confirmed.remove(&id) {
                     self.confirmed_by_source.remove(&(p.source, id));
                 }
@@ -477,9 +450,6 @@ impl Exchanges {
         if self.confirmed_by_source.len() != self.confirmed.len() {
             return Err("per-source order differs from confirmed exchanges");
         }
-        if !self.held.is_subset(&self.unconfirmed) {
-            return Err("a held REMOTE_INFO on a confirmed exchange");
-        }
         for (id, ex) in &self.entries {
             if self.keys.get(&ex.key) != Some(id) {
                 return Err("exchange key index points elsewhere");
@@ -501,10 +471,6 @@ impl Exchanges {
                 };
                 if !listed {
                     return Err("passive exchange missing from its eviction list");
-                }
-                let held = !p.confirmed && matches!(p.remote_info, RemoteInfo::AwaitingAck { .. });
-                if held != self.held.contains(id) {
-                    return Err("held REMOTE_INFO index differs");
                 }
             }
         }

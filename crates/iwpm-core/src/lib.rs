@@ -43,6 +43,7 @@ mod config;
 mod cookie;
 mod counter;
 mod exchange;
+mod held;
 mod host;
 mod int_hash;
 mod machine;

@@ -22,7 +22,6 @@ pub(crate) enum LogKind {
     Protocol,
     NotAllowed,
     Forged,
-    Quota,
     WrongSource,
     RemoteInfoBudget,
     UnverifiedAck,

@@ -389,7 +389,7 @@ impl World {
             for (i, h) in self.hosts.iter().enumerate() {
                 if let Some(d) = h.daemon.as_ref() {
                     let st = d.core().stats();
-                    eprintln!("host {i}: ledger sent {} verified {} blind6 {:?}; core on_ack {} deferred {} unverified {} evicted {} quota_dropped {}", self.ledgers[i].sent, self.ledgers[i].verified.len(), self.ledgers[i].blind_len(), st.remote_info_on_ack, st.remote_info_deferred, st.peer_acks_unverified, st.exchanges_evicted, st.peer_quota_dropped);
+                    eprintln!("host {i}: ledger sent {} verified {} blind6 {:?}; core on_ack {} deferred {} unverified {} evicted {} held_dropped {}", self.ledgers[i].sent, self.ledgers[i].verified.len(), self.ledgers[i].blind_len(), st.remote_info_on_ack, st.remote_info_deferred, st.peer_acks_unverified, st.exchanges_evicted, st.remote_info_held_dropped);
                 }
             }
         }

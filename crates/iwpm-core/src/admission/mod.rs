@@ -12,7 +12,9 @@
 //!    What passes sealed is [`Trust::Authenticated`] and skips every defence below.
 //! 3. For unauthenticated datagrams, the spoofing defences: echo cookies
 //!    ([`crate::cookie`]), the REMOTE_INFO budget, each source's allowance of released
-//!    REMOTE_INFOs, the released set, the ten-bit ACK check meter, and the REJECT cap.
+//!    REMOTE_INFOs, the released set and the REJECT cap. None of them is a per-source
+//!    share a spoofer could spend with a victim's address, but the allowance (a verified
+//!    ACK proves its source: `docs/HARDENING.md`).
 //!
 //! The bounds each of these keeps, with their tests, are in `docs/HARDENING.md`.
 
@@ -33,9 +35,6 @@ use crate::token_bucket::TokenBucket;
 pub use auth::{AuthFailure, KeyUse, PeerAuth};
 pub(crate) use auth::{Opened, Refused, Trust};
 
-/// Failed ten-bit (IPv6) ACK checks a source may have per second: a blind guess at an IPv6
-/// cookie without the extension block passes about once in 512 tries.
-const UNVERIFIED_ACKS_PER_SEC: u32 = 20;
 /// Exchanges remembered as having released their REMOTE_INFO (`crate::released`): about
 /// 40 bytes each.
 const MAX_RELEASED: usize = 65_536;
@@ -63,8 +62,6 @@ pub(crate) struct Admission {
     /// What each source's verified ACKs may release (REMOTE_INFOs) or return (budget
     /// tokens): `remote_info_source_burst`, then `remote_info_source_rate` per second.
     verified_allowance: SourceMeter,
-    /// Failed ten-bit (IPv6) ACK checks each source may have per second.
-    unverified_acks: SourceMeter,
     /// Exchanges whose cookie already released their REMOTE_INFO.
     pub(crate) released: Released,
 }
@@ -91,7 +88,6 @@ impl Admission {
                     .unwrap_or(Duration::MAX),
                 MAX_SOURCES,
             ),
-            unverified_acks: SourceMeter::per_second(UNVERIFIED_ACKS_PER_SEC, MAX_SOURCES),
             released: Released::new(MAX_RELEASED),
         }
     }
@@ -130,15 +126,5 @@ impl Admission {
     /// of its allowance. Authenticated ACKs take none.
     pub(crate) fn take_allowance(&mut self, now: Instant, source: SourceKey, trust: Trust) -> bool {
         trust == Trust::Authenticated || self.verified_allowance.take(now, source)
-    }
-
-    /// May a ten-bit ACK from `source` be checked now (its failed checks within the rate)?
-    pub(crate) fn may_check_ten_bits(&mut self, now: Instant, source: SourceKey) -> bool {
-        self.unverified_acks.available(now, source) > 0
-    }
-
-    /// A ten-bit check of `source` failed.
-    pub(crate) fn ten_bit_check_failed(&mut self, now: Instant, source: SourceKey) {
-        self.unverified_acks.take(now, source);
     }
 }

@@ -41,6 +41,7 @@ use crate::answered::AnsweredSeqs;
 use crate::clients::Clients;
 use crate::config::CoreConfig;
 use crate::exchange::{Exchanges, HandleGen};
+use crate::held::{HeldRemoteInfos, MAX_HELD};
 use crate::mapping_id::MappingId;
 use crate::peer_book::PeerBook;
 use crate::ratelimit::{LogKind, LogLimiter};
@@ -89,6 +90,8 @@ pub struct Core {
     /// Whether peer datagrams are believed: keys, cookies, budgets, meters
     /// ([`crate::admission`]).
     admission: Admission,
+    /// REMOTE_INFOs held for ten-bit ACKs ([`crate::held`]).
+    held: HeldRemoteInfos,
     /// Clients whose MAPINFO replay we asked for, until when records are accepted.
     mapinfo_windows: Vec<(u8, Instant)>,
     /// When the last resynchronisation HELLO went out (after lost kernel input).
@@ -153,6 +156,7 @@ impl Core {
             stats: Stats::default(),
             last_now: now,
             admission,
+            held: HeldRemoteInfos::new(MAX_HELD),
             mapinfo_windows: Vec::new(),
             last_resync: None,
             usage: Usage::default(),
@@ -348,6 +352,9 @@ impl Core {
         self.exchanges
             .check(|id| self.table.get(id).is_some())
             .map_err(InvariantError)?;
+        if self.held.len() > MAX_HELD {
+            return Err(InvariantError("more held REMOTE_INFOs than MAX_HELD"));
+        }
         if self.table.len() > self.config.max_mappings {
             return Err(InvariantError("more mappings than max_mappings"));
         }

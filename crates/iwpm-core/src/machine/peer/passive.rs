@@ -68,6 +68,7 @@ use crate::exchange::{
     Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer, RemoteInfo, SourceKey,
 };
 use crate::machine::Core;
+use crate::held::Held;
 use crate::mapping_id::MappingId;
 use crate::ratelimit::LogKind;
 use crate::table::MappingRole;
@@ -75,10 +76,6 @@ use crate::table::MappingRole;
 /// How often a duplicate ACK gets the delivery notice again.
 const NOTICE_RESENDS: u32 = 1;
 
-/// REMOTE_INFOs held for ten-bit (IPv6) ACKs at once, in all: each held entry is a few
-/// hundred bytes with its indexes, so a flood from any number of spoofed /64s costs at
-/// most about 2 MB (the oldest gives way; nothing was sent for it).
-const MAX_HELD: usize = 2_048;
 
 impl Core {
     /// A REQUEST: the ACCEPT carries an echo cookie (`crate::cookie`), so in the common
@@ -172,13 +169,20 @@ impl Core {
                 self.stateless_accept(now, rx, answer, (RemoteInfoPlan::OnAck, mapped_cp.port()));
                 return;
             }
-            if !self.room_to_hold(now, from, source) {
-                self.stateless_accept(now, rx, answer, (RemoteInfoPlan::OnAck, 0));
-                return;
-            }
-            RemoteInfo::AwaitingAck {
-                mapped_cp_port: mapped_cp.port(),
-            }
+            // Ten bits: the port waits in the held table (`crate::held`), named by the
+            // exchange's fingerprint; the ACCEPT keeps no other state.
+            let fingerprint = self.admission.cookies.fingerprint(&answer.binding);
+            let pushed = self.held.hold(
+                now,
+                fingerprint,
+                Held {
+                    mapped_cp_port: mapped_cp.port(),
+                    expires: now + self.config.exchange_lifetime,
+                },
+            );
+            self.stats.remote_info_held_dropped += u64::from(pushed.evicted);
+            self.stateless_accept(now, rx, answer, (RemoteInfoPlan::OnAck, 0));
+            return;
         };
         let plan = match remote_info {
             RemoteInfo::SentOnToken | RemoteInfo::SentAuthenticated => RemoteInfoPlan::SentAtOnce,
@@ -233,47 +237,9 @@ impl Core {
         true
     }
 
-    /// Makes room for one more held REMOTE_INFO of `source` (an IPv6 peer without the
-    /// extension block): at most `peer_source_quota` per source and [`MAX_HELD`] in all,
-    /// the oldest giving way. A source flooding REQUESTs it never ACKs thus pushes out only
-    /// held entries (nothing sent for them yet), and a real peer's ACK comes within a
-    /// round trip, long before a quota's worth of newer REQUESTs from the same source.
-    fn room_to_hold(&mut self, now: Instant, from: SocketAddr, source: SourceKey) -> bool {
-        let quota = self.config.peer_source_quota;
-        if quota == 0 {
-            return false;
-        }
-        if self.exchanges.unconfirmed_from(source) >= quota {
-            if let Some(victim) = self.exchanges.oldest_unconfirmed_from(source) {
-                self.evict(victim);
-                self.stats.peer_quota_dropped += 1;
-                self.warn(
-                    now,
-                    LogKind::Quota,
-                    format_args!(
-                        "REQUEST from {from}: its source holds {quota} exchanges waiting for \
-                         an ACK; the oldest one gives way"
-                    ),
-                );
-            }
-        }
-        if self.exchanges.held_len() >= MAX_HELD {
-            if let Some(victim) = self.exchanges.oldest_held() {
-                self.evict(victim);
-            }
-        }
-        self.exchanges.unconfirmed_from(source) < quota && self.room_for_passive(source)
-    }
-
     fn evict(&mut self, victim: ExchangeId) {
-        let Some(ex) = self.exchanges.remove(victim) else {
-            return;
-        };
-        self.stats.exchanges_evicted += 1;
-        if let ExchangeKind::Passive(p) = ex.kind {
-            if let RemoteInfo::AwaitingAck { .. } = p.remote_info {
-                self.stats.remote_info_held_dropped += 1;
-            }
+        if self.exchanges.remove(victim).is_some() {
+            self.stats.exchanges_evicted += 1;
         }
     }
 
@@ -405,15 +371,9 @@ impl Core {
             cp: msg.cp().into(),
         };
         let block = cookie::block_of(msg, rx.datagram);
-        // Ten bits can be guessed: a source that failed too many checks is not checked
-        // again until its rate refills (a 128-bit cookie needs no such meter).
-        if block.is_none()
-            && rx.trust == Trust::Unauthenticated
-            && !self.admission.may_check_ten_bits(now, source)
-        {
-            self.stats.peer_acks_over_rate += 1;
-            return;
-        }
+        // (No meter on ten-bit checks: a failed one ends the held entry it names, so each
+        // guess costs the guesser a REQUEST, and a per-source meter is what a spoofer
+        // empties with its victim's address.)
         let binding = Binding::of_ack(from, msg);
         let Some(verified) = self
             .admission
@@ -426,6 +386,12 @@ impl Core {
         let Some(xid) = self.exchanges.find(&key) else {
             if verified.plan == Some(RemoteInfoPlan::OnAck) {
                 self.remote_info_on_verified_ack(now, rx, key, &binding, verified.mapped_cp_port);
+            } else if verified.plan.is_none() {
+                // A ten-bit ACK: its mapped port, if any, is held.
+                let fingerprint = self.admission.cookies.fingerprint(&binding);
+                if let Some(held) = self.held.take(now, fingerprint) {
+                    self.remote_info_on_verified_ack(now, rx, key, &binding, held.mapped_cp_port);
+                }
             }
             return;
         };
@@ -458,27 +424,8 @@ impl Core {
         if settled == RemoteInfo::Settled {
             return;
         }
-        if !self.within_allowance(now, rx, source) {
-            if let RemoteInfo::AwaitingAck { .. } = settled {
-                self.stats.remote_info_held_dropped += 1;
-            }
-            return;
-        }
-        match settled {
-            RemoteInfo::SentOnToken => self.admission.remote_info_tokens.refund(),
-            RemoteInfo::AwaitingAck { mapped_cp_port } => {
-                let Some(ex) = self.exchanges.get(xid) else {
-                    return;
-                };
-                let mapped_cp = SocketAddr::new(msg.cp_ip, mapped_cp_port);
-                if let Some((owner, remote_info)) =
-                    self.remote_info_for(ex.mapping, msg.cp(), mapped_cp)
-                {
-                    self.stats.remote_info_on_ack += 1;
-                    self.send_kernel(owner, DaemonMsg::RemoteInfo(remote_info));
-                }
-            }
-            RemoteInfo::SentAuthenticated | RemoteInfo::Settled => {}
+        if settled == RemoteInfo::SentOnToken && self.within_allowance(now, rx, source) {
+            self.admission.remote_info_tokens.refund();
         }
     }
 
@@ -487,9 +434,15 @@ impl Core {
     /// ten-bit cookie costs the guesser a REQUEST: the cookie can be guessed, not swept.
     fn unverified_ack(&mut self, now: Instant, rx: Inbound<'_>, key: ExchangeKey, ten_bits: bool) {
         let from = rx.from;
-        if ten_bits && rx.trust == Trust::Unauthenticated {
-            self.admission
-                .ten_bit_check_failed(now, SourceKey::of(from.ip()));
+        if ten_bits {
+            // The guess ends the held entry it names: one guess per REQUEST.
+            let fingerprint = self
+                .admission
+                .cookies
+                .fingerprint(&Binding::of_ack(from, rx.msg));
+            if self.held.take(now, fingerprint).is_some() {
+                self.stats.remote_info_held_dropped += 1;
+            }
         }
         self.count_warn(
             now,
@@ -667,7 +620,6 @@ struct Answer {
 fn plan_of(remote_info: &RemoteInfo) -> Option<RemoteInfoPlan> {
     match remote_info {
         RemoteInfo::SentOnToken | RemoteInfo::SentAuthenticated => Some(RemoteInfoPlan::SentAtOnce),
-        RemoteInfo::AwaitingAck { .. } => Some(RemoteInfoPlan::OnAck),
         RemoteInfo::Settled => None,
     }
 }
