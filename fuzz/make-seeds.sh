@@ -16,6 +16,17 @@ printf 'nl_sock_rbuf_size=419430400\n' > "$dst/seed-shipped"
 printf '# comment\n\nnl_sock_rbuf_size = 4096\nunknown_key=1\n  indented=2\nnl_sock_rbuf_size=-1\n' > "$dst/seed-mixed"
 printf 'peer_port=3935\npeer_bind_v4=127.0.0.1\npeer_bind_v6=::1\n' > "$dst/seed-extensions"
 printf 'nl_sock_rbuf_size==12abc\nfoo=bar\n%0200d=1\n' 0 > "$dst/seed-edge"
+# key_file: fleet key files, good (a rotation step, CRLF, tabs, comments) and refused.
+dst="$here/corpus/key_file"; mkdir -p "$dst"; rm -f "$dst"/seed-*
+k16=000102030405060708090a0b0c0d0e0f
+k32=101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f
+printf '# fleet keys\n1 %s\n2 %s accept-only\n' $k16 $k32 > "$dst/seed-rotation-step1"
+printf '1 000102030405060708090A0B0C0D0E0F\r\n\t2\t101112131415161718191a1b1c1d1e1f # current\n' > "$dst/seed-crlf-tabs-comment"
+printf '1 0001020304\n' > "$dst/seed-too-short"
+printf '1 00010203040506070809Ga0b0c0d0e0f\n' > "$dst/seed-bad-hex"
+printf '1 %s accept-only\n' $k16 > "$dst/seed-no-signing-key"
+printf '4294967295 %s\n4294967296 %s\n' $k16 $k16 > "$dst/seed-id-bounds"
+printf '7 %s\n7 %s accept_only\n' $k16 $k16 > "$dst/seed-duplicate"
 # core_sequence: hand-written scenarios, encoded by the driver's own encoder.
 cargo test -q --manifest-path "$here/../Cargo.toml" -p iwpm-core --test it \
     -- --ignored --exact core_sequence::write_seeds >/dev/null
@@ -25,6 +36,7 @@ frame() { local n=${#2}; { printf "\\x$(printf %02x $((n >> 24 & 255)))\\x$(prin
 frame status '{"version":1,"command":{"cmd":"status"}}'
 frame list '{"version":1,"command":{"cmd":"list"}}'
 frame peers '{"version":1,"command":{"cmd":"peers"}}'
+frame keys '{"version":1,"command":{"cmd":"keys"}}'
 frame metrics '{"version":1,"command":{"cmd":"metrics"}}'
 frame dump '{"version":1,"command":{"cmd":"dump"}}'
 frame log-level '{"version":1,"command":{"cmd":"log-level","set":"info,iwpm_core=debug"}}'

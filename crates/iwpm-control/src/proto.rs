@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-pub use iwpm_core::PeerTally;
+pub use iwpm_core::{AuthFailure, KeyUse, PeerAuth, PeerTally};
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this crate speaks.
@@ -54,6 +54,8 @@ pub enum Command {
     List,
     /// Exchanges in flight, recently finished ones, per-peer tallies.
     Peers,
+    /// The fleet keys and their use counts (never the keys themselves).
+    Keys,
     /// The status as OpenMetrics text.
     Metrics,
     /// The SIGUSR1 dump's text.
@@ -82,6 +84,7 @@ impl Command {
             Command::Status => "status",
             Command::List => "list",
             Command::Peers => "peers",
+            Command::Keys => "keys",
             Command::Metrics => "metrics",
             Command::Dump => "dump",
             Command::LogLevel { .. } => "log-level",
@@ -185,6 +188,8 @@ pub enum Reply {
     List(MappingList),
     /// For [`Command::Peers`].
     Peers(PeersReport),
+    /// For [`Command::Keys`].
+    Keys(KeysReport),
     /// For [`Command::Metrics`].
     Metrics(TextReply),
     /// For [`Command::Dump`].
@@ -323,6 +328,22 @@ pub struct PeerEntry {
     pub last_seen_ms: u64,
 }
 
+/// The fleet keys a daemon holds: ids, roles and use counts, never key bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysReport {
+    /// Where the keys in use were read: the key file's path, or the systemd credential;
+    /// `None` when the daemon has no `peer_key_file` (then `keys` is empty).
+    pub source: Option<String>,
+    /// Milliseconds since they were loaded (at start-up, or by the last good SIGHUP).
+    pub loaded_ago_ms: Option<u64>,
+    /// Why the last SIGHUP reload was refused, if it was (the keys above stayed in use);
+    /// cleared by a reload that succeeds.
+    #[serde(default)]
+    pub reload_error: Option<String>,
+    /// Every key, by id: `id`, `signing`, `accept_only`, `signed`, `verified`.
+    pub keys: Vec<KeyUse>,
+}
+
 /// Text answers (`metrics`, `dump`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TextReply {
@@ -371,14 +392,42 @@ mod tests {
                 rejects: 4,
                 timeouts: 5,
                 requests_in: 6,
+                auth: PeerAuth::Keyed { key_id: 3 },
             },
             last_seen_ms: 7,
         };
         let json = serde_json::to_string(&entry).unwrap();
         assert_eq!(
             json,
-            r#"{"ip":"10.0.0.2","requests":1,"retransmissions":2,"accepts":3,"rejects":4,"timeouts":5,"requests_in":6,"last_seen_ms":7}"#
+            r#"{"ip":"10.0.0.2","requests":1,"retransmissions":2,"accepts":3,"rejects":4,"timeouts":5,"requests_in":6,"auth":{"Keyed":{"key_id":3}},"last_seen_ms":7}"#
         );
         assert_eq!(serde_json::from_str::<PeerEntry>(&json).unwrap(), entry);
+    }
+
+    #[test]
+    fn a_keys_report_carries_ids_and_counts_only() {
+        let report = KeysReport {
+            source: Some("/etc/iwpmd/peer-keys".into()),
+            loaded_ago_ms: Some(1500),
+            reload_error: None,
+            keys: vec![KeyUse {
+                id: 2,
+                signing: true,
+                accept_only: false,
+                signed: 10,
+                verified: 9,
+            }],
+        };
+        let json = serde_json::to_string(&Reply::Keys(report.clone())).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"keys","source":"/etc/iwpmd/peer-keys","loaded_ago_ms":1500,"reload_error":null,"keys":[{"id":2,"signing":true,"accept_only":false,"signed":10,"verified":9}]}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Reply>(&json).unwrap(),
+            Reply::Keys(report)
+        );
+        let request = serde_json::to_string(&Request::new(Command::Keys)).unwrap();
+        assert_eq!(request, r#"{"version":1,"command":{"cmd":"keys"}}"#);
     }
 }

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use iwpm_core::Presence;
 
 use crate::proto::{
-    LogLevelReply, MappingList, PeerTally, PeersReport, ProbeReport, Reply, StatusReport, TextReply,
+    KeysReport, LogLevelReply, MappingList, PeerAuth, PeerTally, PeersReport, ProbeReport, Reply,
+    StatusReport, TextReply,
 };
 use crate::IoCounter;
 
@@ -16,6 +17,7 @@ pub fn render(reply: &Reply) -> String {
         Reply::Status(s) => status(s),
         Reply::List(l) => list(l),
         Reply::Peers(p) => peers(p),
+        Reply::Keys(k) => keys(k),
         Reply::Metrics(TextReply { text }) | Reply::Dump(TextReply { text }) => {
             let mut t = text.clone();
             if !t.ends_with('\n') {
@@ -239,6 +241,7 @@ fn peers(p: &PeersReport) -> String {
                     rejects,
                     timeouts,
                     requests_in,
+                    auth,
                 } = e.tally;
                 vec![
                     e.ip.to_string(),
@@ -248,6 +251,7 @@ fn peers(p: &PeersReport) -> String {
                     rejects.to_string(),
                     timeouts.to_string(),
                     requests_in.to_string(),
+                    peer_auth(auth),
                     format!("{} ago", duration_ms(e.last_seen_ms)),
                 ]
             })
@@ -261,10 +265,62 @@ fn peers(p: &PeersReport) -> String {
                 "REJECTS",
                 "TIMEOUTS",
                 "REQUESTS IN",
+                "AUTH",
                 "LAST SEEN",
             ],
             &rows,
         ));
+    }
+    out
+}
+
+/// `keyed (key 3)`, `unkeyed`, `failing: wrong key (12)`.
+pub fn peer_auth(auth: PeerAuth) -> String {
+    match auth {
+        PeerAuth::Unkeyed => "unkeyed".to_owned(),
+        PeerAuth::Keyed { key_id } => format!("keyed (key {key_id})"),
+        PeerAuth::Failing { reason, count } => format!("failing: {} ({count})", reason.describe()),
+    }
+}
+
+fn keys(k: &KeysReport) -> String {
+    let Some(source) = &k.source else {
+        return "No fleet keys: iwpmd.conf sets no peer_key_file, so peer datagrams are \
+                neither signed nor checked.\n"
+            .to_owned();
+    };
+    let mut out = match k.loaded_ago_ms {
+        Some(ms) => format!(
+            "Fleet keys from {source}, loaded {} ago:\n",
+            duration_ms(ms)
+        ),
+        None => format!("Fleet keys from {source}:\n"),
+    };
+    let rows: Vec<Vec<String>> = k
+        .keys
+        .iter()
+        .map(|key| {
+            let role = if key.signing {
+                "signing"
+            } else if key.accept_only {
+                "accept-only"
+            } else {
+                "accepted"
+            };
+            vec![
+                key.id.to_string(),
+                role.to_owned(),
+                key.signed.to_string(),
+                key.verified.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["ID", "USE", "SIGNED", "VERIFIED"], &rows));
+    if let Some(e) = &k.reload_error {
+        let _ = writeln!(
+            out,
+            "\nThe last reload (SIGHUP) was refused; the keys above stay in use:\n  {e}"
+        );
     }
     out
 }

@@ -60,6 +60,16 @@ pub(crate) enum ExchangeKey {
 pub(crate) struct SourceKey(IpAddr);
 
 impl SourceKey {
+    /// One address exactly (an IPv4-mapped IPv6 address as its IPv4 address).
+    pub(crate) fn exact(ip: IpAddr) -> Self {
+        SourceKey(ip.to_canonical())
+    }
+
+    /// True for an IPv6 source (a /64 or an address).
+    pub(crate) fn is_ipv6(&self) -> bool {
+        self.0.is_ipv6()
+    }
+
     pub(crate) fn of(ip: IpAddr) -> Self {
         match ip {
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -29,7 +29,9 @@ pub struct PeerTally {
     pub timeouts: u64,
     /// REQUESTs it sent us.
     pub requests_in: u64,
-    /// How its datagrams authenticate (fleet keys): keyed, unkeyed or failing.
+    /// How its datagrams authenticate (fleet keys): keyed, unkeyed or failing. (Absent
+    /// in the answer of a daemon before fleet keys: unkeyed.)
+    #[cfg_attr(feature = "serde", serde(default))]
     pub auth: crate::admission::PeerAuth,
 }
 

@@ -39,18 +39,25 @@
 //! | `remote_info_source_burst` | extension | REMOTE_INFOs one source's verified ACKs may release (or return the budget token of) at once (default 2048) |
 //! | `remote_info_source_rate` | extension | the same per second after the burst (default 128) |
 //! | `state_file` | extension | absolute path of the restart state file, or `none` (default `/run/iwpmd/state`) |
+//! | `peer_key_file` | extension | absolute path of the fleet key file ([`crate::keyfile`]; default: none, datagrams are neither signed nor checked) |
+//! | `peer_auth_required` | extension | networks whose peer datagrams must be signed with a fleet key, CIDR list like `peer_allow` (default: none); repeated lines add to the list |
+//! | `peer_auth_window` | extension | how far a signed datagram's time stamp may be from our clock, in seconds, 1..=3600 (default 60) |
 //!
 //! Extension values are strict: the whole value (surrounding whitespace aside) must parse,
 //! else [`ConfigDiagnostic::InvalidValue`] (the line is skipped with a warning), except
-//! a `peer_allow` entry that is not a network: [`ConfigDiagnostic::BadPeerAllowEntry`], an
-//! [`Severity::Error`], since skipping it would let in peers the operator meant to keep out.
+//! a `peer_allow` or `peer_auth_required` entry that is not a network
+//! ([`ConfigDiagnostic::BadPeerAllowEntry`]) and a `peer_key_file` that is not an absolute
+//! path ([`ConfigDiagnostic::BadPeerKeyFile`]), each an [`Severity::Error`]: skipping the
+//! line would let in peers the operator meant to keep out, or leave unsigned the datagrams
+//! the operator meant to sign.
 //! The C daemon only warns about extension keys
 //! ("Couldn't find param" or "Couldn't parse a line"), so one file serves both daemons.
 //! C peers always talk to port 3935: change `peer_port` only for tests and labs.
 //!
 //! A new key is one line of the `config_keys!` list (variant, name, origin), a field of
-//! [`Config`] or [`ExtraConfig`] and its value rule in the parser (the parser's match over
-//! [`ConfigKey`] has no `_`), then its row in the table above and in `iwpmd.conf(5)`
+//! [`Config`] or [`ExtraConfig`] and its value rule in the parser (`config/extension.rs`
+//! for an extension key; the parser's match over [`ConfigKey`] has no `_`), then its row
+//! in the table above and in `iwpmd.conf(5)`
 //! (`packaging/iwpmd.conf.5`; a test checks both against [`ConfigKey::ALL`]) and its use
 //! in the daemon (`Settings::apply_file` destructures [`Config`] without `..`).
 //!
@@ -70,8 +77,10 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::cidr::{parse_cidr_list_naming, Cidr, CidrError};
+use crate::cidr::{Cidr, CidrError};
 use crate::consts::IWPM_PEER_PORT;
+
+mod extension;
 
 /// Where the C daemon (and we, by default) read the configuration.
 pub const IWPM_CONFIG_FILE: &str = "/etc/iwpmd.conf";
@@ -79,6 +88,10 @@ pub const IWPM_CONFIG_FILE: &str = "/etc/iwpmd.conf";
 pub const CONFIG_CHUNK_LEN: usize = 127;
 /// Longest key the C parser scans (`%64[^= ]`).
 pub const CONFIG_KEY_MAX_LEN: usize = 64;
+/// Default of `peer_auth_window`, in seconds.
+pub const PEER_AUTH_WINDOW_DEFAULT: u32 = 60;
+/// Largest `peer_auth_window`, in seconds (an hour).
+pub const PEER_AUTH_WINDOW_MAX: u32 = 3600;
 
 /// The parsed configuration; `None` means "not set", i.e. the default applies.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -118,6 +131,12 @@ pub struct ExtraConfig {
     pub remote_info_source_rate: Option<u32>,
     /// `state_file`: `Some(None)` for `none`, `Some(Some(path))` for a path.
     pub state_file: Option<Option<std::path::PathBuf>>,
+    /// `peer_key_file`: the fleet key file.
+    pub peer_key_file: Option<std::path::PathBuf>,
+    /// `peer_auth_required`: networks whose datagrams must be signed (every line adds to it).
+    pub peer_auth_required: Option<Vec<Cidr>>,
+    /// `peer_auth_window`: seconds, 1..=[`PEER_AUTH_WINDOW_MAX`].
+    pub peer_auth_window: Option<u32>,
 }
 
 impl Config {
@@ -134,6 +153,14 @@ impl Config {
     /// IPv6 peer bind address, default `::`.
     pub fn peer_bind_v6(&self) -> Ipv6Addr {
         self.extra.peer_bind_v6.unwrap_or(Ipv6Addr::UNSPECIFIED)
+    }
+
+    /// How far a signed peer datagram's time stamp may be from our clock, in seconds,
+    /// default [`PEER_AUTH_WINDOW_DEFAULT`].
+    pub fn peer_auth_window(&self) -> u32 {
+        self.extra
+            .peer_auth_window
+            .unwrap_or(PEER_AUTH_WINDOW_DEFAULT)
     }
 }
 
@@ -206,6 +233,12 @@ config_keys! {
     RemoteInfoSourceRate => "remote_info_source_rate", Extension;
     /// `state_file` (extension).
     StateFile => "state_file", Extension;
+    /// `peer_key_file` (extension).
+    PeerKeyFile => "peer_key_file", Extension;
+    /// `peer_auth_required` (extension).
+    PeerAuthRequired => "peer_auth_required", Extension;
+    /// `peer_auth_window` (extension).
+    PeerAuthWindow => "peer_auth_window", Extension;
 }
 
 impl ConfigKey {
@@ -343,6 +376,31 @@ pub enum ConfigDiagnostic {
         /// Why it does not parse.
         reason: CidrError,
     },
+    /// An entry of a `peer_auth_required` list is not an IP network (`entry` is `""` for a
+    /// line with no entry at all). An [`Severity::Error`] like [`Self::BadPeerAllowEntry`]:
+    /// without the line, datagrams the operator meant to require signed would be taken
+    /// unsigned.
+    #[error(
+        "line {line}: peer_auth_required entry {entry:?} is not an IP network \
+         (e.g. 10.0.0.0/8, fd00::/64): {reason}"
+    )]
+    BadPeerAuthEntry {
+        /// Line number.
+        line: usize,
+        /// The entry as written.
+        entry: String,
+        /// Why it does not parse.
+        reason: CidrError,
+    },
+    /// `peer_key_file` is not an absolute path. An [`Severity::Error`]: without the line the
+    /// daemon would run without its fleet keys, neither signing nor checking datagrams.
+    #[error("line {line}: peer_key_file = {value:?} is not an absolute path")]
+    BadPeerKeyFile {
+        /// Line number.
+        line: usize,
+        /// The value as written, trimmed.
+        value: String,
+    },
     /// A C key's value was followed by other text, which C (and we) ignore; the value
     /// *was* applied.
     #[error("line {line}: {key} = {value}: text {trailing:?} after the number ignored")]
@@ -386,6 +444,8 @@ impl ConfigDiagnostic {
             | ConfigDiagnostic::ValueOutOfRange { line, .. }
             | ConfigDiagnostic::InvalidValue { line, .. }
             | ConfigDiagnostic::BadPeerAllowEntry { line, .. }
+            | ConfigDiagnostic::BadPeerAuthEntry { line, .. }
+            | ConfigDiagnostic::BadPeerKeyFile { line, .. }
             | ConfigDiagnostic::TrailingTextIgnored { line, .. }
             | ConfigDiagnostic::LongLineSplit { line, .. }
             | ConfigDiagnostic::Overridden { line, .. } => *line,
@@ -397,7 +457,9 @@ impl ConfigDiagnostic {
         match self {
             ConfigDiagnostic::NonPositiveValue { .. } => Severity::Debug,
             ConfigDiagnostic::Overridden { .. } => Severity::Info,
-            ConfigDiagnostic::BadPeerAllowEntry { .. } => Severity::Error,
+            ConfigDiagnostic::BadPeerAllowEntry { .. }
+            | ConfigDiagnostic::BadPeerAuthEntry { .. }
+            | ConfigDiagnostic::BadPeerKeyFile { .. } => Severity::Error,
             _ => Severity::Warning,
         }
     }
@@ -601,122 +663,6 @@ impl Parser {
                 trailing: lossy(trailing),
             });
         }
-    }
-
-    fn extension(&mut self, line: usize, key: ConfigKey, value: &[u8]) {
-        let text = lossy(value);
-        let invalid = |expected| ConfigDiagnostic::InvalidValue {
-            line,
-            key,
-            value: text.clone(),
-            expected,
-        };
-        match key {
-            ConfigKey::PeerPort => {
-                const EXPECTED: &str = "a port number";
-                if !value.iter().all(u8::is_ascii_digit) {
-                    self.diags.push(invalid(EXPECTED));
-                    return;
-                }
-                match text.parse::<u64>().ok().and_then(|n| u16::try_from(n).ok()) {
-                    Some(port) if port != 0 => self.config.extra.peer_port = Some(port),
-                    _ => {
-                        self.diags.push(ConfigDiagnostic::ValueOutOfRange {
-                            line,
-                            key,
-                            value: text.clone(),
-                            min: 1,
-                            max: i64::from(u16::MAX),
-                        });
-                        return;
-                    }
-                }
-            }
-            ConfigKey::PeerBindV4 => match text.parse::<Ipv4Addr>() {
-                Ok(a) => self.config.extra.peer_bind_v4 = Some(a),
-                Err(_) => {
-                    self.diags.push(invalid("an IPv4 address"));
-                    return;
-                }
-            },
-            ConfigKey::PeerBindV6 => match text.parse::<Ipv6Addr>() {
-                Ok(a) => self.config.extra.peer_bind_v6 = Some(a),
-                Err(_) => {
-                    self.diags.push(invalid("an IPv6 address"));
-                    return;
-                }
-            },
-            ConfigKey::PeerAllow => match parse_cidr_list_naming(&text) {
-                Ok(nets) => {
-                    // Every line adds to the list (a long list need not fit C's 127-byte
-                    // line), so no "overridden" diagnostic.
-                    self.config
-                        .extra
-                        .peer_allow
-                        .get_or_insert_with(Vec::new)
-                        .extend(nets);
-                    return;
-                }
-                Err((entry, reason)) => {
-                    self.diags.push(ConfigDiagnostic::BadPeerAllowEntry {
-                        line,
-                        entry,
-                        reason,
-                    });
-                    return;
-                }
-            },
-            ConfigKey::MaxMappings
-            | ConfigKey::MaxExchanges
-            | ConfigKey::MaxPeerExchanges
-            | ConfigKey::PeerSourceQuota
-            | ConfigKey::RemoteInfoBudget
-            | ConfigKey::RemoteInfoSourceBurst
-            | ConfigKey::RemoteInfoSourceRate => {
-                let n = value
-                    .iter()
-                    .all(u8::is_ascii_digit)
-                    .then(|| text.parse::<u32>().ok())
-                    .flatten()
-                    .filter(|n| {
-                        *n > 0
-                            || matches!(
-                                key,
-                                ConfigKey::RemoteInfoBudget
-                                    | ConfigKey::RemoteInfoSourceBurst
-                                    | ConfigKey::RemoteInfoSourceRate
-                            )
-                    });
-                let Some(n) = n else {
-                    self.diags.push(invalid("a whole number within 32 bits"));
-                    return;
-                };
-                let extra = &mut self.config.extra;
-                let slot = match key {
-                    ConfigKey::MaxMappings => &mut extra.max_mappings,
-                    ConfigKey::MaxExchanges => &mut extra.max_exchanges,
-                    ConfigKey::MaxPeerExchanges => &mut extra.max_peer_exchanges,
-                    ConfigKey::PeerSourceQuota => &mut extra.peer_source_quota,
-                    ConfigKey::RemoteInfoSourceBurst => &mut extra.remote_info_source_burst,
-                    ConfigKey::RemoteInfoSourceRate => &mut extra.remote_info_source_rate,
-                    _ => &mut extra.remote_info_budget,
-                };
-                *slot = Some(n);
-            }
-            ConfigKey::StateFile => {
-                if text == "none" {
-                    self.config.extra.state_file = Some(None);
-                } else if text.starts_with('/') && !text.contains('\u{fffd}') {
-                    self.config.extra.state_file = Some(Some(text.clone().into()));
-                } else {
-                    self.diags.push(invalid("an absolute path or `none`"));
-                    return;
-                }
-            }
-            // C keys never come here.
-            ConfigKey::NlSockRbufSize => return,
-        }
-        self.mark_set(line, key);
     }
 
     fn mark_set(&mut self, line: usize, key: ConfigKey) {

@@ -167,3 +167,64 @@ pub fn config_text(data: &[u8]) {
         let _ = d.to_string();
     }
 }
+
+/// Fleet key file (`crate::keyfile`): no panic; an error names a line that exists and
+/// shows no run of 8 or more hex digits (key material is never quoted); an accepted file
+/// yields a set whose signing key is its highest key not marked accept-only, and which
+/// reads back the same from its canonical text.
+pub fn key_file(data: &[u8]) {
+    use crate::keyfile::{parse_key_file, parse_key_file_bytes};
+    let lines = data.split(|&b| b == b'\n').count();
+    match parse_key_file_bytes(data) {
+        Err(e) => {
+            if let Some(line) = e.line() {
+                assert!(
+                    line >= 1 && line <= lines,
+                    "error on line {line} of {lines}"
+                );
+            }
+            let shown = e.to_string();
+            let longest_hex_run = shown
+                .split(|c: char| !c.is_ascii_hexdigit())
+                .map(str::len)
+                .max()
+                .unwrap_or(0);
+            // Ids, lengths and line numbers are decimal: at most 10 digits (u32::MAX).
+            assert!(
+                longest_hex_run <= 10,
+                "message may show key material: {shown}"
+            );
+        }
+        Ok(keys) => {
+            let signing = keys.signing();
+            assert!(!signing.accept_only(), "the signing key is accept-only");
+            let highest = keys
+                .iter()
+                .filter(|k| !k.accept_only())
+                .map(|k| k.id())
+                .max();
+            assert_eq!(
+                Some(signing.id()),
+                highest,
+                "signing key is not the highest"
+            );
+            let canonical: String = keys
+                .iter()
+                .map(|k| {
+                    let hex: String = k.secret().iter().map(|b| format!("{b:02x}")).collect();
+                    let flag = if k.accept_only() { " accept-only" } else { "" };
+                    format!("{} {hex}{flag}\n", k.id())
+                })
+                .collect();
+            let again = parse_key_file(&canonical).expect("canonical key file must parse");
+            assert_eq!(again.len(), keys.len(), "key count round trip");
+            for (a, b) in again.iter().zip(keys.iter()) {
+                assert_eq!(
+                    (a.id(), a.accept_only(), a.secret()),
+                    (b.id(), b.accept_only(), b.secret()),
+                    "key round trip"
+                );
+            }
+        }
+    }
+}

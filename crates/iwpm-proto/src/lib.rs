@@ -23,6 +23,7 @@ pub mod consts;
 pub mod fleet_key;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod keyfile;
 pub mod netlink;
 pub mod peer;
 pub mod sockaddr;

@@ -29,7 +29,8 @@ const VERSION: &str = concat!(
 #[command(name = "iwpmd", version = VERSION)]
 #[command(
     after_help = "Signals: SIGUSR1 logs the mapping table; SIGTERM exits 0; \
-SIGHUP exits 1 (as rdma-core's iwpmd; it does not reload)."
+SIGHUP reads the fleet key file again when iwpmd.conf sets peer_key_file, and otherwise \
+exits 1 (as rdma-core's iwpmd; the configuration is never reloaded)."
 )]
 pub(crate) struct Cli {
     /// Run under systemd: stay in the foreground and send READY=1 after the kernel handshake.

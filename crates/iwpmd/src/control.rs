@@ -101,6 +101,7 @@ impl Shell {
             Command::Status => Response::ok(Reply::Status(self.status_report(now))),
             Command::List => Response::ok(Reply::List(self.mapping_list(now))),
             Command::Peers => Response::ok(Reply::Peers(self.peers_report(now))),
+            Command::Keys => Response::ok(Reply::Keys(self.keys_report(now))),
             Command::Metrics => Response::ok(Reply::Metrics(TextReply {
                 text: metrics::render(&self.status_report(now)),
             })),

@@ -16,6 +16,7 @@
 mod cli;
 mod control;
 mod dump;
+mod fleet_keys;
 mod instance_lock;
 mod io_counters;
 mod kernel;
@@ -139,6 +140,19 @@ fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<
     }
     let settings = Settings::load(cli)?;
     tracing::debug!(?settings, "effective settings");
+    // Before privileges are dropped: the file is root's.
+    let fleet = match &settings.peer_key_file {
+        Some(path) => {
+            let source = fleet_keys::KeySource::new(path.clone());
+            let loaded = source.load_at_start()?;
+            tracing::info!("fleet keys: {}", loaded.describe());
+            Some((source, loaded))
+        }
+        None => {
+            fleet_keys::warn_unused_credential();
+            None
+        }
+    };
     let _lock = instance_lock::InstanceLock::acquire(&cli.kernel)?;
     let peers = PeerSockets::open(settings.peer_bind)?;
 
@@ -226,6 +240,9 @@ fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<
     }
     let mut shell =
         Shell::new(core, kernel, peers, restart).context("cannot set up the event loop")?;
+    if let Some((source, loaded)) = fleet {
+        shell.start_fleet_keys(now, source, loaded);
+    }
     if let Some(path) = control_path {
         // Not fatal: rdma-core's daemon has no control socket, and mappings matter more.
         // But an error: iwpmctl will not work, and the reason names the path.

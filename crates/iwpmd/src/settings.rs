@@ -25,6 +25,9 @@ pub(crate) struct Settings {
     pub state_file: Option<std::path::PathBuf>,
     /// `state_file` from the configuration file, if set (`Some(None)` = `none`).
     configured_state_file: Option<Option<std::path::PathBuf>>,
+    /// `peer_key_file`: the fleet key file (read at start-up and on SIGHUP, never kept
+    /// here: `Debug` of the settings is logged).
+    pub peer_key_file: Option<PathBuf>,
 }
 
 /// Why the configuration cannot be used: the daemon does not start.
@@ -57,6 +60,16 @@ pub(crate) enum SettingsError {
         /// The first such line.
         diagnostic: ConfigDiagnostic,
     },
+    /// `peer_auth_required` without `peer_key_file`: nothing could ever authenticate.
+    #[error(
+        "configuration file {path}: peer_auth_required is set but peer_key_file is not, so no \
+         datagram from those networks could ever be authenticated; set peer_key_file to the \
+         fleet key file (see iwpmd.conf(5)) or remove peer_auth_required"
+    )]
+    AuthWithoutKeys {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 impl Settings {
@@ -85,6 +98,9 @@ impl Settings {
             if let Some(diagnostic) = settings.apply_file(&text) {
                 return Err(SettingsError::Refused { path, diagnostic });
             }
+            if !settings.core.peer_auth_required.is_empty() && settings.peer_key_file.is_none() {
+                return Err(SettingsError::AuthWithoutKeys { path });
+            }
         }
         settings.apply_cli(cli);
         Ok(settings)
@@ -101,6 +117,7 @@ impl Settings {
             core: CoreConfig::default(),
             state_file: None,
             configured_state_file: None,
+            peer_key_file: None,
         }
     }
 
@@ -137,6 +154,9 @@ impl Settings {
                     remote_info_source_burst,
                     remote_info_source_rate,
                     state_file,
+                    peer_key_file,
+                    peer_auth_required,
+                    peer_auth_window,
                 },
         } = config;
         if let Some(size) = nl_sock_rbuf_size {
@@ -182,6 +202,18 @@ impl Settings {
         }
         if let Some(v) = state_file {
             self.configured_state_file = Some(v);
+        }
+        if let Some(path) = peer_key_file {
+            tracing::info!("config: peer_key_file = {}", path.display());
+            self.peer_key_file = Some(path);
+        }
+        if let Some(nets) = peer_auth_required {
+            let list: Vec<String> = nets.iter().map(ToString::to_string).collect();
+            tracing::info!("config: peer_auth_required = {}", list.join(", "));
+            self.core.peer_auth_required = nets;
+        }
+        if let Some(secs) = peer_auth_window {
+            self.core.peer_auth_window = std::time::Duration::from_secs(u64::from(secs));
         }
         None
     }
@@ -264,6 +296,7 @@ mod tests {
         // One line per key (the match has no `_`, so a new key needs one), each checked
         // against what it must change: a key the parser reads and `apply_file` drops fails.
         let other_net: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let other_net_in: std::net::IpAddr = "10.1.2.3".parse().unwrap();
         for key in ConfigKey::ALL {
             let (line, applied): (&str, &dyn Fn(&Settings) -> bool) = match key {
                 ConfigKey::NlSockRbufSize => {
@@ -298,6 +331,18 @@ mod tests {
                 }),
                 ConfigKey::StateFile => ("state_file=none", &|s| {
                     s.configured_state_file == Some(None)
+                }),
+                ConfigKey::PeerKeyFile => ("peer_key_file=/etc/iwpmd/peer-keys", &|s| {
+                    s.peer_key_file.as_deref() == Some(std::path::Path::new("/etc/iwpmd/peer-keys"))
+                }),
+                ConfigKey::PeerAuthRequired => ("peer_auth_required=10.0.0.0/8", &|s| {
+                    s.core
+                        .peer_auth_required
+                        .iter()
+                        .any(|n| n.contains(other_net_in))
+                }),
+                ConfigKey::PeerAuthWindow => ("peer_auth_window=7", &|s| {
+                    s.core.peer_auth_window == std::time::Duration::from_secs(7)
                 }),
             };
             let mut s = Settings::defaults();
@@ -344,6 +389,24 @@ mod tests {
         std::fs::write(&file, "peer_allow = 10.0.0.0/8\n").unwrap();
         let s = Settings::load(&cli(&["--config", file.to_str().unwrap()])).unwrap();
         assert!(!s.core.peer_allow.allows("192.0.2.1".parse().unwrap()));
+        // Signed datagrams required with no key to check them: refused, naming both keys.
+        std::fs::write(&file, "peer_auth_required = 10.0.0.0/8\n").unwrap();
+        let e = Settings::load(&cli(&["--config", file.to_str().unwrap()])).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, SettingsError::AuthWithoutKeys { .. }), "{text}");
+        assert!(
+            text.contains("peer_auth_required is set but peer_key_file is not"),
+            "{text}"
+        );
+        std::fs::write(
+            &file,
+            "peer_auth_required = 10.0.0.0/8\npeer_key_file=/etc/iwpmd/peer-keys\n",
+        )
+        .unwrap();
+        let s = Settings::load(&cli(&["--config", file.to_str().unwrap()])).unwrap();
+        assert_eq!(s.core.peer_auth_required.len(), 1);
+        // The settings' Debug (logged with -v) names the key file, never keys.
+        assert!(format!("{s:?}").contains("/etc/iwpmd/peer-keys"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -35,6 +35,7 @@ use crate::control::server::ControlServer;
 use crate::control::Control;
 use crate::dump::writer::DumpWriterError;
 use crate::dump::Dump;
+use crate::fleet_keys::FleetKeyState;
 use crate::io_counters::IoCounters;
 use crate::kernel::link::KernelLink;
 use crate::kernel::tx::{KernelTx, Outlets};
@@ -59,8 +60,8 @@ const DUMP_FINISH_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) enum Exit {
     /// SIGTERM: exit status 0.
     Terminated,
-    /// SIGHUP: exit status 1 (rdma-core exits with the signal number's truth value; it does
-    /// not reload).
+    /// SIGHUP without a fleet key file: exit status 1 (rdma-core exits with the signal
+    /// number's truth value; it does not reload). With one, SIGHUP reloads the keys.
     HungUp,
 }
 
@@ -108,6 +109,9 @@ pub(crate) struct Shell {
     pub(crate) restart: Restart,
     /// The IO counters (the port lender and the restart machinery count their own).
     pub(crate) counters: IoCounters,
+    /// The fleet key file, when `peer_key_file` is set (`fleet_keys.rs`): SIGHUP reads it
+    /// again instead of ending the daemon.
+    pub(crate) fleet: Option<FleetKeyState>,
 }
 
 impl Shell {
@@ -132,6 +136,7 @@ impl Shell {
             control: None,
             restart,
             counters: IoCounters::default(),
+            fleet: None,
         })
     }
 
@@ -146,6 +151,7 @@ impl Shell {
     /// HELLO cannot be sent).
     pub(crate) fn start(&mut self) -> Result<(), SetupError> {
         let now = Instant::now();
+        self.hand_in_wall_clock(now);
         let held = self.host.ports_mut().held_mut();
         let saved = self.restart.take_over(held);
         let previous = Previous {
@@ -208,6 +214,9 @@ impl Shell {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
+            // Before any input of this turn: the stamps of sealed datagrams are made and
+            // checked against it.
+            self.hand_in_wall_clock(Instant::now());
             if kernel.writable {
                 let (tx, mut out) = self.tx();
                 tx.flush_held(&mut out);
@@ -256,6 +265,16 @@ impl Shell {
         }
     }
 
+    /// The wall clock, for the core (which never reads a clock): once per loop turn. A clock
+    /// set before 1970 hands in zero (every sealed datagram is then outside the window,
+    /// and the core's own counters say so).
+    fn hand_in_wall_clock(&mut self, now: Instant) {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.host.handle_wall_clock(now, since_epoch);
+    }
+
     /// Sleeps until the kernel link or a mio source is ready, or `timeout` passes (see
     /// [`Wakeups::wait`]).
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<KernelReady> {
@@ -277,7 +296,11 @@ impl Shell {
                 }
                 SIGHUP => {
                     tracing::warn!("Received SIGHUP signal");
-                    exit = exit.or(Some(Exit::HungUp));
+                    // With a fleet key file it is read again; without one, the daemon
+                    // exits as rdma-core's does (scripts expect it).
+                    if !self.reload_fleet_keys(Instant::now()) {
+                        exit = exit.or(Some(Exit::HungUp));
+                    }
                 }
                 _ => {}
             }

@@ -46,8 +46,12 @@ enum Cmd {
     Status,
     /// The mapping table: local and mapped address, owner, refcount, role, flags, age.
     List,
-    /// Peer exchanges in flight and recently finished, and per-peer tallies.
+    /// Peer exchanges in flight and recently finished, and per-peer tallies with how each
+    /// peer authenticates.
     Peers,
+    /// The fleet keys: id, whether it signs or is accept-only, and how many datagrams each
+    /// signed and verified (never the keys themselves).
+    Keys,
     /// The counters in the text format of node_exporter's textfile collector.
     Metrics {
         /// Check the daemon's text against the OpenMetrics format before printing it.
@@ -105,6 +109,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Cmd::Status => Command::Status,
         Cmd::List => Command::List,
         Cmd::Peers => Command::Peers,
+        Cmd::Keys => Command::Keys,
         Cmd::Metrics { .. } => Command::Metrics,
         Cmd::Dump => Command::Dump,
         Cmd::LogLevel { filter } => Command::LogLevel {

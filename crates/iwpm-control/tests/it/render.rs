@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use iwpm_control::render::render;
+use iwpm_control::render::{self, render};
 use iwpm_control::{
-    metrics, ClientEntry, ExchangeEntry, LogLevelReply, MappingEntry, MappingList, PeerEntry,
-    PeerTally, PeersReport, ProbeReport, RecentEntry, Reply, StatusReport, TextReply,
+    metrics, AuthFailure, ClientEntry, ExchangeEntry, KeyUse, KeysReport, LogLevelReply,
+    MappingEntry, MappingList, PeerAuth, PeerEntry, PeerTally, PeersReport, ProbeReport,
+    RecentEntry, Reply, StatusReport, TextReply,
 };
 
 fn status() -> StatusReport {
@@ -173,6 +174,7 @@ fn peers_snapshot() {
                 rejects: 0,
                 timeouts: 0,
                 requests_in: 1,
+                auth: PeerAuth::Keyed { key_id: 3 },
             },
             last_seen_ms: 2100,
         }],
@@ -189,9 +191,103 @@ PEER      OUTCOME    RETX  TOOK   ENDED
 10.0.0.3  timed-out  9     10.0s  1m01s ago
 
 Per peer:
-PEER      REQUESTS  RETX  ACCEPTS  REJECTS  TIMEOUTS  REQUESTS IN  LAST SEEN
-10.0.0.2  4         2     3        0        0         1            2.1s ago
+PEER      REQUESTS  RETX  ACCEPTS  REJECTS  TIMEOUTS  REQUESTS IN  AUTH           LAST SEEN
+10.0.0.2  4         2     3        0        0         1            keyed (key 3)  2.1s ago
 "
+    );
+}
+
+/// Every authentication state as the `peers` table shows it.
+#[test]
+fn peer_auth_states() {
+    let cases = [
+        (PeerAuth::Unkeyed, "unkeyed"),
+        (PeerAuth::Keyed { key_id: 3 }, "keyed (key 3)"),
+        (
+            PeerAuth::Failing {
+                reason: AuthFailure::BadMac,
+                count: 12,
+            },
+            "failing: wrong key (12)",
+        ),
+        (
+            PeerAuth::Failing {
+                reason: AuthFailure::Clock,
+                count: 3,
+            },
+            "failing: clock (3)",
+        ),
+        (
+            PeerAuth::Failing {
+                reason: AuthFailure::UnknownKey,
+                count: 1,
+            },
+            "failing: unknown key id (1)",
+        ),
+        (
+            PeerAuth::Failing {
+                reason: AuthFailure::Replayed,
+                count: 2,
+            },
+            "failing: replayed (2)",
+        ),
+        (
+            PeerAuth::Failing {
+                reason: AuthFailure::Missing,
+                count: 5,
+            },
+            "failing: not authenticated (5)",
+        ),
+    ];
+    for (auth, want) in cases {
+        assert_eq!(render::peer_auth(auth), want);
+    }
+}
+
+#[test]
+fn keys_snapshots() {
+    let key = |id, signing, accept_only, signed, verified| KeyUse {
+        id,
+        signing,
+        accept_only,
+        signed,
+        verified,
+    };
+    let mut k = KeysReport {
+        source: Some("/etc/iwpmd/peer-keys".into()),
+        loaded_ago_ms: Some(62_000),
+        reload_error: None,
+        keys: vec![
+            key(1, false, false, 120, 118),
+            key(2, true, false, 7, 5),
+            key(3, false, true, 0, 2),
+        ],
+    };
+    assert_eq!(
+        render(&Reply::Keys(k.clone())),
+        "\
+Fleet keys from /etc/iwpmd/peer-keys, loaded 1m02s ago:
+ID  USE          SIGNED  VERIFIED
+1   accepted     120     118
+2   signing      7       5
+3   accept-only  0       2
+"
+    );
+    k.reload_error = Some("/etc/iwpmd/peer-keys: line 4: key 4 is 8 bytes".into());
+    assert!(render(&Reply::Keys(k)).ends_with(
+        "\nThe last reload (SIGHUP) was refused; the keys above stay in use:\n  \
+         /etc/iwpmd/peer-keys: line 4: key 4 is 8 bytes\n"
+    ));
+    let none = KeysReport {
+        source: None,
+        loaded_ago_ms: None,
+        reload_error: None,
+        keys: vec![],
+    };
+    assert_eq!(
+        render(&Reply::Keys(none)),
+        "No fleet keys: iwpmd.conf sets no peer_key_file, so peer datagrams are neither \
+         signed nor checked.\n"
     );
 }
 

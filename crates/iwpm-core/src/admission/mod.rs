@@ -21,7 +21,7 @@
 pub(crate) mod auth;
 mod replay;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::config::CoreConfig;
@@ -35,6 +35,8 @@ use crate::token_bucket::TokenBucket;
 pub use auth::{AuthFailure, KeyUse, PeerAuth};
 pub(crate) use auth::{Opened, Refused, Trust};
 
+/// How many addresses' allowances an IPv6 /64 has in all.
+pub(crate) const NET_SHARE: u32 = 16;
 /// Exchanges remembered as having released their REMOTE_INFO (`crate::released`): about
 /// 40 bytes each.
 const MAX_RELEASED: usize = 65_536;
@@ -59,9 +61,13 @@ pub(crate) struct Admission {
     pub(crate) remote_info_tokens: TokenBucket,
     /// REJECTs we may send, in all.
     reject_tokens: TokenBucket,
-    /// What each source's verified ACKs may release (REMOTE_INFOs) or return (budget
+    /// What each address's verified ACKs may release (REMOTE_INFOs) or return (budget
     /// tokens): `remote_info_source_burst`, then `remote_info_source_rate` per second.
     verified_allowance: SourceMeter,
+    /// The same for each IPv6 /64, [`NET_SHARE`] times as much: a /64 may hold many hosts,
+    /// and one real neighbour must not spend another's allowance, while a host that
+    /// takes many addresses of its /64 still pins a bounded amount.
+    net_allowance: SourceMeter,
     /// Exchanges whose cookie already released their REMOTE_INFO.
     pub(crate) released: Released,
 }
@@ -85,6 +91,13 @@ impl Admission {
                 config.remote_info_source_burst,
                 Duration::from_secs(1)
                     .checked_div(config.remote_info_source_rate)
+                    .unwrap_or(Duration::MAX),
+                MAX_SOURCES,
+            ),
+            net_allowance: SourceMeter::new(
+                config.remote_info_source_burst.saturating_mul(NET_SHARE),
+                Duration::from_secs(1)
+                    .checked_div(config.remote_info_source_rate.saturating_mul(NET_SHARE))
                     .unwrap_or(Duration::MAX),
                 MAX_SOURCES,
             ),
@@ -122,9 +135,20 @@ impl Admission {
         trust == Trust::Authenticated || self.reject_tokens.take(now)
     }
 
-    /// May `source`'s verified ACK release a REMOTE_INFO (or return a token) now? Takes one
-    /// of its allowance. Authenticated ACKs take none.
-    pub(crate) fn take_allowance(&mut self, now: Instant, source: SourceKey, trust: Trust) -> bool {
-        trust == Trust::Authenticated || self.verified_allowance.take(now, source)
+    /// May a verified ACK from `from` release a REMOTE_INFO (or return a token) now? Takes
+    /// one of its address's allowance and, for IPv6, of its /64's. Authenticated ACKs take
+    /// none.
+    pub(crate) fn take_allowance(&mut self, now: Instant, from: IpAddr, trust: Trust) -> bool {
+        if trust == Trust::Authenticated {
+            return true;
+        }
+        let address = SourceKey::exact(from);
+        if !address.is_ipv6() {
+            return self.verified_allowance.take(now, address);
+        }
+        // (the address first, so that an address at its own limit spends none of its /64's)
+        self.verified_allowance.available(now, address) > 0
+            && self.net_allowance.take(now, SourceKey::of(from))
+            && self.verified_allowance.take(now, address)
     }
 }

@@ -244,17 +244,10 @@ impl Core {
 
     /// The fleet keys to seal and verify peer datagrams with (`None`: no keys, every peer
     /// is served unauthenticated). A reload keeps the use counts of the ids still listed;
-    /// the replay memory is kept, so a reload opens no window for replays.
+    /// the replay memory is kept, so a reload opens no window for replays. (The caller
+    /// logs the change: it knows where the keys came from.)
     pub fn set_fleet_keys(&mut self, now: Instant, keys: Option<FleetKeys>) {
         self.last_now = now;
-        match &keys {
-            Some(k) => tracing::info!(
-                keys = k.len(),
-                signing = k.signing().id(),
-                "fleet keys loaded: peer datagrams to and from keyed daemons are authenticated"
-            ),
-            None => tracing::info!("no fleet keys: peer datagrams are not authenticated"),
-        }
         self.admission.auth.set_keys(keys);
     }
 

@@ -1157,3 +1157,46 @@ fn spoofed_requests_at_1000_per_second_push_out_no_held_exchange() {
     assert_eq!(remote_infos(&mut h), 1, "the victim's held REMOTE_INFO survived");
     assert_eq!(h.core().stats().remote_info_held_dropped, 0);
 }
+
+/// Finding (7d162f0): a real neighbour in the same /64 spent the /64's allowance: the
+/// victim got 0 of 100, a host of another /64 100 of 100. The allowance is now each
+/// address's, under a /64 cap of `NET_SHARE` (16) addresses' worth. Bound per /64:
+/// pinned ≤ min(16·(S + R·t), n_addresses·(S + R·t)) beyond the budget.
+#[test]
+fn a_real_neighbour_does_not_spend_another_hosts_allowance() {
+    let mut h = CoreHarness::booted_with(CoreConfig {
+        remote_info_budget: 0,
+        remote_info_source_burst: 50,
+        remote_info_source_rate: 1,
+        ..config()
+    });
+    listener(&mut h, "[fd00::2]:4000");
+    let mut exchange = |h: &mut CoreHarness, ip: &str, handle: u64| {
+        let cp = format!("[{ip}]:{}", 1_000 + handle);
+        let mapped = format!("[{ip}]:{}", 30_000 + handle);
+        let req = request(handle, &cp, &mapped, "[fd00::2]:4000");
+        // a block-capable peer (ours): its cookie is full-size
+        let offer = iwpm_proto::peer::PeerExtension {
+            flags: iwpm_proto::peer::PeerExtension::CAN_ECHO,
+            cookie: [0; 24],
+        };
+        let from = format!("[{ip}]:3935");
+        h.peer_raw(PeerSocket::V6Listener, &from, &req.encode_with_extension(&offer));
+        let accept = h.peer_out.pop_back().expect("an ACCEPT");
+        h.ack(PeerSocket::V6Listener, &from, &accept);
+        h.peer_out.clear();
+        remote_infos(h)
+    };
+    // The neighbour completes 200 exchanges and never connects: it spends its own 50.
+    let neighbour: usize = (0..200).map(|i| exchange(&mut h, "fd00:7::66", i + 1)).sum();
+    assert_eq!(neighbour, 50);
+    // The victim, same /64: all 50 of its allowance.
+    let victim: usize = (0..50).map(|i| exchange(&mut h, "fd00:7::1", 1_000 + i)).sum();
+    assert_eq!(victim, 50, "the victim's allowance is its own");
+    // 30 more addresses of the /64 reach the /64's cap: 16 addresses' worth in all.
+    let spread: usize = (0..30u64)
+        .flat_map(|a| (0..50).map(move |i| (a, i)))
+        .map(|(a, i)| exchange(&mut h, &format!("fd00:7::{:x}", 0x100 + a), 10_000 + a * 100 + i))
+        .sum();
+    assert_eq!(neighbour + victim + spread, 16 * 50, "the /64's cap");
+}

@@ -625,6 +625,105 @@ fn peer_allow_lines_accumulate_and_bad_entries_are_errors_naming_them() {
     );
 }
 
+/// The fleet key keys: a key file path, a network list that adds up like `peer_allow`, and
+/// a window in seconds; the two that would fail open when skipped are errors.
+#[test]
+fn fleet_key_keys() {
+    let (c, d) = parse_config(
+        "peer_key_file = /etc/iwpmd/peer-keys\npeer_auth_required=10.0.0.0/8 192.0.2.7\n\
+         peer_auth_required = fd00::/64\npeer_auth_window=300\n",
+    );
+    assert!(d.is_empty(), "{d:?}");
+    assert_eq!(
+        c.extra.peer_key_file.as_deref(),
+        Some(std::path::Path::new("/etc/iwpmd/peer-keys"))
+    );
+    let nets: Vec<String> = c
+        .extra
+        .peer_auth_required
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(nets, ["10.0.0.0/8", "192.0.2.7/32", "fd00::/64"]);
+    assert_eq!(c.extra.peer_auth_window, Some(300));
+
+    // Defaults: no key file, nothing required, 60 s.
+    let (c, _) = parse_config("");
+    assert_eq!(c.extra.peer_key_file, None);
+    assert_eq!(c.extra.peer_auth_required, None);
+    assert_eq!(c.peer_auth_window(), 60);
+
+    // A relative path and a bad network refuse the file; a bad window is skipped.
+    let (c, d) = parse_config(
+        "peer_key_file=peer-keys\npeer_auth_required=10.0.0.0/8, 10.0.0.0/40\n\
+         peer_auth_window=0\npeer_auth_window=3601\npeer_auth_window=1m\npeer_auth_window=3600\n",
+    );
+    assert_eq!(c.extra.peer_key_file, None);
+    assert_eq!(c.extra.peer_auth_required, None);
+    assert_eq!(
+        c.extra.peer_auth_window,
+        Some(3600),
+        "the bound itself is fine"
+    );
+    let key = ConfigKey::PeerAuthWindow;
+    assert_eq!(
+        d,
+        vec![
+            D::BadPeerKeyFile {
+                line: 1,
+                value: "peer-keys".into()
+            },
+            D::BadPeerAuthEntry {
+                line: 2,
+                entry: "10.0.0.0/40".into(),
+                reason: iwpm_proto::cidr::CidrError::Prefix("40".into()),
+            },
+            D::ValueOutOfRange {
+                line: 3,
+                key,
+                value: "0".into(),
+                min: 1,
+                max: 3600
+            },
+            D::ValueOutOfRange {
+                line: 4,
+                key,
+                value: "3601".into(),
+                min: 1,
+                max: 3600
+            },
+            D::InvalidValue {
+                line: 5,
+                key,
+                value: "1m".into(),
+                expected: "a whole number of seconds"
+            },
+        ]
+    );
+    let severities: Vec<Severity> = d.iter().map(D::severity).collect();
+    assert_eq!(
+        severities,
+        [
+            Severity::Error,
+            Severity::Error,
+            Severity::Warning,
+            Severity::Warning,
+            Severity::Warning
+        ]
+    );
+    assert_eq!(
+        d[0].to_string(),
+        "line 1: peer_key_file = \"peer-keys\" is not an absolute path"
+    );
+    assert!(
+        d[1].to_string()
+            .starts_with("line 2: peer_auth_required entry \"10.0.0.0/40\" is not an IP network"),
+        "{}",
+        d[1]
+    );
+}
+
 #[test]
 fn limits_are_positive_whole_numbers() {
     let (c, d) = parse_config(
@@ -662,7 +761,10 @@ fn key_table() {
             "remote_info_budget",
             "remote_info_source_burst",
             "remote_info_source_rate",
-            "state_file"
+            "state_file",
+            "peer_key_file",
+            "peer_auth_required",
+            "peer_auth_window"
         ]
     );
     for k in ConfigKey::ALL {

@@ -42,3 +42,8 @@ fn peer_datagram_corpus() {
 fn config_file_corpus() {
     replay("config_file", iwpm_proto::fuzzing::config_text);
 }
+
+#[test]
+fn key_file_corpus() {
+    replay("key_file", iwpm_proto::fuzzing::key_file);
+}

@@ -5,6 +5,7 @@ mod config_differential;
 mod config_props;
 mod config_rules;
 mod fuzz_corpus;
+mod keyfile_props;
 mod netlink_bad_input;
 // (the vectors are little-endian, as the ABI's host-order integers on x86-64)
 #[cfg(target_endian = "little")]

@@ -39,6 +39,8 @@ const SYSTEM_TOOLS: &[&str] = &[
     "cat",
     "cp",
     "dpkg-divert",
+    // (the README's fleet key file: a directory and a file of root's, mode given)
+    "install",
 ];
 
 /// Options a document shows before the code has them, by program, with why. Empty once

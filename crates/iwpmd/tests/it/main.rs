@@ -8,6 +8,7 @@ mod doc_commands;
 mod dump_load;
 mod emulator_path;
 mod exhaustion;
+mod fleet_keys;
 mod kernel;
 mod modes;
 mod packaging;

@@ -88,6 +88,35 @@ fn unit_bounds_capabilities_to_what_the_daemon_keeps() {
     );
 }
 
+/// The unit passes the fleet key file as the credential the daemon reads, and pairs it
+/// with systemd's documented fallback for a missing file (a `SetCredential=` of the same
+/// id: without it `LoadCredential=` of a missing file fails the start, and most hosts have
+/// no key file). An empty `SetCredential=` value is ignored by systemd ("Invalid syntax",
+/// checked with systemd 252's `systemd-analyze verify`), so the fallback is a comment,
+/// which the daemon reads as "no credential".
+#[test]
+fn unit_passes_the_key_file_as_a_credential_that_may_be_missing() {
+    let unit = unit_settings("packaging/iwpmd.service");
+    assert!(
+        unit.contains("\nLoadCredential=iwpmd-peer-keys:/etc/iwpmd/peer-keys\n"),
+        "{unit}"
+    );
+    let placeholder = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("SetCredential=iwpmd-peer-keys:"))
+        .expect("a SetCredential= fallback for the key file");
+    assert!(
+        !placeholder.trim().is_empty(),
+        "systemd ignores an empty value"
+    );
+    assert!(!placeholder.contains('%') && !placeholder.contains('\\'));
+    assert_eq!(
+        iwpm_proto::keyfile::parse_key_file(placeholder).unwrap_err(),
+        iwpm_proto::keyfile::KeyFileError::Empty,
+        "the daemon must read the fallback as no key at all"
+    );
+}
+
 /// Source paths of the assets listed in a `[package.metadata.*]` table of Cargo.toml.
 fn asset_sources(manifest: &str, table: &str) -> Vec<String> {
     let start = manifest

@@ -363,7 +363,6 @@ impl Core {
     /// (a duplicate, or a replay) releases it again.
     pub(super) fn on_ack(&mut self, now: Instant, rx: Inbound<'_>) {
         let Inbound { from, msg, .. } = rx;
-        let source = SourceKey::of(from.ip());
         let key = ExchangeKey::Passive {
             handle: msg.assoc_handle,
             from,
@@ -424,7 +423,7 @@ impl Core {
         if settled == RemoteInfo::Settled {
             return;
         }
-        if settled == RemoteInfo::SentOnToken && self.within_allowance(now, rx, source) {
+        if settled == RemoteInfo::SentOnToken && self.within_allowance(now, rx) {
             self.admission.remote_info_tokens.refund();
         }
     }
@@ -470,8 +469,8 @@ impl Core {
 
     /// May `source`'s verified ACK release a REMOTE_INFO (or return a token) now? Takes one
     /// of its allowance; says so, rate-limited, when there is none.
-    fn within_allowance(&mut self, now: Instant, rx: Inbound<'_>, source: SourceKey) -> bool {
-        if self.admission.take_allowance(now, source, rx.trust) {
+    fn within_allowance(&mut self, now: Instant, rx: Inbound<'_>) -> bool {
+        if self.admission.take_allowance(now, rx.from.ip(), rx.trust) {
             return true;
         }
         let from = rx.from;
@@ -533,7 +532,7 @@ impl Core {
         let Some((owner, remote_info)) = self.remote_info_for(id, ack.cp(), mapped_cp) else {
             return;
         };
-        if !self.within_allowance(now, rx, source) {
+        if !self.within_allowance(now, rx) {
             return;
         }
         if !self
