@@ -40,11 +40,6 @@ pub struct CoreConfig {
     /// not yet confirmed by an ACK is evicted (then the oldest confirmed one): a new REQUEST
     /// is never refused for lack of room, like SYN-flood handling.
     pub max_peer_exchanges: usize,
-    /// Most unconfirmed passive exchanges per source (IPv4 address, IPv6 /64). Only REQUESTs
-    /// from port-mapped IPv6 peers whose REMOTE_INFO waits for the ACK hold one (everything
-    /// else is answered without state, see `machine::peer::passive`); at the quota the
-    /// source's oldest such exchange gives way to the new one.
-    pub peer_source_quota: u32,
     /// REMOTE_INFO entries the kernel may be holding for exchanges no ACK has confirmed
     /// (the kernel frees an entry only when its connection arrives; spoofed REQUESTs never
     /// connect). Sent at once while tokens remain (a verified ACK returns the token); without
@@ -110,7 +105,6 @@ impl Default for CoreConfig {
             max_mappings: 100_000,
             max_exchanges: 131_072,
             max_peer_exchanges: 65_536,
-            peer_source_quota: 256,
             remote_info_budget: 128,
             remote_info_refill: Duration::from_secs(1),
             remote_info_source_burst: 2_048,

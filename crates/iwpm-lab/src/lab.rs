@@ -692,23 +692,21 @@ fn build_side(
 /// The `iwpmd.conf` the lab gives both daemons for `concurrency` connections in progress,
 /// or `None` when the defaults suffice.
 ///
-/// Two defaults of the daemon are defences sized for ordinary traffic, below what one lab
+/// One default of the daemon is a defence sized for ordinary traffic, below what one lab
 /// host sends at high concurrency: `remote_info_budget` (128 REMOTE_INFOs sent before their
 /// ACK, at most half of them for one source; beyond, REMOTE_INFO waits for the verified
-/// ACK, which races the lab's instant emulated connection) and `peer_source_quota` (256
-/// port-mapped IPv6 exchanges waiting for their ACK per source; beyond, the oldest gives
-/// way). Every connection in progress can hold one, so both are raised to twice the
-/// concurrency (one source's half of the budget is then the concurrency).
+/// ACK, which races the lab's instant emulated connection). Every connection in progress
+/// can hold one, so it is raised to twice the concurrency (one source's half of the budget
+/// is then the concurrency).
 pub fn daemon_limits_for(concurrency: usize) -> Option<String> {
     let defaults = iwpm_core::CoreConfig::default();
     let needed = u32::try_from(concurrency.saturating_mul(2)).unwrap_or(u32::MAX);
     let share = defaults.remote_info_budget.div_ceil(2);
-    if needed / 2 <= share.min(defaults.peer_source_quota) {
+    if needed / 2 <= share {
         return None;
     }
     Some(format!(
-        "peer_source_quota={}\nremote_info_budget={}\n",
-        needed.max(defaults.peer_source_quota),
+        "remote_info_budget={}\n",
         needed.max(defaults.remote_info_budget)
     ))
 }

@@ -28,6 +28,8 @@ pub(crate) struct Settings {
     /// `peer_key_file`: the fleet key file (read at start-up and on SIGHUP, never kept
     /// here: `Debug` of the settings is logged).
     pub peer_key_file: Option<PathBuf>,
+    /// Keys the file set that no longer have an effect (each warned about once).
+    pub obsolete: Vec<&'static str>,
 }
 
 /// Why the configuration cannot be used: the daemon does not start.
@@ -118,6 +120,7 @@ impl Settings {
             state_file: None,
             configured_state_file: None,
             peer_key_file: None,
+            obsolete: Vec::new(),
         }
     }
 
@@ -188,8 +191,15 @@ impl Settings {
                 *slot = v as usize;
             }
         }
-        if let Some(v) = peer_source_quota {
-            core.peer_source_quota = v;
+        if peer_source_quota.is_some() {
+            // Since 1.1 nothing is limited per source: the REMOTE_INFOs held for an
+            // rdma-core IPv6 peer's ACK share one table, which spoofers at 1 000/s cannot
+            // empty, where a per-source quota was theirs to spend with a victim's address.
+            tracing::warn!(
+                "config: peer_source_quota no longer has an effect (nothing is limited per \
+                 source any more); the line can go"
+            );
+            self.obsolete.push("peer_source_quota");
         }
         if let Some(v) = remote_info_budget {
             core.remote_info_budget = v;
@@ -317,9 +327,10 @@ mod tests {
                 ConfigKey::MaxPeerExchanges => {
                     ("max_peer_exchanges=7", &|s| s.core.max_peer_exchanges == 7)
                 }
-                ConfigKey::PeerSourceQuota => {
-                    ("peer_source_quota=7", &|s| s.core.peer_source_quota == 7)
-                }
+                ConfigKey::PeerSourceQuota => ("peer_source_quota=7", &|s| {
+                    s.obsolete == ["peer_source_quota"]
+                        && s.core == Settings::defaults().core
+                }),
                 ConfigKey::RemoteInfoBudget => {
                     ("remote_info_budget=7", &|s| s.core.remote_info_budget == 7)
                 }

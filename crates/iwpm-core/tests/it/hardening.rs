@@ -1171,7 +1171,7 @@ fn a_real_neighbour_does_not_spend_another_hosts_allowance() {
         ..config()
     });
     listener(&mut h, "[fd00::2]:4000");
-    let mut exchange = |h: &mut CoreHarness, ip: &str, handle: u64| {
+    let exchange = |h: &mut CoreHarness, ip: &str, handle: u64| {
         let cp = format!("[{ip}]:{}", 1_000 + handle);
         let mapped = format!("[{ip}]:{}", 30_000 + handle);
         let req = request(handle, &cp, &mapped, "[fd00::2]:4000");

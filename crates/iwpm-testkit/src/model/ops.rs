@@ -31,7 +31,7 @@ pub struct Setup {
     /// reply deadline) instead of 10 s; bit 3: `peer_allow` only `10.0.0.9/32` and
     /// `2001:db8::9/128` (one peer of each family; the other sources are dropped).
     pub mode: u8,
-    /// Bits 0-2: `max_peer_exchanges - 1`; bits 3-4: `peer_source_quota` (1, 2, 4, 256);
+    /// Bits 0-2: `max_peer_exchanges - 1`; bits 3-4: unused (were a per-source quota);
     /// bits 5-6: `remote_info_budget` (0, 1, 2, 128); bit 7: `max_rejects_per_sec` 2
     /// instead of 100.
     pub limits: u8,
@@ -50,7 +50,6 @@ impl Setup {
                 Duration::from_secs(10)
             },
             max_peer_exchanges: usize::from(self.limits & 7) + 1,
-            peer_source_quota: [1, 2, 4, 256][usize::from((self.limits >> 3) & 3)],
             remote_info_budget: [0, 1, 2, 128][usize::from((self.limits >> 5) & 3)],
             max_rejects_per_sec: if self.limits & 0x80 != 0 { 2 } else { 100 },
             handle_key: *b"iwpm-core fuzzing driver key 007",

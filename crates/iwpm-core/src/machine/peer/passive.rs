@@ -25,9 +25,9 @@
 //!   budget token (`remote_info_budget`, one back per `remote_info_refill`), at most half
 //!   the budget per source; a verified ACK returns the token. Without
 //!   one, an IPv4 cookie carries the mapped `cp` port and the REMOTE_INFO goes out on the
-//!   verified ACK (no state before it); an IPv6 cookie has no room, so an exchange entry
-//!   holds it, at most `peer_source_quota` per source (the oldest gives way to a newer one
-//!   from the same source). The active side ACKs *before* answering its kernel and, when
+//!   verified ACK (no state before it); an IPv6 cookie has no room, so the held table
+//!   keeps the port (`crate::held`: one compact table for every source, the oldest giving
+//!   way, room for 16 s of a 1 000/s flood). The active side ACKs *before* answering its kernel and, when
 //!   our ACCEPT says the REMOTE_INFO waits for the ACK, holds that answer until our delivery
 //!   notice ([`super::active`]), so the REMOTE_INFO is in our kernel before the connection.
 //! * **Separate budgets**: the passive entries that exist evict the oldest *confirmed* one
