@@ -9,14 +9,16 @@
 
 mod churn;
 mod connect;
+mod mac;
 mod procfs;
 mod report;
+mod spoof;
 mod table;
 
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use iwpm_kernel_emu::PortMapMode;
 use iwpm_lab::netns::{self, NetPlace};
 use iwpm_lab::progress::Status;
@@ -31,9 +33,13 @@ use crate::report::{Bench, Scale};
     after_help = "Scenarios: ADD/REMOVE churn at several live-mapping levels (IPv4, IPv6) \
 against the syscall floor measured in the same run; connects through two daemons; a burst \
 of simultaneous connects; restart recovery. Levels above the descriptor limit are capped \
-(each port-mapped mapping holds a socket)."
+(each port-mapped mapping holds a socket). `iwpm-bench spoof`: the core's time per peer \
+datagram under a flood from spoofed sources, in this process."
 )]
 struct Cli {
+    /// Another scenario than the daemon benchmarks (their options do not apply to it).
+    #[command(subcommand)]
+    scenario: Option<Scenario>,
     /// CI-sized smoke run (seconds instead of minutes): the targets, set for the full
     /// sizes, are shown but not judged.
     #[arg(long)]
@@ -67,6 +73,15 @@ struct Cli {
     internal_churn_v6: bool,
 }
 
+/// Scenarios run on their own.
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// The sans-IO core's handling time per peer datagram under a flood from 400 000
+    /// spoofed sources (REQUESTs to open and closed ports, blind ACKs) on a virtual clock,
+    /// with peak RSS growth and the cost of a MAC per datagram. No daemon is started.
+    Spoof(spoof::SpoofArgs),
+}
+
 static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `--verbose` was given.
@@ -87,6 +102,16 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
+    if let Some(Scenario::Spoof(args)) = &cli.scenario {
+        let json = cli.json || args.json;
+        let report = spoof::run(args, &Status::new("iwpm-bench spoof", !json))?;
+        if json {
+            println!("{}", iwpm_lab::json::to_string_rounded(&report)?);
+        } else {
+            print!("{}", report.render());
+        }
+        return Ok(());
+    }
     // The daemons inherit our descriptor limit; raise it first where we may.
     procfs::raise_fd_limit(procfs::FD_WANTED);
     let scale = Scale::new(cli.quick, procfs::fd_limit(), cli.siw);

@@ -12,6 +12,24 @@ pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// `VmHWM` of this process (its peak resident memory since it started, or since
+/// [`reset_own_peak_rss`]), bytes.
+pub(crate) fn own_peak_rss_bytes() -> Option<u64> {
+    status_kib("VmHWM:").map(|kib| kib * 1024)
+}
+
+/// Resets this process's `VmHWM` to its current RSS (`/proc/self/clear_refs`, value 5);
+/// false where that is not allowed, and the peak then counts from the process's start.
+pub(crate) fn reset_own_peak_rss() -> bool {
+    fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn status_kib(field: &str) -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// CPU time of every thread of `pid`, ns: the event loop and its helper threads (the
 /// state file and dump writers), so work moved off the loop still counts.
 pub(crate) fn cpu_ns(pid: u32) -> Option<u64> {
@@ -86,6 +104,7 @@ mod tests {
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
         assert!(cpu_ns(std::process::id()).is_some());
         assert!(own_thread_cpu_ns().is_some());
+        assert!(own_peak_rss_bytes().unwrap() > 0);
         assert!(fd_limit().unwrap() > 0);
         assert_eq!(parse_schedstat("123 4 5\n"), Some(123));
     }

@@ -49,10 +49,16 @@ pub(crate) struct Pushed {
 
 impl HeldRemoteInfos {
     pub(crate) fn new(cap: usize) -> Self {
+        let cap = cap.max(1);
+        // Made whole at once (pages touched only as entries come): a table growing under a
+        // flood moves every entry in one call (0.5 ms at 14 336 in `iwpm-bench spoof`).
+        // Twice the cap leaves room for the tombstones of first-in-first-out churn.
+        let mut entries = IntMap::default();
+        entries.reserve(cap * 2);
         HeldRemoteInfos {
-            entries: IntMap::default(),
-            order: VecDeque::new(),
-            cap: cap.max(1),
+            entries,
+            order: VecDeque::with_capacity(cap),
+            cap,
         }
     }
 
@@ -60,7 +66,11 @@ impl HeldRemoteInfos {
     /// nothing (its life counts from the first REQUEST, like the exchange's).
     pub(crate) fn hold(&mut self, now: Instant, fingerprint: u64, held: Held) -> Pushed {
         let mut pushed = Pushed::default();
-        if self.entries.get(&fingerprint).is_some_and(|h| h.expires > now) {
+        if self
+            .entries
+            .get(&fingerprint)
+            .is_some_and(|h| h.expires > now)
+        {
             return pushed;
         }
         while let Some(&(fp, expires)) = self.order.front() {

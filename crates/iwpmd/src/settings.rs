@@ -328,8 +328,7 @@ mod tests {
                     ("max_peer_exchanges=7", &|s| s.core.max_peer_exchanges == 7)
                 }
                 ConfigKey::PeerSourceQuota => ("peer_source_quota=7", &|s| {
-                    s.obsolete == ["peer_source_quota"]
-                        && s.core == Settings::defaults().core
+                    s.obsolete == ["peer_source_quota"] && s.core == Settings::defaults().core
                 }),
                 ConfigKey::RemoteInfoBudget => {
                     ("remote_info_budget=7", &|s| s.core.remote_info_budget == 7)

@@ -744,8 +744,13 @@ fn spoofed_blind_acks_from_a_victims_net_do_not_stop_its_checks() {
             let (req, from) = spoofed_v6(7, 1_000 + i * 20 + k, "[fd00::2]:4000");
             h.peer(PeerSocket::V6Listener, &from, &req);
             h.peer_out.clear();
-            let blind = PeerMessage::ack_for(&PeerMessage::accept_for(&req, addr("[fd00::2]:4000")));
-            let blind = PeerMessage { pmtime: 0x5a, version: 1, ..blind };
+            let blind =
+                PeerMessage::ack_for(&PeerMessage::accept_for(&req, addr("[fd00::2]:4000")));
+            let blind = PeerMessage {
+                pmtime: 0x5a,
+                version: 1,
+                ..blind
+            };
             h.peer(PeerSocket::V6Listener, &from, &blind);
         }
         released += remote_infos(&mut h);
@@ -1122,7 +1127,11 @@ fn an_rdma_core_ipv6_burst_of_1000_connects_gets_1000_remote_infos() {
         h.ack(PeerSocket::V6Listener, "[fd66:0:9::1]:3935", accept);
     }
     let on_ack = remote_infos(&mut h);
-    assert_eq!(at_once + on_ack, 1_000, "{at_once} at once, {on_ack} on the ACK");
+    assert_eq!(
+        at_once + on_ack,
+        1_000,
+        "{at_once} at once, {on_ack} on the ACK"
+    );
 }
 
 /// Finding (7d162f0): 256 spoofed REQUESTs from the victim's /64, or 2 048 from any /64s,
@@ -1154,7 +1163,11 @@ fn spoofed_requests_at_1000_per_second_push_out_no_held_exchange() {
         }
     }
     h.ack(PeerSocket::V6Listener, &vfrom, &accept);
-    assert_eq!(remote_infos(&mut h), 1, "the victim's held REMOTE_INFO survived");
+    assert_eq!(
+        remote_infos(&mut h),
+        1,
+        "the victim's held REMOTE_INFO survived"
+    );
     assert_eq!(h.core().stats().remote_info_held_dropped, 0);
 }
 
@@ -1181,22 +1194,75 @@ fn a_real_neighbour_does_not_spend_another_hosts_allowance() {
             cookie: [0; 24],
         };
         let from = format!("[{ip}]:3935");
-        h.peer_raw(PeerSocket::V6Listener, &from, &req.encode_with_extension(&offer));
+        h.peer_raw(
+            PeerSocket::V6Listener,
+            &from,
+            &req.encode_with_extension(&offer),
+        );
         let accept = h.peer_out.pop_back().expect("an ACCEPT");
         h.ack(PeerSocket::V6Listener, &from, &accept);
         h.peer_out.clear();
         remote_infos(h)
     };
     // The neighbour completes 200 exchanges and never connects: it spends its own 50.
-    let neighbour: usize = (0..200).map(|i| exchange(&mut h, "fd00:7::66", i + 1)).sum();
+    let neighbour: usize = (0..200)
+        .map(|i| exchange(&mut h, "fd00:7::66", i + 1))
+        .sum();
     assert_eq!(neighbour, 50);
     // The victim, same /64: all 50 of its allowance.
-    let victim: usize = (0..50).map(|i| exchange(&mut h, "fd00:7::1", 1_000 + i)).sum();
+    let victim: usize = (0..50)
+        .map(|i| exchange(&mut h, "fd00:7::1", 1_000 + i))
+        .sum();
     assert_eq!(victim, 50, "the victim's allowance is its own");
     // 30 more addresses of the /64 reach the /64's cap: 16 addresses' worth in all.
     let spread: usize = (0..30u64)
         .flat_map(|a| (0..50).map(move |i| (a, i)))
-        .map(|(a, i)| exchange(&mut h, &format!("fd00:7::{:x}", 0x100 + a), 10_000 + a * 100 + i))
+        .map(|(a, i)| {
+            exchange(
+                &mut h,
+                &format!("fd00:7::{:x}", 0x100 + a),
+                10_000 + a * 100 + i,
+            )
+        })
         .sum();
     assert_eq!(neighbour + victim + spread, 16 * 50, "the /64's cap");
+}
+
+/// Finding (7d162f0): 32 real IPv4 hosts completing 2 048 verified pairs each filled the
+/// released set (65 536), and every other host's REMOTE_INFO that waited for an ACK was
+/// refused for 32 s (0 of 100). A full set now forgets its oldest entry instead: another
+/// host's REMOTE_INFOs all go. (What a forgotten exchange's ACK could release again still
+/// spends its source's allowance, so the ledger's Σ min(V_s, S + R·t) holds.)
+#[test]
+fn a_full_released_set_refuses_no_other_host() {
+    let mut h = CoreHarness::booted_with(CoreConfig {
+        remote_info_budget: 0,
+        ..config()
+    });
+    h.invariant_stride = 9_973;
+    listener(&mut h, "10.0.0.2:4000");
+    let pair = |h: &mut CoreHarness, ip: &str, i: u32| {
+        let port = 1_024 + (i % 30_000) as u16;
+        let req = request(
+            u64::from(i) + 1,
+            &format!("{ip}:{port}"),
+            &format!("{ip}:{}", port + 1),
+            "10.0.0.2:4000",
+        );
+        let from = format!("{ip}:3935");
+        h.peer(PeerSocket::V4Listener, &from, &req);
+        let accept = h.peer_out.pop_back().expect("an ACCEPT");
+        h.ack(PeerSocket::V4Listener, &from, &accept);
+        h.peer_out.clear();
+    };
+    for host in 0..32u32 {
+        for i in 0..2_048u32 {
+            pair(&mut h, &format!("10.1.0.{}", host + 1), i);
+        }
+        h.kernel_in.clear();
+    }
+    for i in 0..100u32 {
+        pair(&mut h, "10.0.0.1", 100_000 + i);
+    }
+    assert_eq!(remote_infos(&mut h), 100, "the other host's REMOTE_INFOs");
 }

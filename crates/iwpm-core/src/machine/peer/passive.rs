@@ -67,15 +67,14 @@ use crate::cookie::{self, Binding, RemoteInfoPlan, Room, COOKIE_LIFETIME};
 use crate::exchange::{
     Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer, RemoteInfo, SourceKey,
 };
-use crate::machine::Core;
 use crate::held::Held;
+use crate::machine::Core;
 use crate::mapping_id::MappingId;
 use crate::ratelimit::LogKind;
 use crate::table::MappingRole;
 
 /// How often a duplicate ACK gets the delivery notice again.
 const NOTICE_RESENDS: u32 = 1;
-
 
 impl Core {
     /// A REQUEST: the ACCEPT carries an echo cookie (`crate::cookie`), so in the common
