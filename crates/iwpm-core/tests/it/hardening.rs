@@ -601,7 +601,7 @@ fn a_delivery_notice_and_its_echoed_acks_end_after_one_resend() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Every bound on IPv6 too (docs/HARDENING.md, "Bounds per family"). Each test below fails
+// Every bound on IPv6 too (docs/HARDENING.md, "Bounds per family and key state"). Each test below fails
 // on a core whose eviction refunded REMOTE_INFO tokens, whose ten-bit cookies could be
 // swept, or that had no per-source allowance (3bede92); the figure it failed with is in
 // its comment.

@@ -1,4 +1,4 @@
-//! The REMOTE_INFO ledger (`docs/HARDENING.md`, "Bounds per family"): what peer datagrams
+//! The REMOTE_INFO ledger (`docs/HARDENING.md`, "Bounds per family and key state"): what peer datagrams
 //! may make the core tell its kernel. A REMOTE_INFO for a peer's REQUEST takes a budget
 //! token or answers a verified ACK, and a token comes back only with a verified ACK or the
 //! refill, so over the whole run
