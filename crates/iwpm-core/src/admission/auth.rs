@@ -159,8 +159,16 @@ impl Authenticator {
         self.keys = keys;
     }
 
-    /// The wall clock read at `now` (time since the Unix epoch).
+    /// The wall clock read at `now` (time since the Unix epoch). The first reading is the
+    /// daemon's start: nothing sealed at or before it is believed, since a restarted
+    /// daemon's replay memory is empty and a capture of the minute before must not pass.
+    /// (A peer whose clock runs `d` behind ours is refused for `d` after our start; its
+    /// retransmissions, sealed afresh, pass from then on.)
     pub(crate) fn set_wall_clock(&mut self, now: Instant, since_epoch: Duration) {
+        if self.wall.is_none() {
+            self.replay
+                .raise_floor(u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX));
+        }
         self.wall = Some((now, since_epoch));
     }
 

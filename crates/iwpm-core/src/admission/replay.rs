@@ -83,6 +83,12 @@ impl ReplayMemory {
         Ok(())
     }
 
+    /// Refuses, from now on, everything stamped at or before `floor_us` (the floor only
+    /// rises).
+    pub(crate) fn raise_floor(&mut self, floor_us: u64) {
+        self.floor_us = self.floor_us.max(floor_us);
+    }
+
     /// Entries held now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

@@ -26,9 +26,13 @@ fn keys(list: &[(u32, bool)]) -> FleetKeys {
     FleetKeys::new(list.iter().map(|&(id, a)| key(id, a)).collect()).unwrap()
 }
 
-/// A booted core holding `set`, its wall clock at [`WALL`].
+/// A booted core holding `set`, its wall clock at [`WALL`], started two minutes before.
 fn keyed(config: CoreConfig, set: Option<FleetKeys>) -> CoreHarness {
     let mut h = CoreHarness::booted_with(config);
+    // Started two minutes before WALL (nothing sealed before its start is believed), and
+    // its clock now at WALL.
+    h.host
+        .handle_wall_clock(h.now, WALL - Duration::from_secs(120));
     h.host.handle_wall_clock(h.now, WALL);
     h.host.set_fleet_keys(h.now, set);
     h
@@ -345,4 +349,32 @@ fn a_keyed_burst_of_1000_ipv6_connects_is_served_in_full() {
         h.peer_raw(PeerSocket::V6Listener, "[fd00::1]:3935", &req);
     }
     assert_eq!(remote_infos(&mut h), 1_000);
+}
+
+/// A restarted daemon's replay memory is empty: what was sealed before its start is not
+/// believed, so a capture of the minute before a restart releases nothing either.
+#[test]
+fn a_restarted_daemon_believes_nothing_sealed_before_its_start() {
+    let k = key(1, false);
+    let captured = sealed_request(7, "10.0.0.1", "10.0.0.2:4000", &k, WALL);
+    // The daemon (re)starts 5 s after the capture.
+    let mut h = CoreHarness::booted_with(config());
+    h.host
+        .handle_wall_clock(h.now, WALL + Duration::from_secs(5));
+    h.host.set_fleet_keys(h.now, Some(keys(&[(1, false)])));
+    listener(&mut h, "10.0.0.2:4000");
+    v4(&mut h, "10.0.0.1:3935", &captured);
+    assert_eq!(remote_infos(&mut h), 0);
+    h.no_peer();
+    assert_eq!(h.core().stats().peer_auth_replayed, 1);
+    // The peer's next (fresh) REQUEST passes.
+    let fresh = sealed_request(
+        7,
+        "10.0.0.1",
+        "10.0.0.2:4000",
+        &k,
+        WALL + Duration::from_secs(6),
+    );
+    v4(&mut h, "10.0.0.1:3935", &fresh);
+    assert_eq!(remote_infos(&mut h), 1);
 }
