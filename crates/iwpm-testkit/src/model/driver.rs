@@ -128,6 +128,15 @@ pub struct Driver {
     recovery_ended: bool,
     /// State-file writes the host asked for ([`Action::SaveState`]), every daemon's.
     saves: u64,
+    /// The core holds the model's fleet key.
+    keyed: bool,
+    /// When the run started (its wall clock is [`super::MODEL_WALL`] then).
+    started: Instant,
+    /// The last stamp the model sealed a datagram with (microseconds).
+    last_stamp: u64,
+    /// The MACs of every sealed datagram delivered to the core: one delivered again is a
+    /// replay, which must make it tell its kernel nothing.
+    sealed_seen: HashSet<[u8; 16]>,
 }
 
 impl Driver {
@@ -162,7 +171,12 @@ impl Driver {
             announced: (0, Vec::new()),
             recovery_ended: false,
             saves: 0,
+            keyed: setup.keyed(),
+            started: now,
+            last_stamp: 0,
+            sealed_seen: HashSet::new(),
         };
+        d.hand_in_keys();
         d.host.start(d.now);
         d.pump(Ctx::Input);
         if setup.boot() {
@@ -497,6 +511,32 @@ impl Driver {
 /// `core` in the daemon's host: the model shell's pool of ports lent to it, and the
 /// daemon's state-file policy (each write is answered at once, so the policy's timers and
 /// the checks on [`Action::SaveState`] run with every op).
+impl Driver {
+    /// The model daemon's wall clock now.
+    pub(super) fn wall(&self) -> Duration {
+        super::MODEL_WALL + self.now.saturating_duration_since(self.started)
+    }
+
+    /// What the shell does at a daemon's start: the wall clock, then the keys (if keyed).
+    pub(super) fn hand_in_keys(&mut self) {
+        let wall = self.wall();
+        self.host.handle_wall_clock(self.now, wall);
+        if self.keyed {
+            let keys = iwpm_proto::fleet_key::FleetKeys::new(vec![super::fleet_key()]).ok();
+            self.host.set_fleet_keys(self.now, keys);
+        }
+    }
+
+    /// A stamp for the next datagram the model seals: its wall clock, never repeated.
+    pub(super) fn next_stamp(&mut self) -> u64 {
+        // (1 µs on: the core believes nothing stamped at or before its start, and the
+        // model's clock may not have moved since)
+        let wall = u64::try_from(self.wall().as_micros()).unwrap_or(u64::MAX);
+        self.last_stamp = (wall + 1).max(self.last_stamp + 1);
+        self.last_stamp
+    }
+}
+
 fn model_host(core: Core, now: Instant) -> Host<FakePorts> {
     let ports = FakePorts::pool(GRANT_BASE, GRANT_PORTS);
     Host::new(core, ports, Some(SavePolicy::default()), now)

@@ -89,3 +89,12 @@ pub fn state_file(data: &[u8]) {
         );
     }
 }
+
+/// The wall clock of the model's daemon at its first start (a fixed date: runs repeat).
+pub const MODEL_WALL: std::time::Duration = std::time::Duration::from_secs(1_765_000_000);
+
+/// The fleet key of a keyed model run ([`Setup`] mode bit 4): id 1, 32 fixed bytes.
+pub fn fleet_key() -> iwpm_proto::fleet_key::FleetKey {
+    iwpm_proto::fleet_key::FleetKey::new(1, b"iwpm model fleet key, 32 bytes!!".to_vec(), false)
+        .expect("a valid key")
+}

@@ -29,7 +29,9 @@ pub struct Setup {
     /// delay them); bit 1: skip the
     /// boot (HELLO 4 + REG_PID client 2); bit 2: 3 s exchange lifetime (shorter than the
     /// reply deadline) instead of 10 s; bit 3: `peer_allow` only `10.0.0.9/32` and
-    /// `2001:db8::9/128` (one peer of each family; the other sources are dropped).
+    /// `2001:db8::9/128` (one peer of each family; the other sources are dropped); bit 4:
+    /// the core holds the model's fleet key ([`super::fleet_key`]), and REQUESTs with
+    /// `shape & 8` come sealed under it.
     pub mode: u8,
     /// Bits 0-2: `max_peer_exchanges - 1`; bits 3-4: unused (were a per-source quota);
     /// bits 5-6: `remote_info_budget` (0, 1, 2, 128); bit 7: `max_rejects_per_sec` 2
@@ -69,6 +71,11 @@ impl Setup {
 
     pub(super) fn boot(&self) -> bool {
         self.mode & 2 == 0
+    }
+
+    /// The core holds the fleet key.
+    pub(super) fn keyed(&self) -> bool {
+        self.mode & 16 != 0
     }
 }
 

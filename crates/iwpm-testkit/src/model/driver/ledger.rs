@@ -5,6 +5,7 @@
 //!
 //! REMOTE_INFOs caused by peer datagrams <= budget x starts + elapsed / refill + 1
 //!                                          + exchanges with a genuine ACK + chance
+//!                                          + sealed REQUESTs delivered for the first time
 //!
 //! where an ACK is genuine when it echoes an ACCEPT the core sent to the ACK's source (the
 //! model knows: it has every ACCEPT), and chance allows for ten-bit IPv6 cookies, which a
@@ -38,6 +39,14 @@ pub(super) struct Ledger {
     genuine: HashSet<Binding>,
     /// IPv6 ACKs that were not genuine (each may pass a ten-bit cookie by chance).
     v6_made_up: u64,
+    /// Sealed REQUESTs under the core's key delivered for the first time: a fleet member
+    /// asked, and may get its REMOTE_INFO at once, on no budget.
+    sealed_requests: u64,
+}
+
+/// A datagram as its sender had it before sealing (the datagram itself if not sealed).
+fn inner(datagram: &[u8]) -> Vec<u8> {
+    iwpm_proto::peer::auth::unseal(datagram).unwrap_or_else(|| datagram.to_vec())
 }
 
 /// An ACCEPT's or ACK's bytes as the cookie sees them: type bits and notice byte cleared.
@@ -65,13 +74,21 @@ impl Ledger {
             accepts: HashSet::new(),
             genuine: HashSet::new(),
             v6_made_up: 0,
+            sealed_requests: 0,
         }
     }
 
     /// The core sent `datagram` to `to`.
     pub(super) fn sent(&mut self, to: SocketAddr, msg: &PeerMessage, datagram: &[u8]) {
         if msg.msg_type == PeerMsgType::Accept {
-            self.accepts.insert((to, as_echoed(datagram)));
+            self.accepts.insert((to, as_echoed(&inner(datagram))));
+        }
+    }
+
+    /// A sealed datagram that verifies under the core's key arrives for the first time.
+    pub(super) fn sealed_fresh(&mut self, datagram: &[u8]) {
+        if PeerMessage::decode(datagram).is_ok_and(|m| m.msg_type == PeerMsgType::Request) {
+            self.sealed_requests += 1;
         }
     }
 
@@ -83,7 +100,7 @@ impl Ledger {
         if msg.msg_type != PeerMsgType::Ack {
             return;
         }
-        if self.accepts.contains(&(from, as_echoed(datagram))) {
+        if self.accepts.contains(&(from, as_echoed(&inner(datagram)))) {
             self.genuine
                 .insert((from, msg.assoc_handle, msg.cp(), msg.ap()));
         } else if msg.ip_version == IpVersion::V6 {
@@ -101,16 +118,18 @@ impl Ledger {
             + 1
             + self.genuine.len() as u64
             + self.v6_made_up / 64
+            + self.sealed_requests
             + 2;
         if self.from_peer > bound {
             fail(format!(
                 "the ledger: {} REMOTE_INFOs for peer datagrams, more than budget {} x {starts} \
                  starts + {refills} refills + 1 + {} exchanges with a genuine ACK + {} made-up \
-                 IPv6 ACKs / 64 + 2 = {bound}",
+                 IPv6 ACKs / 64 + {} sealed REQUESTs + 2 = {bound}",
                 self.from_peer,
                 config.remote_info_budget,
                 self.genuine.len(),
-                self.v6_made_up
+                self.v6_made_up,
+                self.sealed_requests
             ));
         }
     }

@@ -4,9 +4,10 @@
 use std::net::SocketAddr;
 
 use iwpm_core::PeerSocket;
-use iwpm_proto::peer::{ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
+use iwpm_proto::peer::{auth, ipv4_echo, IpVersion, PeerMessage, PeerMsgType};
 
 use super::{Ctx, Driver, Op};
+use crate::model::fleet_key;
 use crate::model::pools::{
     fail, listener_for, local_addr, peer_ip, peer_source, socket_is_v4, GRANT_BASE, LOCAL_IPS,
 };
@@ -40,7 +41,13 @@ impl Driver {
                 } else {
                     listener_for(&from)
                 };
-                self.peer(via, from, &req.encode());
+                let mut bytes = req.encode();
+                if shape & 8 != 0 {
+                    // A fleet member's REQUEST (a core without the key serves it plain).
+                    let stamp = self.next_stamp();
+                    bytes = auth::seal(&bytes, &fleet_key(), stamp).unwrap_or(bytes);
+                }
+                self.peer(via, from, &bytes);
             }
             Op::Accept { pick, port, from } => {
                 let Some((req, to)) = self.sent_requests.pick(*pick) else {
@@ -161,10 +168,22 @@ impl Driver {
 
     pub(super) fn peer(&mut self, via: PeerSocket, from: SocketAddr, bytes: &[u8]) {
         self.ledger.received(from, bytes);
+        // A sealed datagram under the key: the first delivery of its MAC may release one
+        // REMOTE_INFO (a fleet member's REQUEST); any later one is a replay.
+        let sealed = auth::auth_block(bytes)
+            .filter(|_| self.keyed && auth::verify(bytes, &fleet_key()))
+            .map(|b| b.mac);
+        let replay = sealed.is_some_and(|mac| !self.sealed_seen.insert(mac));
+        if sealed.is_some() && !replay {
+            self.ledger.sealed_fresh(bytes);
+        }
         let before = self.remote_infos;
         self.host.handle_peer_datagram(self.now, via, from, bytes);
         self.pump(Ctx::Input);
         let n = self.remote_infos - before;
+        if replay && n != 0 {
+            fail("a replayed sealed datagram made the core send a REMOTE_INFO");
+        }
         self.ledger
             .remote_infos(n, self.now, &self.config, self.restarts + 1);
     }
@@ -183,7 +202,10 @@ impl Driver {
         if socket_is_v4(via) != to.is_ipv4() {
             fail(format!("datagram to {to} sent on {via:?}"));
         }
-        let key = (to, datagram.clone());
+        // (a sealed datagram is sealed afresh each time it is sent: what repeats is the
+        // datagram inside)
+        let inner = auth::unseal(&datagram).unwrap_or_else(|| datagram.clone());
+        let key = (to, inner);
         match (msg.msg_type, ctx) {
             (PeerMsgType::Request | PeerMsgType::Accept, Ctx::Timer) => {
                 let Some((first, resent)) = self.origins.get_mut(&key) else {

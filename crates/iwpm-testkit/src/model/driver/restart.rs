@@ -53,6 +53,7 @@ impl Driver {
         host.ports_mut().fail_next = std::mem::take(&mut old.fail_next);
         host.ports_mut().force_port = std::mem::take(&mut old.force_port);
         self.host = host;
+        self.hand_in_keys();
         // The new process's requests, exchanges and Ready are its own.
         self.requests.clear();
         self.origins.clear();
