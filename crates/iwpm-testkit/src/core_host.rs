@@ -474,6 +474,18 @@ impl CoreHarness {
         self.peer_raw(via, from, &ack);
     }
 
+    /// How many REMOTE_INFOs the kernel side received since the last look; clears what
+    /// it received.
+    pub fn take_remote_infos(&mut self) -> usize {
+        let n = self
+            .kernel_in
+            .iter()
+            .filter(|(_, m)| matches!(m, DaemonMsg::RemoteInfo(_)))
+            .count();
+        self.kernel_in.clear();
+        n
+    }
+
     pub fn refcount(&self, local: &str) -> Option<u32> {
         let ep = addr(local).into();
         self.core()

@@ -44,13 +44,7 @@ fn listener(h: &mut CoreHarness, local: &str) {
 }
 
 fn remote_infos(h: &mut CoreHarness) -> usize {
-    let n = h
-        .kernel_in
-        .iter()
-        .filter(|(_, m)| matches!(m, DaemonMsg::RemoteInfo(_)))
-        .count();
-    h.kernel_in.clear();
-    n
+    h.take_remote_infos()
 }
 
 /// A port-mapped peer's REQUEST to `ap`, sealed under `k` at the wall time `stamp`.

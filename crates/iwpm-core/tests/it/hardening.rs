@@ -26,13 +26,7 @@ fn request(handle: u64, cp: &str, mapped_cp: &str, ap: &str) -> PeerMessage {
 }
 
 fn remote_infos(h: &mut CoreHarness) -> usize {
-    let n = h
-        .kernel_in
-        .iter()
-        .filter(|(_, m)| matches!(m, DaemonMsg::RemoteInfo(_)))
-        .count();
-    h.kernel_in.clear();
-    n
+    h.take_remote_infos()
 }
 
 fn sent(h: &mut CoreHarness, ty: PeerMsgType) -> usize {

@@ -4,7 +4,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{lossy, ConfigDiagnostic, ConfigKey, Parser, PEER_AUTH_WINDOW_MAX};
-use crate::cidr::parse_cidr_list_naming;
+use crate::cidr::{parse_cidr_list_naming, Cidr, CidrError};
 
 impl Parser {
     pub(super) fn extension(&mut self, line: usize, key: ConfigKey, value: &[u8]) {
@@ -50,26 +50,17 @@ impl Parser {
                     return;
                 }
             },
-            ConfigKey::PeerAllow => match parse_cidr_list_naming(&text) {
-                Ok(nets) => {
-                    // Every line adds to the list (a long list need not fit C's 127-byte
-                    // line), so no "overridden" diagnostic.
-                    self.config
-                        .extra
-                        .peer_allow
-                        .get_or_insert_with(Vec::new)
-                        .extend(nets);
-                    return;
+            ConfigKey::PeerAllow => {
+                let bad = |entry, reason| ConfigDiagnostic::BadPeerAllowEntry {
+                    line,
+                    entry,
+                    reason,
+                };
+                if let Err(d) = add_networks(&mut self.config.extra.peer_allow, &text, bad) {
+                    self.diags.push(d);
                 }
-                Err((entry, reason)) => {
-                    self.diags.push(ConfigDiagnostic::BadPeerAllowEntry {
-                        line,
-                        entry,
-                        reason,
-                    });
-                    return;
-                }
-            },
+                return;
+            }
             ConfigKey::MaxMappings
             | ConfigKey::MaxExchanges
             | ConfigKey::MaxPeerExchanges
@@ -116,25 +107,18 @@ impl Parser {
                     return;
                 }
             }
-            ConfigKey::PeerAuthRequired => match parse_cidr_list_naming(&text) {
-                Ok(nets) => {
-                    // As `peer_allow`: every line adds to the list.
-                    self.config
-                        .extra
-                        .peer_auth_required
-                        .get_or_insert_with(Vec::new)
-                        .extend(nets);
-                    return;
+            ConfigKey::PeerAuthRequired => {
+                let bad = |entry, reason| ConfigDiagnostic::BadPeerAuthEntry {
+                    line,
+                    entry,
+                    reason,
+                };
+                let list = &mut self.config.extra.peer_auth_required;
+                if let Err(d) = add_networks(list, &text, bad) {
+                    self.diags.push(d);
                 }
-                Err((entry, reason)) => {
-                    self.diags.push(ConfigDiagnostic::BadPeerAuthEntry {
-                        line,
-                        entry,
-                        reason,
-                    });
-                    return;
-                }
-            },
+                return;
+            }
             ConfigKey::PeerAuthWindow => {
                 let n = value
                     .iter()
@@ -176,4 +160,17 @@ impl Parser {
         }
         self.mark_set(line, key);
     }
+}
+
+/// Adds the networks of a list line to `list`. Every line adds to the list (a long list
+/// need not fit C's 127-byte line), so no "overridden" diagnostic; a bad entry is `bad`'s
+/// diagnostic and adds nothing.
+fn add_networks(
+    list: &mut Option<Vec<Cidr>>,
+    text: &str,
+    bad: impl FnOnce(String, CidrError) -> ConfigDiagnostic,
+) -> Result<(), ConfigDiagnostic> {
+    let nets = parse_cidr_list_naming(text).map_err(|(entry, reason)| bad(entry, reason))?;
+    list.get_or_insert_with(Vec::new).extend(nets);
+    Ok(())
 }
