@@ -33,7 +33,7 @@
 //! `hmac` + `sha2`, never our own; the layout is fixed by the golden vectors in
 //! `tests/it/peer_auth_vectors.rs`.
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use super::extension::{read_block, PeerExtension, EXT_MAGIC, PEER_EXTENDED_LEN};
