@@ -15,8 +15,9 @@
 #                  restart-load (ours, then C, compared in one table) always run
 #   --only LIST    only these suites: single,restart,restart-load,negative,abi,noipv6,nlperm,
 #                  twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap (with zerogap-pm),
-#                  pm, pmops (port-mapped mode: the rig's patched kernels, RIG_PATCHES=1, the
-#                  default); and, not in the default list, pm-hold (with pm: ours as a
+#                  pm, pmops, fleet (port-mapped mode: the rig's patched kernels, RIG_PATCHES=1,
+#                  the default; fleet: fleet keys between two daemons of ours, read with
+#                  iwpmctl: built here, or beside --daemon PATH, or RIG_IWPMCTL); and, not in the default list, pm-hold (with pm: ours as a
 #                  port-mapped passive side with no REMOTE_INFO budget: every REMOTE_INFO
 #                  held for the ACK; ours as the client waits for the delivery notice), and
 #                  storage (NVMe over Fabrics between two VMs on a kernel of its own,
@@ -29,7 +30,7 @@
 #                  with the C iwpmd checked as if it were ours; the checks listed
 #                  below must FAIL there, and each such failure counts as a PASS
 # Environment: RIG_JOBS=2 runs the kernels side by side; RIG_LANES=2 runs each kernel's
-# two-VM suites (twovm, forge, trickle, pm, pmops) beside its one-VM suites, RIG_LANES=3
+# two-VM suites (twovm, forge, trickle, pm, pmops, fleet) beside its one-VM suites, RIG_LANES=3
 # also splits the one-VM suites in two (kernel conversation; perf, floods and attacks);
 # RIG_PAIR_SLOTS=N lets N two-VM runs share the host at once (1 by default).
 # RIG_STORAGE_MODES="0 1" (the default) are the siw.port_map modes the storage suite boots
@@ -37,12 +38,12 @@
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
 # Results: target/rig/<kernel>/ (summary.txt, cmtime.txt, flood.txt, forge.txt, pairs.txt,
-# trickle.txt, restart-load.txt, share/out/<run>/ with every trace, console-<run>.log) and
+# trickle.txt, restart-load.txt, fleet.txt, share/out/<run>/ with every trace, console-<run>.log) and
 # target/rig/summary.txt (every kernel's summary in turn, then the total and the wall time
 # per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap,pm,pmops"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap,pm,pmops,fleet"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) KERNELS="$2"; shift 2 ;;
@@ -73,6 +74,12 @@ if [ "${RIG_ALL_ONE:-0}" != 1 ]; then
   if [ -z "$OURS" ]; then
     (cd "$REPO" && CARGO_ENCODED_RUSTFLAGS=$(scripts/release-rustflags) cargo build --release -p iwpmd >&2) || { echo "FAIL setup: cargo build --release -p iwpmd" | tee -a "$TOP_SUMMARY"; exit 1; }
     OURS="${CARGO_TARGET_DIR:-$REPO/target}/release/iwpmd"
+    # iwpmctl for the fleet suite, built here as our daemon was (with --daemon nothing is
+    # built: the cargo test that wraps the rig holds cargo's lock; the suite then takes the
+    # iwpmctl beside that binary, which .ci/run builds with it, or RIG_IWPMCTL)
+    if want fleet && [ -z "${RIG_IWPMCTL:-}" ]; then
+      (cd "$REPO" && CARGO_ENCODED_RUSTFLAGS=$(scripts/release-rustflags) cargo build --release -p iwpm-control >&2) || { echo "FAIL setup: cargo build --release -p iwpm-control" | tee -a "$TOP_SUMMARY"; exit 1; }
+    fi
   fi
   rc=0; TIMES=(); NP=0; NF=0; PAR=0
   [ "${RIG_JOBS:-1}" -ge 2 ] && [ "$KERNELS" != "${KERNELS//,/}" ] && PAR=1
@@ -140,6 +147,15 @@ if [ -z "$OURS" ]; then
 fi
 [ -x "$OURS" ] || { say "FAIL setup: our daemon $OURS is not an executable"; exit 1; }
 cp "$OURS" "$SHARE/bin/iwpmd-rs"
+FLEET_CTL=0
+if want fleet; then  # the fleet suite reads our daemon's counters and keys with iwpmctl
+  # (RIG_IWPMCTL, else the one beside our binary); without one the suite does not run: a
+  # FAIL line where the rig is required (IWPM_RIG_REQUIRED=1, as in CI), else a note
+  CTLBIN=${RIG_IWPMCTL:-$(dirname "$OURS")/iwpmctl}
+  if [ -x "$CTLBIN" ] && cp "$CTLBIN" "$SHARE/bin/iwpmctl"; then FLEET_CTL=1
+  elif [ "${IWPM_RIG_REQUIRED:-0}" = 1 ]; then say "FAIL setup: no iwpmctl at $CTLBIN for the fleet suite (cargo build --release -p iwpm-control)"
+  else say "fleet: not run: no iwpmctl at $CTLBIN (cargo build --release -p iwpm-control, or RIG_IWPMCTL=PATH)"; fi
+fi
 RS=/mnt/rig/bin/iwpmd-rs; C=/usr/sbin/iwpmd
 STORAGE_CACHE=${RIG_STORAGE_CACHE:-/var/cache/iwpm-rig-storage}
 # Ours as C talks to itself in one VM: connects to its own IP go over UDP (REQUEST/ACCEPT/ACK
@@ -284,8 +300,8 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
   # data, came five times in eight and the check allows four)
   SOLO=1 TEST2="$RIG_DIR/guest/suite-trickle.sh" run2 trickle "$RS" "$C" -T 480 -e daemons=$RS,$C -e reference=$C
   fi
-  if [ -z "$(rig_patches)" ] && { want pm || want pmops || want flood6; }; then
-    say "RIG_PATCHES=0: unpatched kernels, the port-mapped suites (pm, pmops, zerogap-pm, flood6) do not run"
+  if [ -z "$(rig_patches)" ] && { want pm || want pmops || want flood6 || want fleet; }; then
+    say "RIG_PATCHES=0: unpatched kernels, the port-mapped suites (pm, pmops, zerogap-pm, flood6, fleet) do not run"
   fi
   if want pm && [ -n "$(rig_patches)" ]; then  # port-mapped mode: siw.port_map=1 on both VMs (patched kernel), every pairing
     # (server-client); figures per pairing in pm.txt
@@ -340,6 +356,23 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
           "$(pov pmops-$p-B mixed_plain_to_pm_ms)/$(pov pmops-$p-A mixed_pm_to_plain_ms)"
       done; } > "$POT"
     { echo; echo "== pmops (target/rig/$RIG_KVER/pmops.txt)"; sed 's/^/  /' "$POT"; } | tee -a "$SUMMARY"
+  fi
+  if want fleet && [ -n "$(rig_patches)" ] && [ $FLEET_CTL = 1 ]; then  # fleet keys between two daemons of ours, port-mapped,
+    # one boot: keyed <-> keyed, the client replaying / stripping / flipping captured sealed
+    # datagrams, a key rotation under connects, keyed ours <-> C both ways (fleet.txt)
+    t_fl=$(date +%s)
+    TEST2="$RIG_DIR/guest/suite-fleet.sh" run2 fleet "$RS" "$RS" -T 420
+    FLT="$RES/fleet.txt"
+    flv() { awk -v k="$2" '$1==k {print $2; exit}' "$SHARE/out/$1/fleet-figures.txt" 2>/dev/null; }
+    { np=$(cat "$SHARE/out/fleet-A/checks.txt" "$SHARE/out/fleet-B/checks.txt" 2>/dev/null | grep -c '^PASS')
+      nf=$(cat "$SHARE/out/fleet-A/checks.txt" "$SHARE/out/fleet-B/checks.txt" 2>/dev/null | grep -c '^FAIL')
+      echo "fleet keys (suite fleet, siw.port_map=1, both daemons traced), Linux $RIG_KVER: $np/$((np+nf)) checks; block wall $(( $(date +%s) - t_fl ))s, suite $(flv fleet-A suite_s)/$(flv fleet-B suite_s) s (server/client)"
+      echo "  1 keyed<->keyed: cmtime total/max ms $(flv fleet-B p1_cmtime_total_ms)/$(flv fleet-B p1_cmtime_max_ms), rigcm connect $(flv fleet-B p1_connect_ms) ms; sealed datagrams server $(flv fleet-A p1_sealed_server), client $(flv fleet-B p1_sealed_client); peer_auth_verified server/client $(flv fleet-A p1_verified_server)/$(flv fleet-B p1_verified_client)"
+      echo "  2 attacker: replay $(flv fleet-A p2_replay_counters), strip $(flv fleet-A p2_strip_counters), flip $(flv fleet-A p2_flip_counters); connect after each, ms: $(flv fleet-B p2_after_replay_ms)/$(flv fleet-B p2_after_strip_ms)/$(flv fleet-B p2_after_flip_ms)"
+      echo "  3 rotation: connects $(flv fleet-B p3_connects), slowest $(flv fleet-B p3_connect_max_ms) ms (process $(flv fleet-B p3_process_max_s) s); sealed under key 1/key 2, server $(flv fleet-A p3_sent_key1_key2_server), client $(flv fleet-B p3_sent_key1_key2_client)"
+      echo "  4 with C: cmtime total/max ms, ours-C $(flv fleet-B p4_ours-c_cmtime_total_ms)/$(flv fleet-B p4_ours-c_cmtime_max_ms), C-ours $(flv fleet-B p4_c-ours_cmtime_total_ms)/$(flv fleet-B p4_c-ours_cmtime_max_ms)"
+    } > "$FLT"
+    { echo; echo "== fleet (target/rig/$RIG_KVER/fleet.txt)"; sed 's/^/  /' "$FLT"; } | tee -a "$SUMMARY"
   fi
   if want storage; then  # NVMe over Fabrics through the port mapper: the storage kernel
     # (kernel/storage.config, its own image and cache), 2 CPUs per VM, plain and (patched
@@ -448,6 +481,12 @@ if [ $SELFTEST = 1 ]; then
       -A iwpmd=$RS -B iwpmd=$RS "$RIG_DIR/guest/suite-pm.sh" > "$RES/console-selftest-pm-plain.log" 2>&1
     expect_fail selftest-pm-plain-A portmap listen-mapped dump trace-flags0 trace-mapped trace-requests
     expect_fail selftest-pm-plain-B portmap dump ss-estab hostbind-live trace-flags0 trace-mapped
+  fi
+  if want fleet && [ -n "$(rig_patches)" ] && [ $FLEET_CTL = 1 ]; then  # suite fleet with the server's peer_auth_required
+    # unset (parts 1-2): a stripped REQUEST is then served as a plain one, so p2-strip must fail
+    "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n selftest-fleet-open-A,selftest-fleet-open-B -e parts=1,2 \
+      -A required=0 "$RIG_DIR/guest/suite-fleet.sh" > "$RES/console-selftest-fleet-open.log" 2>&1
+    expect_fail selftest-fleet-open-A p2-strip
   fi
 fi
 
