@@ -159,6 +159,9 @@ crate::counters! {
     PeerAuthClock => peer_auth_clock: Total;
     /// Sealed peer datagrams dropped: seen before (a replay).
     PeerAuthReplayed => peer_auth_replayed: Total;
+    /// Sealed peer datagrams dropped: they verify, but come from another address than the
+    /// one they name as their sender (a copy raced ahead of the real one).
+    PeerAuthWrongSource => peer_auth_wrong_source: Total;
     /// Plain (or stripped) peer datagrams dropped: their source is in
     /// `peer_auth_required`.
     PeerAuthMissing => peer_auth_missing: Total;
@@ -472,7 +475,7 @@ mod tests {
             })
             .filter(|c| !c.name().starts_with("peer_out_"))
             .count();
-        assert_eq!(scalars, 62, "one per scalar field");
+        assert_eq!(scalars, 63, "one per scalar field");
         assert_eq!(Counter::all().count(), slots + scalars);
         for (i, c) in Counter::all().enumerate() {
             assert_eq!(c.index(), i, "{c}");

@@ -274,7 +274,9 @@ impl World {
         };
         self.hosts[h].cm.ephemeral_used.remove(&a.local.port());
         if matches!(a.state, ActiveState::Mapping | ActiveState::Connecting) {
-            if self.explained(plan.from, Some(plan.to), plan.started) {
+            if self.scenario.auth.fails_between(plan.from, plan.to) {
+                self.stats.gaps.key_failures += 1;
+            } else if self.explained(plan.from, Some(plan.to), plan.started) {
                 self.stats.gaps.closed_under_fault += 1;
             } else {
                 self.stats.gaps.closed_early += 1;
@@ -412,9 +414,11 @@ impl World {
         let planned = self.listener_planned(&plan);
         let explained = self.explained(plan.from, Some(plan.to), plan.started);
         if counted {
+            let key = self.scenario.auth.fails_between(plan.from, plan.to);
             let n = &mut self.stats.gaps;
             match (planned, explained) {
                 (false, _) => n.refused_unplanned += 1,
+                (true, true) if key => n.key_failures += 1,
                 (true, true) => n.failed_under_fault += 1,
                 (true, false) => n.failed_unexplained += 1,
             }
@@ -551,6 +555,9 @@ impl World {
             None => return,
         };
         self.stats.established += 1;
+        if self.victim == Some(h) {
+            self.stats.victim_established += 1;
+        }
         if let Some(p) = self.conns.get_mut(&id) {
             p.done = Some(self.now);
         }

@@ -21,7 +21,10 @@ use iwpm_core::{Core, CoreConfig, Previous, SavePolicy};
 use iwpm_kernel_emu::kernel::{KernelConfig, KernelIwpm, Link, SendError, SendMode};
 use iwpm_testkit::model::FakePorts;
 
+use iwpm_proto::fleet_key::{FleetKey, FleetKeys};
+
 use crate::cm::Cm;
+use crate::plan::KeyRole;
 use crate::rng::mix;
 
 /// UDP port of the daemons' client sockets (REQUESTs and ACKs leave from it).
@@ -87,7 +90,22 @@ pub struct Host {
     pub checked: std::cell::Cell<Option<(u32, u64)>>,
     /// Kernel violations already judged.
     pub kernel_violations_seen: std::cell::Cell<usize>,
+    /// What the host holds of the fleet key (its key file: kept across daemon restarts).
+    pub key_role: KeyRole,
+    /// Steps of the key rotation applied on this host (0: key 1 only; 3: key 2 only).
+    pub rotation: u8,
+    /// `peer_auth_required` covers the fleet's networks (keyed hosts only).
+    pub auth_required: bool,
     seed: u64,
+}
+
+/// The fleet's wall clock at fleet time zero (2026-12-06, in seconds since the epoch).
+pub const WALL_BASE: Duration = Duration::from_secs(1_796_515_200);
+
+/// The fleet's key `id` (1 or 2), or host's wrong key 1 (same id, other bytes).
+fn fleet_key(id: u32, accept_only: bool, wrong: bool) -> Option<FleetKey> {
+    let fill = if wrong { 0x99 } else { 0x40 + id as u8 };
+    FleetKey::new(id, vec![fill; 32], accept_only)
 }
 
 /// The kernel's sends: to the live daemon's queue, refused for a dead incarnation.
@@ -184,7 +202,51 @@ impl Host {
             replay_truncated: false,
             checked: std::cell::Cell::new(None),
             kernel_violations_seen: std::cell::Cell::new(0),
+            key_role: KeyRole::Unkeyed,
+            rotation: 0,
+            auth_required: false,
             seed,
+        }
+    }
+
+    /// The keys this host's daemon holds now (its role and the rotation's progress).
+    pub fn fleet_keys(&self) -> Option<FleetKeys> {
+        let keys: Vec<Option<FleetKey>> = match (self.key_role, self.rotation) {
+            (KeyRole::Unkeyed, _) => return None,
+            (KeyRole::WrongKey, _) => vec![fleet_key(1, false, true)],
+            (_, 0) => vec![fleet_key(1, false, false)],
+            (_, 1) => vec![fleet_key(1, false, false), fleet_key(2, true, false)],
+            (_, 2) => vec![fleet_key(1, false, false), fleet_key(2, false, false)],
+            _ => vec![fleet_key(2, false, false)],
+        };
+        FleetKeys::new(keys.into_iter().flatten().collect()).ok()
+    }
+
+    /// This host's wall clock at fleet time `now` (the fleet's, plus its skew if any).
+    pub fn wall(&self, now: Duration) -> Duration {
+        let t = WALL_BASE + now;
+        match self.key_role {
+            KeyRole::Skewed { ms } if ms >= 0 => t + Duration::from_millis(ms.unsigned_abs()),
+            KeyRole::Skewed { ms } => t.saturating_sub(Duration::from_millis(ms.unsigned_abs())),
+            _ => t,
+        }
+    }
+
+    /// Hands the daemon its wall clock, as the shell does each loop turn.
+    pub fn hand_wall_clock(&mut self, base: Instant, now: Duration) {
+        let t = self.local(base, now);
+        let wall = self.wall(now);
+        if let Some(d) = self.daemon.as_mut() {
+            d.handle_wall_clock(t, wall);
+        }
+    }
+
+    /// Gives the daemon the keys it holds now (after a rotation step).
+    pub fn load_keys(&mut self, base: Instant, now: Duration) {
+        let t = self.local(base, now);
+        let keys = self.fleet_keys();
+        if let Some(d) = self.daemon.as_mut() {
+            d.set_fleet_keys(t, keys);
         }
     }
 
@@ -216,9 +278,18 @@ impl Host {
                     ^ ((i as u64) << 50)));
             chunk.copy_from_slice(&word.to_le_bytes());
         }
+        let peer_auth_required = if self.auth_required && self.key_role != KeyRole::Unkeyed {
+            ["10.0.0.0/16", "fd00::/32"]
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        } else {
+            Vec::new()
+        };
         let config = CoreConfig {
             netlink_pid: 1000 + self.incarnation,
             handle_key: key,
+            peer_auth_required,
             ..CoreConfig::default()
         };
         let ports = FakePorts::recording(
@@ -236,6 +307,10 @@ impl Host {
             };
             // What restore could not do shows up in the invariants (leaks, unmapped).
             let _report = daemon.start_after_restart(t, previous);
+        }
+        if self.key_role != KeyRole::Unkeyed {
+            daemon.handle_wall_clock(t, self.wall(now));
+            daemon.set_fleet_keys(t, self.fleet_keys());
         }
         self.daemon = Some(daemon);
         self.table_generation = 0;

@@ -21,7 +21,7 @@ use crate::host::CLIENT_PORT;
 use crate::ledger::retyped;
 use crate::plan::What;
 use crate::rng::mix;
-use crate::world::{Event, World, HOSTILE_IP, HOSTILE_IP6, PEER_IP};
+use crate::world::{Event, Tag, World, HOSTILE_IP, HOSTILE_IP6, PEER_IP};
 
 /// The hostile host's sending port.
 const HOSTILE_PORT: u16 = 45_000;
@@ -88,6 +88,9 @@ impl World {
 
     /// The `k`-th send of attack item `item`; schedules the next one.
     pub(crate) fn attack(&mut self, item: usize, k: u32) {
+        if self.keyed_attack(item, k) {
+            return;
+        }
         let it = self.scenario.items[item].clone();
         let (rate, lasts) = match it.what {
             What::Squat { rate, lasts, .. }
@@ -213,8 +216,9 @@ impl World {
             What::Replay { .. } => {
                 if let Some((from, to, req, ack)) = self.actors.captured.get(&item).cloned() {
                     self.stats.hostile += 2;
-                    self.send_udp(from, to, req);
-                    self.send_udp(from, to, ack);
+                    // (a sealed pair too, in a keyed fleet: judged as a replay)
+                    self.send_udp_tagged(from, to, req, Tag::Replayed);
+                    self.send_udp_tagged(from, to, ack, Tag::Replayed);
                 }
             }
             What::RejectFlood { target, port, .. } => {

@@ -8,7 +8,9 @@
 //! all-to-all job, churn, listeners coming and going, network faults (loss, duplication,
 //! reordering, delay spikes, partitions), daemon crashes with restart from the state file
 //! and the kernel's replay, clock jumps, and a hostile host running the HARDENING.md
-//! step-9 attacks (squatting a host's source, blind ACKs).
+//! step-9 attacks (squatting a host's source, blind ACKs); fleet keys (keyed, unkeyed and
+//! mixed fleets, rotations, wrong keys, skewed clocks) with an on-path attacker and
+//! spoofers aimed at a victim.
 //!
 //! After every step the invariants of [`check`] are checked across hosts; a failing seed
 //! is shrunk to the fewest schedule items that still fail the same way ([`shrink`]).
@@ -32,6 +34,7 @@ mod cm;
 pub mod host;
 mod hostile;
 mod ledger;
+mod onpath;
 mod peer;
 pub mod plan;
 pub mod rng;
@@ -57,7 +60,36 @@ pub struct Outcome {
 
 /// Runs one scenario.
 pub fn run(scenario: &Scenario) -> Outcome {
-    let (violations, known, stats) = World::new(scenario.clone()).run();
+    let (mut violations, known, stats) = World::new(scenario.clone()).run();
+    // Item 5's spoofers: the victim's service against the same seed without them.
+    if violations.is_empty() && scenario.has_victim_spoofs() {
+        let mut quiet = World::new(scenario.without_victim_spoofs());
+        // (the same victim, counted the same way)
+        quiet.victim = scenario.items.iter().find_map(|i| match i.what {
+            plan::What::VictimSpoof { victim, .. } => victim,
+            _ => None,
+        });
+        let (_, _, quiet) = quiet.run();
+        if std::env::var_os("IWPM_SIM_DEBUG").is_some() {
+            eprintln!(
+                "victim service: REJECTs {} / {} quiet, established {} / {}, peer found {} / {}",
+                stats.victim_rejects,
+                quiet.victim_rejects,
+                stats.victim_established,
+                quiet.victim_established,
+                stats.rdma_peer_found,
+                quiet.rdma_peer_found
+            );
+        }
+        if let Some(detail) = check::service_drop(&stats, &quiet) {
+            violations.push(Violation {
+                kind: ViolationKind::Service,
+                at: stats.virtual_time,
+                host: None,
+                detail,
+            });
+        }
+    }
     Outcome {
         violations,
         known,

@@ -10,8 +10,8 @@ use iwpm_sim::plan::{Profile, Scenario};
 use iwpm_sim::{run, scale, shrink};
 
 const USAGE: &str = "usage:
-  iwpm-sim --seed S [--profile sweep|attack|fleet|burst] [--keep I,J,..] [--print]
-  iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet|burst]
+  iwpm-sim --seed S [--profile sweep|attack|fleet|burst|keys] [--keep I,J,..] [--print]
+  iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet|burst|keys]
   iwpm-sim --scale [--hosts 10,100,1000] [--fanout K] [--checked]
 A failing seed is shrunk and printed with the --seed/--keep line that replays it.";
 
@@ -195,6 +195,10 @@ fn summary(t: &iwpm_sim::RunStats) -> String {
         let parts = join(vec![
             part(g.failed_under_fault, "failed under a fault"),
             part(
+                g.key_failures,
+                "could not authenticate (a wrong key or a skewed clock)",
+            ),
+            part(
                 g.closed_under_fault,
                 "closed by the plan while a fault held up their set-up",
             ),
@@ -262,6 +266,13 @@ fn summary(t: &iwpm_sim::RunStats) -> String {
          REMOTE_INFO; ledger: {} REMOTE_INFOs for peer REQUESTs, {} verified ACKs.",
         t.rdma_peer_connects, t.rdma_peer_found, t.remote_info_for_peers, t.verified_acks
     ));
+    if t.auth_verified + t.auth_refused + t.on_path > 0 {
+        text += &wrap(&format!(
+            "Fleet keys: {} sealed datagrams believed, {} refused; {} REMOTE_INFOs at once \
+             for authenticated REQUESTs; the on-path attacker stripped, replayed or forged {}.",
+            t.auth_verified, t.auth_refused, t.remote_info_authenticated, t.on_path
+        ));
+    }
     text
 }
 

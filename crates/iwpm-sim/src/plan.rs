@@ -13,7 +13,9 @@ use std::time::Duration;
 use crate::rng::Rng;
 
 mod findings;
+mod keys;
 pub use findings::CLOSED_PORT;
+pub use keys::{FleetAuth, KeyRole, OnPathMode, SpoofMode};
 
 /// Which hosts a fault touches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,6 +171,27 @@ pub enum What {
         v6: bool,
         n: u32,
     },
+    /// A fleet key rotation's `step` on `host` (1: key 2 added accept-only, 2: key 2
+    /// signs, 3: key 1 removed), as an operator's rollout applies it host by host.
+    KeyStep { host: usize, step: u8 },
+    /// An on-path attacker sees every datagram between hosts `a` and `b` and strips,
+    /// replays or forges their sealed datagrams ([`OnPathMode`]).
+    OnPath {
+        a: usize,
+        b: usize,
+        mode: OnPathMode,
+        lasts: Duration,
+    },
+    /// Item 5's spoofers aimed at a named victim (`None`: the rdma-core-like peer), at
+    /// `target`'s `port`, `rate` datagrams per second ([`SpoofMode`]).
+    VictimSpoof {
+        victim: Option<usize>,
+        target: usize,
+        port: u16,
+        mode: SpoofMode,
+        rate: u32,
+        lasts: Duration,
+    },
 }
 
 /// The address family and shape of the listeners on one port.
@@ -196,6 +219,9 @@ impl fmt::Display for ListenKind {
 impl What {
     /// Faults explain a legitimate connect that fails or is slow; workload and attacks do not.
     pub fn is_fault(&self) -> bool {
+        if let Some(fault) = self.keys_fault() {
+            return fault;
+        }
         !(self.is_findings_attack()
             || matches!(
                 self,
@@ -220,6 +246,7 @@ impl What {
             // Down time, then the replay window (9.5 s) and the lost exchanges' kernel timeout.
             What::Crash { down, .. } => *down + Duration::from_secs(10),
             What::ClockJump { by, .. } => *by,
+            What::OnPath { lasts, .. } => *lasts,
             _ => Duration::ZERO,
         }
     }
@@ -248,6 +275,11 @@ impl What {
             | What::RdmaPeer { target, .. }
             | What::Drain { target, .. } => vec![*target],
             What::Replay { victim, target, .. } => vec![*victim, *target],
+            What::KeyStep { host, .. } => vec![*host],
+            What::OnPath { a, b, .. } => vec![*a, *b],
+            What::VictimSpoof { victim, target, .. } => {
+                victim.iter().copied().chain([*target]).collect()
+            }
             What::Close { .. } | What::Partition { .. } => vec![],
         }
     }
@@ -261,6 +293,14 @@ impl What {
             | What::DelaySpike { scope, .. } => scope.touches(host),
             What::Partition { .. } => true,
             What::Crash { host: h, .. } | What::ClockJump { host: h, .. } => *h == host,
+            // Only a stripping or racing attacker is a fault (the sealed originals are
+            // dropped, or refused as replays of its copies).
+            What::OnPath {
+                a,
+                b,
+                mode: OnPathMode::Strip | OnPathMode::Race,
+                ..
+            } => *a == host || *b == host,
             _ => false,
         }
     }
@@ -288,6 +328,10 @@ pub enum Profile {
     /// A legitimate burst: host 1 makes 1000 concurrent port-mapped connects to host 0's
     /// IPv4 listener and 1000 to its IPv6 one (ours ↔ ours, no faults, no attack).
     Burst,
+    /// Fleet keys (issue 41 item 8): 3 hosts, keyed, unkeyed or mixed, and one of an
+    /// on-path attacker, a key rotation, a host with a wrong key or a skewed clock, or
+    /// item 5's spoofers aimed at a victim; the rdma-core-like peer; no faults.
+    Keys,
 }
 
 impl Profile {
@@ -298,6 +342,7 @@ impl Profile {
             Profile::Attack => "attack",
             Profile::Fleet => "fleet",
             Profile::Burst => "burst",
+            Profile::Keys => "keys",
         }
     }
 
@@ -308,6 +353,7 @@ impl Profile {
             Profile::Attack,
             Profile::Fleet,
             Profile::Burst,
+            Profile::Keys,
         ]
         .into_iter()
         .find(|p| p.name() == name)
@@ -329,6 +375,8 @@ pub struct Scenario {
     pub items: Vec<Item>,
     /// The listeners' family and shape per port (absent: IPv4, the host's address).
     pub families: BTreeMap<u16, ListenKind>,
+    /// Which hosts hold the fleet key (default: none, as before fleet keys).
+    pub auth: FleetAuth,
 }
 
 /// First listener port of the MPI job (rank r listens on `JOB_PORT + r`).
@@ -350,7 +398,7 @@ impl Scenario {
                 let hosts = r.range(2, 3) as usize;
                 (hosts, r.range(1, 6 / hosts as u64) as usize)
             }
-            Profile::Attack => (3, 2),
+            Profile::Attack | Profile::Keys => (3, 2),
             Profile::Fleet => (r.range(3, 6) as usize, r.range(2, 8) as usize),
             Profile::Burst => return Scenario::burst(seed),
         };
@@ -375,9 +423,15 @@ impl Scenario {
         let mut x = Rng::new(seed, 4);
         let mut families = families(&mut x, &items, profile);
         g.extras(&mut x, hosts, profile, &mut families);
-        let mut extra = g.items;
+        let mut extra = std::mem::take(&mut g.items);
         extra.sort_by_key(|i| i.at);
         items.extend(extra);
+        // Fleet keys and their attacks: a stream of their own again, after everything above.
+        let mut k = Rng::new(seed, 5);
+        let auth = g.keys(&mut k, hosts, profile, &mut families);
+        let mut keyed = g.items;
+        keyed.sort_by_key(|i| i.at);
+        items.extend(keyed);
         Scenario {
             seed,
             hosts,
@@ -385,6 +439,7 @@ impl Scenario {
             port_mapped,
             items,
             families,
+            auth,
         }
     }
 
@@ -439,6 +494,7 @@ impl Scenario {
             port_mapped: vec![true, true],
             items,
             families,
+            auth: FleetAuth::default(),
         }
     }
 
@@ -471,6 +527,7 @@ impl Scenario {
                     | What::RealPairs { lasts, .. }
                     | What::Replay { lasts, .. }
                     | What::RejectFlood { lasts, .. }
+                    | What::VictimSpoof { lasts, .. }
                     | What::Drain { lasts, .. } => *lasts,
                     What::RdmaPeer { .. } => Duration::from_secs(1),
                     w => w.window(),
@@ -503,6 +560,9 @@ impl fmt::Display for Scenario {
                 .map(|(p, k)| format!("{p} {k}"))
                 .collect();
             writeln!(f, "  listeners: {}", ports.join(", "))?;
+        }
+        if self.auth != FleetAuth::default() {
+            writeln!(f, "  keys: {}", self.auth)?;
         }
         for (i, it) in self.items.iter().enumerate() {
             writeln!(f, "  [{i:3}] t={:>9.3}s {:?}", it.at.as_secs_f64(), it.what)?;
@@ -585,7 +645,7 @@ impl Gen {
     fn churn(&mut self, hosts: usize, profile: Profile) {
         let n = match profile {
             Profile::Sweep => self.r.below(4),
-            Profile::Attack => 2,
+            Profile::Attack | Profile::Keys => 2,
             Profile::Fleet => self.r.below(8),
             Profile::Burst => 0,
         };
@@ -629,7 +689,7 @@ impl Gen {
     fn faults(&mut self, hosts: usize, profile: Profile) {
         let n = match profile {
             Profile::Sweep => self.r.below(5),
-            Profile::Attack | Profile::Burst => 0,
+            Profile::Attack | Profile::Burst | Profile::Keys => 0,
             Profile::Fleet => self.r.below(10),
         };
         for _ in 0..n {
@@ -676,7 +736,7 @@ impl Gen {
 
     fn attacks(&mut self, hosts: usize, profile: Profile) {
         match profile {
-            Profile::Burst => {}
+            Profile::Burst | Profile::Keys => {}
             Profile::Sweep | Profile::Fleet => {
                 if self.r.chance(200) {
                     let target = self.r.below(hosts as u64) as usize;

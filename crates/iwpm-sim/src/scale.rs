@@ -93,6 +93,7 @@ pub fn scenario(hosts: usize, fanout: Option<usize>, seed: u64) -> Scenario {
         port_mapped: vec![true; hosts],
         items,
         families: Default::default(),
+        auth: Default::default(),
     }
 }
 

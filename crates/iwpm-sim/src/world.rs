@@ -41,6 +41,8 @@ pub(crate) enum Event {
         from: SocketAddr,
         to: SocketAddr,
         bytes: Vec<u8>,
+        /// What an attacker made of it, if anything.
+        tag: Tag,
     },
     /// An emulated TCP/MPA message arrives at host `to`.
     Wire { to: usize, msg: WireMsg },
@@ -83,6 +85,23 @@ impl Event {
     }
 }
 
+/// Where a datagram came from, as the fleet-key oracles judge it (`crate::check`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Tag {
+    /// Sent by its source (a daemon, the peer actor, or a hostile host older than fleet
+    /// keys: those are judged as before).
+    #[default]
+    Normal,
+    /// A sealed datagram the on-path attacker cut to its first 64 bytes.
+    Stripped,
+    /// A captured sealed datagram sent again later.
+    Replayed,
+    /// A captured sealed datagram with a byte flipped, or sent from another source.
+    Forged,
+    /// Item 5's spoofers (plain datagrams with a victim's address).
+    Spoofed,
+}
+
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct RunStats {
@@ -117,6 +136,21 @@ pub struct RunStats {
     pub rdma_peer_connects: u64,
     /// See `rdma_peer_connects`.
     pub rdma_peer_found: u64,
+    /// REJECTs delivered to the victim of item 5's spoofers (a fleet host) in answer to its
+    /// own REQUESTs.
+    pub victim_rejects: u64,
+    /// Connects of that victim established.
+    pub victim_established: u64,
+    /// Datagrams the on-path attacker stripped, replayed or forged.
+    pub on_path: u64,
+    /// Sealed datagrams keyed daemons believed, and refused (wrong key or unknown id,
+    /// clock, replayed, missing where required), over the whole run.
+    pub auth_verified: u64,
+    /// See `auth_verified`.
+    pub auth_refused: u64,
+    /// REMOTE_INFOs keyed daemons sent at once for authenticated REQUESTs (outside the
+    /// ledger: a fleet member's REQUEST needs no budget).
+    pub remote_info_authenticated: u64,
     /// REMOTE_INFOs daemons sent their kernels for peer REQUESTs (the ledger's left side).
     pub remote_info_for_peers: u64,
     /// ACKs that echoed an ACCEPT really sent to their source (distinct exchanges).
@@ -143,6 +177,12 @@ impl std::ops::AddAssign<&RunStats> for RunStats {
         self.gaps += &o.gaps;
         self.rdma_peer_connects += o.rdma_peer_connects;
         self.rdma_peer_found += o.rdma_peer_found;
+        self.victim_rejects += o.victim_rejects;
+        self.victim_established += o.victim_established;
+        self.on_path += o.on_path;
+        self.auth_verified += o.auth_verified;
+        self.auth_refused += o.auth_refused;
+        self.remote_info_authenticated += o.remote_info_authenticated;
         self.remote_info_for_peers += o.remote_info_for_peers;
         self.verified_acks += o.verified_acks;
         self.digest = crate::rng::mix(self.digest ^ o.digest);
@@ -160,6 +200,9 @@ pub struct Gaps {
     pub closed_early: u64,
     /// Connects refused or without a route while a fault touched either host.
     pub failed_under_fault: u64,
+    /// Connects between a host with a wrong key or a skewed clock and a keyed host, failed
+    /// or closed before set-up: expected (`FleetAuth::fails_between`).
+    pub key_failures: u64,
     /// Connects refused whose listener the plan did not hold open (not judged).
     pub refused_unplanned: u64,
     /// Connects refused with no fault to explain it: each one a `ConnectFailed`.
@@ -185,6 +228,7 @@ impl Gaps {
         self.closed_under_fault
             + self.closed_early
             + self.failed_under_fault
+            + self.key_failures
             + self.refused_unplanned
             + self.failed_unexplained
     }
@@ -204,6 +248,7 @@ impl std::ops::AddAssign<&Gaps> for Gaps {
         self.closed_under_fault += o.closed_under_fault;
         self.closed_early += o.closed_early;
         self.failed_under_fault += o.failed_under_fault;
+        self.key_failures += o.key_failures;
         self.refused_unplanned += o.refused_unplanned;
         self.failed_unexplained += o.failed_unexplained;
         self.miss_siw += o.miss_siw;
@@ -249,6 +294,10 @@ pub struct World {
     /// The hostile host's and the rdma-core-like peer's own state (`crate::hostile`,
     /// `crate::peer`).
     pub(crate) actors: crate::hostile::Actors,
+    /// The fleet-key attacker's and oracles' state (`crate::onpath`, `crate::check`).
+    pub(crate) keyed: crate::onpath::KeyedState,
+    /// The victim of item 5's spoofers, if a fleet host.
+    pub(crate) victim: Option<usize>,
     /// Hosts changed by the current step (checked after it).
     pub(crate) touched: BTreeSet<usize>,
     /// Invariant violations, in order (the run stops at the first one).
@@ -291,6 +340,8 @@ impl World {
             hostile_learned: BTreeMap::new(),
             ledgers: (0..scenario.hosts).map(|_| Ledger::default()).collect(),
             actors: crate::hostile::Actors::default(),
+            keyed: crate::onpath::KeyedState::default(),
+            victim: None,
             touched: BTreeSet::new(),
             violations: Vec::new(),
             known: Vec::new(),
@@ -301,6 +352,10 @@ impl World {
             torn_down: false,
             scenario,
         };
+        for (i, host) in w.hosts.iter_mut().enumerate() {
+            host.key_role = w.scenario.auth.role(i);
+            host.auth_required = w.scenario.auth.required;
+        }
         let mut born: BTreeMap<(usize, u16), Duration> = BTreeMap::new();
         let items = std::mem::take(&mut w.scenario.items);
         for (i, it) in items.iter().enumerate() {
@@ -316,6 +371,8 @@ impl World {
                     .push((it.at, it.at + it.what.window(), it.what.clone()));
             }
             match it.what {
+                What::OnPath { .. } => w.keyed.on_path_items.push(i),
+                What::VictimSpoof { victim, .. } => w.victim = victim,
                 What::Listen { host, port } => {
                     born.entry((host, port)).or_insert(it.at);
                 }
@@ -400,10 +457,27 @@ impl World {
         (self.violations, self.known, self.stats)
     }
 
+    /// The next event and its time, taken off the queue (tests step a run by hand).
+    #[cfg(test)]
+    pub(crate) fn queue_pop(&mut self) -> Option<((Duration, u64), Event)> {
+        self.queue.pop_first()
+    }
+
+    /// Runs one event (tests step a run by hand).
+    #[cfg(test)]
+    pub(crate) fn step(&mut self, e: Event) {
+        self.event(e);
+    }
+
     fn event(&mut self, e: Event) {
         match e {
             Event::Item(i) => self.item(i),
-            Event::Udp { from, to, bytes } => self.deliver_udp(from, to, &bytes),
+            Event::Udp {
+                from,
+                to,
+                bytes,
+                tag,
+            } => self.deliver_udp(from, to, &bytes, tag),
             Event::Wire { to, msg } => self.on_wire(to, msg),
             Event::Wake(h) => self.wake(h),
             Event::Restart(h) => {
@@ -448,6 +522,17 @@ impl World {
             | What::RejectFlood { .. }
             | What::Drain { .. } => self.attack(i, 0),
             What::RdmaPeer { .. } => self.peer_request(i, 0),
+            What::KeyStep { host, step } => {
+                self.hosts[host].rotation = step;
+                self.hosts[host].load_keys(self.base, self.now);
+                self.pump(host);
+            }
+            What::VictimSpoof { .. } => self.attack(i, 0),
+            What::OnPath { mode, .. } => {
+                if mode == crate::plan::OnPathMode::Replay {
+                    self.attack(i, 0);
+                }
+            }
             // Network faults act when datagrams are sent (`self.faults`).
             What::Loss { .. }
             | What::Duplicate { .. }
@@ -462,6 +547,7 @@ impl World {
         if host.wake.is_some_and(|w| w <= self.now) {
             host.wake = None;
         }
+        host.hand_wall_clock(self.base, self.now);
         let t = host.local(self.base, self.now);
         if let Some(d) = host.daemon.as_mut() {
             // The host runs only what is due: the core's timers, a state-file write.
@@ -477,6 +563,7 @@ impl World {
     /// kernel's answers, finished mappings; then its next wake-up.
     pub(crate) fn pump(&mut self, h: usize) {
         self.touched.insert(h);
+        self.hosts[h].hand_wall_clock(self.base, self.now);
         loop {
             let mut progressed = false;
             while let Some(action) = self.hosts[h].daemon.as_mut().and_then(|d| d.poll_action()) {
@@ -523,6 +610,14 @@ impl World {
                 let from = self.hosts[h].peer_source(via);
                 self.hosts[h].counters.udp_out += 1;
                 self.daemon_sends(h, from, to, &datagram);
+                if self.victim == Some(h) {
+                    if let Some(m) = crate::onpath::inner_message(&datagram) {
+                        if m.msg_type == iwpm_proto::peer::PeerMsgType::Request {
+                            self.keyed.victim_handles.insert(m.assoc_handle);
+                        }
+                    }
+                }
+                self.check_answer_size(h, via, to, &datagram);
                 self.send_udp(from, to, datagram);
             }
             Action::SaveState { generation } => {
@@ -559,6 +654,20 @@ impl World {
     /// A datagram leaves `from` for `to`: the active faults decide whether, how often and
     /// when it arrives.
     pub(crate) fn send_udp(&mut self, from: SocketAddr, to: SocketAddr, bytes: Vec<u8>) {
+        self.send_udp_tagged(from, to, bytes, Tag::Normal);
+    }
+
+    /// [`World::send_udp`] for a datagram an attacker made (`tag`).
+    pub(crate) fn send_udp_tagged(
+        &mut self,
+        from: SocketAddr,
+        to: SocketAddr,
+        bytes: Vec<u8>,
+        tag: Tag,
+    ) {
+        if tag == Tag::Normal && !self.keyed.on_path_items.is_empty() {
+            self.on_path_send(from, to, &bytes);
+        }
         let (a, b) = (self.host_index(from.ip()), self.host_index(to.ip()));
         if self.split_of(a, b).is_some() {
             return;
@@ -594,7 +703,15 @@ impl World {
         for c in 0..copies {
             let at = self.now + self.jitter() + extra + Duration::from_micros(c * 7);
             let bytes = bytes.clone();
-            self.push(at, Event::Udp { from, to, bytes });
+            self.push(
+                at,
+                Event::Udp {
+                    from,
+                    to,
+                    bytes,
+                    tag,
+                },
+            );
         }
     }
 
@@ -617,7 +734,22 @@ impl World {
         self.push(at, Event::Wire { to, msg });
     }
 
-    fn deliver_udp(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8]) {
+    fn deliver_udp(&mut self, from: SocketAddr, to: SocketAddr, bytes: &[u8], tag: Tag) {
+        // The on-path attacker sees it first (and may forward it stripped).
+        let stripped = if tag == Tag::Normal && !self.keyed.on_path_items.is_empty() {
+            self.on_path(from, to, bytes)
+        } else {
+            None
+        };
+        let (bytes, tag) = match &stripped {
+            Some(b) => (&b[..], Tag::Stripped),
+            None => (bytes, tag),
+        };
+        if matches!(tag, Tag::Replayed | Tag::Forged) {
+            if let Some(m) = crate::onpath::inner_message(bytes) {
+                self.keyed.tainted_cps.insert(m.cp());
+            }
+        }
         let receiver = [
             IpAddr::V4(HOSTILE_IP),
             IpAddr::V6(HOSTILE_IP6),
@@ -650,7 +782,10 @@ impl World {
         if self.hosts[h].daemon.is_some() && to.port() == iwpm_proto::consts::IWPM_PEER_PORT {
             self.ledger_ack_in(h, from, bytes);
         }
+        self.count_victim_reject(h, bytes);
+        let pre = self.auth_before(h, from, to, bytes);
         let host = &mut self.hosts[h];
+        host.hand_wall_clock(self.base, self.now);
         let t = host.local(self.base, self.now);
         let Some(d) = host.daemon.as_mut() else {
             return;
@@ -658,6 +793,9 @@ impl World {
         host.counters.udp_in += 1;
         d.handle_peer_datagram(t, via, from, bytes);
         self.pump(h);
+        if let Some(pre) = pre {
+            self.auth_after(h, from, bytes, tag, pre);
+        }
     }
 
     /// Ends the run: every remaining connection and listener is destroyed, then the

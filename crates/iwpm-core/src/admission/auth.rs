@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use iwpm_proto::cidr::Cidr;
 use iwpm_proto::fleet_key::FleetKeys;
 use iwpm_proto::peer::auth::{self, AuthBlock};
+use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
 use super::replay::{ReplayMemory, Stale, MAX_REMEMBERED};
 
@@ -47,6 +48,9 @@ pub enum AuthFailure {
     Replayed,
     /// Not sealed, from a network whose datagrams must be (`peer_auth_required`).
     Missing,
+    /// Sealed by a fleet member, but sent from another address than the one the message
+    /// names as its sender (a copy sent by whoever saw it).
+    WrongSource,
 }
 
 impl AuthFailure {
@@ -58,6 +62,7 @@ impl AuthFailure {
             AuthFailure::Clock => "clock",
             AuthFailure::Replayed => "replayed",
             AuthFailure::Missing => "not authenticated",
+            AuthFailure::WrongSource => "from another address",
         }
     }
 }
@@ -191,9 +196,14 @@ impl Authenticator {
         u64::try_from(t.as_micros()).ok()
     }
 
-    /// Opens a received datagram: a plain one as it is (unauthenticated), a sealed one
-    /// verified when we hold keys (unauthenticated, unsealed, when we hold none).
-    pub(crate) fn open(&mut self, now: Instant, datagram: &[u8]) -> Result<Opened, Refused> {
+    /// Opens a datagram received from `from`: a plain one as it is (unauthenticated), a
+    /// sealed one verified when we hold keys (unauthenticated, unsealed, when we hold none).
+    pub(crate) fn open(
+        &mut self,
+        now: Instant,
+        from: IpAddr,
+        datagram: &[u8],
+    ) -> Result<Opened, Refused> {
         let Some(block) = auth::auth_block(datagram) else {
             return Ok(Opened {
                 inner: None,
@@ -228,6 +238,12 @@ impl Authenticator {
         if skew_us.unsigned_abs() > u128::from(window_us) {
             let skew_ms = i64::try_from(skew_us / 1000).unwrap_or(i64::MAX);
             return Err(refused(AuthFailure::Clock, skew_ms));
+        }
+        // Bound to its sender before it is remembered: the MAC does not cover the IP
+        // header, so a copy sent first from another address would otherwise be believed,
+        // and the real datagram, arriving second, refused as its replay.
+        if inner.as_deref().and_then(sender_of) != Some(from.to_canonical()) {
+            return Err(refused(AuthFailure::WrongSource, 0));
         }
         match self.replay.remember(
             mac_prefix(&block),
@@ -278,6 +294,19 @@ impl Authenticator {
             })
             .collect()
     }
+}
+
+/// The address a peer message names as its sender: the connecting side's (`cp`) for a
+/// REQUEST or an ACK, the accepting side's (`ap`, which a port mapper never changes) for
+/// an ACCEPT or a REJECT. A real peer sends from it: its REQUEST goes out by the route of
+/// the connection it asks for, and an answer goes back from the address it was sent to.
+fn sender_of(inner: &[u8]) -> Option<IpAddr> {
+    let msg = PeerMessage::decode(inner).ok()?;
+    let ip = match msg.msg_type {
+        PeerMsgType::Request | PeerMsgType::Ack => msg.cp_ip,
+        PeerMsgType::Accept | PeerMsgType::Reject => msg.ap_ip,
+    };
+    Some(ip.to_canonical())
 }
 
 fn mac_prefix(block: &AuthBlock) -> u64 {

@@ -116,7 +116,10 @@ impl Admission {
         if !self.peer_allow.allows(from.ip()) {
             return Err(Refusal::NotAllowed);
         }
-        let opened = self.auth.open(now, datagram).map_err(Refusal::Auth)?;
+        let opened = self
+            .auth
+            .open(now, from.ip(), datagram)
+            .map_err(Refusal::Auth)?;
         if opened.trust == Trust::Unauthenticated && self.auth.required_from(from.ip()) {
             return Err(Refusal::Auth(Refused {
                 failure: AuthFailure::Missing,

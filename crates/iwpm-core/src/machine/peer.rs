@@ -161,6 +161,12 @@ impl Core {
                 |s| &mut s.peer_auth_replayed,
                 "it was seen before (a replay)".to_owned(),
             ),
+            AuthFailure::WrongSource => (
+                |s| &mut s.peer_auth_wrong_source,
+                "it is sealed by a fleet member but comes from another address than the one \
+                 it names as its sender (a copy)"
+                    .to_owned(),
+            ),
             AuthFailure::Missing => (
                 |s| &mut s.peer_auth_missing,
                 "it is not authenticated, and its network is in peer_auth_required (a peer \

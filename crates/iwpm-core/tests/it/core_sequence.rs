@@ -205,8 +205,9 @@ pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             // A keyed core (mode bit 4): sealed REQUESTs (shape 8) of both families, a
-            // plain one, the core's own sealed answers echoed back (a reflection, then a
-            // replay), a daemon restart, and a replay after it.
+            // plain one, the core's own sealed answer echoed back (from another address
+            // than its sender's), replays of the model's sealed REQUESTs, a forged copy, a
+            // daemon restart, and a replay after it.
             "keyed-sealed-and-replayed",
             encode(
                 Setup {
@@ -241,7 +242,12 @@ pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                     },
                     Op::Echo {
                         pick: 0,
-                        at: 0,
+                        at: 128,
+                        xor: 0,
+                    },
+                    Op::Echo {
+                        pick: 1,
+                        at: 128,
                         xor: 0,
                     },
                     Op::Echo {
@@ -254,7 +260,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                     Op::Restore { how: 0 },
                     Op::Echo {
                         pick: 1,
-                        at: 0,
+                        at: 128,
                         xor: 0,
                     },
                     Op::AdvanceLong { secs: 30 },
@@ -667,13 +673,19 @@ fn the_keyed_seed_authenticates_and_refuses_replays() {
     let mut d = Driver::new(setup);
     let mut verified = 0;
     let mut replayed = 0;
+    let mut wrong_source = 0;
     for op in &ops {
         d.step(op);
         let st = d.core().stats();
         verified = verified.max(st.peer_auth_verified);
         replayed = replayed.max(st.peer_auth_replayed);
+        wrong_source = wrong_source.max(st.peer_auth_wrong_source);
     }
     assert!(verified >= 2, "{verified} sealed datagrams verified");
-    assert!(replayed >= 1, "{replayed} replays refused");
+    assert!(replayed >= 2, "{replayed} replays refused");
+    assert!(
+        wrong_source >= 1,
+        "{wrong_source} copies from another address refused"
+    );
     d.finish();
 }

@@ -372,3 +372,25 @@ fn a_restarted_daemon_believes_nothing_sealed_before_its_start() {
     v4(&mut h, "10.0.0.1:3935", &fresh);
     assert_eq!(remote_infos(&mut h), 1);
 }
+
+/// Found by the simulator (K1): the MAC does not cover the IP header, so a copy of a sealed
+/// REQUEST sent first from another address (an on-path host racing the original) was
+/// believed, its ACCEPT went to the copier, and the real REQUEST was refused as a replay of
+/// it: the connect failed and the REMOTE_INFO stayed in the kernel. A sealed datagram is
+/// now believed only from the address it names as its sender (`cp` for a REQUEST or an
+/// ACK, `ap` for an ACCEPT or a REJECT), before it is remembered.
+#[test]
+fn a_sealed_copy_racing_from_another_address_is_refused_and_the_original_served() {
+    let mut h = keyed(config(), Some(keys(&[(1, false)])));
+    listener(&mut h, "10.0.0.2:4000");
+    let req = sealed_request(7, "10.0.0.1", "10.0.0.2:4000", &key(1, false), WALL);
+    v4(&mut h, "10.0.0.66:3935", &req);
+    assert_eq!(remote_infos(&mut h), 0);
+    h.no_peer();
+    assert_eq!(h.core().stats().peer_auth_wrong_source, 1);
+    // The original, second, is believed.
+    v4(&mut h, "10.0.0.1:3935", &req);
+    assert_eq!(remote_infos(&mut h), 1);
+    assert_eq!(h.expect_peer().to, addr("10.0.0.1:3935"));
+    assert_eq!(h.core().stats().peer_auth_replayed, 0);
+}

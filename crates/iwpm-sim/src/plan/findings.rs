@@ -216,7 +216,7 @@ impl Gen {
                     },
                 );
             }
-            Profile::Burst => {}
+            Profile::Burst | Profile::Keys => {}
         }
     }
 }
@@ -260,11 +260,14 @@ impl Scenario {
                 .items
                 .iter()
                 .filter(|i| {
-                    !i.what.is_findings_attack() && !matches!(i.what, What::RdmaPeer { .. })
+                    !i.what.is_findings_attack()
+                        && !i.what.is_keys_item()
+                        && !matches!(i.what, What::RdmaPeer { .. })
                 })
                 .cloned()
                 .collect(),
             families: BTreeMap::new(),
+            auth: FleetAuth::default(),
             ..self.clone()
         }
     }

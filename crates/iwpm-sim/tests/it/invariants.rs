@@ -52,6 +52,7 @@ fn scenario(items: Vec<Item>) -> Scenario {
         port_mapped: vec![true, true],
         items,
         families: Default::default(),
+        auth: Default::default(),
     }
 }
 

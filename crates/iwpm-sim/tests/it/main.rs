@@ -5,5 +5,6 @@
 
 mod findings;
 mod invariants;
+mod keys;
 mod seeds;
 mod summary;

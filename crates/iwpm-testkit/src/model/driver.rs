@@ -137,6 +137,8 @@ pub struct Driver {
     /// The MACs of every sealed datagram delivered to the core: one delivered again is a
     /// replay, which must make it tell its kernel nothing.
     sealed_seen: HashSet<[u8; 16]>,
+    /// The sealed datagrams delivered, with their socket and source: what a replay sends.
+    sealed_sent: Recent<(PeerSocket, SocketAddr, Vec<u8>)>,
 }
 
 impl Driver {
@@ -175,6 +177,7 @@ impl Driver {
             started: now,
             last_stamp: 0,
             sealed_seen: HashSet::new(),
+            sealed_sent: Recent::new(),
         };
         d.hand_in_keys();
         d.host.start(d.now);

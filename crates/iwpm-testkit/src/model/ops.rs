@@ -261,7 +261,9 @@ ops! {
     /// attacker who never saw it), 3 echoed with one echo byte flipped (`from >> 2 & 15`
     /// picks it; tampering).
     14 => Ack { pick: u8, from: u8 },
-    /// One of the datagrams the core sent, delivered back (optionally with a byte xor-ed).
+    /// One of the datagrams the core sent, delivered back (optionally with a byte xor-ed);
+    /// in a keyed run, `at >= 128` with `xor == 0` instead replays one of the sealed
+    /// datagrams the model sent, from its source.
     15 => Echo { pick: u8, at: u8, xor: u8 },
     /// Raw bytes on a peer socket.
     16 => PeerRaw { src: u8, data: Vec<u8> = MAX_RAW_PEER },

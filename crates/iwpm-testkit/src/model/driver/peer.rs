@@ -103,6 +103,12 @@ impl Driver {
                     fail("an unverifiable ACK made the core send a REMOTE_INFO");
                 }
             }
+            Op::Echo { pick, at, xor } if self.keyed && *at >= 128 && *xor == 0 => {
+                let Some((via, from, bytes)) = self.sealed_sent.pick(*pick) else {
+                    return self.after_step();
+                };
+                self.peer(via, from, &bytes);
+            }
             Op::Echo { pick, at, xor } => {
                 let Some((via, to, mut bytes)) = self.sent_all.pick(*pick) else {
                     return self.after_step();
@@ -176,6 +182,7 @@ impl Driver {
         let replay = sealed.is_some_and(|mac| !self.sealed_seen.insert(mac));
         if sealed.is_some() && !replay {
             self.ledger.sealed_fresh(bytes);
+            self.sealed_sent.push((via, from, bytes.to_vec()));
         }
         let before = self.remote_infos;
         self.host.handle_peer_datagram(self.now, via, from, bytes);
