@@ -116,15 +116,40 @@ pub(crate) struct Target {
     pub met: Option<bool>,
 }
 
-impl Target {
-    /// What the table's verdict column says.
-    pub(crate) fn verdict(&self) -> &'static str {
-        match self.met {
-            Some(true) => "met",
-            Some(false) => "MISS",
-            None => "n/a (quick)",
-        }
+/// The targets table (verdict, target, value, goal under the heading `goal`; a target not
+/// judged says `unjudged`), then one `note:` line per note: how every report of the bench
+/// ends.
+pub(crate) fn render_targets(
+    targets: &[Target],
+    goal: &str,
+    unjudged: &str,
+    notes: &[String],
+) -> String {
+    use Align::{Left, Right};
+    let mut t = Table::new(&[
+        ("verdict", Left),
+        ("target", Left),
+        ("value", Right),
+        (goal, Left),
+    ]);
+    for g in targets {
+        t.row(vec![
+            match g.met {
+                Some(true) => "met",
+                Some(false) => "MISS",
+                None => unjudged,
+            }
+            .to_owned(),
+            g.name.clone(),
+            format!("{:.2}", g.value),
+            g.goal.clone(),
+        ]);
     }
+    let mut s = t.render("  ");
+    for n in notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
 }
 
 /// The line above a `--quick` run's targets: its figures are no verdict on the goals.
@@ -349,24 +374,7 @@ impl Bench {
         } else {
             "goal"
         };
-        let mut t = Table::new(&[
-            ("verdict", Left),
-            ("target", Left),
-            ("value", Right),
-            (goal, Left),
-        ]);
-        for g in &self.targets {
-            t.row(vec![
-                g.verdict().to_owned(),
-                g.name.clone(),
-                format!("{:.2}", g.value),
-                g.goal.clone(),
-            ]);
-        }
-        s += &t.render("  ");
-        for n in &self.notes {
-            let _ = writeln!(s, "note: {n}");
-        }
+        s += &render_targets(&self.targets, goal, "n/a (quick)", &self.notes);
         s
     }
 }

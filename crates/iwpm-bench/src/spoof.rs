@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use crate::mac::{self, MacCost};
 use crate::procfs;
-use crate::report::Target;
+use crate::report::{render_targets, Target};
 use crate::table::{Align, Table};
 
 /// Sources (one datagram each) of the full flood.
@@ -840,29 +840,7 @@ impl SpoofReport {
             self.mac.what
         );
         let _ = writeln!(s, "\ntargets");
-        let mut t = Table::new(&[
-            ("verdict", Left),
-            ("target", Left),
-            ("value", Right),
-            ("goal", Left),
-        ]);
-        for g in &self.targets {
-            t.row(vec![
-                match g.met {
-                    Some(true) => "met",
-                    Some(false) => "MISS",
-                    None => "n/a",
-                }
-                .to_owned(),
-                g.name.clone(),
-                format!("{:.2}", g.value),
-                g.goal.clone(),
-            ]);
-        }
-        s += &t.render("  ");
-        for n in &self.notes {
-            let _ = writeln!(s, "note: {n}");
-        }
+        s += &render_targets(&self.targets, "goal", "n/a", &self.notes);
         s
     }
 }
