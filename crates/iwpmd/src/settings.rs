@@ -11,8 +11,9 @@ use iwpm_proto::consts::IWPM_PEER_PORT;
 use crate::cli::{Cli, ConfigSource};
 use crate::peer_sockets::PeerBind;
 
-/// What the daemon runs with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the daemon runs with. Its `Debug` is the "effective settings" line of `-v`: it
+/// shows what a configuration file or the command line can set, and never key bytes.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Settings {
     /// Netlink receive buffer in bytes; 0 keeps the kernel default.
     pub nl_sock_rbuf_size: usize,
@@ -30,6 +31,99 @@ pub(crate) struct Settings {
     pub peer_key_file: Option<PathBuf>,
     /// Keys the file set that no longer have an effect (each warned about once).
     pub obsolete: Vec<&'static str>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No `..`: a new field does not compile until it is shown here.
+        let Settings {
+            nl_sock_rbuf_size,
+            peer_bind,
+            core,
+            state_file,
+            configured_state_file,
+            peer_key_file,
+            obsolete,
+        } = self;
+        f.debug_struct("Settings")
+            .field("nl_sock_rbuf_size", nl_sock_rbuf_size)
+            .field("peer_bind", peer_bind)
+            .field("core", &ConfiguredCore(core))
+            .field("state_file", state_file)
+            .field("configured_state_file", configured_state_file)
+            .field("peer_key_file", peer_key_file)
+            .field("obsolete", obsolete)
+            .finish()
+    }
+}
+
+/// The core's configuration as the settings hold it. `netlink_pid`, `peer_port` and
+/// `handle_key` are placeholders until start-up fills them in (the kernel link's port id,
+/// `peer_bind.port`, 32 random bytes), so they are shown as what fills them: a logged
+/// placeholder key (public, but 32 bytes) reads like the real one.
+struct ConfiguredCore<'a>(&'a CoreConfig);
+
+impl std::fmt::Debug for ConfiguredCore<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        /// Shown as is, without quotes.
+        struct FilledAtStart(&'static str);
+        impl std::fmt::Debug for FilledAtStart {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        let CoreConfig {
+            netlink_pid: _,
+            max_abi,
+            peer_port: _,
+            retransmit_interval,
+            max_retransmits,
+            exchange_lifetime,
+            max_mappings,
+            max_exchanges,
+            max_peer_exchanges,
+            remote_info_budget,
+            remote_info_refill,
+            remote_info_source_burst,
+            remote_info_source_rate,
+            max_rejects_per_sec,
+            peer_allow,
+            peer_auth_required,
+            peer_auth_window,
+            log_interval,
+            reply_deadline,
+            handshake_timeout,
+            local_answers,
+            handle_key: _,
+        } = self.0;
+        f.debug_struct("CoreConfig")
+            .field("netlink_pid", &FilledAtStart("<the kernel link's port id>"))
+            .field("max_abi", max_abi)
+            .field("peer_port", &FilledAtStart("<peer_bind.port>"))
+            .field("retransmit_interval", retransmit_interval)
+            .field("max_retransmits", max_retransmits)
+            .field("exchange_lifetime", exchange_lifetime)
+            .field("max_mappings", max_mappings)
+            .field("max_exchanges", max_exchanges)
+            .field("max_peer_exchanges", max_peer_exchanges)
+            .field("remote_info_budget", remote_info_budget)
+            .field("remote_info_refill", remote_info_refill)
+            .field("remote_info_source_burst", remote_info_source_burst)
+            .field("remote_info_source_rate", remote_info_source_rate)
+            .field("max_rejects_per_sec", max_rejects_per_sec)
+            .field("peer_allow", peer_allow)
+            .field("peer_auth_required", peer_auth_required)
+            .field("peer_auth_window", peer_auth_window)
+            .field("log_interval", log_interval)
+            .field("reply_deadline", reply_deadline)
+            .field("handshake_timeout", handshake_timeout)
+            .field("local_answers", local_answers)
+            .field(
+                "handle_key",
+                &FilledAtStart("<32 random bytes, drawn at start-up>"),
+            )
+            .finish()
+    }
 }
 
 /// Why the configuration cannot be used: the daemon does not start.
@@ -418,6 +512,25 @@ mod tests {
         // The settings' Debug (logged with -v) names the key file, never keys.
         assert!(format!("{s:?}").contains("/etc/iwpmd/peer-keys"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `-v` logs the settings' Debug as "effective settings": it must show no key bytes
+    /// (not even the public placeholder) and no port id that start-up has not filled in.
+    #[test]
+    fn effective_settings_show_no_key_bytes() {
+        let s = Settings::load(&cli(&["--config", "none"])).unwrap();
+        let shown = format!("{s:?}");
+        let key = &s.core.handle_key;
+        let as_list = format!("{key:?}");
+        let as_list = as_list.trim_start_matches('[').trim_end_matches(']');
+        assert!(!shown.contains(as_list), "{shown}");
+        assert!(!shown.contains(&*String::from_utf8_lossy(key)), "{shown}");
+        assert!(
+            shown.contains("handle_key: <32 random bytes, drawn at start-up>"),
+            "{shown}"
+        );
+        assert!(!shown.contains("netlink_pid: 0"), "{shown}");
+        assert!(shown.contains("max_mappings: 100000"), "{shown}");
     }
 
     #[test]
