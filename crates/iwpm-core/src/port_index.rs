@@ -14,7 +14,12 @@
 //!   as in C). A wildcard entry never answers for the other family: the kernel never
 //!   connects an IPv6 peer to an IPv4-wildcard listener or the other way round (siw and
 //!   the iWARP adapters listen per address family), so a REMOTE_INFO sent for such a pair
-//!   would stay in the kernel unconsumed (C answers it, and leaks that entry).
+//!   would stay in the kernel unconsumed (C answers it, and leaks that entry);
+//! * *collision* (our ADD_MAPPING duplicate rule, `docs/protocol.md` §4.5): the loose
+//!   look-up within the searched address's family only. C's loose look-up lets a wildcard
+//!   collide with every entry on the port, IPv6 ones too, which refuses the second of
+//!   nfsd's `0.0.0.0:P` and `[::]:P` listeners; the families' listeners and their mapped
+//!   ports never meet (each mapping reserves a port of its own), so nothing is protected.
 //!
 //! When several entries match, the newest (largest id) wins.
 
@@ -35,15 +40,29 @@ pub(crate) enum Lookup {
     /// Equal, or the entry a wildcard of the same family, or the searched address a
     /// wildcard.
     Loose,
+    /// Loose within the searched address's family.
+    Collision,
 }
 
 impl Lookup {
     fn accepts(self, entry: IpAddr, searched: IpAddr) -> bool {
+        let same_family = entry.is_ipv4() == searched.is_ipv4();
         entry == searched
-            || (self == Lookup::Loose
-                && ((entry.is_unspecified() && entry.is_ipv4() == searched.is_ipv4())
-                    || searched.is_unspecified()))
+            || match self {
+                Lookup::Exact => false,
+                Lookup::Loose => {
+                    (entry.is_unspecified() && same_family) || searched.is_unspecified()
+                }
+                Lookup::Collision => {
+                    same_family && (entry.is_unspecified() || searched.is_unspecified())
+                }
+            }
     }
+}
+
+/// Index of `ip`'s family in a per-family pair.
+fn family(ip: IpAddr) -> usize {
+    usize::from(ip.is_ipv6())
 }
 
 /// The wildcard address of `ip`'s family.
@@ -58,18 +77,30 @@ fn wildcard_of(ip: IpAddr) -> IpAddr {
 /// Entries of a crowded port.
 #[derive(Clone, Debug, Default)]
 struct Crowded {
-    all: BTreeSet<MappingId>,
+    /// Every id, per family (IPv4, IPv6).
+    all: [BTreeSet<MappingId>; 2],
     by_ip: HashMap<IpAddr, Vec<MappingId>>,
 }
 
 impl Crowded {
     fn newest(&self, lookup: Lookup, ip: IpAddr) -> Option<MappingId> {
         let on = |ip: IpAddr| self.by_ip.get(&ip).and_then(|v| v.iter().max().copied());
+        let last = |f: usize| self.all[f].last().copied();
         match lookup {
             Lookup::Exact => on(ip),
-            Lookup::Loose if ip.is_unspecified() => self.all.last().copied(),
-            Lookup::Loose => on(ip).max(on(wildcard_of(ip))),
+            Lookup::Loose if ip.is_unspecified() => last(0).max(last(1)),
+            Lookup::Collision if ip.is_unspecified() => last(family(ip)),
+            Lookup::Loose | Lookup::Collision => on(ip).max(on(wildcard_of(ip))),
         }
+    }
+
+    fn insert(&mut self, id: MappingId, ip: IpAddr) {
+        self.all[family(ip)].insert(id);
+        self.by_ip.entry(ip).or_default().push(id);
+    }
+
+    fn len(&self) -> usize {
+        self.all[0].len() + self.all[1].len()
     }
 }
 
@@ -112,16 +143,12 @@ impl PortIndex {
             PortEntries::Few(v) if v.len() + 1 >= CROWDED_AT => {
                 let mut c = Crowded::default();
                 for (x, x_ip) in v.iter().copied().chain([(id, ip)]) {
-                    c.all.insert(x);
-                    c.by_ip.entry(x_ip).or_default().push(x);
+                    c.insert(x, x_ip);
                 }
                 *entries = PortEntries::Crowded(Box::new(c));
             }
             PortEntries::Few(v) => v.push((id, ip)),
-            PortEntries::Crowded(c) => {
-                c.all.insert(id);
-                c.by_ip.entry(ip).or_default().push(id);
-            }
+            PortEntries::Crowded(c) => c.insert(id, ip),
         }
     }
 
@@ -144,14 +171,14 @@ impl PortIndex {
                 }
             }
             PortEntries::Crowded(c) => {
-                c.all.remove(&id);
+                c.all[family(ip)].remove(&id);
                 if let Some(v) = c.by_ip.get_mut(&ip) {
                     v.retain(|x| *x != id);
                     if v.is_empty() {
                         c.by_ip.remove(&ip);
                     }
                 }
-                c.all.is_empty()
+                c.len() == 0
             }
         };
         if empty {
@@ -185,7 +212,7 @@ impl PortIndex {
             .map(|e| match e {
                 PortEntries::One(_) => 1,
                 PortEntries::Few(v) => v.len(),
-                PortEntries::Crowded(c) => c.all.len(),
+                PortEntries::Crowded(c) => c.len(),
             })
             .sum()
     }
@@ -196,7 +223,7 @@ impl PortIndex {
             Some(PortEntries::One(x)) => *x == id,
             Some(PortEntries::Few(v)) => v.contains(&(id, ip)),
             Some(PortEntries::Crowded(c)) => {
-                c.all.contains(&id) && c.by_ip.get(&ip).is_some_and(|v| v.contains(&id))
+                c.all[family(ip)].contains(&id) && c.by_ip.get(&ip).is_some_and(|v| v.contains(&id))
             }
             None => false,
         }
@@ -258,6 +285,16 @@ mod tests {
             );
             // ... but never for the other family.
             assert_eq!(x.newest(Lookup::Loose, 5000, ip("fd00::1"), ip_of), None);
+            // A wildcard search collides within its own family only.
+            assert_eq!(x.newest(Lookup::Collision, 5000, ip("::"), ip_of), None);
+            assert_eq!(
+                x.newest(Lookup::Collision, 5000, ip("0.0.0.0"), ip_of),
+                Some(MappingId(1000))
+            );
+            assert_eq!(
+                x.newest(Lookup::Collision, 5000, first, ip_of),
+                Some(MappingId(1000))
+            );
             assert_eq!(x.len(), n as usize + 1);
             assert!(x.contains(5000, ip("0.0.0.0"), MappingId(1000)));
             x.remove(5000, ip("0.0.0.0"), MappingId(1000));

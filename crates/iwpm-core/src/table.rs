@@ -355,6 +355,12 @@ impl MappingTable {
         self.newest(Side::Local, Lookup::Loose, ep)
     }
 
+    /// The entry an ADD_MAPPING or a restored record of `ep` collides with: C's loose
+    /// look-up within `ep`'s family (`port_index.rs`).
+    pub(crate) fn colliding_local(&self, ep: &Endpoint) -> Option<MappingId> {
+        self.newest(Side::Local, Lookup::Collision, ep)
+    }
+
     /// C's exact look-up by local address.
     pub(crate) fn exact_local(&self, ep: &Endpoint) -> Option<MappingId> {
         self.newest(Side::Local, Lookup::Exact, ep)

@@ -24,6 +24,11 @@
 //!   Here a non-IP or mismatched-family QUERY gets HANDLE_ERR 10 and a non-IP local address
 //!   gets CREATE_MAPPING_ERR without any reservation; a wildcard local address in a QUERY is
 //!   refused (11) before anything is created.
+//! * **An IPv4 and an IPv6 listener may share a local port** (`docs/protocol.md` §4.5): an
+//!   ADD_MAPPING collides only with a mapping of its own family (the same address, or
+//!   either one a wildcard), so nfsd's `0.0.0.0:20049` and `[::]:20049` are both mapped.
+//!   C lets a wildcard collide across families and refuses the second. MAPINFO records and
+//!   restored mappings follow the same rule, so both survive a restart.
 //! * **MAPINFO_NUM acknowledges the batch it closes**: ACK_NUM counts the records accepted
 //!   since the previous MAPINFO_NUM of that client (C counts since start; identical for the
 //!   single replay that follows a start).
@@ -221,7 +226,7 @@ impl Core {
             self.mapping_failed(now, req, "ADD_MAPPING of a non-IP address");
             return;
         };
-        if let Some(id) = self.table.loose_local(&local.ep) {
+        if let Some(id) = self.table.colliding_local(&local.ep) {
             let shared = self
                 .table
                 .get(id)

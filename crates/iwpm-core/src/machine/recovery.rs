@@ -63,7 +63,7 @@ impl Core {
             self.record_failed(now, req, "local and mapped families differ");
             return;
         }
-        let mut existing = self.table.loose_local(&local.ep);
+        let mut existing = self.table.colliding_local(&local.ep);
         if let Some(id) = existing {
             let contradicted = self
                 .table

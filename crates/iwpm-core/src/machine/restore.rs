@@ -189,7 +189,7 @@ impl Core {
                 report.skipped += 1;
                 continue;
             };
-            if self.table.loose_local(&local.ep).is_some() || s.refcount == 0 {
+            if self.table.colliding_local(&local.ep).is_some() || s.refcount == 0 {
                 report.skipped += 1;
                 continue;
             }

@@ -242,11 +242,10 @@ fn wildcard_add_is_shared_with_refcount() {
     let v = h.core().mappings().next().unwrap();
     assert!(v.wildcard);
 
-    // A specific address on a wildcard-mapped port, and an IPv6 wildcard on it: duplicates.
+    // A specific address of its family on a wildcard-mapped port: a duplicate.
     let s = h.add("10.0.0.1:4000", Some(0));
     h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
-    let s = h.add("[::]:4000", Some(0));
-    h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
+    assert_eq!(h.core().mappings().count(), 1);
 
     h.remove("0.0.0.0:4000");
     assert_eq!(h.ports().held.len(), 1, "one reference left");
@@ -264,6 +263,62 @@ fn specific_addresses_on_one_port_are_independent_but_block_a_wildcard() {
     assert_ne!(ma.port(), mb.port());
     let w = h.add("0.0.0.0:4000", Some(0));
     h.expect_handle_err(w, IWPM_DUPLICATE_MAPPING_ERR);
+    assert_eq!(h.core().mappings().count(), 2);
+}
+
+/// nfsd listens on `0.0.0.0:20049` and `[::]:20049`: both are mapped, whichever comes
+/// first, each with a port of its own (C refuses the second; `docs/protocol.md` §4.5).
+#[test]
+fn wildcards_of_both_families_share_a_local_port_in_either_order() {
+    for (first, second) in [
+        ("0.0.0.0:20049", "[::]:20049"),
+        ("[::]:20049", "0.0.0.0:20049"),
+    ] {
+        let mut h = CoreHarness::booted();
+        let s = h.add(first, Some(0));
+        let m1 = h.expect_add_reply(s);
+        let s = h.add(second, Some(0));
+        let m2 = h.expect_add_reply(s);
+        assert_ne!(m1.port(), m2.port(), "{first} then {second}");
+        assert_eq!(h.ports().held.len(), 2, "one reservation per family");
+        let mut held: Vec<bool> = h.ports().held.values().map(|a| a.is_ipv4()).collect();
+        held.sort();
+        assert_eq!(held, [false, true], "each reserved in its own family");
+        assert_eq!((h.refcount(first), h.refcount(second)), (Some(1), Some(1)));
+
+        // Each wildcard is still shared within its family ...
+        let s = h.add(second, Some(0));
+        assert_eq!(h.expect_add_reply(s), m2);
+        assert_eq!(h.refcount(second), Some(2));
+        // ... and still refuses a specific address of its family on the port.
+        for specific in ["10.0.0.1:20049", "[2001:db8::1]:20049"] {
+            let s = h.add(specific, Some(0));
+            h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
+        }
+        assert_eq!(h.core().mappings().count(), 2);
+
+        // Removing one family's listener leaves the other's mapping and port.
+        h.remove(first);
+        assert_eq!(h.refcount(first), None);
+        assert_eq!(h.refcount(second), Some(2));
+        assert_eq!(h.ports().held.len(), 1);
+        h.core().check_invariants().unwrap();
+    }
+}
+
+/// A specific address and the other family's wildcard on one port do not collide either;
+/// within a family a specific address still blocks the wildcard.
+#[test]
+fn a_specific_address_blocks_only_its_own_familys_wildcard() {
+    let mut h = CoreHarness::booted();
+    let s = h.add("[2001:db8::1]:4000", Some(0));
+    h.expect_add_reply(s);
+    let s = h.add("0.0.0.0:4000", Some(0));
+    h.expect_add_reply(s);
+    let s = h.add("[::]:4000", Some(0));
+    h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
+    let s = h.add("10.0.0.1:4000", Some(0));
+    h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
     assert_eq!(h.core().mappings().count(), 2);
 }
 

@@ -92,6 +92,35 @@ fn conflicting_record_gets_error_12_and_the_batch_goes_on() {
     expect_mapinfo_ack(&mut h, seq, 4, 2);
 }
 
+/// The kernel replays nfsd's two wildcard listeners in either order: both records are
+/// taken, each re-reserving its own port (C keeps whichever comes first and refuses the
+/// other with error 12; `docs/protocol.md` §4.5).
+#[test]
+fn wildcard_records_of_both_families_are_both_recovered() {
+    let v4 = ("0.0.0.0:20049", "0.0.0.0:40020", Some(0));
+    let v6 = ("[::]:20049", "[::]:40021", Some(0));
+    for records in [[v4, v6], [v6, v4]] {
+        let mut h = restarted();
+        h.mapinfo_records(&records);
+        h.no_kernel();
+        let mut held: Vec<_> = h.ports().held.values().map(|a| a.to_string()).collect();
+        held.sort();
+        assert_eq!(held, ["0.0.0.0:40020", "[::]:40021"]);
+        assert_eq!(h.refcount("0.0.0.0:20049"), Some(1));
+        assert_eq!(h.refcount("[::]:20049"), Some(1));
+        assert_eq!(h.core().stats().mapinfo_conflicts, 0);
+        let seq = h.mapinfo_num(2);
+        expect_mapinfo_ack(&mut h, seq, 2, 2);
+        // A specific record of either family on that port still conflicts.
+        h.reg_pid();
+        h.kernel_in.clear();
+        let s = h.add("10.0.0.1:20049", Some(0));
+        h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
+        let s = h.add("[2001:db8::1]:20049", Some(0));
+        h.expect_handle_err(s, IWPM_DUPLICATE_MAPPING_ERR);
+    }
+}
+
 #[test]
 fn record_whose_port_is_taken_fails_with_error_11() {
     let mut h = restarted();

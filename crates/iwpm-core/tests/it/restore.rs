@@ -366,3 +366,49 @@ fn a_no_port_map_record_with_another_port_keeps_the_state_file_readable() {
     let back = iwpm_core::state_file::StateFile::decode(&file.encode());
     assert!(back.is_ok(), "{back:?}");
 }
+
+/// nfsd's `0.0.0.0:20049` and `[::]:20049` listeners, both mapped, survive a restart
+/// through the state file and the kernel's replay, whichever record it replays first:
+/// both restored, both confirmed, neither port bound twice (`docs/protocol.md` §4.5).
+#[test]
+fn wildcards_of_both_families_survive_a_restart() {
+    let mut before = CoreHarness::booted();
+    let mut mapped = Vec::new();
+    for local in ["0.0.0.0:20049", "[::]:20049"] {
+        let s = before.add(local, Some(0));
+        mapped.push((local, before.expect_add_reply(s).to_socket_addr().unwrap()));
+    }
+    let saved_table = iwpm_core::state_file::StateFile {
+        host: "h".into(),
+        boot_id: "b".into(),
+        mappings: before.core().saved_mappings(),
+    };
+    let decoded = iwpm_core::state_file::StateFile::decode(&saved_table.encode()).unwrap();
+    assert_eq!(decoded.mappings.len(), 2);
+    for reversed in [false, true] {
+        let mut h = restored(&decoded.mappings);
+        assert_eq!(h.ports().held.len(), 2);
+        let binds_before = h.ports().binds.len();
+        let mut replay: Vec<(String, String)> = mapped
+            .iter()
+            .map(|(l, m)| (l.to_string(), m.to_string()))
+            .collect();
+        if reversed {
+            replay.reverse();
+        }
+        let records: Vec<(&str, &str, Option<u32>)> = replay
+            .iter()
+            .map(|(l, m)| (l.as_str(), m.as_str(), Some(0)))
+            .collect();
+        h.mapinfo_records(&records);
+        h.no_kernel();
+        assert_eq!(h.ports().binds.len(), binds_before, "no port bound again");
+        h.mapinfo_num(2);
+        let r = settle(&mut h);
+        assert_eq!((r.confirmed, r.freed), (2, 0), "{r:?}");
+        assert_eq!(h.refcount("0.0.0.0:20049"), Some(1));
+        assert_eq!(h.refcount("[::]:20049"), Some(1));
+        assert_eq!(h.core().stats().mapinfo_conflicts, 0);
+        h.core().check_invariants().unwrap();
+    }
+}

@@ -406,6 +406,51 @@ mod tests {
         }
     }
 
+    /// nfsd's `0.0.0.0:P` and `[::]:P` listeners are both mapped (`docs/protocol.md` §4.5):
+    /// their two wildcard reservations bind side by side in either order, each on a port
+    /// of its own, and bind again at those recorded ports after a restart in either order.
+    /// The IPv6 one stays dual-stack as in C (it holds its port for IPv4 too), which is
+    /// why the two can never be given the same port: no `IPV6_V6ONLY` is needed for both
+    /// binds to succeed.
+    #[test]
+    fn wildcards_of_both_families_bind_side_by_side_and_after_a_restart() {
+        let v4: SocketAddr = (Ipv4Addr::UNSPECIFIED, 0).into();
+        let v6: SocketAddr = (Ipv6Addr::UNSPECIFIED, 0).into();
+        if Socket::new(Domain::IPV6, Type::STREAM, None).is_err() {
+            return; // no IPv6 on this host
+        }
+        for order in [[v4, v6], [v6, v4]] {
+            let mut r = Reservations::new();
+            let mut held = Vec::new();
+            for bind in order {
+                let Ok((id, port)) = r.reserve(bind) else {
+                    return; // IPv6 sockets but no IPv6 address family support
+                };
+                held.push((id, SocketAddr::new(bind.ip(), port)));
+            }
+            assert_ne!(held[0].1.port(), held[1].1.port());
+            let v6_port = held.iter().find(|(_, a)| a.is_ipv6()).unwrap().1.port();
+            let v6only = r
+                .bound(held.iter().find(|(_, a)| a.is_ipv6()).unwrap().0)
+                .and_then(|(s, _)| s.only_v6().ok());
+            if v6only == Some(false) {
+                assert!(
+                    tcp_bind_fails((Ipv4Addr::UNSPECIFIED, v6_port).into()),
+                    "a dual-stack IPv6 reservation holds its IPv4 port too"
+                );
+            }
+            // A restart without the FD store binds the recorded ports again.
+            for (id, _) in &held {
+                assert!(r.release(*id));
+            }
+            for (_, recorded) in held.iter().rev() {
+                let (_, port) = r.reserve(*recorded).unwrap();
+                assert_eq!(port, recorded.port());
+            }
+            assert_eq!(r.len(), 2);
+        }
+    }
+
     /// The address kept with each reservation is what the kernel says the socket is bound
     /// to (the FD store names and the close journal use it instead of asking), and a
     /// reservation taken over from the FD store keeps its port out of the random picks.
