@@ -17,8 +17,10 @@
 # $RIG_CACHE/bzImage (bzImage-6.12), built from Debian's linux-source-$RIG_KVER, patched, if
 # missing or stale. (Without RIG_PATCHES=1: ../shared/rig/bzImage, $RIG_CACHE/bzImage.plain.) Prints the path of the kernel as its last line.
 # Env: RIG_KVER (default 6.1), RIG_CACHE (default /var/cache/iwpm-rig-project), JOBS (default 3),
-# RIG_EXTRA_CONFIG (a further fragment after the overlay, e.g. tests/system's; use it with a
-# RIG_CACHE and RIG_NO_SHARED=1 of its own: the image is then not the rig's).
+# RIG_EXTRA_CONFIG (a further fragment kernel/NAME.config after the overlay, e.g. the storage
+# suite's or tests/system's; use it with a RIG_CACHE of its own: the image is then not the
+# rig's. Instead of the rig's prebuilt image, ../shared/rig/bzImage[-6.12]-NAME-pm is taken
+# when kernel/prebuilt.txt pins it for this configuration; RIG_NO_SHARED=1 skips it).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 rig_kver_ok || { echo "[build-kernel] unknown RIG_KVER=$RIG_KVER (known: $RIG_KVERS)" >&2; exit 2; }
@@ -48,16 +50,9 @@ srcver() {
   dpkg-query -W -f='${Status} ${Version}\n' "linux-source-$RIG_KVER" 2>/dev/null | sed -n 's/^install ok installed //p' | grep . ||
     apt-cache show --no-all-versions "linux-source-$RIG_KVER" 2>/dev/null | sed -n 's/^Version: //p' | head -1
 }
-# 6.1 unpatched keeps the stamp it always had (fragment only); the patches add their key.
-stamp_for() {
-  if [ -n "$PKEY" ]; then
-    echo "$1 $({ rig_frag_key "$FRAG"; [ -z "$OVERLAY" ] || { echo "--"; rig_frag_key "$OVERLAY"; }; } | sha256sum | cut -d' ' -f1) patches $PKEY"
-  elif [ -n "$OVERLAY" ]; then
-    echo "$1 $({ rig_frag_key "$FRAG"; echo "--"; rig_frag_key "$OVERLAY"; } | sha256sum | cut -d' ' -f1)"
-  else
-    echo "$1 $(rig_frag_key "$FRAG" | sha256sum | cut -d' ' -f1)"
-  fi
-}
+# source version, configuration key (common.sh; the key a prebuilt image is pinned by in
+# kernel/prebuilt.txt) and, with the patches, their key
+stamp_for() { echo "$1 $(rig_config_key "${RIG_EXTRA_CONFIG:-}")${PKEY:+ patches $PKEY}"; }
 STAMP="$IMG.stamp"
 if [ $FORCE = 0 ] && [ -f "$IMG" ]; then
   v="$(srcver || true)"

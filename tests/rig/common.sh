@@ -85,12 +85,43 @@ rig_shared_ok() {
   return 0
 }
 
+# rig_config_key [EXTRA]: the configuration's key in a build stamp (build-kernel.sh): the
+# base fragment's lines, then (when there are any) the series overlay's and EXTRA's
+# (RIG_EXTRA_CONFIG) together, each sorted, hashed.
+rig_config_key() {
+  local ov; ov="$(rig_overlay) ${1:-}"
+  { rig_frag_key "$RIG_DIR/kernel/siw-rig.config"
+    # shellcheck disable=SC2086
+    [ -z "${ov// /}" ] || { echo "--"; cat $ov | rig_frag_key /dev/stdin; }
+  } | sha256sum | cut -d' ' -f1
+}
+
+# rig_shared_extra: print the team folder's prebuilt image for $RIG_KVER built with the
+# fragment RIG_EXTRA_CONFIG=kernel/NAME.config (bzImage-NAME-pm, bzImage-6.12-NAME-pm), when
+# kernel/prebuilt.txt pins it by its sha256, the current patch key and the key of our
+# configuration with that fragment (rig_config_key): an edit of the base fragment, the
+# overlay, NAME.config or a patch changes a key and the image is no longer taken (the
+# caller builds instead). Nothing without the patches or with RIG_NO_SHARED=1.
+rig_shared_extra() {
+  local x n img h
+  [ "${RIG_NO_SHARED:-0}" != 1 ] && [ -n "${RIG_EXTRA_CONFIG:-}" ] && [ -n "$(rig_patches)" ] || return 1
+  x=$(basename "$RIG_EXTRA_CONFIG" .config)
+  n=bzImage; [ "$RIG_KVER" = 6.1 ] || n="bzImage-$RIG_KVER"
+  img="$SHARED_RIG/$n-$x-pm"
+  [ -f "$img" ] || return 1
+  h=$(sha256sum "$img" | cut -d' ' -f1)
+  grep -qx "$RIG_KVER $h $(rig_patch_key) $x $(rig_config_key "$RIG_EXTRA_CONFIG")" \
+    <(grep -v '^#' "$RIG_DIR/kernel/prebuilt.txt" 2>/dev/null) || return 1
+  echo "$img"
+}
+
 # rig_kernel: print the kernel image to boot for $RIG_KVER (the explicit one, the shared
-# prebuilt one unless RIG_NO_SHARED=1, or the one build-kernel.sh left in the cache);
-# empty if none yet.
+# prebuilt one unless RIG_NO_SHARED=1 — with RIG_EXTRA_CONFIG the one pinned for that
+# fragment —, or the one build-kernel.sh left in the cache); empty if none yet.
 rig_kernel() {
   local var; var="$(rig_kernel_var)"
   if [ -n "${!var:-}" ]; then echo "${!var}"; return; fi
-  if rig_shared_ok; then echo "$SHARED_RIG/$(rig_shared_name)"; return; fi
+  if [ -n "${RIG_EXTRA_CONFIG:-}" ]; then rig_shared_extra && return
+  elif rig_shared_ok; then echo "$SHARED_RIG/$(rig_shared_name)"; return; fi
   [ -f "$(rig_cache_image)" ] && rig_cache_image
 }

@@ -379,12 +379,16 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     # kernels) port-mapped; every pairing of C and ours in one boot per mode
     local sk kvar old modes=0; kvar=$(rig_kernel_var); old=${!kvar}
     [ -n "$(rig_patches)" ] && modes=${RIG_STORAGE_MODES:-0 1}
-    # (without the rig kernel's variable, which build-kernel.sh would take as it is)
+    # (without the rig kernel's variable, which build-kernel.sh would take as it is; the
+    # team folder's prebuilt storage image when kernel/prebuilt.txt pins it for this
+    # configuration, else built into the storage cache)
     # (one kernel at a time: the kernels share the cache, and build-kernel.sh writes its
     # merged fragment there)
+    local t_sk t_boot; t_sk=$(date +%s); rm -f "$RES/storage-walls.txt"
     mkdir -p "$STORAGE_CACHE"
     sk=$(flock -w 3600 "$STORAGE_CACHE/.build.lock" env -u "$kvar" RIG_EXTRA_CONFIG="$RIG_DIR/kernel/storage.config" \
-      RIG_CACHE="$STORAGE_CACHE" RIG_NO_SHARED=1 "$RIG_DIR/build-kernel.sh" 2>> "$RES/storage-kernel.log" | tail -1)
+      RIG_CACHE="$STORAGE_CACHE" "$RIG_DIR/build-kernel.sh" 2>> "$RES/storage-kernel.log" | tail -1)
+    t_sk=$(( $(date +%s) - t_sk ))
     if [ -z "$sk" ] || [ ! -f "$sk" ]; then
       say "FAIL setup: no storage kernel for Linux $RIG_KVER ($(tail -1 "$RES/storage-kernel.log"))"
     else
@@ -395,13 +399,15 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
         # (port-mapped, a fifth round: ours holding its REMOTE_INFO for a C client's ACK,
         # which comes after the connection: what a queue does without one, reported)
         p=ours:ours,c:c,ours:c,c:ours; [ "$pm" = 1 ] && p=$p,ours-hold:c
+        t_boot=$(date +%s)
         TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 720 \
           -e portmap=$pm -e pairs=$p
+        echo "$pm $(( $(date +%s) - t_boot ))" >> "$RES/storage-walls.txt"
       done
       export "$kvar=$old"
       STT="$RES/storage.txt"
       stv() { awk -v k="$2" '$1==k {print $2; exit}' "$SHARE/out/$1/storage-figures.txt" 2>/dev/null; }
-      { echo "NVMe-oF over RDMA through the port mapper (suite storage), Linux $RIG_KVER, storage kernel $sk"
+      { echo "NVMe-oF over RDMA through the port mapper (suite storage), Linux $RIG_KVER, storage kernel $sk ($( [ "${sk#"$SHARED_RIG"/}" != "$sk" ] && echo "prebuilt, pinned" || echo "built or cached"), ${t_sk}s)"
         echo "(one boot per mode, the pairings in turn; mappings: while connected / after both daemons' kill -9"
         echo " / after the reconnect of every queue (client; reset_controller);"
         echo " gap binds: a host socket's successful binds of this side's mapped ports during its daemon's"
@@ -413,7 +419,7 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
           A="storage-pm$pm-A"; B="storage-pm$pm-B"
           np=$(cat "$SHARE/out/$A/checks.txt" "$SHARE/out/$B/checks.txt" 2>/dev/null | grep -c '^PASS')
           nf=$(cat "$SHARE/out/$A/checks.txt" "$SHARE/out/$B/checks.txt" 2>/dev/null | grep -c '^FAIL')
-          echo "port_map=$pm: $np/$((np+nf)) checks"
+          echo "port_map=$pm: $np/$((np+nf)) checks, boot wall $(awk -v m="$pm" '$1==m {w=$2} END {print w}' "$RES/storage-walls.txt" 2>/dev/null)s"
           for p in ours-ours c-c ours-c c-ours ours-hold-c; do
             [ -n "$(stv $B $p-connect-s)" ] || continue
             printf '%-9s %-14s %-10s %-7s %-16s %-16s %-15s %-13s %-12s %-10s %s\n' "$pm" "$p" "$(stv $B $p-connect-s)" "$(stv $B $p-queues)" \
