@@ -37,7 +37,8 @@ pub mod prelude {
     pub use crate::fake_kernel::{kernel_request, nl_string, FakeKernel};
     pub use crate::fs::{scratch_dir, sock_path, ScratchDir};
     pub use crate::host::{
-        have_tool, host_has_netlink_rdma, is_root, on_ci, on_path, skip, skip_unless_root,
+        have_tool, host_has_netlink_rdma, is_root, on_ci, on_path, say_skipped, skip,
+        skip_unless_root,
     };
     pub use crate::load::{nofile_limits, open_fds, AddOutcome, KernelPipe, LogState, Watched};
     pub use crate::net::{free_udp_port, free_udp_port_on, tcp_port_free};

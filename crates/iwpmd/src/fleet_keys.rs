@@ -460,9 +460,13 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not_root, ignore = "needs root (chown)")]
     fn a_file_owned_by_someone_else_is_refused() {
         if rustix::process::geteuid().as_raw() != 0 {
-            eprintln!("SKIPPED: chown needs root");
+            iwpm_testkit::host::say_skipped(
+                "a_file_owned_by_someone_else_is_refused",
+                "chown needs root",
+            );
             return;
         }
         let d = Dir::new("owner");

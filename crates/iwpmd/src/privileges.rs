@@ -269,10 +269,14 @@ mod tests {
     /// left in it, and an operator's directory (and a link) are left alone. The old code
     /// did none of it, so the state file and the control socket failed as the user.
     #[test]
+    #[cfg_attr(not_root, ignore = "needs root (chown)")]
     fn runtime_files_are_handed_to_the_user() {
         use std::os::unix::fs::MetadataExt;
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: needs root (chown)");
+            iwpm_testkit::host::say_skipped(
+                "runtime_files_are_handed_to_the_user",
+                "needs root (chown)",
+            );
             return;
         }
         let nobody = lookup_user("nobody").unwrap();

@@ -395,7 +395,10 @@ mod tests {
         .unwrap();
         match other {
             Some(r) => assert!(matches!(r, Ok(Netns::Other { .. })), "{r:?}"),
-            None => eprintln!("SKIPPED the foreign half: unshare(CLONE_NEWNET) not permitted"),
+            None => iwpm_testkit::host::say_skipped(
+                "the foreign half of this test",
+                "unshare(CLONE_NEWNET) not permitted",
+            ),
         }
     }
 

@@ -204,7 +204,10 @@ fn iwpmctl_against_the_lab() {
     if is_root() {
         non_root_is_refused(&sock_a);
     } else {
-        eprintln!("SKIPPED: non-root refusal needs root to run a child as nobody");
+        iwpm_testkit::host::say_skipped(
+            "iwpmctl_against_the_lab (its non-root refusal part)",
+            "needs root to run a child as nobody",
+        );
     }
     hostile_clients_cost_nothing(&sock_b);
     drop(conns);

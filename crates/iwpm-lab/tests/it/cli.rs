@@ -202,7 +202,10 @@ fn help_says_what_loss_and_hold_do() {
 #[test]
 fn descriptor_exhaustion_is_named_as_the_cause() {
     if !have_tool("prlimit") || !have_tool("setpriv") {
-        eprintln!("skipped: prlimit and setpriv (util-linux) are needed");
+        iwpm_testkit::host::say_skipped(
+            "descriptor_exhaustion_is_named_as_the_cause",
+            "prlimit and setpriv (util-linux) are needed",
+        );
         return;
     }
     let out = Command::new("prlimit")
@@ -276,7 +279,10 @@ fn lab_on_a_terminal(args: &str) -> String {
 #[test]
 fn progress_is_shown_on_a_terminal_only() {
     if !have_tool("script") {
-        eprintln!("skipped: script (util-linux) is needed for a pseudo-terminal");
+        iwpm_testkit::host::say_skipped(
+            "progress_is_shown_on_a_terminal_only",
+            "script (util-linux) is needed for a pseudo-terminal",
+        );
         return;
     }
     let tty = lab_on_a_terminal("--connections 200 --loss 30");

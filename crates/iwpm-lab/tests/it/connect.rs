@@ -124,7 +124,10 @@ fn listen_connect_ipv6() {
         .expect("run iwpm-lab");
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(2) && stderr.contains("namespace") {
-        eprintln!("skipped: no network namespace available without root: {stderr}");
+        iwpm_testkit::host::say_skipped(
+            "the IPv6 half without root",
+            &format!("no network namespace available without root: {stderr}"),
+        );
         return;
     }
     assert!(out.status.success(), "iwpm-lab --ipv6 failed: {stderr}");

@@ -188,7 +188,10 @@ fn hold_prints_working_iwpmctl_lines_and_cleans_up_on_sigterm() {
 #[test]
 fn hold_in_two_namespaces_removes_them() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: --netns needs root");
+        iwpm_testkit::host::say_skipped(
+            "hold_in_two_namespaces_removes_them",
+            "--netns needs root",
+        );
         return;
     }
     hold_and_release(&["--netns"]);

@@ -31,7 +31,7 @@ fn ns_inode(path: &Path) -> u64 {
 
 fn veth_run(family: Family, loss: f64, connections: usize) {
     if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+        iwpm_testkit::host::say_skipped("the veth lab run", &why);
         return;
     }
     let mut lab = Lab::start(LabConfig {

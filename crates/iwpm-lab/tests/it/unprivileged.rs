@@ -64,7 +64,7 @@ fn run(args: &[&str]) -> Output {
 #[test]
 fn ipv6_lab_runs_unprivileged() {
     if let Some(why) = unavailable() {
-        eprintln!("skipped: {why}");
+        iwpm_testkit::host::say_skipped("ipv6_lab_runs_unprivileged", &why);
         return;
     }
     let out = run(&["--ipv6", "--connections", "50", "--json"]);

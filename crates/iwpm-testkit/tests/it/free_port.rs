@@ -29,7 +29,10 @@ fn a_free_port_is_below_the_ephemeral_range() {
         return;
     }
     let Some(low) = ephemeral_low() else {
-        println!("skipped: /proc/sys/net/ipv4/ip_local_port_range is not readable");
+        iwpm_testkit::host::say_skipped(
+            "a_free_port_is_below_the_ephemeral_range",
+            "/proc/sys/net/ipv4/ip_local_port_range is not readable",
+        );
         return;
     };
     for _ in 0..50 {

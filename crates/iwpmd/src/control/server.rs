@@ -559,9 +559,13 @@ mod tests {
     /// and left in place, whether or not something listens on it; the old code removed a
     /// silent one and bound over it, and took a listening one for "another iwpmd".
     #[test]
+    #[cfg_attr(not_root, ignore = "needs root (a socket owned by another uid)")]
     fn a_socket_of_another_user_is_refused_and_left_alone() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: needs root to plant a socket owned by another uid");
+            iwpm_testkit::host::say_skipped(
+                "a_socket_of_another_user_is_refused_and_left_alone",
+                "needs root to plant a socket owned by another uid",
+            );
             return;
         }
         const NOBODY: u32 = 65534;

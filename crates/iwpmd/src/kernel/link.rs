@@ -568,9 +568,13 @@ mod tests {
     /// is checked, and the sticky bit does not excuse it (anyone may create a new name in
     /// /tmp); the old code passed every missing path unchecked.
     #[test]
+    #[cfg_attr(not_root, ignore = "needs root")]
     fn a_missing_emulator_socket_is_judged_by_its_directory() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: the directories above the temporary dir must be root's");
+            iwpm_testkit::host::say_skipped(
+                "a_missing_emulator_socket_is_judged_by_its_directory",
+                "the directories above the temporary dir must be root's",
+            );
             return;
         }
         let safe = check_dir("missing-safe", 0o755);
@@ -609,9 +613,13 @@ mod tests {
     /// the namespace (the overflow uid) are accepted, as `/` and `/tmp` show up so; the
     /// socket itself and the mode rules are not relaxed.
     #[test]
+    #[cfg_attr(not_root, ignore = "needs root (chown)")]
     fn in_a_user_namespace_outside_owners_of_directories_are_accepted() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: needs chown");
+            iwpm_testkit::host::say_skipped(
+                "in_a_user_namespace_outside_owners_of_directories_are_accepted",
+                "needs chown",
+            );
             return;
         }
         let dir = check_dir("userns", 0o755);
@@ -666,9 +674,13 @@ mod tests {
     /// uses `NETLINK_ROUTE` link notifications in a private network namespace, with a
     /// receive buffer far too small for them.
     #[test]
+    #[cfg_attr(not_root, ignore = "needs root (a private network namespace)")]
     fn netlink_enobufs_is_reported_as_overrun() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: needs root for a private network namespace");
+            iwpm_testkit::host::say_skipped(
+                "netlink_enobufs_is_reported_as_overrun",
+                "needs root for a private network namespace",
+            );
             return;
         }
         let t = std::thread::spawn(|| {
@@ -677,7 +689,10 @@ mod tests {
                     std::env::var_os("CI").is_none(),
                     "unshare(CLONE_NEWNET): {e}"
                 );
-                eprintln!("skipped: unshare(CLONE_NEWNET): {e}");
+                iwpm_testkit::host::say_skipped(
+                    "netlink_enobufs_is_reported_as_overrun",
+                    &format!("unshare(CLONE_NEWNET): {e}"),
+                );
                 return;
             }
             const RTMGRP_LINK: u32 = 1;

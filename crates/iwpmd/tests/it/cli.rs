@@ -375,7 +375,7 @@ fn man_pages_cover_signals_exit_statuses_files_and_config_keys() {
 #[test]
 fn man_pages_render_cleanly() {
     if Command::new("groff").arg("--version").output().is_err() {
-        eprintln!("groff is not installed; rendering not checked");
+        say_skipped("man_pages_render_cleanly", "groff is not installed");
         assert!(
             std::env::var_os("CI").is_none(),
             "groff must be installed in CI (.ci/run installs it)"

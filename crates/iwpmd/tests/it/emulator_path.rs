@@ -66,6 +66,7 @@ fn accepted(path: &Path) {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn root_refuses_emulator_sockets_others_control() {
     if skip_unless_root(
         "root_refuses_emulator_sockets_others_control",
@@ -130,6 +131,7 @@ fn root_refuses_emulator_sockets_others_control() {
 /// passes the check and fails to connect, as before. The old code skipped every check
 /// for a missing path.
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn root_says_a_missing_emulator_socket_is_not_there() {
     if skip_unless_root(
         "root_says_a_missing_emulator_socket_is_not_there",

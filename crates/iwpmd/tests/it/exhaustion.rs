@@ -155,6 +155,7 @@ fn have_cap_sys_resource() -> bool {
 
 /// As root the daemon raises even the hard limit to what max_mappings needs.
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn root_raises_the_descriptor_limit_for_max_mappings() {
     if skip_unless_root(
         "root_raises_the_descriptor_limit_for_max_mappings",
@@ -333,6 +334,7 @@ fn in_netns<T: Send + 'static>(
 /// A namespace with 50 ephemeral ports: ADDs beyond them get CREATE_MAPPING_ERR, the
 /// daemon stays healthy with a steady descriptor count, and REMOVEs make room again.
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn port_space_exhaustion_in_a_small_namespace() {
     const NAME: &str = "port_space_exhaustion_in_a_small_namespace";
     if !rustix::process::geteuid().is_root() {

@@ -362,6 +362,7 @@ fn a_key_file_refused_on_sighup_keeps_the_keys_in_use() {
 /// again: SIGHUP is refused with a message to restart, the keys stay, the daemon runs on.
 /// (The packaged unit runs the daemon as root, where the reload works.)
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn after_a_switch_to_another_user_sighup_says_to_restart() {
     if skip_unless_root(
         "after_a_switch_to_another_user_sighup_says_to_restart",

@@ -17,6 +17,7 @@ mod process;
 mod real_kernel_rig;
 mod soak;
 mod socket_activation;
+mod skips;
 mod startup;
 mod system_suite;
 mod user_switch;

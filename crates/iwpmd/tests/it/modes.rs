@@ -124,7 +124,10 @@ fn detaching_without_syslog_says_the_log_would_be_lost() {
     let syslog_here = UnixDatagram::unbound().unwrap().connect("/dev/log").is_ok();
     let cmd = if syslog_here {
         if !iwpm_testkit::host::is_root() {
-            println!("SKIPPED: a syslog daemon listens here, and hiding /dev/log needs root");
+            iwpm_testkit::host::say_skipped(
+                "detaching_without_syslog_says_the_log_would_be_lost",
+                "a syslog daemon listens here, and hiding /dev/log needs root",
+            );
             return;
         }
         // A private mount namespace in which /dev/log is a plain file.

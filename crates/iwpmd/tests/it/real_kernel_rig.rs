@@ -24,7 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use iwpm_testkit::host::{is_root, on_path};
+use iwpm_testkit::host::{is_root, on_path, say_skipped};
 use iwpm_testkit::workspace::workspace_root;
 
 /// The release daemon this checkout built, if it is current. The rig tests the build that
@@ -109,10 +109,25 @@ fn kernels() -> Vec<&'static str> {
 }
 
 #[test]
+// One reason per cause (build.rs names the one that applies, with detail, in its warning).
 #[cfg_attr(
-    rig_unavailable,
-    ignore = "real-kernel rig unavailable here (IWPM_RIG=0, no QEMU/cpio/gcc/apt-get, not root, \
-              or no rig kernel yet and IWPM_RIG_SETUP unset); the build warning says which"
+    rig_unavailable = "off",
+    ignore = "real-kernel rig off here: IWPM_RIG=0 is set"
+)]
+#[cfg_attr(
+    rig_unavailable = "tools",
+    ignore = "real-kernel rig unavailable here: QEMU, cpio, gcc or apt-get is not installed \
+              (the build warning says which)"
+)]
+#[cfg_attr(
+    rig_unavailable = "root",
+    ignore = "real-kernel rig unavailable here: not root (the rig caches kernels and Debian \
+              packages in /var/cache)"
+)]
+#[cfg_attr(
+    rig_unavailable = "kernel",
+    ignore = "real-kernel rig unavailable here: no rig kernel built yet; IWPM_RIG_SETUP=1 lets \
+              the test install linux-source and build it (tens of minutes)"
 )]
 fn real_kernel_rig_all_suites() {
     let required = std::env::var("IWPM_RIG_REQUIRED").as_deref() == Ok("1");
@@ -121,7 +136,7 @@ fn real_kernel_rig_all_suites() {
             !required,
             "IWPM_RIG_REQUIRED=1 but the rig cannot run: {reason}"
         );
-        println!("SKIPPED real-kernel rig: {reason}");
+        say_skipped("real-kernel rig", &reason);
         return;
     }
     let root = workspace_root();
@@ -132,7 +147,7 @@ fn real_kernel_rig_all_suites() {
         Ok(daemon) => daemon,
         Err(reason) => {
             assert!(!required, "IWPM_RIG_REQUIRED=1 but {reason}");
-            println!("SKIPPED real-kernel rig: {reason}");
+            say_skipped("real-kernel rig", &reason);
             return;
         }
     };

@@ -47,9 +47,13 @@ fn run_in_new_netns(extra: &[&str]) -> Option<Output> {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn refuses_a_foreign_network_namespace_unless_allowed() {
     if !is_root() {
-        eprintln!("SKIPPED refuses_a_foreign_network_namespace_unless_allowed: needs root");
+        say_skipped(
+            "refuses_a_foreign_network_namespace_unless_allowed",
+            "needs root",
+        );
         return;
     }
     let out = run_in_new_netns(&[]).expect("unshare(CLONE_NEWNET) as root");
@@ -75,9 +79,13 @@ fn refuses_a_foreign_network_namespace_unless_allowed() {
 /// read the `ns/net` link of a process holding more capabilities (here this test process,
 /// standing for pid 1). The guard must still see the foreign namespace and refuse.
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn refuses_a_foreign_network_namespace_with_cap_net_admin_only() {
     if !is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED refuses_a_foreign_network_namespace_with_cap_net_admin_only: needs root and setpriv");
+        say_skipped(
+            "refuses_a_foreign_network_namespace_with_cap_net_admin_only",
+            "needs root and setpriv",
+        );
         return;
     }
     let init = format!("/proc/{}/ns/net", std::process::id());
@@ -109,8 +117,13 @@ fn refuses_a_foreign_network_namespace_with_cap_net_admin_only() {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn the_emulator_link_is_never_refused_for_its_namespace() {
     if !is_root() {
+        say_skipped(
+            "the_emulator_link_is_never_refused_for_its_namespace",
+            "needs root",
+        );
         return;
     }
     let dir = scratch_dir("netns-emu");
@@ -159,8 +172,9 @@ fn busy_peer_port_names_the_other_daemon_once() {
 #[test]
 fn missing_netlink_rdma_suggests_loading_iw_cm() {
     if host_has_netlink_rdma() {
-        eprintln!(
-            "SKIPPED missing_netlink_rdma_suggests_loading_iw_cm: this host has NETLINK_RDMA"
+        say_skipped(
+            "missing_netlink_rdma_suggests_loading_iw_cm",
+            "this host has NETLINK_RDMA",
         );
         return;
     }
@@ -236,9 +250,10 @@ fn serves_a_mapping_after_the_drop(extra: &[&str]) -> (Daemon, FakeKernel) {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn keeps_only_cap_net_admin_and_still_maps() {
     if !is_root() {
-        eprintln!("SKIPPED keeps_only_cap_net_admin_and_still_maps: needs root");
+        say_skipped("keeps_only_cap_net_admin_and_still_maps", "needs root");
         return;
     }
     let (d, _k) = serves_a_mapping_after_the_drop(&[]);
@@ -251,9 +266,13 @@ fn keeps_only_cap_net_admin_and_still_maps() {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn user_option_switches_user_and_keeps_cap_net_admin() {
     if !is_root() {
-        eprintln!("SKIPPED user_option_switches_user_and_keeps_cap_net_admin: needs root");
+        say_skipped(
+            "user_option_switches_user_and_keeps_cap_net_admin",
+            "needs root",
+        );
         return;
     }
     let (d, _k) = serves_a_mapping_after_the_drop(&["--user", "nobody"]);

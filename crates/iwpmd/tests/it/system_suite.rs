@@ -6,14 +6,15 @@
 //! hand-over to rdma-core's daemon on removal and a clean purge (see tests/system/run.sh).
 //! `IWPM_SYSTEM_RELEASE=bookworm` (or `trixie`) runs one release only.
 //!
-//! Ignored or skipped exactly where the real-kernel rig is (`real_kernel_rig.rs`: no QEMU,
-//! gcc or apt-get, not root, or `IWPM_RIG=0`); with `IWPM_RIG_REQUIRED=1` (CI) a missing
-//! facility fails it.
+//! Ignored (by the build script, naming the cause) or skipped where it cannot run: no QEMU,
+//! gcc, apt-get or mke2fs, not root, or `IWPM_RIG=0`. Unlike the real-kernel rig it needs
+//! no rig kernel (it boots Debian's own). With `IWPM_RIG_REQUIRED=1` (CI) a missing facility
+//! fails it.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use iwpm_testkit::host::{is_root, on_path};
+use iwpm_testkit::host::{is_root, on_path, say_skipped};
 use iwpm_testkit::workspace::workspace_root;
 
 /// Why the system test cannot run here, if it cannot.
@@ -35,10 +36,20 @@ fn missing_facility() -> Option<String> {
 }
 
 #[test]
+// One reason per cause (build.rs names the one that applies, with detail, in its warning).
 #[cfg_attr(
-    rig_unavailable,
-    ignore = "system test unavailable here (IWPM_RIG=0, no QEMU/gcc/apt-get, or not root); \
-              the build warning says which"
+    system_test_unavailable = "off",
+    ignore = "system test off here: IWPM_RIG=0 is set"
+)]
+#[cfg_attr(
+    system_test_unavailable = "tools",
+    ignore = "system test unavailable here: QEMU, qemu-img, gcc, apt-get or mke2fs is not \
+              installed (the build warning says which)"
+)]
+#[cfg_attr(
+    system_test_unavailable = "root",
+    ignore = "system test unavailable here: not root (mmdebstrap and the image cache in \
+              /var/cache need it)"
 )]
 fn debian_12_and_13_with_systemd() {
     let required = std::env::var("IWPM_RIG_REQUIRED").as_deref() == Ok("1");
@@ -47,7 +58,7 @@ fn debian_12_and_13_with_systemd() {
             !required,
             "IWPM_RIG_REQUIRED=1 but the system test cannot run: {reason}"
         );
-        println!("SKIPPED system test: {reason}");
+        say_skipped("system test", &reason);
         return;
     }
     let _host = crate::qemu_host();

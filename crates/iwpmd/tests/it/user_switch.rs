@@ -29,6 +29,7 @@ fn start_as_nobody(kernel: &FakeKernel, state: &Path, control: &Path) -> Daemon 
 /// written at exit. The old code created neither as the user (the directory's parent is
 /// root's), logging only a warning for the socket and nothing for the state file.
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn a_missing_runtime_directory_is_made_for_the_user() {
     if skip_unless_root(
         "a_missing_runtime_directory_is_made_for_the_user",
@@ -61,6 +62,7 @@ fn a_missing_runtime_directory_is_made_for_the_user() {
 /// the user may not write (an operator's choice, left alone), both the state file and the
 /// control socket are reported at start-up as errors naming their paths.
 #[test]
+#[cfg_attr(not_root, ignore = "needs root")]
 fn unwritable_runtime_files_are_reported_as_errors_naming_the_path() {
     if skip_unless_root(
         "unwritable_runtime_files_are_reported_as_errors_naming_the_path",
