@@ -1,7 +1,9 @@
 //! A blocking client: one Unix stream connection, one request at a time, every wait
 //! bounded. Connection failures are classified so `iwpmctl` can say what to do: the daemon
-//! is not running (`ENOENT`, `ECONNREFUSED`), or the caller may not use the socket
-//! (`EACCES`, or the daemon's own refusal after checking the caller's credentials).
+//! is not running (`ENOENT`, `ECONNREFUSED` at the packaged daemon's socket), nothing
+//! listens at another socket (one a user named: how the packaged daemon is started is no
+//! answer there), or the caller may not use the socket (`EACCES`, or the daemon's own
+//! refusal after checking the caller's credentials).
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -14,12 +16,20 @@ use crate::proto::{Command, ErrorKind, ErrorReply, Outcome, Reply, Request};
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Nothing listens at the path.
+    /// Nothing listens at the packaged daemon's socket ([`crate::DEFAULT_SOCKET`]).
     ///
     /// The hint follows the packaging (`packaging/README.md`): udev starts the service for
     /// each iWARP device and a bare `systemctl start` does not last (`StopWhenUnneeded=yes`).
     #[error("iwpmd is not running (nothing answers at {path}); udev starts it for an iWARP device, `systemctl enable --now iwpmd-always.target` keeps it running without one; or name a daemon's socket with --socket")]
     NotRunning {
+        /// The socket path.
+        path: PathBuf,
+        /// `ENOENT` or `ECONNREFUSED`.
+        source: io::Error,
+    },
+    /// Nothing listens at a socket other than the packaged daemon's (`--socket PATH`).
+    #[error("nothing listens at {path}: {}", not_listening(.source))]
+    NothingListens {
         /// The socket path.
         path: PathBuf,
         /// `ENOENT` or `ECONNREFUSED`.
@@ -53,6 +63,14 @@ pub enum ClientError {
     Timeout(Duration),
 }
 
+/// Why nothing listens, in words: no file, or a socket file no process holds.
+fn not_listening(source: &io::Error) -> &'static str {
+    match source.kind() {
+        io::ErrorKind::NotFound => "there is no such socket",
+        _ => "the socket file is there but no daemon holds it (connection refused)",
+    }
+}
+
 fn refusal(e: &ErrorReply) -> String {
     match e.kind {
         ErrorKind::PermissionDenied => format!(
@@ -76,8 +94,13 @@ impl Client {
         let stream = UnixStream::connect(path).map_err(|source| {
             let path = path.to_owned();
             match source.kind() {
-                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+                    if path == Path::new(crate::DEFAULT_SOCKET) =>
+                {
                     ClientError::NotRunning { path, source }
+                }
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+                    ClientError::NothingListens { path, source }
                 }
                 io::ErrorKind::PermissionDenied => ClientError::PermissionDenied { path },
                 _ => ClientError::Io { path, source },
@@ -134,5 +157,39 @@ impl Client {
             Outcome::Ok(reply) => Ok(reply),
             Outcome::Error(e) => Err(ClientError::Daemon(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket the user named gets no advice about starting the packaged daemon (udev,
+    /// systemd): only that nothing listens there, and why.
+    #[test]
+    fn a_named_socket_with_nothing_behind_it_is_said_so() {
+        let dir = std::env::temp_dir().join(format!("iwpmctl-client-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("nope.sock");
+        let e = Client::connect(&missing).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, ClientError::NothingListens { .. }), "{text}");
+        assert_eq!(
+            text,
+            format!(
+                "nothing listens at {}: there is no such socket",
+                missing.display()
+            )
+        );
+        // A socket file that nobody holds: refused.
+        let stale = dir.join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let text = Client::connect(&stale).unwrap_err().to_string();
+        assert!(text.contains("no daemon holds it"), "{text}");
+        assert!(
+            !text.contains("udev") && !text.contains("systemctl"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
