@@ -15,11 +15,15 @@
 //! Everything else (`apt`, `systemctl`, coreutils...) acts on a host the test must not
 //! touch and is listed in [`SYSTEM_TOOLS`]; a program that is neither fails the test, so
 //! a new kind of command needs a decision here.
+//!
+//! The README's packaging lines are the exception: they are run, as written, on the release
+//! binaries where those are built ([`the_readme_packaging_lines_build_both_packages`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
+use iwpm_testkit::host::{on_path, skip};
 use iwpm_testkit::workspace::workspace_root as root;
 
 /// Programs of the host, not of this project: not run, not checked.
@@ -380,6 +384,13 @@ fn check(ws: &Workspace, cmd: &[String], notes: &mut Vec<String>) -> Vec<String>
         for pair in before_dashdash.windows(2) {
             let (flag, value) = (pair[0].as_str(), pair[1].as_str());
             let kind = match flag {
+                // (cargo generate-rpm's -p is the package's directory)
+                "-p" if sub.map(String::as_str) == Some("generate-rpm") => {
+                    if !root().join(value).join("Cargo.toml").is_file() {
+                        errors.push(format!("no package directory {value}"));
+                    }
+                    continue;
+                }
                 "-p" | "--package" => {
                     package = Some(value);
                     if !ws.0.contains_key(value) {
@@ -578,6 +589,7 @@ fn commands_are_split_as_a_shell_would() {
     let mut notes = Vec::new();
     for bad in [
         "cargo build --release -p iwpmd -p iwpmctl",
+        "cargo generate-rpm -p crates/iwpmctl",
         "cargo run --release --bin iwpm-lab -- --no-such-option",
         "iwpmd --no-such-option",
         "iwpmctl no-such-command",
@@ -635,4 +647,168 @@ fn the_configuration_example_parses_cleanly() {
     assert!(example.contains("nl_sock_rbuf_size="), "{example}");
     let (_, diagnostics) = iwpm_proto::config::parse_config(&example);
     assert!(diagnostics.is_empty(), "{diagnostics:?}\n{example}");
+}
+
+/// The first paragraph of the README's block under "Install as the system iwpmd": the
+/// lines that build the packages, continuation lines joined, comments dropped.
+fn readme_packaging_lines() -> Vec<String> {
+    let readme = read("README.md");
+    let section = readme
+        .split_once("## Install as the system iwpmd")
+        .expect("the README's install section")
+        .1;
+    let block = section
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a sh block in the install section")
+        .0;
+    let paragraph = block.split("\n\n").next().unwrap_or_default();
+    join_continuations(paragraph.lines().map(str::to_owned).collect())
+}
+
+/// The short summary of both packages: Cargo.toml's `description` (cargo deb's synopsis)
+/// and generate-rpm's `summary`.
+fn package_summaries() -> Vec<String> {
+    read("crates/iwpmd/Cargo.toml")
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("description = \"")
+                .or_else(|| l.strip_prefix("summary = \""))
+        })
+        .map(|v| v.trim_end_matches('"').to_owned())
+        .collect()
+}
+
+/// The README's packaging lines run as written, from the workspace root, on a fresh clone
+/// once the release binaries are built (the lines' own `cargo build --release`, minutes of
+/// LTO, is the one line not run here: its binaries are packaged as they are). Each line
+/// succeeds without a warning (cargo deb once warned that the completions "will not be
+/// built" although it packed them), and both packages come out with the completions in
+/// them. Skipped, visibly, where the release binaries, cargo-deb, cargo-generate-rpm or
+/// strip are missing; CI has them all.
+#[test]
+fn the_readme_packaging_lines_build_both_packages() {
+    const TEST: &str = "doc_commands::the_readme_packaging_lines_build_both_packages";
+    let lines = readme_packaging_lines();
+    let build = "cargo build --release -p iwpmd -p iwpm-control";
+    assert_eq!(lines.first().map(String::as_str), Some(build), "{lines:?}");
+    let deb_line = lines.iter().find(|l| l.starts_with("cargo deb "));
+    let rpm_line = lines.iter().find(|l| l.starts_with("cargo generate-rpm "));
+    assert!(
+        deb_line.is_some() && rpm_line.is_some(),
+        "the README builds both packages: {lines:?}"
+    );
+    for summary in package_summaries() {
+        assert!(
+            summary.len() < 80 && !summary.ends_with('.'),
+            "a package summary is one short line (lintian, rpmlint): {summary:?}"
+        );
+    }
+
+    // The target directory this test binary was built in, and its release binaries.
+    let target = Path::new(env!("CARGO_BIN_EXE_iwpmd"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target directory");
+    let release = target.join("release");
+    let missing: Vec<&str> = ["iwpmd", "iwpmctl"]
+        .into_iter()
+        .filter(|b| !release.join(b).is_file())
+        .collect();
+    if !missing.is_empty() {
+        skip(
+            TEST,
+            &format!(
+                "no release build of {missing:?} in {}: `{build}` first",
+                release.display()
+            ),
+        );
+        return;
+    }
+    let cargo_has = |sub: &str| {
+        Command::new("cargo")
+            .args([sub, "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    for (ok, what) in [
+        (
+            cargo_has("deb"),
+            "cargo-deb (cargo install cargo-deb --locked --version 3.6.0)",
+        ),
+        (
+            cargo_has("generate-rpm"),
+            "cargo-generate-rpm (cargo install cargo-generate-rpm --locked --version 0.21.1)",
+        ),
+        (on_path("strip"), "strip (apt-get install binutils)"),
+    ] {
+        if !ok {
+            skip(TEST, &format!("{what} is not installed"));
+            return;
+        }
+    }
+
+    let started = std::time::SystemTime::now();
+    let mut deb = None;
+    for line in lines.iter().skip(1) {
+        let out = Command::new("bash")
+            .args(["-euo", "pipefail", "-c", line])
+            .current_dir(root())
+            .env("CARGO_TARGET_DIR", target)
+            .output()
+            .expect("bash");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "`{line}` failed:\n{stdout}{stderr}");
+        assert!(
+            !stderr.to_ascii_lowercase().contains("warning"),
+            "`{line}` warned:\n{stderr}"
+        );
+        if Some(line) == deb_line {
+            deb = stdout.lines().last().map(str::to_owned);
+        }
+    }
+
+    let deb = deb.expect("cargo deb names its package");
+    let rpm = std::fs::read_dir(target.join("generate-rpm"))
+        .expect("target/generate-rpm")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let made_now = p
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= started);
+            made_now && p.extension().is_some_and(|e| e == "rpm")
+        })
+        .expect("cargo generate-rpm made a package");
+    let completions = [
+        "/bash-completion/completions/iwpmd",
+        "/_iwpmd",
+        "/iwpmd.fish",
+    ];
+    for (lister, args, package) in [
+        ("dpkg-deb", ["-c", deb.as_str()], Path::new(&deb)),
+        ("rpm", ["-qlp", rpm.to_str().unwrap()], rpm.as_path()),
+    ] {
+        if !on_path(lister) {
+            skip(
+                TEST,
+                &format!(
+                    "{lister} is not installed: {} not listed",
+                    package.display()
+                ),
+            );
+            continue;
+        }
+        let out = Command::new(lister).args(args).output().expect(lister);
+        let listing = String::from_utf8_lossy(&out.stdout);
+        for c in completions {
+            assert!(
+                listing.lines().any(|l| l.trim_end().ends_with(c)),
+                "{} lacks {c}:\n{listing}",
+                package.display()
+            );
+        }
+    }
 }
