@@ -12,8 +12,9 @@
 //!   decimal digits; the rest of the chunk is ignored). So a line starting with a space is
 //!   unparsable, while a tab or CR is *part of the key* (and makes it unknown).
 //! * Known key with a value > 0: stored (a later line overrides an earlier one). Known key
-//!   with a value <= 0: ignored ([`ConfigDiagnostic::NonPositiveValue`], debug level; C is
-//!   silent). Unknown key: warning. Nothing is ever fatal.
+//!   with a value <= 0: ignored ([`ConfigDiagnostic::NonPositiveValue`], a warning, where C
+//!   is silent: a line that has no effect is worth a word). Unknown key: warning. Nothing is
+//!   ever fatal.
 //!
 //! Differences from C, on purpose: a value beyond the C `int` range is rejected with
 //! [`ConfigDiagnostic::ValueOutOfRange`] (C is undefined there; glibc wraps it modulo 2^32);
@@ -323,7 +324,7 @@ pub enum ConfigDiagnostic {
         /// skips the line as unparsable when not).
         value_is_integer: bool,
     },
-    /// A C key with a value <= 0: ignored, as C does silently.
+    /// A C key with a value <= 0: ignored, as C does (silently there; a warning here).
     #[error("line {line}: {key} = {value} ignored (not positive)")]
     NonPositiveValue {
         /// Line number.
@@ -455,7 +456,6 @@ impl ConfigDiagnostic {
     /// How loudly to log it.
     pub fn severity(&self) -> Severity {
         match self {
-            ConfigDiagnostic::NonPositiveValue { .. } => Severity::Debug,
             ConfigDiagnostic::Overridden { .. } => Severity::Info,
             ConfigDiagnostic::BadPeerAllowEntry { .. }
             | ConfigDiagnostic::BadPeerAuthEntry { .. }

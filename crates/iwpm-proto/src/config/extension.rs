@@ -68,22 +68,27 @@ impl Parser {
             | ConfigKey::RemoteInfoBudget
             | ConfigKey::RemoteInfoSourceBurst
             | ConfigKey::RemoteInfoSourceRate => {
-                let n = value
-                    .iter()
-                    .all(u8::is_ascii_digit)
-                    .then(|| text.parse::<u32>().ok())
-                    .flatten()
-                    .filter(|n| {
-                        *n > 0
-                            || matches!(
-                                key,
-                                ConfigKey::RemoteInfoBudget
-                                    | ConfigKey::RemoteInfoSourceBurst
-                                    | ConfigKey::RemoteInfoSourceRate
-                            )
+                // A budget of 0 means "always wait for the ACK"; a limit of 0 would refuse
+                // everything, so the limits start at 1. A number outside the range is said as
+                // such (with the range), not as "not a number".
+                let min: u32 = match key {
+                    ConfigKey::RemoteInfoBudget
+                    | ConfigKey::RemoteInfoSourceBurst
+                    | ConfigKey::RemoteInfoSourceRate => 0,
+                    _ => 1,
+                };
+                if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+                    self.diags.push(invalid("a whole number"));
+                    return;
+                }
+                let Some(n) = text.parse::<u32>().ok().filter(|n| *n >= min) else {
+                    self.diags.push(ConfigDiagnostic::ValueOutOfRange {
+                        line,
+                        key,
+                        value: text.clone(),
+                        min: i64::from(min),
+                        max: i64::from(u32::MAX),
                     });
-                let Some(n) = n else {
-                    self.diags.push(invalid("a whole number within 32 bits"));
                     return;
                 };
                 let extra = &mut self.config.extra;

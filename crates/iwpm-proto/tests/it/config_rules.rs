@@ -184,7 +184,8 @@ fn non_positive_values_are_ignored_at_debug_level() {
             }],
             "{text}"
         );
-        assert_eq!(d[0].severity(), Severity::Debug);
+        // Said without -v (C says nothing): the line has no effect.
+        assert_eq!(d[0].severity(), Severity::Warning);
     }
     // And they do not undo an earlier value.
     assert_eq!(
@@ -739,6 +740,23 @@ fn limits_are_positive_whole_numbers() {
         "0 = always wait for the ACK"
     );
     assert_eq!(d.len(), 2, "{d:?}");
+    // A 0 is said to be out of range (with the range), not "not a whole number".
+    assert_eq!(
+        d[0].to_string(),
+        "line 2: max_exchanges = 0 out of range (1..=4294967295), ignored"
+    );
+    assert_eq!(
+        d[1].to_string(),
+        "line 3: max_peer_exchanges = \"12x\" is not a whole number, ignored"
+    );
+    let (_, d) = parse_config("max_mappings=0\nmax_mappings=4294967296\n");
+    assert_eq!(
+        d.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            "line 1: max_mappings = 0 out of range (1..=4294967295), ignored",
+            "line 2: max_mappings = 4294967296 out of range (1..=4294967295), ignored",
+        ]
+    );
 }
 
 // ---------------------------------------------------------------- table, display, severity
@@ -871,7 +889,7 @@ fn severities_and_line_accessor() {
             value: 0
         }
         .severity(),
-        Severity::Debug
+        Severity::Warning
     );
     assert_eq!(
         D::Overridden {
