@@ -29,6 +29,7 @@ use crate::report::{Bench, Scale};
 #[derive(Debug, Parser)]
 #[command(
     name = "iwpm-bench",
+    version,
     about = "Benchmarks of the real iwpmd over the emulated kernel link",
     after_help = "Scenarios: ADD/REMOVE churn at several live-mapping levels (IPv4, IPv6) \
 against the syscall floor measured in the same run; connects through two daemons; a burst \

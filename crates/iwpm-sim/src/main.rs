@@ -13,6 +13,7 @@ const USAGE: &str = "usage:
   iwpm-sim --seed S [--profile sweep|attack|fleet|burst|keys] [--keep I,J,..] [--print]
   iwpm-sim --sweep [--from S] [--count N] [--seconds T] [--profile sweep|attack|fleet|burst|keys]
   iwpm-sim --scale [--hosts 10,100,1000] [--fanout K] [--checked]
+  iwpm-sim --version
 A failing seed is shrunk and printed with the --seed/--keep line that replays it.";
 
 struct Args {
@@ -29,6 +30,7 @@ struct Args {
     hosts: Vec<usize>,
     fanout: Option<usize>,
     checked: bool,
+    version: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -46,6 +48,7 @@ fn parse() -> Result<Args, String> {
         hosts: vec![10, 100, 1000],
         fanout: None,
         checked: false,
+        version: false,
     };
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> Result<u64, String> {
@@ -93,6 +96,7 @@ fn parse() -> Result<Args, String> {
             "--fanout" => a.fanout = Some(num(it.next(), "--fanout")? as usize),
             "--checked" => a.checked = true,
             "-h" | "--help" => return Err(String::new()),
+            "-V" | "--version" => a.version = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -419,6 +423,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.version {
+        println!("iwpm-sim {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     let ok = if let Some(n) = a.scale_one {
         scale_one(n, a.fanout, a.checked);
         true

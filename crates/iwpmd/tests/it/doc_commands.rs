@@ -812,3 +812,46 @@ fn the_readme_packaging_lines_build_both_packages() {
         }
     }
 }
+
+/// Each binary of the workspace answers `--version` with its name and the workspace's
+/// version, as `iwpmd --version` in the README does (`iwpm-bench` and `iwpm-sim` once
+/// refused it). Binaries not built next to this test's `iwpmd` (after a `cargo test -p
+/// iwpmd`) are skipped, visibly.
+#[test]
+fn every_binary_answers_version() {
+    const TEST: &str = "doc_commands::every_binary_answers_version";
+    let ws = Workspace::load();
+    let bins: BTreeSet<&str> =
+        ws.0.values()
+            .flatten()
+            .filter(|(kind, _)| kind == "bin")
+            .map(|(_, name)| name.as_str())
+            .collect();
+    assert!(bins.len() >= 5, "{bins:?}");
+    let dir = Path::new(env!("CARGO_BIN_EXE_iwpmd")).parent().unwrap();
+    let want = env!("CARGO_PKG_VERSION");
+    let mut unbuilt = Vec::new();
+    for bin in bins {
+        let exe = dir.join(bin);
+        if !exe.is_file() {
+            unbuilt.push(bin);
+            continue;
+        }
+        let out = Command::new(&exe).arg("--version").output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.starts_with(&format!("{bin} {want}")),
+            "{bin} --version: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if !unbuilt.is_empty() {
+        skip(
+            TEST,
+            &format!(
+                "{unbuilt:?} not built in {}: `cargo build --workspace --bins` first",
+                dir.display()
+            ),
+        );
+    }
+}
