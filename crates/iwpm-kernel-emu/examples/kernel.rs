@@ -2,7 +2,8 @@
 //! daemon by hand over the emulator"): `cargo run -p iwpm-kernel-emu --example kernel --
 //! DIR` binds `DIR/kernel.sock` (host 127.0.0.1, port-mapped like a hardware RNIC), prints
 //! the `iwpmd` and `iwpmctl` commands to paste, waits for the daemon, opens one listener
-//! on 127.0.0.1:4000 through it, and holds everything until Ctrl-C.
+//! on 127.0.0.1:4000 through it, and holds everything until Ctrl-C (the daemon is stopped
+//! in its own terminal: it does not notice that the emulated kernel is gone).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,7 +40,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "  target/debug/iwpmctl --socket {}.control status",
         socket.display()
     );
-    println!("Ctrl-C stops the kernel (the daemon then exits on its own or with Ctrl-C)");
+    // The daemon does not notice: over the Unix link it would learn only on its next send
+    // (a connected datagram socket is not told that its peer closed), and it sends only to
+    // answer the kernel, which is gone. A real kernel never goes away, so nothing watches.
+    println!(
+        "Ctrl-C stops this kernel; stop the daemon with Ctrl-C in its own terminal (it \
+         does not notice that an emulated kernel is gone)"
+    );
     loop {
         std::thread::park();
     }
