@@ -228,39 +228,68 @@ fn nr_open() -> u64 {
         .unwrap_or(NR_OPEN_DEFAULT)
 }
 
-/// Logs the outcome of [`raise_fd_limit`] in one line: at info level when the soft limit
-/// covers `max_mappings`, else a warning that says why it could not be raised and what
-/// fails because of it.
-pub(crate) fn log_fd_limit(limit: &FdLimit, max_mappings: usize) {
-    let figures = format!(
-        "descriptor limit RLIMIT_NOFILE: soft {} hard {} (was soft {} hard {})",
+/// Logs the outcome of [`raise_fd_limit`] in one line ([`fd_limit_line`]).
+pub(crate) fn log_fd_limit(limit: &FdLimit, max_mappings: usize, systemd: bool) {
+    let (warn, line) = fd_limit_line(limit, max_mappings, systemd);
+    if warn {
+        tracing::warn!("{line}");
+    } else {
+        tracing::info!("{line}");
+    }
+}
+
+/// The line that reports [`raise_fd_limit`], and whether it is a warning. The limits are
+/// given once, with what they were only when they changed. A soft limit below what
+/// `max_mappings` may need is a warning where someone can act on it: the daemon tried to
+/// raise the hard limit and could not, or a service manager set it (`LimitNOFILE=`). A
+/// start by hand without the privilege to raise it gets the same facts at info level: the
+/// hard limit is the caller's, and a daemon started to try something out needs no warning
+/// about its 20 000th mapping.
+pub(crate) fn fd_limit_line(limit: &FdLimit, max_mappings: usize, systemd: bool) -> (bool, String) {
+    let mut figures = format!(
+        "descriptor limit RLIMIT_NOFILE: soft {} hard {}",
         Limit(limit.soft),
         Limit(limit.hard),
-        Limit(limit.soft_before),
-        Limit(limit.hard_before),
     );
+    if (limit.soft, limit.hard) == (limit.soft_before, limit.hard_before) {
+        figures.push_str(" (as inherited)");
+    } else {
+        figures.push_str(&format!(
+            " (raised from soft {} hard {})",
+            Limit(limit.soft_before),
+            Limit(limit.hard_before),
+        ));
+    }
+    let wanted = limit.wanted;
     if limit.sufficient() {
-        tracing::info!(
-            "{figures}; max_mappings {max_mappings} needs up to {}",
-            limit.wanted
+        return (
+            false,
+            format!("{figures}; max_mappings {max_mappings} needs up to {wanted}"),
         );
-        return;
+    }
+    if limit.hard_raise_error.is_none() && !systemd {
+        return (
+            false,
+            format!(
+                "{figures}; max_mappings {max_mappings} may need {wanted}, so port-mapped \
+                 mappings beyond about {} fail with CREATE_MAPPING_ERR (the hard limit is the \
+                 caller's: `ulimit -Hn` as root raises it, or set max_mappings lower)",
+                Limit(limit.soft),
+            ),
+        );
     }
     let not_raised = limit
         .hard_raise_error
-        .map(|e| {
-            format!(
-                " (cannot raise the hard RLIMIT_NOFILE to {}: {e})",
-                limit.wanted
-            )
-        })
+        .map(|e| format!(" (cannot raise the hard RLIMIT_NOFILE to {wanted}: {e})"))
         .unwrap_or_default();
-    tracing::warn!(
-        "{figures} is below the {} descriptors max_mappings {max_mappings} may need{not_raised}: \
-         port-mapped mappings beyond it fail with CREATE_MAPPING_ERR; raise LimitNOFILE or \
-         `ulimit -n`",
-        limit.wanted
-    );
+    (
+        true,
+        format!(
+            "{figures} is below the {wanted} descriptors max_mappings {max_mappings} may \
+             need{not_raised}: port-mapped mappings beyond it fail with CREATE_MAPPING_ERR; \
+             raise LimitNOFILE or `ulimit -n`"
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -274,6 +303,78 @@ mod tests {
         assert_eq!(got.soft, got.hard);
         assert_eq!(got.wanted, 10 + FD_MARGIN);
         assert_eq!(fd_limit_now(), (got.soft, got.hard));
+    }
+
+    fn limit(before: (u64, u64), now: (u64, u64), raise_error: Option<Errno>) -> FdLimit {
+        FdLimit {
+            soft_before: Some(before.0),
+            hard_before: Some(before.1),
+            soft: Some(now.0),
+            hard: Some(now.1),
+            wanted: 100_000 + FD_MARGIN,
+            hard_raise_error: raise_error,
+        }
+    }
+
+    /// Issue 43, friction 10: a start by hand (not root, so no raise tried) with a hard
+    /// limit of 20 000 warned "soft 20000 hard 20000 (was soft 20000 hard 20000)".
+    #[test]
+    fn a_start_by_hand_reports_its_limit_once_and_without_a_warning() {
+        let (warn, line) = fd_limit_line(
+            &limit((20_000, 20_000), (20_000, 20_000), None),
+            100_000,
+            false,
+        );
+        assert!(!warn, "{line}");
+        assert!(
+            line.starts_with(
+                "descriptor limit RLIMIT_NOFILE: soft 20000 hard 20000 (as inherited);"
+            ),
+            "{line}"
+        );
+        assert_eq!(line.matches("20000").count(), 3, "{line}");
+        // The soft limit raised to the hard one: both figures, once each.
+        let (_, line) = fd_limit_line(
+            &limit((1024, 20_000), (20_000, 20_000), None),
+            100_000,
+            false,
+        );
+        assert!(
+            line.contains("soft 20000 hard 20000 (raised from soft 1024 hard 20000)"),
+            "{line}"
+        );
+        // Under a service manager the limit is its setting: a warning.
+        let (warn, line) = fd_limit_line(
+            &limit((20_000, 20_000), (20_000, 20_000), None),
+            100_000,
+            true,
+        );
+        assert!(warn && line.contains("raise LimitNOFILE"), "{line}");
+        // Root that could not raise it: a warning naming why.
+        let (warn, line) = fd_limit_line(
+            &limit((64, 64), (64, 64), Some(Errno::PERM)),
+            100_000,
+            false,
+        );
+        assert!(warn, "{line}");
+        assert!(
+            line.contains("soft 64 hard 64 (as inherited) is below"),
+            "{line}"
+        );
+        assert!(
+            line.contains("cannot raise the hard RLIMIT_NOFILE to 101024"),
+            "{line}"
+        );
+        // Enough: info, with what the mappings need.
+        let (warn, line) = fd_limit_line(
+            &limit((1024, 200_000), (200_000, 200_000), None),
+            100_000,
+            true,
+        );
+        assert!(
+            !warn && line.ends_with("max_mappings 100000 needs up to 101024"),
+            "{line}"
+        );
     }
 
     #[test]
