@@ -135,6 +135,9 @@ pub struct Peer {
     pub exchanges: u64,
     /// REMOTE_INFO messages B's daemon sent to its kernel.
     pub remote_infos: u64,
+    /// Of `remote_infos`, those an incoming connection found in B's kernel (the rest are
+    /// left over: [`Peer::stale_remote_info`] says why).
+    pub remote_infos_used: u64,
     /// REQUESTs sent (retransmissions included).
     pub requests: u64,
     /// ACCEPTs sent.
@@ -143,9 +146,15 @@ pub struct Peer {
     pub acks: u64,
     /// REJECTs sent.
     pub rejects: u64,
-    /// REQUEST + ACCEPT retransmissions.
+    /// REQUEST + ACCEPT retransmissions (the daemons' count).
     pub retransmissions: u64,
-    /// Duplicates absorbed by the daemons.
+    /// REQUESTs the relays saw resent (the second and later of an exchange), with the
+    /// relays; the rest of `retransmissions` are ACCEPTs.
+    pub request_resends: u64,
+    /// Exchanges whose REQUEST the relays saw more than once.
+    pub exchanges_resent: u64,
+    /// Duplicates absorbed by the daemons: repeats a daemon recognised (one killed and
+    /// restarted cannot recognise what its former self answered).
     pub duplicates: u64,
     /// Datagrams the relays saw.
     pub relay_seen: u64,
@@ -376,13 +385,23 @@ impl Report {
         let p = &self.peer;
         let _ = writeln!(
             o,
-            "peer          {} exchanges, {} REMOTE_INFO; sent REQUEST {}, ACCEPT {}, ACK {}, REJECT {}",
-            p.exchanges, p.remote_infos, p.requests, p.accepts, p.acks, p.rejects
+            "peer          {} exchanges, {} REMOTE_INFO ({} found by their connection); sent \
+             REQUEST {}, ACCEPT {}, ACK {}, REJECT {}",
+            p.exchanges,
+            p.remote_infos,
+            p.remote_infos_used,
+            p.requests,
+            p.accepts,
+            p.acks,
+            p.rejects
         );
         let _ = writeln!(
             o,
-            "              retransmissions {}, duplicates absorbed {}",
-            p.retransmissions, p.duplicates
+            "              retransmissions {}{}, duplicates absorbed {} (repeats a daemon \
+             recognised)",
+            p.retransmissions,
+            self.retransmissions_why(),
+            p.duplicates
         );
         if self.settings.relays {
             let _ = writeln!(
@@ -401,6 +420,20 @@ impl Report {
         if p.stale_remote_info > 0 {
             let _ = writeln!(o, "              {}", self.stale_remote_info_line());
         }
+    }
+
+    /// Which datagrams the retransmissions were, where the relays saw them: REQUESTs of
+    /// how many exchanges (one may resend more than once), and ACCEPTs.
+    fn retransmissions_why(&self) -> String {
+        let p = &self.peer;
+        if !self.settings.relays || p.retransmissions == 0 {
+            return String::new();
+        }
+        let accepts = p.retransmissions.saturating_sub(p.request_resends);
+        format!(
+            " ({} REQUESTs resent for {} exchanges, {accepts} ACCEPTs)",
+            p.request_resends, p.exchanges_resent
+        )
     }
 
     /// What the relays' drops were, when the lab itself caused some of them.

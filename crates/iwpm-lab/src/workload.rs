@@ -134,7 +134,9 @@ pub struct Progress {
 }
 
 /// Opens the connections from `host` to `dst`; returns every attempt, established ones
-/// still open. `on_progress` is called after each outcome.
+/// still open. `on_progress` is called after each outcome and after the attempts that
+/// replace finished ones have started, so its `in_flight` is never one short between an
+/// outcome and the start of the next attempt (the restart line reads it at the kill).
 pub fn connect_all(
     host: &Host,
     dst: SocketAddr,
@@ -151,8 +153,13 @@ pub fn connect_all(
     };
     let concurrency = config.concurrency.max(1);
     while attempts.progress.done < config.connections {
+        let started_before = attempts.records.len();
         while attempts.in_flight < concurrency && attempts.records.len() < config.connections {
             attempts.start(host, &channel, dst);
+        }
+        if attempts.records.len() > started_before {
+            attempts.progress.in_flight = attempts.in_flight;
+            (attempts.on_progress)(attempts.progress);
         }
         match channel.get_event(Duration::from_millis(100)) {
             Ok(event) => attempts.on_event(event),

@@ -69,6 +69,7 @@ pub(super) fn peer_counters(lab: &mut Lab) -> Result<(Peer, Vec<Shortage>), LabE
     let mut p = Peer {
         exchanges: ka.query_replies,
         remote_infos: kb.remote_info_received,
+        remote_infos_used: kb.remote_info_hits,
         ..Peer::default()
     };
     let mut shortages = Vec::new();
@@ -92,6 +93,11 @@ pub(super) fn peer_counters(lab: &mut Lab) -> Result<(Peer, Vec<Shortage>), LabE
             p.relay_reordered += st.reordered;
             p.relay_overtaken += st.overtaken;
             p.relay_spared += st.spared;
+            for e in r.exchanges().values() {
+                let resent = u64::from(e.requests.saturating_sub(1));
+                p.request_resends += resent;
+                p.exchanges_resent += u64::from(resent > 0);
+            }
         }
     }
     Ok((p, shortages))

@@ -329,6 +329,29 @@ fn restart_of_the_passive_daemon_mid_run() {
     assert_eq!((r.kernel_mappings, r.recovered), (1, 1));
     assert!(report.render().contains("mappings lost: 0"));
     assert_eq!(report.connections.consistent, 200);
+    // Issue 43, friction 12: the figures add up. Every REMOTE_INFO is either found by its
+    // connection or left over (a REQUEST the killed daemon answered, answered again by the
+    // restarted one, which cannot know it as a duplicate); the retransmissions are the
+    // REQUESTs the relays saw resent (per exchange, some more than once) plus ACCEPTs.
+    let p = &report.peer;
+    assert_eq!(
+        p.remote_infos_used + p.stale_remote_info as u64,
+        p.remote_infos,
+        "{p:?}"
+    );
+    assert_eq!(p.remote_infos_used, 200, "{p:?}");
+    if report.settings.relays {
+        assert!(p.request_resends <= p.retransmissions, "{p:?}");
+        assert!(p.exchanges_resent <= p.request_resends, "{p:?}");
+        let text = report.render();
+        assert!(
+            text.contains(&format!(
+                "REQUESTs resent for {} exchanges",
+                p.exchanges_resent
+            )),
+            "{text}"
+        );
+    }
 }
 
 /// A netlink message with a raw attribute list (type, payload).
