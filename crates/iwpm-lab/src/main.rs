@@ -75,7 +75,8 @@ struct Cli {
     /// keeps one of B's REMOTE_INFO tokens; once they are spent (at 30 %: after several
     /// hundred connections), REMOTE_INFO waits for A's ACK, and a connection whose 3 ACKs
     /// are all lost reaches B without one: a few such mismatches and exit 1 are expected
-    /// (the report then says how many this loss predicts).
+    /// (the report then gives the expectation with its range, and how many exchanges lost
+    /// every ACK, which bounds the count).
     #[arg(long, value_name = "PCT", default_value_t = 0.0)]
     loss: f64,
 
@@ -114,7 +115,8 @@ struct Cli {
     #[arg(long, value_name = "MS", default_value_t = 2)]
     wire_delay_ms: u64,
 
-    /// Seed of the relays' loss and duplicate draws.
+    /// Seed of the relays' fault draws: the same seed gives the n-th exchange the same
+    /// losses, copies and holds; the daemons' timing still varies from run to run.
     #[arg(long, default_value_t = 0x1d5eed)]
     seed: u64,
 

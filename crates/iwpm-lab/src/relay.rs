@@ -8,8 +8,15 @@
 //! Each datagram is dropped with probability `loss`; a delivered one is sent a second time
 //! with probability `duplicate`; each copy is held back with probability `reorder` for a
 //! random 1 ms..`reorder_window` and sent then, so that datagrams sent after it overtake
-//! it (the relay counts how many held copies really were overtaken). All draws come from
-//! one seeded generator per relay.
+//! it (the relay counts how many held copies really were overtaken).
+//!
+//! The draws are a function of the seed and of the datagram's place in its exchange: the
+//! k-th REQUEST, ACCEPT, ACK or REJECT of the n-th exchange the relay saw start (a keyed
+//! hash, not one generator drawn in arrival order). So a seed gives the n-th exchange the
+//! same faults whatever the threads interleave; which connection is the n-th, and what the
+//! daemons' timing makes of the faults (retransmissions, the REMOTE_INFO budget), still
+//! vary from run to run. A datagram outside any exchange the relay knows draws from one
+//! seeded sequence.
 //!
 //! Loss has one bound: an exchange is never lost *entirely* to chance. The active daemon
 //! sends at most ten REQUESTs (one a second) before the kernel's 10 s timeout; at 30 %
@@ -141,11 +148,23 @@ pub struct ExchangeTimes {
     pub rejects: u32,
     /// ACKs seen.
     pub acks: u32,
+    /// Of `acks`, those dropped for `loss` (not for `block`).
+    pub acks_lost: u32,
+    /// The exchange's place among those the relay saw start (0, 1, …): with the seed it
+    /// keys the fault draws of its datagrams.
+    pub ordinal: u64,
+}
+
+impl ExchangeTimes {
+    /// A's daemon sent ACKs for this exchange and the relay dropped every one for loss.
+    pub fn every_ack_lost(&self) -> bool {
+        self.acks > 0 && self.acks_lost == self.acks
+    }
 }
 
 impl ExchangeTimes {
     /// An exchange whose first REQUEST (handle `handle`) arrived at `now`.
-    fn new(handle: u64, now: Instant) -> Self {
+    fn new(handle: u64, now: Instant, ordinal: u64) -> Self {
         ExchangeTimes {
             handle,
             first_request: now,
@@ -154,6 +173,8 @@ impl ExchangeTimes {
             accepts: 0,
             rejects: 0,
             acks: 0,
+            acks_lost: 0,
+            ordinal,
         }
     }
 }
@@ -251,6 +272,7 @@ impl Relay {
                 timers: BinaryHeap::new(),
                 timer_seq: 0,
                 rng: 0,
+                exchanges_started: 0,
                 sent: 0,
                 shared: sh,
             };
@@ -402,9 +424,29 @@ struct Worker {
     timers: BinaryHeap<Timer>,
     timer_seq: u64,
     rng: u64,
+    /// Exchanges seen to start so far (the next one's ordinal).
+    exchanges_started: u64,
     /// Datagrams sent so far (to tell whether a held copy was overtaken).
     sent: u64,
     shared: Arc<Shared>,
+}
+
+/// splitmix64's finaliser: a well-mixed 64-bit value from any 64-bit input.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Draw number `salt` for the datagram at `place`: a function of its arguments only.
+fn keyed_draw(seed: u64, place: u64, salt: u64) -> f64 {
+    unit(mix(seed ^ mix(place ^ mix(salt.wrapping_add(0x5EED)))))
+}
+
+/// A uniform draw in [0, 1) from 64 mixed bits.
+fn unit(z: u64) -> f64 {
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl Worker {
@@ -462,14 +504,19 @@ impl Worker {
             .clone()
     }
 
-    /// splitmix64: a uniform draw in [0, 1).
+    /// The next draw of the seeded sequence, uniform in [0, 1).
     fn draw(&mut self) -> f64 {
         self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        unit(mix(self.rng))
+    }
+
+    /// Draw number `salt` for the datagram at `place` in its exchange (see the module
+    /// docs), or the next of the sequence for one outside any exchange.
+    fn draw_for(&mut self, place: Option<u64>, salt: u64) -> f64 {
+        match place {
+            Some(p) => keyed_draw(self.config().seed, p, salt),
+            None => self.draw(),
+        }
     }
 
     fn drain_front(&mut self, buf: &mut [u8]) {
@@ -559,12 +606,19 @@ impl Worker {
                 None => st.malformed += 1,
             }
         }
-        let requests = msg.map_or(0, |m| self.note_arrival(now, &m));
+        let (requests, place) = msg.map_or((0, None), |m| self.note_arrival(now, &m));
         let blocked = code.is_some_and(|c| cfg.block[usize::from(c)]);
-        let mut lost = cfg.loss > 0.0 && self.draw() < cfg.loss;
+        let mut lost = cfg.loss > 0.0 && self.draw_for(place, 0) < cfg.loss;
         if lost && !blocked && cfg.spare_after_requests.is_some_and(|n| requests >= n) {
             self.stats().spared += 1;
             lost = false;
+        }
+        if lost && !blocked {
+            if let Some(m) = msg.filter(|m| m.msg_type == PeerMsgType::Ack) {
+                if let Some(e) = self.times().get_mut(&m.cp()) {
+                    e.acks_lost += 1;
+                }
+            }
         }
         if blocked || lost {
             if let Some(c) = code {
@@ -574,16 +628,17 @@ impl Worker {
             }
             return;
         }
-        let copies = if cfg.duplicate > 0.0 && self.draw() < cfg.duplicate {
+        let copies = if cfg.duplicate > 0.0 && self.draw_for(place, 1) < cfg.duplicate {
             self.stats().duplicated += 1;
             2
         } else {
             1
         };
-        for _ in 0..copies {
-            if cfg.reorder > 0.0 && self.draw() < cfg.reorder {
+        for copy in 0..copies {
+            if cfg.reorder > 0.0 && self.draw_for(place, 2 + 2 * copy) < cfg.reorder {
                 let window = cfg.reorder_window.as_secs_f64().max(0.001);
-                let delay = Duration::from_secs_f64(0.001 + self.draw() * (window - 0.001));
+                let at = self.draw_for(place, 3 + 2 * copy);
+                let delay = Duration::from_secs_f64(0.001 + at * (window - 0.001));
                 self.stats().reordered += 1;
                 self.schedule(
                     now + delay,
@@ -675,40 +730,38 @@ impl Worker {
 
     /// Records a message; returns the REQUESTs seen so far in its exchange (this one
     /// included), 0 when the exchange is unknown.
-    fn note_arrival(&self, now: Instant, m: &PeerMessage) -> u32 {
+    /// Counts the message in its exchange; returns the exchange's REQUESTs so far and the
+    /// message's place (exchange ordinal, type, how many of its type so far) when it
+    /// belongs to an exchange the relay saw start.
+    fn note_arrival(&mut self, now: Instant, m: &PeerMessage) -> (u32, Option<u64>) {
         let cp = m.cp();
-        let mut times = self.times();
-        match m.msg_type {
-            PeerMsgType::Request => {
-                let fresh = ExchangeTimes::new(m.assoc_handle, now);
-                let e = times.entry(cp).or_insert(fresh);
-                if e.handle != m.assoc_handle {
-                    // The same local address in a new exchange: start over.
-                    *e = fresh;
-                }
-                e.requests += 1;
-                return e.requests;
-            }
-            PeerMsgType::Accept => {
-                if let Some(e) = times.get_mut(&cp) {
-                    e.accepts += 1;
-                }
-            }
-            PeerMsgType::Reject => {
-                if let Some(e) = times.get_mut(&cp) {
-                    e.rejects += 1;
-                }
-            }
-            PeerMsgType::Ack => {
-                if let Some(e) = times.get_mut(&cp) {
-                    e.acks += 1;
-                }
-            }
+        let shared = Arc::clone(&self.shared);
+        let mut times = shared.times.lock().unwrap_or_else(PoisonError::into_inner);
+        if m.msg_type == PeerMsgType::Request
+            && times.get(&cp).is_none_or(|e| e.handle != m.assoc_handle)
+        {
+            // A new exchange (or the same local address in a new one: start over).
+            let fresh = ExchangeTimes::new(m.assoc_handle, now, self.exchanges_started);
+            self.exchanges_started += 1;
+            times.insert(cp, fresh);
         }
-        times
-            .get(&cp)
-            .filter(|e| e.handle == m.assoc_handle)
-            .map_or(0, |e| e.requests)
+        let Some(e) = times.get_mut(&cp) else {
+            return (0, None);
+        };
+        let nth = match m.msg_type {
+            PeerMsgType::Request => &mut e.requests,
+            PeerMsgType::Accept => &mut e.accepts,
+            PeerMsgType::Reject => &mut e.rejects,
+            PeerMsgType::Ack => &mut e.acks,
+        };
+        *nth += 1;
+        let place = (e.ordinal << 24) ^ (u64::from(m.msg_type.code()) << 20) ^ u64::from(*nth);
+        let requests = if e.handle == m.assoc_handle {
+            e.requests
+        } else {
+            0
+        };
+        (requests, Some(place))
     }
 
     fn note_delivery(&self, now: Instant, m: &PeerMessage) {
@@ -719,5 +772,32 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 43, friction 6: the same `--seed` gave different runs, as one generator was
+    /// drawn in arrival order, which the threads decide. A datagram's draw now depends
+    /// on the seed and its place in its exchange only: the same in any order, and with
+    /// about the share `loss` asks for.
+    #[test]
+    fn draws_are_keyed_by_place_not_by_arrival_order() {
+        let places: Vec<u64> = (0..2000u64)
+            .map(|ordinal| (ordinal << 24) ^ (2 << 20) ^ (ordinal % 3 + 1))
+            .collect();
+        let forward: Vec<f64> = places.iter().map(|&p| keyed_draw(7, p, 0)).collect();
+        let mut backward: Vec<f64> = places.iter().rev().map(|&p| keyed_draw(7, p, 0)).collect();
+        backward.reverse();
+        assert_eq!(forward, backward);
+        let other_seed: Vec<f64> = places.iter().map(|&p| keyed_draw(8, p, 0)).collect();
+        assert_ne!(forward, other_seed);
+        let other_salt: Vec<f64> = places.iter().map(|&p| keyed_draw(7, p, 1)).collect();
+        assert_ne!(forward, other_salt);
+        let lost = forward.iter().filter(|&&d| d < 0.3).count();
+        assert!((540..=660).contains(&lost), "{lost} of 2000 below 0.3");
+        assert!(forward.iter().all(|d| (0.0..1.0).contains(d)));
     }
 }

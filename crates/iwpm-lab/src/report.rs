@@ -11,7 +11,7 @@ use crate::histogram::Bucket;
 use crate::lab::RestartOutcome;
 use crate::mismatch::Mismatch;
 
-mod causes;
+pub(crate) mod causes;
 
 /// p50/p99/max of a set of durations, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -153,6 +153,10 @@ pub struct Peer {
     pub request_resends: u64,
     /// Exchanges whose REQUEST the relays saw more than once.
     pub exchanges_resent: u64,
+    /// Exchanges whose ACK A's daemon sent as often as it does while B's REMOTE_INFO waits
+    /// for it (3 times) and the relays dropped every one for `--loss`: the connections the
+    /// loss kept from their REMOTE_INFO, as the relays saw it.
+    pub exchanges_every_ack_lost: u64,
     /// Duplicates absorbed by the daemons: repeats a daemon recognised (one killed and
     /// restarted cannot recognise what its former self answered).
     pub duplicates: u64,

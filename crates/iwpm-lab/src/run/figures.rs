@@ -97,6 +97,8 @@ pub(super) fn peer_counters(lab: &mut Lab) -> Result<(Peer, Vec<Shortage>), LabE
                 let resent = u64::from(e.requests.saturating_sub(1));
                 p.request_resends += resent;
                 p.exchanges_resent += u64::from(resent > 0);
+                p.exchanges_every_ack_lost +=
+                    u64::from(e.every_ack_lost() && e.acks >= crate::report::causes::ACK_SENDS);
             }
         }
     }
