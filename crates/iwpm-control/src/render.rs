@@ -63,10 +63,12 @@ pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// `1h02m03s`, `4m05s`, `6.7s` or `89ms`.
+/// `1h02m03s`, `4m05s`, `6.7s`, `89ms` or `<1ms` (the replies count whole milliseconds,
+/// so a 0 is a time under one, not none).
 pub fn duration_ms(ms: u64) -> String {
     let s = ms / 1000;
     match s {
+        0 if ms == 0 => "<1ms".to_owned(),
         0 => format!("{ms}ms"),
         1..=59 => format!("{}.{}s", s, (ms % 1000) / 100),
         60..=3599 => format!("{}m{:02}s", s / 60, s % 60),

@@ -564,7 +564,11 @@ impl fmt::Display for Scenario {
         if self.auth != FleetAuth::default() {
             writeln!(f, "  keys: {}", self.auth)?;
         }
-        for (i, it) in self.items.iter().enumerate() {
+        // In time order, as they happen; each keeps its index, which `--keep` takes (the
+        // generator adds items family by family, so index order jumps back in time).
+        let mut order: Vec<(usize, &Item)> = self.items.iter().enumerate().collect();
+        order.sort_by_key(|&(i, it)| (it.at, i));
+        for (i, it) in order {
             writeln!(f, "  [{i:3}] t={:>9.3}s {:?}", it.at.as_secs_f64(), it.what)?;
         }
         Ok(())

@@ -360,7 +360,7 @@ impl Shell {
         tracing::info!(
             target = %result.target,
             answer,
-            elapsed_ms = result.elapsed.as_secs_f64() * 1e3,
+            elapsed_ms = crate::logging::log_ms(result.elapsed),
             "probe finished"
         );
         let report = ProbeReport {

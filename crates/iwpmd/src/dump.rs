@@ -80,7 +80,7 @@ impl Shell {
         };
         tracing::debug!(
             lines = text.table.len(),
-            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            took_ms = crate::logging::log_ms(started.elapsed()),
             "dump text taken; writing it in the background"
         );
         self.dump.writer.submit(text);

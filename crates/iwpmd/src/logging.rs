@@ -181,8 +181,32 @@ fn journal_stream_matches(value: &str, dev: u64, ino: u64) -> bool {
     matches!((d.parse::<u64>(), i.parse::<u64>()), (Ok(d), Ok(i)) if d == dev && i == ino)
 }
 
+/// A duration as milliseconds for a log field, to the microsecond: `0.174`, not the
+/// float noise of `0.17394700000000002`.
+pub(crate) fn log_ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
 #[cfg(test)]
 mod tests {
+    /// Issue 43, friction 13: `elapsed_ms=0.17394700000000002` in a log line.
+    #[test]
+    fn log_milliseconds_are_rounded_to_the_microsecond() {
+        use std::time::Duration;
+        assert_eq!(
+            super::log_ms(Duration::from_nanos(173_947)).to_string(),
+            "0.174"
+        );
+        assert_eq!(
+            super::log_ms(Duration::from_millis(1500)).to_string(),
+            "1500"
+        );
+        assert_eq!(
+            super::log_ms(Duration::from_nanos(1_234_567)).to_string(),
+            "1.235"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -164,7 +164,7 @@ impl Shell {
                 restored = report.restored,
                 failed = report.failed,
                 skipped = report.skipped,
-                took_ms = now.elapsed().as_secs_f64() * 1e3,
+                took_ms = crate::logging::log_ms(now.elapsed()),
                 "mappings restored from the state file"
             );
         }

@@ -413,3 +413,14 @@ iwpmd_core_netlink_in_add_mapping_total 5
         metrics::parse(&metrics::render(&status())).unwrap().len()
     );
 }
+
+/// Issue 43, friction 13: a peer exchange finished within the millisecond showed
+/// `TOOK 0ms`; the replies count whole milliseconds, so 0 means under one.
+#[test]
+fn durations_under_a_millisecond_are_not_shown_as_none() {
+    assert_eq!(render::duration_ms(0), "<1ms");
+    assert_eq!(render::duration_ms(1), "1ms");
+    assert_eq!(render::duration_ms(999), "999ms");
+    assert_eq!(render::duration_ms(6_700), "6.7s");
+    assert_eq!(render::duration_ms(3_723_000), "1h02m03s");
+}

@@ -178,3 +178,37 @@ fn random_sweep() {
         ran as f64 / secs
     );
 }
+
+/// Issue 43, friction 13: `--print` listed the schedule in generation order, which jumps
+/// back in time; it lists it in time order, each item under the index `--keep` takes.
+#[test]
+fn print_lists_the_schedule_in_time_order() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iwpm-sim"))
+        // (seed 3: extras and keys generated after the fleet's items, earlier in time)
+        .args(["--seed", "3", "--print"])
+        .output()
+        .expect("run iwpm-sim");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let items: Vec<(usize, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (index, rest) = l.trim_start().strip_prefix('[')?.split_once("] t=")?;
+            let (at, _) = rest.trim_start().split_once("s ")?;
+            Some((index.trim().parse().ok()?, at.parse().ok()?))
+        })
+        .collect();
+    assert!(items.len() > 10, "{text}");
+    assert!(items.windows(2).all(|w| w[0].1 <= w[1].1), "{text}");
+    assert!(
+        items.windows(2).any(|w| w[0].0 > w[1].0),
+        "the seed no longer generates out of time order: pick another\n{text}"
+    );
+    let mut indices: Vec<usize> = items.iter().map(|&(i, _)| i).collect();
+    indices.sort_unstable();
+    assert_eq!(
+        indices,
+        (0..items.len()).collect::<Vec<_>>(),
+        "every index once"
+    );
+}

@@ -300,7 +300,7 @@ impl StateStore {
                 self.writes += 1;
                 tracing::debug!(
                     mappings = outcome.mappings,
-                    took_ms = outcome.took.as_secs_f64() * 1e3,
+                    took_ms = crate::logging::log_ms(outcome.took),
                     "state file written"
                 );
             }
