@@ -30,7 +30,7 @@ crate::counters! {
     NetlinkIn(KernelOp, NETLINK_IN_NAMES) => netlink_in: Total;
     /// Messages sent to the kernel, by op.
     NetlinkOut(KernelOp, NETLINK_OUT_NAMES) => netlink_out: Total;
-    /// HANDLE_ERR sent, by code (index = code; codes are 10..=17).
+    /// HANDLE_ERR sent to the kernel with the error code the name ends in (codes 10..=17).
     HandleErrSent(ErrCode, HANDLE_ERR_NAMES) => handle_err_sent: Total;
     /// `NLMSG_DONE` received (the kernel's answer to each of our messages; expected).
     NetlinkDoneIn => netlink_done_in: Total;
