@@ -345,8 +345,8 @@ mod tests {
             "Local address IPV6 fd00::2:4000(0x0FA0)",
             "Mapped address IPV6 fd00::2:4000(0x0FA0)",
             "    refcount 1 owner client 2 wildcard no no_port_map yes age 3s",
-            "    kernel client 2 registered: device siw0 interface lo",
-            "    peer exchanges in flight: 3 connecting, 4 accepting; iwpm ABI 4",
+            "kernel client 2 registered: device siw0 interface lo",
+            "peer exchanges in flight: 3 connecting, 4 accepting; iwpm ABI 4",
             IO,
             &core,
         ];

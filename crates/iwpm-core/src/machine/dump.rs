@@ -46,19 +46,21 @@ impl Core {
                 now.saturating_duration_since(m.created_at).as_secs(),
             ));
         }
+        // What follows is about the daemon, not the last mapping: not indented like a
+        // mapping's detail line.
         let (active, passive) = (self.exchanges.active_len(), self.exchanges.passive_len());
         for client in 0..=u8::MAX {
             let Some(info) = self.clients.info(client) else {
                 continue;
             };
             out.push(format!(
-                "    kernel client {client} registered: device {} interface {}",
+                "kernel client {client} registered: device {} interface {}",
                 info.ibdev_name.to_string_lossy(),
                 info.if_name.to_string_lossy(),
             ));
         }
         out.push(format!(
-            "    peer exchanges in flight: {active} connecting, {passive} accepting; iwpm ABI {}",
+            "peer exchanges in flight: {active} connecting, {passive} accepting; iwpm ABI {}",
             self.abi.0
         ));
         out

@@ -611,9 +611,14 @@ fn dump_has_the_c_lines_and_details_on_separate_lines() {
         lines.iter().filter(|l| l.starts_with("Mapping #")).count(),
         2
     );
+    // About the daemon, after the table: not indented under the last mapping (issue 43,
+    // friction 13).
     assert!(lines
         .iter()
-        .any(|l| l.contains("kernel client 2 registered: device siw0")));
+        .any(|l| l.starts_with("kernel client 2 registered: device siw0")));
+    assert!(lines
+        .last()
+        .is_some_and(|l| l.starts_with("peer exchanges in flight: ")));
 }
 
 #[test]
