@@ -283,8 +283,9 @@ attack_suites() {  # one VM per run: timing, floods and attacks, ours and C in o
 two_vm_suites() {  # two VMs per run (run2, one pair slot each)
   if want twovm; then
     run2 twovm-ours-ours $RS $RS
-    run2 twovm-ours-c $RS $C
-    run2 twovm-c-ours $C $RS
+    # (ours keyed against rdma-core's daemon, rig.keys=1: keys must change nothing there)
+    run2 twovm-ours-c $RS $C -A keys=1
+    run2 twovm-c-ours $C $RS -B keys=1
     [ $WITH_C = 1 ] && run2 twovm-c-c $C $C
     # timing only (daemons untraced): ours, C, none
     run2 twovm-perf-ours $RS $RS -e trace=0
@@ -309,7 +310,10 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     for p in ours-ours c-c ours-c c-ours; do
       [ $p = c-c ] && [ $WITH_C = 0 ] && continue
       a=$RS; [ "${p%-*}" = c ] && a=$C; b=$RS; [ "${p#*-}" = c ] && b=$C
-      TEST2="$RIG_DIR/guest/suite-pm.sh" run2 "pm-$p" "$a" "$b"
+      # ours keyed (rig.keys=1) in the mixed pairings: a keyed daemon serves rdma-core's as
+      # an unkeyed one does
+      k=(); [ $p = ours-c ] && k=(-A keys=1); [ $p = c-ours ] && k=(-B keys=1)
+      TEST2="$RIG_DIR/guest/suite-pm.sh" run2 "pm-$p" "$a" "$b" ${k[@]+"${k[@]}"}
     done
     # pm-hold (only when asked for): ours as the server with no REMOTE_INFO budget, every
     # REMOTE_INFO waiting for the peer's verified ACK (a spent budget's path), ours and C as
@@ -369,7 +373,7 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
       echo "fleet keys (suite fleet, siw.port_map=1, both daemons traced), Linux $RIG_KVER: $np/$((np+nf)) checks; block wall $(( $(date +%s) - t_fl ))s, suite $(flv fleet-A suite_s)/$(flv fleet-B suite_s) s (server/client)"
       echo "  1 keyed<->keyed: cmtime total/max ms $(flv fleet-B p1_cmtime_total_ms)/$(flv fleet-B p1_cmtime_max_ms), rigcm connect $(flv fleet-B p1_connect_ms) ms; sealed datagrams server $(flv fleet-A p1_sealed_server), client $(flv fleet-B p1_sealed_client); peer_auth_verified server/client $(flv fleet-A p1_verified_server)/$(flv fleet-B p1_verified_client)"
       echo "  2 attacker: replay $(flv fleet-A p2_replay_counters), strip $(flv fleet-A p2_strip_counters), flip $(flv fleet-A p2_flip_counters); connect after each, ms: $(flv fleet-B p2_after_replay_ms)/$(flv fleet-B p2_after_strip_ms)/$(flv fleet-B p2_after_flip_ms)"
-      echo "  3 rotation: connects $(flv fleet-B p3_connects), slowest $(flv fleet-B p3_connect_max_ms) ms (process $(flv fleet-B p3_process_max_s) s); sealed under key 1/key 2, server $(flv fleet-A p3_sent_key1_key2_server), client $(flv fleet-B p3_sent_key1_key2_client)"
+      echo "  3 rotation: connects $(flv fleet-B p3_connects) (cmtime rounds, connect time summed $(flv fleet-B p3_connect_total_ms) ms), slowest $(flv fleet-B p3_connect_max_ms) ms (round $(flv fleet-B p3_round_max_s) s); sealed under key 1/key 2, server $(flv fleet-A p3_sent_key1_key2_server), client $(flv fleet-B p3_sent_key1_key2_client)"
       echo "  4 with C: cmtime total/max ms, ours-C $(flv fleet-B p4_ours-c_cmtime_total_ms)/$(flv fleet-B p4_ours-c_cmtime_max_ms), C-ours $(flv fleet-B p4_c-ours_cmtime_total_ms)/$(flv fleet-B p4_c-ours_cmtime_max_ms)"
     } > "$FLT"
     { echo; echo "== fleet (target/rig/$RIG_KVER/fleet.txt)"; sed 's/^/  /' "$FLT"; } | tee -a "$SUMMARY"

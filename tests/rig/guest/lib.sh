@@ -65,6 +65,7 @@ start_syslog() {
 start_iwpmd() {
   start_syslog
   IWPMD_JOB=""; IWPMD_PID=""; IWPMD_PORTID=""
+  keyed_args
   if [ -n "$1" ]; then
     log "starting $IWPMD $IWPMD_ARGS under strace -> $1"
     strace -f -tt -s 4096 -xx -o "$1" \
@@ -93,6 +94,33 @@ start_iwpmd() {
     log "iwpmd pid $IWPMD_PID, netlink port id $IWPMD_PORTID"; return 0
   fi
   log "iwpmd did not come up (pid '$IWPMD_PID', port id '$IWPMD_PORTID')"; return 1
+}
+# keyed_args: with rig.keys=1 our daemon (iwpmd-rs) runs with a fleet key (peer_key_file,
+# iwpmd.conf(5)): a root-owned 0600 key file of one key (id 1, a test key of this rig only)
+# added to the configuration its arguments name (--config FILE, else /etc/iwpmd.conf), in
+# IWPMD_ARGS. So the suites written for unkeyed daemons show a keyed daemon of ours with
+# rdma-core's: it must pass them unchanged. Once per start (the key line is added once).
+RIG_KEY1=6669656c642d72696720746573742d6b65792d6f6e652d2d2d2d2d2d2d2d2d31
+keyed_args() {
+  [ "${RIG_KEYS:-0}" = 1 ] && [ "$(basename "$IWPMD")" = iwpmd-rs ] || return 0
+  case " $IWPMD_ARGS " in *" --config /tmp/iwpmd-keyed.conf "*) return 0 ;; esac
+  local kf=/tmp/rig-peer-keys conf=/tmp/iwpmd-keyed.conf src=/etc/iwpmd.conf args="" prev="" a
+  for a in $IWPMD_ARGS; do
+    if [ "$prev" = --config ]; then src=$a; prev=""; continue; fi
+    if [ "$a" = --config ]; then prev=$a; continue; fi
+    args="$args $a"
+  done
+  ( umask 077; echo "1 $RIG_KEY1" > $kf )
+  { cat "$src" 2>/dev/null; echo "peer_key_file=$kf"; } > $conf
+  IWPMD_ARGS="${args# } --config $conf"
+  log "keyed: fleet key 1 in $kf, configuration $conf (from $src)"
+}
+# keyed_check: with rig.keys=1, a check that our daemon took its fleet key (its start-up
+# line "fleet keys: ..." in syslog); nothing otherwise
+keyed_check() {
+  [ "${RIG_KEYS:-0}" = 1 ] && [ "$(basename "$IWPMD")" = iwpmd-rs ] || return 0
+  local l; l=$(grep -o 'fleet keys: .*' "$SYSLOG" 2>/dev/null | tail -1)
+  check keyed "our daemon keyed (rig.keys=1): ${l:-no 'fleet keys:' line in syslog}" test -n "$l"
 }
 # stop_iwpmd: SIGTERM, wait up to 5 s; returns 1 if it had to be killed.
 stop_iwpmd() {

@@ -51,6 +51,7 @@ if [ -n "$RIB" ] && [ "$(basename "$IWPMD")" = iwpmd-rs ]; then
   note "ours with remote_info_budget=$RIB (/tmp/iwpmd-pm.conf)"
 else RIB=""; fi
 check start "daemon up" start_iwpmd "$ST"
+keyed_check
 FD0=$(ls /proc/"$IWPMD_PID"/fd 2>/dev/null | wc -l)
 mkdir -p "$SYNC"; echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon"
 flag "$ROLE.up"; wait_flag "$OTHER.up" 120
@@ -308,8 +309,10 @@ echo_checks "$T"
 ext6() { grep -E " udp $1 [^ ]* $2 v6 len=$3( |$)" "$T" | wc -l; }
 if grep -q 'iwpmd-rs' "$SYNC/$ROLE.daemon" 2>/dev/null; then
   if [ "$ROLE" = client ]; then
-    n96=$(ext6 send REQUEST 96); nall=$(ext6 send REQUEST '[0-9]+')
-    check ext6-request "ours as the client: $n96 of $nall IPv6 REQUESTs carry the extension block (96 bytes)" \
+    # (keyed, rig.keys=1: the block travels inside the sealed 124-byte form, §6.14)
+    xl=96; [ "${RIG_KEYS:-0}" = 1 ] && xl=124
+    n96=$(ext6 send REQUEST $xl); nall=$(ext6 send REQUEST '[0-9]+')
+    check ext6-request "ours as the client: $n96 of $nall IPv6 REQUESTs carry the extension block ($xl bytes)" \
       sh -c "[ $nall -ge 1 ] && [ $n96 = $nall ]"
     if grep -q 'iwpmd-rs' "$SYNC/server.daemon" 2>/dev/null; then
       # (a delivery notice, the ACCEPT again with its notice byte set, is not ACKed)

@@ -26,6 +26,7 @@ dmesg_mark
 TRACE=${RIG_TRACE:-1}; NODAEMON=0; [ "$IWPMD" = none ] && { NODAEMON=1; TRACE=0; }
 ST=""; [ "$TRACE" = 1 ] && ST="$OUT/iwpmd.strace"
 [ $NODAEMON = 1 ] || check start "daemon up" start_iwpmd "$ST"
+[ $NODAEMON = 1 ] || keyed_check
 echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon" 2>/dev/null || { mkdir -p "$SYNC"; echo "$IWPMD $IWPMD_ARGS" > "$SYNC/$ROLE.daemon"; }
 flag "$ROLE.up"; wait_flag "$OTHER.up" 120
 check ping "ICMP ping $PEER" sh -c "ping -c 2 -W 5 $PEER > $OUT/ping.txt 2>&1"
