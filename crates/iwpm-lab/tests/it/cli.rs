@@ -175,7 +175,7 @@ fn help_says_what_loss_and_hold_do() {
         "REMOTE_INFO waits for A's ACK",
         "reaches B without one",
         "exit 1 are expected",
-        "the report then says how many this loss predicts",
+        "the report then gives the expectation with its range",
     ] {
         assert!(
             loss.contains(needle),
