@@ -282,15 +282,14 @@ attack_suites() {  # one VM per run: timing, floods and attacks, ours and C in o
 }
 two_vm_suites() {  # two VMs per run (run2, one pair slot each)
   if want twovm; then
-    run2 twovm-ours-ours $RS $RS
+    # (the timing runs, daemons untraced, at the end of the traced boots: ours in ours-ours,
+    # C and no daemon in C-C, or in ours-ours with --no-c)
+    tn=ours,none; [ $WITH_C = 1 ] && tn=ours
+    run2 twovm-ours-ours $RS $RS -e timing=$tn
     # (ours keyed against rdma-core's daemon, rig.keys=1: keys must change nothing there)
     run2 twovm-ours-c $RS $C -A keys=1
     run2 twovm-c-ours $C $RS -B keys=1
-    [ $WITH_C = 1 ] && run2 twovm-c-c $C $C
-    # timing only (daemons untraced): ours, C, none
-    run2 twovm-perf-ours $RS $RS -e trace=0
-    run2 twovm-perf-c $C $C -e trace=0
-    run2 twovm-perf-none none none -e trace=0
+    [ $WITH_C = 1 ] && run2 twovm-c-c $C $C -e timing=c,none
   fi
   if want forge; then  # forged cp address: A runs ours then C, B (no daemon) is the attacker
     TEST2="$RIG_DIR/guest/suite-forge.sh" run2 forge "$RS" none -e daemons=$RS,$C -e reference=$C
@@ -510,7 +509,9 @@ tbl "$SHARE/out/single-c/cmtime-daemon.txt" "one VM, cmtime -c 50 through the C 
 tbl "$SHARE/out/single-c/cmtime-nodaemon.txt" "one VM, cmtime -c 50 with no daemon (after the C run)"
 tbl "$SHARE/out/single-ours/cmtime-nodaemon.txt" "one VM, cmtime -c 50 with no daemon (after our run)"
 for p in ours c none; do
-  tbl "$SHARE/out/twovm-perf-$p-B/cmtime-across.txt" "two VMs, cmtime -c 50, daemons untraced: $p on both sides"
+  for f in "$SHARE"/out/twovm-*-B/cmtime-perf-$p.txt; do
+    tbl "$f" "two VMs, cmtime -c 50, daemons untraced: $p on both sides (timing at the end of $(basename "$(dirname "$f")"))"
+  done
 done
 for p in ours-ours ours-c c-ours c-c; do
   tbl "$SHARE/out/twovm-$p-B/cmtime-across.txt" "two VMs, cmtime -c 50, both daemons under strace: server ${p%-*}, client ${p#*-}"

@@ -12,6 +12,8 @@
 #        (trace=1 adds the peer-address phase: the peer the passive kernel reports for
 #        connections to a specific, a wildcard and an IPv6 listener)
 #        (iwpmd=none: no daemon at all, the kernel connects unmapped)
+#        timing=LIST: after the traced checks, cmtime across once per label with the
+#        daemons untraced ("none": with no daemon; any other label: this side's daemon)
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
 N=${RIG_RPING_COUNT:-10}; CM=${RIG_CMTIME:-50}
@@ -179,5 +181,25 @@ check cross "the $OTHER's trace has the same association handles for REQUEST, AC
   cross_ok
 detail "$CROSS"
 echo_checks "$T"
+
+# ---- timing (timing=LIST): cmtime -c N across with the daemons untraced, in this boot ----
+# Each label in turn: "none" runs no daemon (the kernel connects unmapped); any other label
+# names this side's daemon, started again without strace. Tables cmtime-perf-LABEL.txt
+# (run-all.sh's cmtime.txt, "daemons untraced"). Once a boot of its own per daemon
+# (twovm-perf-*, three pair boots per kernel); the traced checks above are done by now.
+for tl in $(echo "${RIG_TIMING:-}" | tr ',' ' '); do
+  r=0; if [ "$tl" != none ] && [ $NODAEMON = 0 ]; then start_iwpmd "" || r=1; fi
+  check "timing-$tl-start" "timing, $tl: $([ "$tl" = none ] && echo 'no daemon' || echo "$IWPMD untraced") on this side" test $r = 0
+  if [ "$ROLE" = server ]; then
+    cmtime -b "$IP" -c "$CM" > "$OUT/cmtime-perf-$tl-server.log" 2>&1 & sp=$!
+    flag "timing.$tl.listening"; wait_flag "timing.$tl.done" 300; sleep 1; kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  else
+    wait_flag "timing.$tl.listening" 120; sleep 1
+    check_cmtime "timing-$tl" "$PEER" "$CM" "perf-$tl"
+    flag "timing.$tl.done"
+  fi
+  flag "timing.$tl.$ROLE.end"; wait_flag "timing.$tl.$OTHER.end" 120
+  if [ "$tl" != none ] && [ $NODAEMON = 0 ]; then check "timing-$tl-stop" "timing, $tl: daemon exits on SIGTERM" stop_iwpmd; fi
+done
 cat "$SUM"
 finish
