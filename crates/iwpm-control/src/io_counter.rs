@@ -1,6 +1,6 @@
 //! The names of the daemon's IO-level counters (the `io counters:` line of the SIGUSR1
-//! dump and the `io_counters` of `status`), declared once here with the core's
-//! [`iwpm_core::counters!`] so that the daemon that prints them and the tools that read them
+//! dump and the `io_counters` of `status`), declared once here with the shared
+//! [`iwpm_report::counters!`] so that the daemon that prints them and the tools that read them
 //! back (the lab's dump parser, `iwpmctl status` and `metrics`) agree by type: the daemon
 //! maps every variant to a value with an exhaustive match, so a counter added here and not
 //! counted there does not compile.
@@ -13,7 +13,7 @@
 //! missing, it does not compile). The lab, `iwpmctl status` and `iwpmctl metrics` read
 //! every name from here; the docs name no IO counter one by one.
 
-iwpm_core::counters! {
+iwpm_report::counters! {
     /// One counter of the daemon's `io counters:` line.
     pub enum IoCounter;
     /// Datagrams received from the kernel.
@@ -62,7 +62,7 @@ iwpm_core::counters! {
 mod tests {
     use std::collections::HashSet;
 
-    use iwpm_core::{Presence, Surface};
+    use iwpm_report::{Presence, Surface};
 
     use super::*;
 

@@ -14,8 +14,11 @@
 //!   of that format (used by the tests and by `iwpmctl metrics --check`).
 //! * [`render`]: the human tables `iwpmctl` prints.
 //! * [`client`]: a blocking client with bounded waits and plain-words errors.
-//! * [`io_counter`]: the daemon's IO counters (declared with the core's one counter
-//!   macro), for the daemon that prints them and the tools that read them back.
+//! * [`io_counter`]: the daemon's IO counters (declared with the one counter macro of
+//!   `iwpm-report`), for the daemon that prints them and the tools that read them back.
+//!
+//! It depends on `iwpm-report` for the counter vocabulary and the peer reports, and not on
+//! `iwpm-core`: `iwpmctl` builds without the state machine.
 //!
 //! The protocol is documented in `docs/control.md`.
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic

@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use iwpm_core::{Counter, Surface};
+use iwpm_report::{Counter, Surface};
 
 use crate::proto::StatusReport;
 use crate::IoCounter;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-pub use iwpm_core::{AuthFailure, KeyUse, PeerAuth, PeerTally};
+pub use iwpm_report::{AuthFailure, KeyUse, PeerAuth, PeerTally};
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this crate speaks.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use iwpm_core::Presence;
+use iwpm_report::Presence;
 
 use crate::proto::{
     KeysReport, LogLevelReply, MappingList, PeerAuth, PeerTally, PeersReport, ProbeReport, Reply,

@@ -41,7 +41,6 @@ mod answered;
 mod clients;
 mod config;
 mod cookie;
-mod counter;
 mod exchange;
 mod held;
 mod host;
@@ -57,7 +56,6 @@ mod mapping_id;
 mod request;
 mod source_meter;
 pub mod state_file;
-mod stats;
 mod table;
 mod token_bucket;
 mod usage;
@@ -65,9 +63,7 @@ mod usage;
 pub use crate::action::{
     Action, KernelReceipt, PeerSocket, PortReservations, ReservationId, ReserveError,
 };
-pub use crate::admission::{AuthFailure, KeyUse, PeerAuth};
 pub use crate::config::CoreConfig;
-pub use crate::counter::{CounterKind, CounterSlot, Presence, Surface};
 pub use crate::host::{Host, SavePolicy};
 pub use crate::machine::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
@@ -76,6 +72,10 @@ pub use crate::machine::{
 };
 pub use crate::mapping_id::MappingId;
 pub use crate::peer_allow::PeerAllow;
-pub use crate::peer_book::{ExchangeOutcome, PeerTally, RecentExchange};
-pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
+pub use crate::peer_book::{ExchangeOutcome, RecentExchange};
 pub use crate::table::{MappingRole, MappingView};
+// What the core counts and its peer reports are written in the words it shares with its
+// tools (`iwpm-report`); they are named here too, as the types of what `Core` returns.
+pub use iwpm_report::{
+    AuthFailure, Counter, ErrCode, KernelOp, KeyUse, PeerAuth, PeerTally, Stats, UnknownCounter,
+};

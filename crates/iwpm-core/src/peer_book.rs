@@ -7,33 +7,12 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use iwpm_report::PeerTally;
+
 /// Most peers tallied at once.
 pub(crate) const MAX_PEERS: usize = 1024;
 /// Most finished exchanges remembered.
 pub(crate) const RECENT_LEN: usize = 64;
-
-/// What one peer host did for us, counted since it was first seen (or re-added after
-/// eviction). The control socket's `peers` answer carries it as it is (feature `serde`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct PeerTally {
-    /// REQUESTs we started towards it (first transmissions).
-    pub requests: u64,
-    /// REQUEST retransmissions towards it.
-    pub retransmissions: u64,
-    /// ACCEPTs it answered with.
-    pub accepts: u64,
-    /// REJECTs it answered with.
-    pub rejects: u64,
-    /// Our exchanges with it that ended without an answer.
-    pub timeouts: u64,
-    /// REQUESTs it sent us.
-    pub requests_in: u64,
-    /// How its datagrams authenticate (fleet keys): keyed, unkeyed or failing. (Absent
-    /// in the answer of a daemon before fleet keys: unkeyed.)
-    #[cfg_attr(feature = "serde", serde(default))]
-    pub auth: crate::admission::PeerAuth,
-}
 
 /// How a local (connecting) exchange ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,8 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 pub use iwpm_control::IoCounter;
-use iwpm_core::{Counter, Presence, Stats};
+use iwpm_core::{Counter, Stats};
+use iwpm_report::Presence;
 use serde::Serialize;
 
 /// One mapping as the daemon printed it.

@@ -1,8 +1,9 @@
 //! One way to declare counters, for the core's [`crate::Stats`] and the daemon's IO
 //! counters (iwpm-control's `IoCounter`): each counter's name, kind, help text and where it
 //! shows are written once, in one [`counters!`](crate::counters) list, and every export
-//! (the SIGUSR1 dump, `iwpmctl status`, the metrics) reads them from there. Here because
-//! both the core and iwpm-control depend on this crate.
+//! (the SIGUSR1 dump, `iwpmctl status`, the metrics) reads them from there. Where a counter
+//! shows ([`Surface`]) is said in that list, beside its name, and not in the core, which
+//! only counts.
 
 /// Whether a counter only grows or reflects the current state; the metrics render the
 /// first as `_total` counters, the second as gauges.
@@ -57,7 +58,7 @@ pub trait CounterSlot: Copy + 'static {
 /// An array counter names its slot type ([`CounterSlot`]) and a table of its slots' names.
 ///
 /// ```text
-/// iwpm_core::counters! {
+/// iwpm_report::counters! {
 ///     /// The doc of the enum.
 ///     pub enum MyCounter;
 ///     /// Help text of `a`.

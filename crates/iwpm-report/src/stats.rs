@@ -13,10 +13,10 @@ use iwpm_proto::peer::PeerMsgType;
 use crate::counter::{CounterSlot, Surface};
 
 /// Number of iwpm ops (array size of the per-op counters).
-pub(crate) const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
+const NUM_OPS: usize = RDMA_NL_IWPM_NUM_OPS as usize;
 
 /// Peer message kinds, in wire order (REQUEST, ACCEPT, ACK, REJECT).
-pub(crate) const NUM_PEER_TYPES: usize = 4;
+const NUM_PEER_TYPES: usize = 4;
 
 crate::counters! {
     /// One counter of [`Stats`]: a scalar field, or one slot of an array field.
@@ -203,7 +203,9 @@ impl Stats {
             .unwrap_or(0)
     }
 
-    pub(crate) fn bump_op(arr: &mut [u64; NUM_OPS], op: u16) {
+    /// One more in the slot of kernel op `op` of `arr` ([`Stats::netlink_in`] or
+    /// [`Stats::netlink_out`]); an op past the table counts nowhere.
+    pub fn bump_op(arr: &mut [u64; NUM_OPS], op: u16) {
         if let Some(c) = arr.get_mut(usize::from(op)) {
             *c = c.wrapping_add(1);
         }

@@ -17,8 +17,9 @@ use iwpm_control::{
 };
 use iwpm_core::{
     Counter, ExchangeOutcome, ExchangeSide, MappingRole, PeerSocket, ProbeId, ProbeOutcome,
-    ProbeRequest, ProbeResult, Surface,
+    ProbeRequest, ProbeResult,
 };
+use iwpm_report::Surface;
 use mio::event::Event;
 
 use crate::dump;

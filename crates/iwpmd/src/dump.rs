@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iwpm_core::Surface;
+use iwpm_report::Surface;
 use mio::Waker;
 
 use crate::io_counters::HeldElsewhere;

@@ -2,7 +2,7 @@
 //! `name=value` export for the SIGUSR1 dump.
 
 use iwpm_control::IoCounter;
-use iwpm_core::Surface;
+use iwpm_report::Surface;
 
 /// IO-level counters.
 #[derive(Debug, Default)]
@@ -117,7 +117,7 @@ pub(crate) struct HeldElsewhere {
     pub restart: RestartCounts,
 }
 
-/// The restart machinery's counters ([`iwpm_core::Presence::Restart`]), each `None`
+/// The restart machinery's counters ([`iwpm_report::Presence::Restart`]), each `None`
 /// while its part (the FD store, the state file) is off. `Restart::counts` fills it with a
 /// struct literal, so a field added here and not counted there does not compile.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -466,7 +466,7 @@ fn hostile_clients_cost_nothing(sock: &Path) {
 }
 
 /// `ip`'s tallies in a `peers` answer (the test fails when the peer is not listed).
-fn tally_of(peers: &iwpm_control::proto::PeersReport, ip: IpAddr) -> iwpm_core::PeerTally {
+fn tally_of(peers: &iwpm_control::proto::PeersReport, ip: IpAddr) -> iwpm_control::PeerTally {
     peers
         .peers
         .iter()

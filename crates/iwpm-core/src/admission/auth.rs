@@ -16,91 +16,9 @@ use iwpm_proto::fleet_key::FleetKeys;
 use iwpm_proto::peer::auth::{self, AuthBlock};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
+use iwpm_report::{AuthFailure, KeyUse};
+
 use super::replay::{ReplayMemory, Stale, MAX_REMEMBERED};
-
-/// One key's use since it was loaded, for `iwpmctl keys` (never its bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct KeyUse {
-    /// The key's id.
-    pub id: u32,
-    /// True for the key we sign with.
-    pub signing: bool,
-    /// True when the key is only accepted (a rotation's first step).
-    pub accept_only: bool,
-    /// Datagrams we sealed with it.
-    pub signed: u64,
-    /// Datagrams that verified under it.
-    pub verified: u64,
-}
-
-/// Why a peer datagram failed authentication.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum AuthFailure {
-    /// Sealed with a key id we do not hold.
-    UnknownKey,
-    /// Its MAC does not verify (a wrong key under a known id, or changed bytes).
-    BadMac,
-    /// Its stamp is outside the clock window (a skewed clock, or an old capture).
-    Clock,
-    /// Seen before (a replay).
-    Replayed,
-    /// Not sealed, from a network whose datagrams must be (`peer_auth_required`).
-    Missing,
-    /// Sealed by a fleet member, but sent from another address than the one the message
-    /// names as its sender (a copy sent by whoever saw it).
-    WrongSource,
-}
-
-impl AuthFailure {
-    /// A few words for logs and `iwpmctl peers`.
-    pub fn describe(self) -> &'static str {
-        match self {
-            AuthFailure::UnknownKey => "unknown key id",
-            AuthFailure::BadMac => "wrong key",
-            AuthFailure::Clock => "clock",
-            AuthFailure::Replayed => "replayed",
-            AuthFailure::Missing => "not authenticated",
-            AuthFailure::WrongSource => "from another address",
-        }
-    }
-}
-
-/// How a peer authenticated, as `iwpmctl peers` shows it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum PeerAuth {
-    /// Nothing sealed seen from it (an rdma-core peer, or one of ours without a key).
-    #[default]
-    Unkeyed,
-    /// Its last sealed datagram verified under this key.
-    Keyed {
-        /// The key id.
-        key_id: u32,
-    },
-    /// Its last datagrams failed authentication: the latest reason, and how many in a row.
-    Failing {
-        /// The latest reason.
-        reason: AuthFailure,
-        /// Failures since it last authenticated (or was first seen).
-        count: u64,
-    },
-}
-
-impl PeerAuth {
-    /// The state after one more datagram from this peer.
-    pub(crate) fn after(self, outcome: Result<u32, AuthFailure>) -> PeerAuth {
-        match (outcome, self) {
-            (Ok(key_id), _) => PeerAuth::Keyed { key_id },
-            (Err(reason), PeerAuth::Failing { count, .. }) => PeerAuth::Failing {
-                reason,
-                count: count.saturating_add(1),
-            },
-            (Err(reason), _) => PeerAuth::Failing { reason, count: 1 },
-        }
-    }
-}
 
 /// Whether a datagram proved where it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -32,8 +32,8 @@ use crate::released::Released;
 use crate::source_meter::{SourceMeter, MAX_SOURCES};
 use crate::token_bucket::TokenBucket;
 
-pub use auth::{AuthFailure, KeyUse, PeerAuth};
 pub(crate) use auth::{Opened, Refused, Trust};
+pub(crate) use iwpm_report::{AuthFailure, KeyUse};
 
 /// How many addresses' allowances an IPv6 /64 has in all.
 pub(crate) const NET_SHARE: u32 = 16;

@@ -43,6 +43,7 @@ use iwpm_proto::netlink::{
     RegPidRequest,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
+use iwpm_report::Stats;
 
 use super::{code, Core};
 use crate::action::PortReservations;
@@ -50,7 +51,6 @@ use crate::clients::{ClientInfo, Registration};
 use crate::mapping_id::MappingId;
 use crate::ratelimit::LogKind;
 use crate::request::{Addr, Query, Request};
-use crate::stats::Stats;
 use crate::table::MappingRole;
 
 /// A string payload as C writes it: the bytes up to the first NUL, plus one NUL.

@@ -34,6 +34,7 @@ use iwpm_proto::fleet_key::FleetKeys;
 use iwpm_proto::consts::{err, NLM_F_REQUEST};
 use iwpm_proto::netlink::{encode_daemon_msg, DaemonMsg, Envelope, HandleErr};
 use iwpm_proto::peer::PeerMsgType;
+use iwpm_report::Stats;
 
 use crate::action::{Action, KernelReceipt, PeerSocket, PortReservations};
 use crate::admission::{Admission, KeyUse};
@@ -46,7 +47,6 @@ use crate::mapping_id::MappingId;
 use crate::peer_book::PeerBook;
 use crate::ratelimit::{LogKind, LogLimiter};
 use crate::request::Abi;
-use crate::stats::Stats;
 use crate::table::{Mapping, MappingTable, MappingView};
 use crate::usage::{Resource, Usage, UsageChange};
 use handshake::Handshake;

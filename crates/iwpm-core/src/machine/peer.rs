@@ -37,6 +37,7 @@ use std::time::Instant;
 use iwpm_proto::netlink::QueryMappingReply;
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 use iwpm_proto::sockaddr::{Endpoint, SockAddrStorage};
+use iwpm_report::Stats;
 
 use super::Core;
 use crate::action::PeerSocket;
@@ -44,7 +45,6 @@ use crate::admission::{AuthFailure, Refusal, Trust};
 use crate::mapping_id::MappingId;
 use crate::peer_book::ExchangeOutcome;
 use crate::ratelimit::LogKind;
-use crate::stats::Stats;
 use crate::table::MappingRole;
 
 /// Most timers handled per [`Core::handle_timeout`] call; the rest are due at once on the

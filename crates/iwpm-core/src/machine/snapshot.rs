@@ -6,11 +6,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use iwpm_proto::sockaddr::Endpoint;
+use iwpm_report::PeerTally;
 
 use super::Core;
 use crate::exchange::{ActiveState, ExchangeKind};
 use crate::machine::handshake::Handshake;
-use crate::peer_book::{PeerTally, RecentExchange};
+use crate::peer_book::RecentExchange;
 use crate::table::MappingRole;
 
 /// One mapping.
