@@ -186,6 +186,7 @@ fn hold_prints_working_iwpmctl_lines_and_cleans_up_on_sigterm() {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root (--netns)")]
 fn hold_in_two_namespaces_removes_them() {
     if !rustix::process::geteuid().is_root() {
         iwpm_testkit::host::say_skipped(

@@ -78,11 +78,13 @@ fn veth_run(family: Family, loss: f64, connections: usize) {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root (network namespaces)")]
 fn veth_pair_ipv4() {
     veth_run(Family::V4, 0.0, 200);
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root (network namespaces)")]
 fn veth_pair_ipv6_with_loss() {
     veth_run(Family::V6, 0.2, 40);
 }

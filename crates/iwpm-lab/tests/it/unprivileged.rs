@@ -62,6 +62,7 @@ fn run(args: &[&str]) -> Output {
 }
 
 #[test]
+#[cfg_attr(not_root, ignore = "needs root (to run the lab as nobody)")]
 fn ipv6_lab_runs_unprivileged() {
     if let Some(why) = unavailable() {
         iwpm_testkit::host::say_skipped("ipv6_lab_runs_unprivileged", &why);

@@ -3,7 +3,7 @@
 //! `#[ignore = "needs root"]` where the build runs as another user (`cfg(not_root)`, from
 //! the build script), and every run-time skip is said with `say_skipped`, which prints
 //! past the capture. Checked over the sources of the crates whose build script sets
-//! `not_root` (this one) and the test binaries of the workspace.
+//! `not_root` (this one and the lab's tests) and the test binaries of the workspace.
 
 use std::path::{Path, PathBuf};
 
@@ -44,6 +44,7 @@ fn a_test_that_needs_root_is_ignored_without_it() {
     let mut files = Vec::new();
     rust_files(&root.join("crates/iwpmd/src"), &mut files);
     rust_files(&root.join("crates/iwpmd/tests"), &mut files);
+    rust_files(&root.join("crates/iwpm-lab/tests"), &mut files);
     let mut unmarked = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
