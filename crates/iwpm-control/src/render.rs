@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use iwpm_report::Presence;
+use iwpm_report::{count, Presence};
 
 use crate::proto::{
     KeysReport, LogLevelReply, MappingList, PeerAuth, PeerTally, PeersReport, ProbeReport, Reply,
@@ -55,12 +55,6 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         line(&mut row.iter().map(String::as_str));
     }
     out
-}
-
-/// `n` and the noun in the number it takes: `1 mapping`, `0 mappings`, `2 entries`.
-pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
-    let n = n.into();
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// `1h02m03s`, `4m05s`, `6.7s`, `89ms` or `<1ms` (the replies count whole milliseconds,

@@ -16,6 +16,7 @@
 //! * [`Counter`] and [`Stats`]: everything the core counts, and the counts.
 //! * [`PeerTally`], [`PeerAuth`], [`AuthFailure`], [`KeyUse`]: the per-peer and per-key
 //!   reports of `iwpmctl peers` and `keys`.
+//! * [`count`]: a number and its noun, as the daemon's log and `iwpmctl` both write it.
 // No unwrap/expect outside tests (clippy.toml allows them there): input must never panic
 // the daemon or a tool.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
@@ -25,7 +26,9 @@
 mod counter;
 mod peer;
 mod stats;
+mod words;
 
 pub use crate::counter::{CounterKind, CounterSlot, Presence, Surface};
 pub use crate::peer::{AuthFailure, KeyUse, PeerAuth, PeerTally};
 pub use crate::stats::{Counter, ErrCode, KernelOp, Stats, UnknownCounter};
+pub use crate::words::count;

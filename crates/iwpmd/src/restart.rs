@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::io_counters::RestartCounts;
-use iwpm_control::render::count as counted;
 use iwpm_core::state_file::SavedMapping;
 use iwpm_core::{Core, Host, SavePolicy};
+use iwpm_report::count as counted;
 
 use crate::ports::reservations::Reservations;
 use crate::ports::Ports;

@@ -72,7 +72,7 @@ impl Ports {
     /// clock is read here, on this rare path, rather than lent with every call.)
     fn reserve_failed(&mut self, bind: SocketAddr, f: &ReserveFailure) {
         let now = Instant::now();
-        let held = iwpm_control::render::count(self.held.len() as u64, "port", "ports");
+        let held = iwpm_report::count(self.held.len() as u64, "port", "ports");
         if f.process_out_of_fds() || f.system_out_of_fds() {
             self.no_fd += 1;
             if let Some(suppressed) = self.warn.allow(now) {
