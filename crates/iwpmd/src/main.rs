@@ -168,7 +168,7 @@ fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<
     tracing::info!("{}", startup::version_line());
     let max_mappings = settings.core.max_mappings;
     let fd_limit = process::raise_fd_limit(max_mappings);
-    process::log_fd_limit(&fd_limit, max_mappings, mode == RunMode::Systemd);
+    process::log_fd_limit(&fd_limit, max_mappings, mode != RunMode::Foreground);
 
     let kernel = match &cli.kernel {
         KernelSpec::Netlink => {

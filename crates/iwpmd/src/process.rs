@@ -229,8 +229,8 @@ fn nr_open() -> u64 {
 }
 
 /// Logs the outcome of [`raise_fd_limit`] in one line ([`fd_limit_line`]).
-pub(crate) fn log_fd_limit(limit: &FdLimit, max_mappings: usize, systemd: bool) {
-    let (warn, line) = fd_limit_line(limit, max_mappings, systemd);
+pub(crate) fn log_fd_limit(limit: &FdLimit, max_mappings: usize, service: bool) {
+    let (warn, line) = fd_limit_line(limit, max_mappings, service);
     if warn {
         tracing::warn!("{line}");
     } else {
@@ -240,12 +240,11 @@ pub(crate) fn log_fd_limit(limit: &FdLimit, max_mappings: usize, systemd: bool) 
 
 /// The line that reports [`raise_fd_limit`], and whether it is a warning. The limits are
 /// given once, with what they were only when they changed. A soft limit below what
-/// `max_mappings` may need is a warning where someone can act on it: the daemon tried to
-/// raise the hard limit and could not, or a service manager set it (`LimitNOFILE=`). A
-/// start by hand without the privilege to raise it gets the same facts at info level: the
-/// hard limit is the caller's, and a daemon started to try something out needs no warning
-/// about its 20 000th mapping.
-pub(crate) fn fd_limit_line(limit: &FdLimit, max_mappings: usize, systemd: bool) -> (bool, String) {
+/// `max_mappings` may need is a warning for a `service` (detached, or under systemd:
+/// someone set its limits, `LimitNOFILE=` or the init script's); a daemon started by hand
+/// in the foreground gets the same line at info level, which is shown without `-v` too: a
+/// daemon started to try something out needs no warning about its 20 000th mapping.
+pub(crate) fn fd_limit_line(limit: &FdLimit, max_mappings: usize, service: bool) -> (bool, String) {
     let mut figures = format!(
         "descriptor limit RLIMIT_NOFILE: soft {} hard {}",
         Limit(limit.soft),
@@ -267,23 +266,12 @@ pub(crate) fn fd_limit_line(limit: &FdLimit, max_mappings: usize, systemd: bool)
             format!("{figures}; max_mappings {max_mappings} needs up to {wanted}"),
         );
     }
-    if limit.hard_raise_error.is_none() && !systemd {
-        return (
-            false,
-            format!(
-                "{figures}; max_mappings {max_mappings} may need {wanted}, so port-mapped \
-                 mappings beyond about {} fail with CREATE_MAPPING_ERR (the hard limit is the \
-                 caller's: `ulimit -Hn` as root raises it, or set max_mappings lower)",
-                Limit(limit.soft),
-            ),
-        );
-    }
     let not_raised = limit
         .hard_raise_error
         .map(|e| format!(" (cannot raise the hard RLIMIT_NOFILE to {wanted}: {e})"))
         .unwrap_or_default();
     (
-        true,
+        service,
         format!(
             "{figures} is below the {wanted} descriptors max_mappings {max_mappings} may \
              need{not_raised}: port-mapped mappings beyond it fail with CREATE_MAPPING_ERR; \
@@ -316,61 +304,42 @@ mod tests {
         }
     }
 
-    /// Issue 43, friction 10: a start by hand (not root, so no raise tried) with a hard
-    /// limit of 20 000 warned "soft 20000 hard 20000 (was soft 20000 hard 20000)".
+    /// Issue 43, friction 10: a start by hand with a hard limit of 20 000 warned "soft 20000
+    /// hard 20000 (was soft 20000 hard 20000)".
     #[test]
     fn a_start_by_hand_reports_its_limit_once_and_without_a_warning() {
-        let (warn, line) = fd_limit_line(
-            &limit((20_000, 20_000), (20_000, 20_000), None),
-            100_000,
-            false,
-        );
+        let by_hand = |l: &FdLimit| fd_limit_line(l, 100_000, false);
+        let as_service = |l: &FdLimit| fd_limit_line(l, 100_000, true);
+        let inherited = limit((20_000, 20_000), (20_000, 20_000), None);
+        let (warn, line) = by_hand(&inherited);
         assert!(!warn, "{line}");
         assert!(
             line.starts_with(
-                "descriptor limit RLIMIT_NOFILE: soft 20000 hard 20000 (as inherited);"
+                "descriptor limit RLIMIT_NOFILE: soft 20000 hard 20000 (as inherited) is below \
+                 the 101024 descriptors max_mappings 100000 may need:"
             ),
             "{line}"
         );
-        assert_eq!(line.matches("20000").count(), 3, "{line}");
-        // The soft limit raised to the hard one: both figures, once each.
-        let (_, line) = fd_limit_line(
-            &limit((1024, 20_000), (20_000, 20_000), None),
-            100_000,
-            false,
-        );
-        assert!(
-            line.contains("soft 20000 hard 20000 (raised from soft 1024 hard 20000)"),
-            "{line}"
-        );
-        // Under a service manager the limit is its setting: a warning.
-        let (warn, line) = fd_limit_line(
-            &limit((20_000, 20_000), (20_000, 20_000), None),
-            100_000,
-            true,
-        );
-        assert!(warn && line.contains("raise LimitNOFILE"), "{line}");
-        // Root that could not raise it: a warning naming why.
-        let (warn, line) = fd_limit_line(
-            &limit((64, 64), (64, 64), Some(Errno::PERM)),
-            100_000,
-            false,
-        );
-        assert!(warn, "{line}");
-        assert!(
-            line.contains("soft 64 hard 64 (as inherited) is below"),
-            "{line}"
-        );
+        assert_eq!(line.matches("20000").count(), 2, "{line}");
+        // As root without CAP_SYS_RESOURCE (a container): the same, saying why.
+        let not_raised = limit((20_000, 20_000), (20_000, 20_000), Some(Errno::PERM));
+        let (warn, line) = by_hand(&not_raised);
+        assert!(!warn, "{line}");
         assert!(
             line.contains("cannot raise the hard RLIMIT_NOFILE to 101024"),
             "{line}"
         );
-        // Enough: info, with what the mappings need.
-        let (warn, line) = fd_limit_line(
-            &limit((1024, 200_000), (200_000, 200_000), None),
-            100_000,
-            true,
+        // A service's limits are someone's setting: a warning.
+        assert!(as_service(&inherited).0);
+        assert!(as_service(&not_raised).0);
+        // The soft limit raised to the hard one: both figures, once each.
+        let (_, line) = by_hand(&limit((1024, 20_000), (20_000, 20_000), None));
+        assert!(
+            line.contains("soft 20000 hard 20000 (raised from soft 1024 hard 20000)"),
+            "{line}"
         );
+        // Enough: info, with what the mappings need.
+        let (warn, line) = as_service(&limit((1024, 200_000), (200_000, 200_000), None));
         assert!(
             !warn && line.ends_with("max_mappings 100000 needs up to 101024"),
             "{line}"
