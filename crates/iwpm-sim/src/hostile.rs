@@ -104,10 +104,38 @@ impl World {
             What::Replay { lasts, .. } => (1, lasts),
             _ => return,
         };
+        if !self.attack_send(item, k, &it.what, rate, lasts) {
+            return;
+        }
+        let next = match it.what {
+            What::Drain { .. } if k < 191 => Duration::from_millis(u64::from(k + 1) / 2),
+            What::Drain { .. } => {
+                Duration::from_millis(95) + Duration::from_millis(250) * (k - 190)
+            }
+            _ => Duration::from_secs(u64::from(k) + 1) / rate.max(1),
+        };
+        if next < lasts {
+            self.push(
+                self.scenario.items[item].at + next,
+                Event::Attack { item, k: k + 1 },
+            );
+        }
+    }
+
+    /// The sends of the `k`-th step of attack item `item` (`what`); false when it sends
+    /// nothing (its target is gone, or the item is no attack), which ends the item.
+    fn attack_send(
+        &mut self,
+        item: usize,
+        k: u32,
+        what: &What,
+        rate: u32,
+        lasts: Duration,
+    ) -> bool {
         let handle = mix(self.scenario.seed ^ ((item as u64) << 32) ^ u64::from(k));
         let cp_port = 20_000 + (k % 10_000) as u16;
         let mapped_port = 30_000 + (k % 10_000) as u16;
-        match it.what {
+        match what.clone() {
             What::Squat {
                 victim,
                 target,
@@ -118,7 +146,7 @@ impl World {
                 let (Some(v), Some(ap)) =
                     (self.hosts.get(victim), self.target_ap(target, port, v6))
                 else {
-                    return;
+                    return false;
                 };
                 let vip = v.addr(v6);
                 let req = request_from(handle, vip, (cp_port, mapped_port), ap);
@@ -127,7 +155,7 @@ impl World {
             What::BlindPairs { target, port, .. } => {
                 let v6 = self.scenario.kind_of(port).v6;
                 let Some(ap) = self.target_ap(target, port, v6) else {
-                    return;
+                    return false;
                 };
                 let me_ip = hostile_ip(v6);
                 let req = request_from(handle, me_ip, (cp_port, mapped_port), ap);
@@ -142,7 +170,7 @@ impl World {
             }
             What::SpoofV6 { target, port, .. } => {
                 let Some(ap) = self.target_ap(target, port, true) else {
-                    return;
+                    return false;
                 };
                 let src = IpAddr::V6(spoofed6(0xfd77, k / PER_SLASH64, k % PER_SLASH64));
                 let req = request_from(handle, src, (cp_port, mapped_port), ap);
@@ -150,7 +178,7 @@ impl World {
             }
             What::CookieSweep { target, port, .. } => {
                 let Some(ap) = self.target_ap(target, port, true) else {
-                    return;
+                    return false;
                 };
                 let (round, j) = (k / SWEEP_ROUND, k % SWEEP_ROUND);
                 if k == 0 {
@@ -185,7 +213,7 @@ impl World {
                 target, port, v6, ..
             } => {
                 let Some(ap) = self.target_ap(target, port, v6) else {
-                    return;
+                    return false;
                 };
                 let me_ip = hostile_ip(v6);
                 let req = request_from(
@@ -201,7 +229,7 @@ impl World {
                 target, port, v6, ..
             } => {
                 let Some(ap) = self.target_ap(target, port, v6) else {
-                    return;
+                    return false;
                 };
                 // 64 per source: each within its half-budget share and far below the
                 // per-source quota, so nothing of the drain is ever evicted.
@@ -223,7 +251,7 @@ impl World {
             }
             What::RejectFlood { target, port, .. } => {
                 let Some(ap) = self.target_ap(target, port, false) else {
-                    return;
+                    return false;
                 };
                 let src = IpAddr::V4(Ipv4Addr::new(10, 252, 0, (k % REJECT_SOURCES) as u8 + 1));
                 let req = request_from(handle, src, (cp_port, mapped_port), ap);
@@ -234,21 +262,9 @@ impl World {
                     self.probe(item, ap);
                 }
             }
-            _ => return,
+            _ => return false,
         }
-        let next = match it.what {
-            What::Drain { .. } if k < 191 => Duration::from_millis(u64::from(k + 1) / 2),
-            What::Drain { .. } => {
-                Duration::from_millis(95) + Duration::from_millis(250) * (k - 190)
-            }
-            _ => Duration::from_secs(u64::from(k) + 1) / rate.max(1),
-        };
-        if next < lasts {
-            self.push(
-                self.scenario.items[item].at + next,
-                Event::Attack { item, k: k + 1 },
-            );
-        }
+        true
     }
 
     /// Finding I: a real host (the rdma-core-like peer's address) asks once for the closed

@@ -356,15 +356,7 @@ impl Gen {
                 } else {
                     SpoofMode::Between
                 };
-                self.push(
-                    ms(400),
-                    What::Drain {
-                        target: 0,
-                        port,
-                        v6: true,
-                        lasts: ms(20_000),
-                    },
-                );
+                self.push_drain(ms(400), 0, port, true, ms(20_000));
                 self.push(
                     ms(450),
                     What::VictimSpoof {
