@@ -52,7 +52,7 @@ fn ipv6_churn_runs_unprivileged() {
         None
     };
     if let Some(why) = why {
-        eprintln!("skipped: {why}");
+        iwpm_testkit::host::say_skipped("ipv6_churn_runs_unprivileged", &why);
         return;
     }
     let daemon = built_binary("iwpmd", "iwpmd");

@@ -74,10 +74,6 @@ fn skips_are_said_past_the_capture() {
     let root = workspace_root();
     let mut files = Vec::new();
     for krate in std::fs::read_dir(root.join("crates")).unwrap().flatten() {
-        // (iwpm-bench's test of its unprivileged run is not converted yet)
-        if krate.file_name() == "iwpm-bench" {
-            continue;
-        }
         let tests = krate.path().join("tests");
         if tests.is_dir() {
             rust_files(&tests, &mut files);
