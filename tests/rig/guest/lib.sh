@@ -565,3 +565,90 @@ live_client() {
     kill $cp 2>/dev/null; wait $cp 2>/dev/null; sleep 0.5
   done
 }
+
+# ---- figures, and a daemon restarted behind the FD store (suites pmops, storage, zerogap) ----
+# fig KEY VALUE: one figure of the suite, "KEY VALUE" appended to its file $FIGS
+fig() { echo "$1 $2" >> "$FIGS"; log "figure $1 $2"; }
+# kv LINE KEY: the VALUE of the word KEY=VALUE in LINE (a tool's "k=v k=v" report line)
+kv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+# fdstore_ready N [SECS]: wait (at most SECS, 15) until the FD store stand-in has seen N
+# READY=1 notifications in all (the "ready" of each daemon it started)
+fdstore_ready() { waitfor "${2:-15}" fdstore_ready_now "$1"; }
+fdstore_ready_now() { [ "$(st ready)" -ge "$1" ] 2>/dev/null; }
+# fdstore_serve CMD...: the stand-in (pid SP) runs CMD with a notify socket and an FD store
+# (as systemd runs the packaged unit), and on SIGUSR2 stops it if it still runs and starts
+# it again with the stored sockets (as Restart= does)
+fdstore_serve() {
+  mkdir -p "$CTL"
+  rigfdstore serve $NOTIFY $CTL 100000 -- "$@" >> "$OUT/rigfdstore.log" 2>&1 & SP=$!
+}
+# fdstore_start CMD...: fdstore_serve, then its first READY=1; IWPMD_PID = the daemon
+fdstore_start() {
+  fdstore_serve "$@"; fdstore_ready 1 15 || return 1
+  IWPMD_PID=$(st pid); IWPMD_JOB=""; sleep 0.5
+  log "iwpmd pid $IWPMD_PID behind the FD store stand-in (pid $SP)"
+}
+# fdstore_again HOW: a new daemon from the stand-in, the old one SIGKILLed first (HOW kill9)
+# or stopped by the stand-in (term); 1 if no new READY=1 came within 30 s
+fdstore_again() {
+  local r0 p; r0=$(st ready); p=$(st pid)
+  if [ "$1" = kill9 ]; then kill -9 "$p"; waitfor 5 gone "$p"; fi
+  kill -USR2 "$SP"
+  fdstore_ready $((r0 + 1)) 30 || return 1
+  IWPMD_PID=$(st pid); sleep 0.5
+}
+# fdstore_stop: SIGTERM to the stand-in, which stops the daemon and exits (its stored
+# sockets close with it)
+fdstore_stop() { kill -TERM "$SP" 2>/dev/null; waitfor 10 gone "$SP"; wait "$SP" 2>/dev/null; IWPMD_PID=""; }
+# probe_start PORTS SUFFIX: a probe (rigfdstore probe) binds every port of file PORTS in a
+# loop (0.0.0.0, no SO_REUSEADDR) until probe_stop; its report in $OUT/probeSUFFIX.txt,
+# the ports it got in $OUT/probe-freeSUFFIX.txt. PROBE_STOP is the file that stops it.
+PROBE_STOP=/tmp/probe-stop
+probe_start() {
+  PROBE_SUFFIX=$2; rm -f "$PROBE_STOP"
+  rigfdstore probe "$1" "$PROBE_STOP" > "$OUT/probe$2.txt" 2> "$OUT/probe-free$2.txt" & PROBE_PID=$!
+}
+# probe_stop: stops the probe; GAP_FREE = binds that succeeded, GAP_ROUNDS = its rounds
+probe_stop() {
+  touch "$PROBE_STOP"; wait "$PROBE_PID"
+  GAP_FREE=$(sed -n 's/.*free=\([0-9]*\).*/\1/p' "$OUT/probe$PROBE_SUFFIX.txt")
+  GAP_ROUNDS=$(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$OUT/probe$PROBE_SUFFIX.txt")
+}
+# restart_kill9 PORTS SUFFIX: SIGKILL this side's daemon and start a new one while the
+# mapped ports listed in file PORTS are probed. With STORE=1 (ours behind the stand-in) the
+# stand-in starts it with the stored sockets, and a probe binds the ports in a loop from
+# before the kill until 2 s after the new READY=1 (ours settles its restored mappings when
+# the kernel's replay window ends): each success is a moment the host stack could have
+# taken a mapped port. Without a store, port-mapped, each port is bound once between the
+# kill and the new daemon (a loop would hold a port when the new daemon re-binds it for the
+# kernel's MAPINFO record, which then fails with err 11, and the mapping is lost).
+# Sets RESTART_RC (0: the new daemon is up), RESTART_S (kill to up), GAP_PORTS, GAP_FREE,
+# GAP_ROUNDS ("-" when nothing was probed); gap_check judges them.
+restart_kill9() {
+  local t0 p
+  GAP_PORTS=$(wc -l < "$1"); GAP_FREE=-; GAP_ROUNDS=-; RESTART_RC=1
+  if [ "${STORE:-0}" = 1 ]; then
+    probe_start "$1" "$2"; sleep 0.5; t0=$(uptime_s)
+    fdstore_again kill9 && RESTART_RC=0; RESTART_S=$(elapsed "$t0")
+    sleep 2; probe_stop
+  else
+    t0=$(uptime_s); kill9_iwpmd
+    if [ "${RIG_PORTMAP:-0}" = 1 ]; then
+      GAP_FREE=0; GAP_ROUNDS=1
+      for p in $(cat "$1"); do host_bind "$p" && GAP_FREE=$((GAP_FREE+1)); done
+    fi
+    start_iwpmd "" && RESTART_RC=0; RESTART_S=$(elapsed "$t0")
+  fi
+}
+# gap_check NAME: the zero-gap check of the last restart_kill9: with the store no probe
+# bind succeeded (over at least one port and round); without it, reported ("no FD store")
+gap_check() {
+  if [ "${STORE:-0}" = 1 ]; then
+    check "$1" "a probe bound the $GAP_PORTS mapped ports of this side in a loop through the restart: ${GAP_ROUNDS:-?} rounds, ${GAP_FREE:-?} binds succeeded" \
+      sh -c "[ '$GAP_PORTS' -ge 1 ] && [ '${GAP_FREE:-x}' = 0 ] && [ '${GAP_ROUNDS:-0}' -gt 0 ]"
+    detail "$(head -3 "$OUT/probe-free$PROBE_SUFFIX.txt")"
+  else
+    role_check "no FD store" "$1" "between the SIGKILL and the new daemon a host socket could bind $GAP_FREE of the $GAP_PORTS mapped ports of this side" test "$GAP_FREE" = 0
+  fi
+}

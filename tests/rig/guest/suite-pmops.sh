@@ -31,8 +31,7 @@ if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
 OURS=0; [ "$(basename "$IWPMD")" = iwpmd-rs ] && OURS=1
 [ $OURS = 1 ] || STORE=0
 RIG_PORTMAP=${RIG_PORTMAP:-1}
-F="$OUT/pmops-figures.txt"; : > "$F"
-fig() { echo "$1 $2" >> "$F"; }
+FIGS="$OUT/pmops-figures.txt"; : > "$FIGS"
 STATE=/tmp/iwpmd-state; mkdir -p $CTL
 
 setup_net
@@ -42,24 +41,13 @@ dmesg_mark
 
 # daemon_up: the first daemon (behind the FD store stand-in with store=1)
 daemon_up() {
-  if [ $STORE = 1 ]; then
-    rigfdstore serve $NOTIFY $CTL 100000 -- $IWPMD --systemd --fd-store --state-file $STATE \
-      > "$OUT/rigfdstore.log" 2>&1 & SP=$!
-    waitfor 15 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state 2>/dev/null)\" = 1 ]" || return 1
-    IWPMD_PID=$(st pid); sleep 0.5
-  else
-    start_iwpmd
-  fi
+  if [ $STORE = 1 ]; then fdstore_start $IWPMD --systemd --fd-store --state-file $STATE
+  else start_iwpmd; fi
 }
 # daemon_again HOW: a new daemon after the old one is gone (HOW: kill9 or term); with the
 # store, the stand-in starts it with the stored sockets (as systemd's Restart= does)
 daemon_again() {
-  if [ $STORE = 1 ]; then
-    local r0 p; r0=$(st ready); p=$(st pid)
-    if [ "$1" = kill9 ]; then kill -9 "$p"; waitfor 5 sh -c "! kill -0 $p 2>/dev/null"; fi
-    kill -USR2 $SP
-    waitfor 30 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state)\" -gt $r0 ]" || return 1
-    IWPMD_PID=$(st pid); sleep 0.5
+  if [ $STORE = 1 ]; then fdstore_again "$1"
   else
     if [ "$1" = kill9 ]; then kill9_iwpmd; else stop_iwpmd; fi
     start_iwpmd
@@ -97,30 +85,11 @@ for side in server client; do
     mapped_ports "$OUT/dump-before-$side.txt" > /tmp/ports.txt
     check "mapped-$side" "$DUMP_N mappings before the SIGKILL, every one mapped != local: $(mapped_differs "$OUT/dump-before-$side.txt")" \
       sh -c "[ $DUMP_N -ge 1 ] && [ $(mapped_differs "$OUT/dump-before-$side.txt") = yes ]"
-    t0=$(uptime_s)
-    if [ $STORE = 1 ]; then
-      STOPF=/tmp/stop-$side; rm -f $STOPF
-      rigfdstore probe /tmp/ports.txt $STOPF > "$OUT/probe-$side.txt" 2> "$OUT/probe-free-$side.txt" & PP=$!
-      sleep 0.5; t0=$(uptime_s)
-      daemon_again kill9; r=$?; tup=$(elapsed "$t0")
-      # (ours settles its restored mappings when the kernel's replay window ends)
-      sleep 2; touch $STOPF; wait $PP
-      free=$(sed -n 's/.*free=\([0-9]*\).*/\1/p' "$OUT/probe-$side.txt"); rounds=$(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$OUT/probe-$side.txt")
-      check "no-gap-$side" "probe over the $(wc -l < /tmp/ports.txt) mapped ports of this side during the restart: ${rounds:-?} rounds, ${free:-?} binds succeeded" \
-        sh -c "[ '${free:-x}' = 0 ] && [ '${rounds:-0}' -gt 0 ]"
-      detail "$(head -3 "$OUT/probe-free-$side.txt")"
-    else
-      # Without a store the reservation dies with the daemon. (A probe binding in a loop
-      # here would hold the port at the moment the new daemon re-binds it for the
-      # kernel's MAPINFO record, which then fails with err 11 and the mapping is lost: the
-      # gap is real.) One host bind between the kill and the start shows it.
-      kill9_iwpmd; free=0
-      for p in $(cat /tmp/ports.txt); do host_bind "$p" && free=$((free+1)); done
-      start_iwpmd; r=$?; tup=$(elapsed "$t0"); rounds=1; sleep 2
-      role_check "no FD store" "no-gap-$side" "between the SIGKILL and the new daemon a host socket could bind $free of the $(wc -l < /tmp/ports.txt) mapped ports of this side" test "$free" = 0
-    fi
-    check "restart-$side" "SIGKILL + new daemon up in ${tup}s (pid $IWPMD_PID)" test $r = 0
-    fig "restart_${side}_s" "$tup"; fig "probe_${side}_free_binds" "${free:--}"; fig "probe_${side}_rounds" "${rounds:--}"
+    # (without a store the reservation dies with the daemon: the gap is real, and shown)
+    restart_kill9 /tmp/ports.txt "-$side"; [ $STORE = 1 ] || sleep 2
+    gap_check "no-gap-$side"
+    check "restart-$side" "SIGKILL + new daemon up in ${RESTART_S}s (pid $IWPMD_PID)" test $RESTART_RC = 0
+    fig "restart_${side}_s" "$RESTART_S"; fig "probe_${side}_free_binds" "$GAP_FREE"; fig "probe_${side}_rounds" "$GAP_ROUNDS"
     iwpmd_dump "$OUT/dump-after-$side.txt"; local_mapped "$OUT/dump-after-$side.txt" > /tmp/lm-after
     d=$(diff /tmp/lm-before /tmp/lm-after)
     check "kept-$side" "the restarted daemon's dump lists the same $(wc -l < /tmp/lm-before) local -> mapped pairs" test -z "$d"
@@ -266,7 +235,7 @@ iwpmd_dump "$OUT/dump-end.txt"
 check released "all closed: SIGUSR1 dump lists $DUMP_N mappings" test "$DUMP_N" = 0
 check_dmesg dmesg
 flag "$ROLE.finished"; wait_flag "$OTHER.finished" 120
-if [ $STORE = 1 ]; then kill -TERM $SP; wait $SP 2>/dev/null; else check stop "daemon exits on SIGTERM" stop_iwpmd; fi
+if [ $STORE = 1 ]; then fdstore_stop; else check stop "daemon exits on SIGTERM" stop_iwpmd; fi
 cat "$F" >> "$SUM"
 cat "$SUM"
 finish

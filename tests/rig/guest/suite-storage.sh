@@ -59,8 +59,7 @@ CD=/usr/sbin/iwpmd; OURS=/mnt/rig/bin/iwpmd-rs
 # VMs on the host at once: a first connect once took 5.06 s with every QUERY answered
 # within 0.23 s). The daemon's own promptness is judged from its trace (query-latency).
 STALL_S=${RIG_STALL_S:-9}
-F="$OUT/storage-figures.txt"; : > "$F"
-fig() { echo "$1 $2" >> "$F"; note "figure $1 $2"; }
+FIGS="$OUT/storage-figures.txt"; : > "$FIGS"
 CFG=/sys/kernel/config/nvmet
 
 setup_net
@@ -134,18 +133,13 @@ exec strace -D -f -tt -s 4096 -xx -o "$1" \\
   -e trace=socket,bind,connect,setsockopt,sendto,sendmsg,sendmmsg,recvfrom,recvmsg,recvmmsg,close $IWPMD "\$@"
 EOS
   chmod +x /tmp/iwpmd-stored
-  rigfdstore serve $NOTIFY $CTL 100000 -- /tmp/iwpmd-stored $IWPMD_ARGS --fd-store --state-file $STATE \
-    >> "$OUT/rigfdstore.log" 2>&1 & SP=$!
-  waitfor 15 ready_at_least 1 || return 1
-  IWPMD_PID=$(st pid); IWPMD_JOB=""; sleep 0.5
-  log "iwpmd pid $IWPMD_PID behind the FD store stand-in (pid $SP)"
+  fdstore_start /tmp/iwpmd-stored $IWPMD_ARGS --fd-store --state-file $STATE
 }
 # daemon_down: the round's end (SIGTERM; with the store, the stand-in stops it, exits, and
 # its stored sockets close with it)
 daemon_down() {
   [ "$STORE" = 1 ] || { stop_iwpmd; return; }
-  kill -TERM "$SP" 2>/dev/null; waitfor 10 gone "$SP"; wait "$SP" 2>/dev/null
-  IWPMD_PID=""; rm -rf "$CTL" "$STATE"
+  fdstore_stop; rm -rf "$CTL" "$STATE"
 }
 # peer_judge: how the round's server is judged on the peer addresses its kernel reports:
 # ours (empty: judged); C, whose REMOTE_INFO races its ACCEPT (docs/protocol.md §6.9), and
@@ -153,43 +147,15 @@ daemon_down() {
 peer_judge() {
   case "$S" in c) echo reference ;; ours-hold) echo "REMOTE_INFO held for the ACK" ;; esac
 }
-ready_at_least() { [ "$(st ready)" -ge "$1" ] 2>/dev/null; }   # the stand-in has seen N READY=1
-gone() { ! kill -0 "$1" 2>/dev/null; }
 # restart NAME TEXT DUMP: SIGKILL this side's daemon during the consumers' traffic and start
-# a new one (checks NAME, described by TEXT, and NAME-no-gap). Port-mapped, the mapped ports of DUMP (taken before the
-# kill) are probed meanwhile: with the store, bound in a loop from before the kill until
-# the new daemon is up (each success is a moment the host stack could have taken the port);
-# without it, bound once each between the kill and the new daemon (a loop would hold a port
-# when the new daemon re-binds it for the kernel's MAPINFO record, and lose the mapping).
+# a new one (checks NAME, described by TEXT, and, port-mapped, NAME-no-gap: the mapped ports
+# of DUMP, taken before the kill, probed meanwhile; lib.sh restart_kill9)
 restart() {
-  local name=$1 text=$2 np free=- rounds=- r t0 pp
-  mapped_ports "$3" > /tmp/ports.txt; np=$(wc -l < /tmp/ports.txt)
-  if [ "$STORE" = 1 ]; then
-    rm -f /tmp/probe-stop
-    rigfdstore probe /tmp/ports.txt /tmp/probe-stop > "$OUT/probe-$name.txt" 2> "$OUT/probe-free-$name.txt" & pp=$!
-    sleep 0.5; t0=$(uptime_s); r=1
-    local r0 p; r0=$(st ready); p=$(st pid)
-    kill -9 "$p"; waitfor 5 gone "$p"; kill -USR2 "$SP"
-    waitfor 30 ready_at_least $((r0 + 1)) && r=0
-    IWPMD_PID=$(st pid); sleep 0.5
-    check "$name" "$text, started again by the FD store stand-in with its stored sockets in $(elapsed "$t0") s" test $r = 0
-    # (ours settles its restored mappings when the kernel's replay window ends)
-    sleep 2; touch /tmp/probe-stop; wait $pp
-    free=$(sed -n 's/.*free=\([0-9]*\).*/\1/p' "$OUT/probe-$name.txt"); rounds=$(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$OUT/probe-$name.txt")
-    check "$name-no-gap" "a probe bound the $np mapped ports of this side in a loop through the restart: ${rounds:-?} rounds, ${free:-?} binds succeeded" \
-      sh -c "[ '$np' -ge 1 ] && [ '${free:-x}' = 0 ] && [ '${rounds:-0}' -gt 0 ]"
-    detail "$(head -3 "$OUT/probe-free-$name.txt")"
-  else
-    kill9_iwpmd
-    if [ "$PM" = 1 ]; then
-      free=0
-      for p in $(cat /tmp/ports.txt); do host_bind "$p" && free=$((free+1)); done
-    fi
-    check "$name" "$text, and started again" start_iwpmd ""
-    [ "$PM" = 1 ] && role_check "no FD store" "$name-no-gap" \
-      "between the SIGKILL and the new daemon a host socket could bind $free of the $np mapped ports of this side" test "$free" = 0
-  fi
-  fig "$name-gap-binds" "$free"; fig "$name-gap-ports" "$np"
+  mapped_ports "$3" > /tmp/ports.txt
+  restart_kill9 /tmp/ports.txt "-$1"
+  check "$1" "$2, started again$( [ "$STORE" = 1 ] && echo " by the FD store stand-in with its stored sockets") in $RESTART_S s" test "$RESTART_RC" = 0
+  [ "$PM" = 1 ] && gap_check "$1-no-gap"
+  fig "$1-gap-binds" "$GAP_FREE"; fig "$1-gap-ports" "$GAP_PORTS"
 }
 
 [ "$ROLE" = server ] && { check setup-target "nvmet subsystem $NQN with a 16 MiB file-backed namespace" target_setup; }

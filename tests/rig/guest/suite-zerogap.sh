@@ -48,8 +48,7 @@
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 NL=${RIG_LISTENERS:-320}; FIRST=${RIG_FIRST:-7400}; NLOOPS=${RIG_LOOPS:-2}; NNEW=${RIG_NEW:-5}
 REFM=${RIG_REFERENCE:-0}
-R="$OUT/zerogap-results.txt"; : > "$R"
-res() { echo "$1 $2" >> "$R"; log "figure $1 = $2"; }
+FIGS="$OUT/zerogap-results.txt"; : > "$FIGS"
 # With RIG_REFERENCE=1 this is the control run (rdma-core's daemon, no FD store): its
 # checks are reported, not judged.
 ROLE=""; [ "$REFM" = 1 ] && ROLE=control
@@ -61,7 +60,6 @@ triples() {
        /Mapped address/{sub(/.*Mapped address /,""); sub(/\(.*/,""); m=$NF}
        / refcount /{sub(/.* refcount /,""); print l, m, $1}' "$1" | sort
 }
-only_in() { awk 'NR==FNR { b[$0]=1; next } !($0 in b)' "$2" "$1"; }
 # dump FILE: SIGUSR1 to the current daemon, wait until syslog is still for 1 s (max 20 s)
 dump() { IWPMD_PID=$(st pid); settled_dump "$1"; }
 
@@ -71,12 +69,12 @@ start_syslog
 dmesg_mark
 rm -f $STATE
 if [ "$REFM" = 1 ]; then MODE="--foreground --no-state-file"; else MODE="--systemd --fd-store --state-file $STATE"; fi
-rigfdstore serve $NOTIFY $CTL 100000 -- $IWPMD $MODE > "$OUT/rigfdstore.log" 2>&1 & SP=$!
+fdstore_serve $IWPMD $MODE
 if [ "$REFM" = 1 ]; then
   check start "first daemon up (control: no notifications)" waitfor 10 sh -c '[ -n "$(rigtool nl-portid 2>/dev/null)" ]'
   sleep 1
 else
-  check start "first daemon up, READY=1 to the store" waitfor 10 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state 2>/dev/null)\" = 1 ]"
+  check start "first daemon up, READY=1 to the store" fdstore_ready 1 10
 fi
 IWPMD_PID=$(st pid)
 
@@ -100,8 +98,8 @@ if [ "${RIG_PORTMAP:-0}" = 1 ]; then
 fi
 
 # ---- 3. probe + loops, restart ------------------------------------------------------------------
-STOPF=/tmp/stop; rm -f $STOPF
-rigfdstore probe /tmp/ports.txt $STOPF > "$OUT/probe.txt" 2> "$OUT/probe-free.txt" & PP=$!
+# (the loops stop with the probe)
+STOPF=$PROBE_STOP; probe_start /tmp/ports.txt ""
 loop() {
   local k=$1 j=0 p
   : > "$OUT/loop-$k.txt"
@@ -120,15 +118,14 @@ if [ "$REFM" = 1 ]; then  # no READY=1, no restore: the replay window is 9.5 s a
   waitfor 30 sh -c "[ \"\$(sed -n 's/^restarts //p' $CTL/state)\" = 1 ]"; ok_ready=$?
   TREADY=$(uptime_s); sleep 10
 else
-  waitfor 30 sh -c "[ \"\$(sed -n 's/^ready //p' $CTL/state)\" = 2 ]"; ok_ready=$?
+  fdstore_ready 2 30; ok_ready=$?
   TREADY=$(uptime_s)
   waitfor 30 sh -c "tail -n +$((n0+1)) $SYSLOG | grep -q 'restored mappings settled'"
 fi
 TSET=$(uptime_s)
-touch $STOPF
-wait $PP; for p in $LPIDS; do wait_or_kill $p 40; done
+probe_stop; for p in $LPIDS; do wait_or_kill $p 40; done
 tail -n +$((n0+1)) "$SYSLOG" > "$OUT/syslog-restart.txt"
-free=$(sed -n 's/.*free=\([0-9]*\).*/\1/p' "$OUT/probe.txt"); rounds=$(sed -n 's/.*rounds=\([0-9]*\).*/\1/p' "$OUT/probe.txt")
+free=$GAP_FREE; rounds=$GAP_ROUNDS
 role_check "$ROLE" no-gap "probe: ${rounds:-?} rounds over $(wc -l < /tmp/ports.txt) mapped ports from before the restart to the end of the replay window, ${free:-?} binds succeeded" \
   sh -c "[ '${free:-x}' = 0 ] && [ '${rounds:-0}' -gt 0 ]"
 detail "$(head -5 "$OUT/probe-free.txt")"
@@ -161,20 +158,20 @@ kill -TERM $LP; wait $LP 2>/dev/null
 sleep 1
 dump "$OUT/dump-end.txt"; nend=$DUMP_N
 role_check "$ROLE" end-empty "mappings left once every listener is closed: $nend; FD store: $(st stored)" sh -c "[ $nend = 0 ] && [ \"\$(sed -n 's/^stored //p' $CTL/state)\" = 0 ]"
-kill -TERM $SP; wait $SP 2>/dev/null
+fdstore_stop
 
-res listeners "$NL"
-res mappings_before "$nb"
-res mappings_after "$na"
-res mappings_lost "$lost"
-res probe_rounds "${rounds:--}"
-res probe_free_binds "${free:--}"
-res port_mapped "$npm"
-res inherited_ports "${inh:--}"
-res restart_to_ready_s "$(echo "$T0 $TREADY" | awk '{printf "%.2f", $2-$1}')"
-res restart_to_settled_s "$(echo "$T0 $TSET" | awk '{printf "%.2f", $2-$1}')"
-res loop_connects "$(cat "$OUT"/loop-*.txt | awk '{n++; if ($1) f++} END {printf "%d/%d", n-f, n}')"
-res new_connects "$newok/$NNEW"
-cat "$R" >> "$SUM"
+fig listeners "$NL"
+fig mappings_before "$nb"
+fig mappings_after "$na"
+fig mappings_lost "$lost"
+fig probe_rounds "${rounds:--}"
+fig probe_free_binds "${free:--}"
+fig port_mapped "$npm"
+fig inherited_ports "${inh:--}"
+fig restart_to_ready_s "$(echo "$T0 $TREADY" | awk '{printf "%.2f", $2-$1}')"
+fig restart_to_settled_s "$(echo "$T0 $TSET" | awk '{printf "%.2f", $2-$1}')"
+fig loop_connects "$(cat "$OUT"/loop-*.txt | awk '{n++; if ($1) f++} END {printf "%d/%d", n-f, n}')"
+fig new_connects "$newok/$NNEW"
+cat "$FIGS" >> "$SUM"
 cat "$SUM"
 finish
