@@ -4,6 +4,7 @@
 //! share its process runs alone in one of its own (`iwpm_testkit::alone`).
 
 mod cli;
+mod compat_report;
 mod doc_commands;
 mod dump_load;
 mod emulator_path;
