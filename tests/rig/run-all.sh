@@ -403,7 +403,7 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
         # which comes after the connection: what a queue does without one, reported)
         p=ours:ours,c:c,ours:c,c:ours; [ "$pm" = 1 ] && p=$p,ours-hold:c
         t_boot=$(date +%s)
-        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 720 \
+        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 1200 \
           -e portmap=$pm -e pairs=$p
         echo "$pm $(( $(date +%s) - t_boot ))" >> "$RES/storage-walls.txt"
       done
@@ -415,9 +415,11 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
         echo " / after the reconnect of every queue (client; reset_controller);"
         echo " gap binds: a host socket's successful binds of this side's mapped ports during its daemon's"
         echo " restarts, NVMe server/client/NFS server, - when plain; peers: how the target's kernel"
-        echo " reports the queues' host, real/mapped address, and the NFS client)"
-        printf '%-9s %-14s %-10s %-7s %-16s %-16s %-15s %-13s %-12s %-10s %s\n' "port_map" "srv-cli" "connect s" "queues" \
-          "client mappings" "server mappings" "writes/restart" "reset/disc s" "gap binds" "peers" "nfs peer"
+        echo " reports the queues' host, real/mapped address, and the NFS client; IPv6: the NVMe connect"
+        echo " over IPv6, the IPv6 NFS mount before/after the server daemon's restart, and which of nfsd's"
+        echo " records, v4 and v6, the server's new daemon holds)"
+        printf '%-9s %-14s %-10s %-7s %-16s %-16s %-15s %-13s %-12s %-10s %-9s %-8s %-13s %s\n' "port_map" "srv-cli" "connect s" "queues" \
+          "client mappings" "server mappings" "writes/restart" "reset/disc s" "gap binds" "peers" "nfs peer" "v6 nvme" "v6 nfs s" "nfs records"
         for pm in $modes; do
           A="storage-pm$pm-A"; B="storage-pm$pm-B"
           np=$(cat "$SHARE/out/$A/checks.txt" "$SHARE/out/$B/checks.txt" 2>/dev/null | grep -c '^PASS')
@@ -425,12 +427,13 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
           echo "port_map=$pm: $np/$((np+nf)) checks, boot wall $(awk -v m="$pm" '$1==m {w=$2} END {print w}' "$RES/storage-walls.txt" 2>/dev/null)s"
           for p in ours-ours c-c ours-c c-ours ours-hold-c; do
             [ -n "$(stv $B $p-connect-s)" ] || continue
-            printf '%-9s %-14s %-10s %-7s %-16s %-16s %-15s %-13s %-12s %-10s %s\n' "$pm" "$p" "$(stv $B $p-connect-s)" "$(stv $B $p-queues)" \
+            printf '%-9s %-14s %-10s %-7s %-16s %-16s %-15s %-13s %-12s %-10s %-9s %-8s %-13s %s\n' "$pm" "$p" "$(stv $B $p-connect-s)" "$(stv $B $p-queues)" \
               "$(stv $B $p-client-mappings-connected)/$(stv $B $p-client-mappings-restarted)/$(stv $B $p-client-mappings-reset)" \
               "$(stv $A $p-server-mappings-connected)/$(stv $A $p-server-mappings-restarted)" \
               "$(stv $B $p-restart-writes)" "$(stv $B $p-reset-s)/$(stv $B $p-disconnect-s)" \
               "$(stv $A $p-restart-gap-binds)/$(stv $B $p-restart-gap-binds)/$(stv $A $p-nfs-restart-gap-binds)" \
-              "$(stv $A $p-nvme-peers-real)/$(stv $A $p-nvme-peers-mapped)" "$(stv $B $p-nfs-peer-seen)"
+              "$(stv $A $p-nvme-peers-real)/$(stv $A $p-nvme-peers-mapped)" "$(stv $B $p-nfs-peer-seen)" \
+              "$(stv $B $p-v6-connect-s)" "$(stv $B $p-nfs6-mount-s)/$(stv $B $p-nfs6-remount-s)" "$(stv $A $p-server-nfs-restart-records)"
           done
         done; } > "$STT"
       { echo; echo "== storage (target/rig/$RIG_KVER/storage.txt)"; sed 's/^/  /' "$STT"; } | tee -a "$SUMMARY"
