@@ -43,6 +43,7 @@ use crate::kernel::Kernel;
 use crate::peer_sockets::{PeerSockets, Peers, ALL as ALL_PEER};
 use crate::ports::Ports;
 use crate::restart::Restart;
+use crate::send_failure::SendFailure;
 
 use self::wakeups::{KernelReady, Wakeups, HELPER_DONE, PEER_BASE, SIGNALS};
 
@@ -85,8 +86,8 @@ pub(crate) enum SetupError {
     #[error(transparent)]
     DumpWriter(#[from] DumpWriterError),
     /// The first messages of the handshake could not be sent (rdma-core exits too).
-    #[error("cannot send HELLO to the kernel")]
-    HelloNotSent,
+    #[error("cannot send HELLO to the kernel: {0}")]
+    HelloNotSent(#[source] SendFailure),
 }
 
 /// Everything the loop owns: one value per component (module docs). The components'
@@ -168,12 +169,12 @@ impl Shell {
                 "mappings restored from the state file"
             );
         }
-        let errors_before = self.counters.kernel_tx_errors;
+        self.kernel.tx.take_failure();
         self.flush(now);
-        if self.counters.kernel_tx_errors != errors_before {
-            return Err(SetupError::HelloNotSent);
+        match self.kernel.tx.take_failure() {
+            Some(e) => Err(SetupError::HelloNotSent(e)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Runs until a terminating signal.

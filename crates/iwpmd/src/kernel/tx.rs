@@ -70,6 +70,10 @@ pub(crate) struct KernelTx {
     /// Messages sent to the kernel whose `NLMSG_DONE` (or `NLMSG_ERROR`) has not been read:
     /// the kernel answers each message it takes with exactly one of them.
     acks_due: u64,
+    /// The first send to the kernel that failed since [`KernelTx::take_failure`] last took
+    /// it (each failure is also counted and logged where it happens). Start-up takes it to
+    /// tell whether its HELLO went out; the loop never needs it, so later ones are not kept.
+    first_failure: Option<SendFailure>,
 }
 
 /// One kernel datagram as the send path sees it, from the core's receipt for it until its
@@ -168,14 +172,14 @@ impl KernelTx {
                 }
                 Err(e) if e.is_would_block() => {}
                 Err(e) => {
-                    out.kernel_send_failed(bytes.len(), messages, &e);
+                    self.failed(out, bytes.len(), messages, e);
                     return;
                 }
             }
         }
         if self.held.len() >= KERNEL_QUEUE_MAX {
             let e = SendFailure::QueueFull(KERNEL_QUEUE_MAX);
-            out.kernel_send_failed(bytes.len(), messages, &e);
+            self.failed(out, bytes.len(), messages, e);
             return;
         }
         out.counters.kernel_tx_queued += messages;
@@ -184,6 +188,18 @@ impl KernelTx {
             messages,
         });
         out.watch_kernel_writable(true);
+    }
+
+    /// A kernel send of `messages` messages failed: counted and logged, and kept if it is
+    /// the first since [`KernelTx::take_failure`].
+    fn failed(&mut self, out: &mut Outlets<'_>, len: usize, messages: u64, e: SendFailure) {
+        out.kernel_send_failed(len, messages, &e);
+        self.first_failure.get_or_insert(e);
+    }
+
+    /// The first kernel send that failed since the last call, if any.
+    pub(crate) fn take_failure(&mut self) -> Option<SendFailure> {
+        self.first_failure.take()
     }
 
     /// Sends held datagrams, in order, until the kernel link is full again or nothing is
@@ -200,7 +216,7 @@ impl KernelTx {
                         self.held.push_front(Held::Kernel { datagram, messages });
                         return;
                     }
-                    Err(e) => out.kernel_send_failed(datagram.len(), messages, &e),
+                    Err(e) => self.failed(out, datagram.len(), messages, e),
                 },
                 Held::Peer { via, to, datagram } => {
                     out.send_peer_now(Instant::now(), via, to, &datagram);

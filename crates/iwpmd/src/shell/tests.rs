@@ -385,3 +385,33 @@ fn the_state_file_is_written_when_the_host_asks_and_at_exit() {
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_hello_the_kernel_link_refuses_is_a_start_up_error() {
+    let path = std::env::temp_dir().join(format!("iwpmd-shell-nohello-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let emu = UnixDatagram::bind(&path).unwrap();
+    let kernel = KernelLink::open_unix(&path).unwrap();
+    // The other end goes away before the daemon says HELLO: the send is refused.
+    drop(emu);
+    let peers = PeerSockets::open(PeerBind {
+        port: 0,
+        v4: Ipv4Addr::LOCALHOST,
+        v6: None,
+    })
+    .unwrap();
+    let now = Instant::now();
+    let config = CoreConfig {
+        netlink_pid: kernel.port_id(),
+        ..CoreConfig::default()
+    };
+    let restart = Restart::new(RestartConfig::default(), Default::default(), now);
+    let mut shell = Shell::new(Core::new(config, now), kernel, peers, restart).unwrap();
+    match shell.start() {
+        Err(SetupError::HelloNotSent(SendFailure::Os(e))) => {
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        }
+        other => panic!("expected HelloNotSent, got {other:?}"),
+    }
+    let _ = std::fs::remove_file(&path);
+}
