@@ -433,6 +433,7 @@ impl Exchanges {
     }
 
     /// Checks keys, mapping index, timers and budgets against the entries.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn check(
         &self,
         mapping_exists: impl Fn(MappingId) -> bool,

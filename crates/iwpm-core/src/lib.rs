@@ -42,6 +42,8 @@ mod clients;
 mod config;
 mod cookie;
 mod exchange;
+#[cfg(any(test, feature = "testing"))]
+mod fake_ports;
 mod held;
 mod host;
 mod int_hash;
@@ -64,11 +66,15 @@ pub use crate::action::{
     Action, KernelReceipt, PeerSocket, PortReservations, ReservationId, ReserveError,
 };
 pub use crate::config::CoreConfig;
+#[cfg(any(test, feature = "testing"))]
+pub use crate::fake_ports::FakePorts;
 pub use crate::host::{Host, SavePolicy};
+#[cfg(any(test, feature = "testing"))]
+pub use crate::machine::InvariantError;
 pub use crate::machine::{
-    ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, InvariantError, MappingSnapshot,
-    PeerSnapshot, Previous, ProbeError, ProbeId, ProbeOutcome, ProbeRequest, ProbeResult,
-    RestoreReport, SettleReport, MAX_PROBES, PROBE_MAX_WAIT,
+    ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot, Previous,
+    ProbeError, ProbeId, ProbeOutcome, ProbeRequest, ProbeResult, RestoreReport, SettleReport,
+    MAX_PROBES, PROBE_MAX_WAIT,
 };
 pub use crate::mapping_id::MappingId;
 pub use crate::peer_allow::PeerAllow;

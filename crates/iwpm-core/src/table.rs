@@ -405,6 +405,7 @@ impl MappingTable {
     }
 
     /// Checks that both indexes describe exactly the stored entries.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn check(&self) -> Result<(), &'static str> {
         let live = self.slots.iter().flatten().count();
         if live != self.len() {

@@ -1,18 +1,18 @@
 //! A real `iwpmd` child process: spawned in its host's namespace with its kernel link on a
 //! Unix socket, its stderr collected line by line, and its state read through SIGUSR1
-//! dumps. The process handle is the testkit's ([`iwpm_testkit::daemon::Daemon`]): what is
-//! the lab's here is the command line, the start-up check and the dump. Killed on drop,
-//! so no test leaves a daemon behind.
+//! dumps. The process handle is [`iwpm_process::Daemon`]: what is the lab's here is the
+//! command line, the start-up check and the dump. Killed on drop, so no test leaves a
+//! daemon behind.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use iwpm_testkit::daemon::{Daemon as Process, StopError, EVENT_LOOP_LINE};
+use iwpm_process::{Daemon as Process, StopError, EVENT_LOOP_LINE};
 use rustix::process::Signal;
 
-pub use iwpm_testkit::daemon::Log;
+pub use iwpm_process::Log;
 
 use crate::dump::{self, Dump, DumpError};
 use crate::netns::{NetPlace, NetnsError};

@@ -17,9 +17,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use iwpm_core::state_file::StateFile;
+use iwpm_core::FakePorts;
 use iwpm_core::{Core, CoreConfig, Previous, SavePolicy};
 use iwpm_kernel_emu::kernel::{KernelConfig, KernelIwpm, Link, SendError, SendMode};
-use iwpm_testkit::model::FakePorts;
 
 use iwpm_proto::fleet_key::{FleetKey, FleetKeys};
 

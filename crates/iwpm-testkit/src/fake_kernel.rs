@@ -190,10 +190,17 @@ pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
     out
 }
 
-impl Daemon {
+/// [`Daemon::start`](StartOnFakeKernel::start): a daemon linked to a [`FakeKernel`] (a
+/// trait because the handle is [`iwpm_process`]'s; in the prelude, so a test still writes
+/// `Daemon::start(..)`).
+pub trait StartOnFakeKernel {
     /// Spawns the foreground daemon `binary` linked to `kernel`, peer sockets on
     /// `bind_v4:peer_port`.
-    pub fn start(binary: &Path, kernel: &FakeKernel, bind_v4: Ipv4Addr, peer_port: u16) -> Daemon {
+    fn start(binary: &Path, kernel: &FakeKernel, bind_v4: Ipv4Addr, peer_port: u16) -> Daemon;
+}
+
+impl StartOnFakeKernel for Daemon {
+    fn start(binary: &Path, kernel: &FakeKernel, bind_v4: Ipv4Addr, peer_port: u16) -> Daemon {
         Daemon::spawn(
             daemon_command(binary, &kernel.path, bind_v4, peer_port),
             peer_port,

@@ -67,7 +67,9 @@ pub use probe::{
 pub use restore::{Previous, RestoreReport, SettleReport};
 pub use snapshot::{ClientSnapshot, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot};
 
-/// A broken internal invariant (reported by [`Core::check_invariants`], for tests).
+/// A broken internal invariant (reported by [`Core::check_invariants`], for tests; feature
+/// `testing`).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("core invariant violated: {0}")]
 pub struct InvariantError(pub &'static str);
@@ -339,7 +341,9 @@ impl Core {
         &self.config
     }
 
-    /// Checks the internal indexes against each other (for tests and fuzzing).
+    /// Checks the internal indexes against each other (for tests, fuzzing and the
+    /// simulator: feature `testing`).
+    #[cfg(any(test, feature = "testing"))]
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
         self.table.check().map_err(InvariantError)?;
         self.exchanges

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use iwpm_proto::consts::IWPM_UABI_VERSION_MIN;
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-pub use link::{Link, RecordingLink, SendError, SendMode};
+pub use link::{Link, SendError, SendMode};
 pub use mapping::{MapError, MapOutcome, MapRequest, MapResult, MapToken, UnmappedReason};
 pub use stats::KernelStats;
 pub use tables::{MapInfoEntry, MapInfoTable, RemoteInfoEntry, RemoteInfoTable};

@@ -16,6 +16,55 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 
 use super::*;
 
+/// A link that records every datagram and can be told to fail; for tests of the state
+/// machine without sockets (this file's alone: never in the crate's API).
+#[derive(Debug)]
+struct RecordingLink<A> {
+    /// Every datagram sent, in order, with its destination and mode.
+    sent: Vec<(A, Vec<u8>, SendMode)>,
+    /// Destinations that refuse (as if no socket were bound there).
+    refuse: Vec<A>,
+    /// When set, every send fails with this error.
+    fail_all: Option<SendError>,
+    /// Fail the next N sends with `WouldBlock` (a full receive queue).
+    full_for: usize,
+}
+
+impl<A> Default for RecordingLink<A> {
+    fn default() -> Self {
+        RecordingLink {
+            sent: Vec::new(),
+            refuse: Vec::new(),
+            fail_all: None,
+            full_for: 0,
+        }
+    }
+}
+
+impl<A> RecordingLink<A> {
+    /// Takes the datagrams recorded so far.
+    fn take(&mut self) -> Vec<(A, Vec<u8>, SendMode)> {
+        std::mem::take(&mut self.sent)
+    }
+}
+
+impl<A: Clone + PartialEq> Link<A> for RecordingLink<A> {
+    fn send(&mut self, to: &A, datagram: &[u8], mode: SendMode) -> Result<(), SendError> {
+        if let Some(e) = self.fail_all {
+            return Err(e);
+        }
+        if self.refuse.contains(to) {
+            return Err(SendError::ConnRefused);
+        }
+        if self.full_for > 0 {
+            self.full_for -= 1;
+            return Err(SendError::WouldBlock);
+        }
+        self.sent.push((to.clone(), datagram.to_vec(), mode));
+        Ok(())
+    }
+}
+
 const DAEMON: u32 = 7;
 const PID: u32 = 4242;
 

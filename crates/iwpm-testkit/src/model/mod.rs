@@ -53,15 +53,14 @@
 mod driver;
 mod ops;
 mod pools;
-mod ports;
 
 use iwpm_core::state_file::StateFile;
 #[cfg(doc)]
 use iwpm_core::Core;
 
 pub use driver::Driver;
+pub use iwpm_core::FakePorts;
 pub use ops::{decode, encode, Op, Setup, MAX_OPS, NUM_TAGS, RESTORE_TAG};
-pub use ports::FakePorts;
 
 /// Our netlink port id in the driven core.
 pub const PID: u32 = 0x4657;

@@ -1,6 +1,7 @@
 //! [`FakePorts`]: the shell's TCP port reservations as a test sees them, lent to a core in
-//! place of real sockets. One fake for the fuzz driver, the core's tests and the fleet
-//! simulator: it grants ports as an operating system would (the asked one if free, else a
+//! place of real sockets (feature `testing`, which the test kit and the simulator turn on;
+//! never the daemon). Beside the trait it fakes, so that the simulator builds without the
+//! test kit. One fake for the fuzz driver, the core's tests and the fleet simulator: it grants ports as an operating system would (the asked one if free, else a
 //! free one for port 0), refuses or misbehaves on demand, and keeps the ledger the checks
 //! compare with the core's mappings. What no shell could do (releasing a reservation it
 //! does not hold, binding anything but a wildcard) is a bug of the core: a test panics at
@@ -11,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
 
-use iwpm_core::{PortReservations, ReservationId, ReserveError};
+use crate::{PortReservations, ReservationId, ReserveError};
 
 /// How a port-0 reservation picks its port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +45,9 @@ pub struct FakePorts {
     pub binds: Vec<SocketAddr>,
     /// Reservations released.
     pub releases: usize,
-    /// Reservations answered Ok / Err.
+    /// Reservations answered Ok.
     pub granted: u64,
+    /// Reservations answered Err.
     pub refused: u64,
     /// What the core did wrong with its reservations, in order (only when recording:
     /// otherwise the first one panics).
