@@ -79,7 +79,7 @@ pub enum Action {
     },
     /// Start-up handshake done (sd_notify `READY=1`).
     Ready,
-    /// A probe ([`crate::Core::start_probe`]) finished: answer whoever asked.
+    /// A probe ([`crate::Host::start_probe`]) finished: answer whoever asked.
     ProbeDone(ProbeResult),
     /// Restored mappings were settled against the kernel's replay (already logged by the
     /// core; for callers that report or check it).
@@ -108,7 +108,7 @@ pub enum Action {
     },
 }
 
-/// What [`crate::Core::handle_kernel_datagram`] made of one kernel datagram: what a shell
+/// What [`crate::Host::handle_kernel_datagram`] made of one kernel datagram: what a shell
 /// reading the kernel link needs to decide whether to read on, without parsing the datagram
 /// again or counting its own sends.
 #[must_use = "the read loop decides with it whether to read the kernel link again"]

@@ -69,7 +69,7 @@ pub struct CoreConfig {
     /// Source addresses whose peer datagrams are processed (default: all).
     pub peer_allow: PeerAllow,
     /// Networks whose peer datagrams must be sealed with a fleet key
-    /// ([`crate::Core::set_fleet_keys`]); a plain or stripped one from there is dropped and
+    /// ([`crate::Host::set_fleet_keys`]); a plain or stripped one from there is dropped and
     /// counted. Default: none, so rdma-core peers are served as they always were.
     pub peer_auth_required: Vec<Cidr>,
     /// How far a sealed datagram's stamp may be from our wall clock, either way (60 s).

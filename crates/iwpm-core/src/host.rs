@@ -1,9 +1,12 @@
-//! [`Host`]: the sans-IO half of every loop that runs a [`Core`]. It holds the core, the
-//! port reservations lent to it, the state-file policy and the timers of both, so the
-//! daemon's shell, the test kit, the model driver and the simulator drive one type: a
-//! new duty of the core is taught here once, not to four callers.
+//! [`Host`]: the sans-IO half of every loop that runs a [`Core`], and the only way into
+//! one. It makes the core from its configuration and holds it, the port reservations lent
+//! to it, the state-file policy and the timers of both, so the daemon's shell, the test
+//! kit, the model driver and the simulator drive one type: a new duty of the core is
+//! taught here once, not to four callers, and no caller can drive the core past it (the
+//! core's inputs are private to this crate; a caller that skipped the host would lose
+//! [`Action::SaveState`]).
 //!
-//! The caller's contract is the core's, unchanged: after every input (`start*`,
+//! The caller's contract: after every input (`start*`,
 //! `handle_*`, [`Host::start_probe`]) drain [`Host::poll_action`] until `None`, and call
 //! [`Host::handle_timeout`] at [`Host::poll_timeout`]. The host adds one action of its
 //! own, [`Action::SaveState`]: the table changed and the gathering delay passed, so the
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 use iwpm_proto::fleet_key::FleetKeys;
 
 use crate::machine::{Core, Previous, ProbeError, ProbeId, ProbeRequest, RestoreReport};
-use crate::{Action, KernelReceipt, PeerSocket, PortReservations};
+use crate::{Action, CoreConfig, KernelReceipt, PeerSocket, PortReservations};
 
 /// When the state file is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,11 +124,13 @@ pub struct Host<P> {
 }
 
 impl<P: PortReservations> Host<P> {
-    /// A host around `core` lending it `ports`; `save` is the state-file policy, or `None`
-    /// when no state file is kept (no [`Action::SaveState`] then).
-    pub fn new(core: Core, ports: P, save: Option<SavePolicy>, now: Instant) -> Self {
+    /// A host around a new, idle core of `config`, lending it `ports`; `save` is the
+    /// state-file policy, or `None` when no state file is kept (no [`Action::SaveState`]
+    /// then). [`Host::start`] (or [`Host::start_after_restart`]) begins the kernel
+    /// handshake.
+    pub fn new(config: CoreConfig, ports: P, save: Option<SavePolicy>, now: Instant) -> Self {
         Host {
-            core,
+            core: Core::new(config, now),
             ports,
             saver: save.map(Saver::new),
             last_now: now,
@@ -133,8 +138,8 @@ impl<P: PortReservations> Host<P> {
         }
     }
 
-    /// [`Core::start`]. With a state file, the first write is scheduled at once, changes
-    /// or not: the file then describes this process (a previous one's file, or one this
+    /// Queues HELLO(max_abi) to the kernel; later calls do nothing. With a state file, the
+    /// first write is scheduled at once, changes or not: the file then describes this process (a previous one's file, or one this
     /// process could not restore, would otherwise stay until the table first moves).
     pub fn start(&mut self, now: Instant) {
         self.last_now = now;
@@ -142,8 +147,13 @@ impl<P: PortReservations> Host<P> {
         self.schedule_first_save(now);
     }
 
-    /// [`Core::start_after_restart`], the previous mappings' ports reserved through the
-    /// host's lender; the first write is scheduled as by [`Host::start`].
+    /// Starts a daemon that follows another: restores the previous process's mappings
+    /// (read back from its state file), then does what [`Host::start`] does. Each mapping
+    /// gets its saved reference count and, unless NO_PORT_MAP, exactly its saved port
+    /// through the host's lender; they are in place before the kernel is greeted, so its
+    /// replay finds them. The replay then confirms or corrects them, and the `handle_*`
+    /// call that ends it settles them. On a core already started, nothing is restored. The
+    /// first write is scheduled as by [`Host::start`].
     pub fn start_after_restart(&mut self, now: Instant, previous: Previous<'_>) -> RestoreReport {
         self.last_now = now;
         let report = self
@@ -159,20 +169,25 @@ impl<P: PortReservations> Host<P> {
         }
     }
 
-    /// [`Core::handle_kernel_datagram`].
+    /// One datagram from the kernel (the caller checked it came from port id 0). Mappings
+    /// it creates or frees reserve and release their TCP ports through the host's lender
+    /// at once. The receipt says what the datagram was and whether the core answered it.
     pub fn handle_kernel_datagram(&mut self, now: Instant, datagram: &[u8]) -> KernelReceipt {
         self.last_now = now;
         self.core
             .handle_kernel_datagram(now, datagram, &mut self.ports)
     }
 
-    /// [`Core::handle_kernel_overrun`].
+    /// The kernel link lost input (`ENOBUFS` on the netlink socket): a kernel message was
+    /// dropped, possibly a REG_PID multicast, after which the kernel believes no port
+    /// mapper is running. Re-sends HELLO (at most once a second), which makes the kernel
+    /// record us again without replaying mappings we already hold.
     pub fn handle_kernel_overrun(&mut self, now: Instant) {
         self.last_now = now;
         self.core.handle_kernel_overrun(now);
     }
 
-    /// [`Core::handle_peer_datagram`].
+    /// One UDP datagram received on `via` from `from`.
     pub fn handle_peer_datagram(
         &mut self,
         now: Instant,
@@ -184,18 +199,25 @@ impl<P: PortReservations> Host<P> {
         self.core.handle_peer_datagram(now, via, from, datagram);
     }
 
-    /// [`Core::set_fleet_keys`].
+    /// The fleet keys to seal and verify peer datagrams with (`None`: no keys, every peer
+    /// is served unauthenticated). A reload keeps the use counts of the ids still listed;
+    /// the replay memory is kept, so a reload opens no window for replays. (The caller
+    /// logs the change: it knows where the keys came from.)
     pub fn set_fleet_keys(&mut self, now: Instant, keys: Option<FleetKeys>) {
         self.last_now = now;
         self.core.set_fleet_keys(now, keys);
     }
 
-    /// [`Core::handle_wall_clock`]: call it once per loop turn, before the turn's input.
+    /// The wall clock, read by the caller at `now` (time since the Unix epoch): what the
+    /// stamps of sealed datagrams are made and checked with. Call it once per loop turn,
+    /// before the turn's input; between two hand-ins the core advances it by `now`.
     pub fn handle_wall_clock(&mut self, now: Instant, since_epoch: Duration) {
         self.core.handle_wall_clock(now, since_epoch);
     }
 
-    /// [`Core::start_probe`].
+    /// Starts a probe of the peer daemon at `probe.target` from `probe.source`. The
+    /// result comes as [`Action::ProbeDone`] at the latest `probe.wait` (capped at
+    /// [`PROBE_MAX_WAIT`](crate::PROBE_MAX_WAIT)) from now.
     pub fn start_probe(
         &mut self,
         now: Instant,
@@ -205,8 +227,9 @@ impl<P: PortReservations> Host<P> {
         self.core.start_probe(now, probe)
     }
 
-    /// Runs what is due at `now`: the core's timers, and a state-file write (queued as
-    /// [`Action::SaveState`]).
+    /// Runs what is due at `now`: the core's timers (a replay window that closes settles
+    /// the restored mappings it was for; those freed release their ports), and a
+    /// state-file write (queued as [`Action::SaveState`]).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
         if self.core.poll_timeout().is_some_and(|d| d <= now) {
@@ -219,8 +242,10 @@ impl<P: PortReservations> Host<P> {
         }
     }
 
-    /// Next output: the core's actions in order, then a due [`Action::SaveState`]. A
-    /// `TableChanged` passing through schedules the write it calls for.
+    /// Next output, if any: the core's actions in order, then a due
+    /// [`Action::SaveState`]. Call it until `None` after every input (`start*`,
+    /// `handle_*`, `start_probe`): output is queued, never sent, and this is the only
+    /// queue. A `TableChanged` passing through schedules the write it calls for.
     #[must_use = "call poll_action again until None after each input: queued output is lost otherwise"]
     pub fn poll_action(&mut self) -> Option<Action> {
         if let Some(action) = self.core.poll_action() {
@@ -241,7 +266,8 @@ impl<P: PortReservations> Host<P> {
     }
 
     /// When [`Host::handle_timeout`] should be called next: the core's deadline or a due
-    /// write, whichever comes first.
+    /// write, whichever comes first; `None` if no timer runs. Call it again after every
+    /// input, which may move the deadline.
     #[must_use = "call poll_timeout again after each input and wake up at the deadline it gives"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let save = self.saver.as_ref().and_then(Saver::deadline);
@@ -270,12 +296,14 @@ impl<P: PortReservations> Host<P> {
             .map(|s| s.generation)
     }
 
-    /// Hands a sent datagram's buffer back to the core ([`Core::recycle`]).
+    /// Hands a sent datagram's buffer back to the core for reuse (optional: dropping it
+    /// is fine).
     pub fn recycle(&mut self, buffer: Vec<u8>) {
         self.core.recycle(buffer);
     }
 
-    /// The core, for what it reports (snapshots, stats, saved mappings, invariants).
+    /// The core, for what it reports (snapshots, stats, saved mappings, invariants): its
+    /// inputs are the host's alone.
     pub fn core(&self) -> &Core {
         &self.core
     }
@@ -309,8 +337,12 @@ mod tests {
     }
 
     fn host(now: Instant) -> Host<NoPorts> {
-        let core = Core::new(CoreConfig::default(), now);
-        Host::new(core, NoPorts, Some(SavePolicy::default()), now)
+        Host::new(
+            CoreConfig::default(),
+            NoPorts,
+            Some(SavePolicy::default()),
+            now,
+        )
     }
 
     fn drain(h: &mut Host<NoPorts>) -> Vec<Action> {
@@ -390,8 +422,7 @@ mod tests {
     #[test]
     fn without_a_state_file_nothing_is_saved() {
         let t0 = Instant::now();
-        let core = Core::new(CoreConfig::default(), t0);
-        let mut h = Host::new(core, NoPorts, None, t0);
+        let mut h = Host::new(CoreConfig::default(), NoPorts, None, t0);
         h.start(t0);
         h.handle_timeout(t0 + Duration::from_secs(3600));
         assert!(!drain(&mut h)

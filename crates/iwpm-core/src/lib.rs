@@ -1,23 +1,27 @@
 //! The sans-IO heart of the iWARP port mapper daemon.
 //!
 //! [`Core`] holds the mapping table, the kernel-client registry, the ABI negotiation and the
-//! peer-protocol exchanges. It never reads the clock and never touches a socket: the shell
-//! feeds it input with `handle_*(now, ..)` and drains its output with
-//! [`Core::poll_action`] / [`Core::poll_timeout`]. The same core therefore runs under the
-//! real kernel, the kernel emulator, the fuzzer and virtual-clock simulations.
+//! peer-protocol exchanges. It never reads the clock and never touches a socket. A caller
+//! runs it in a [`Host`], the only way in: [`Host::new`] makes the core from its
+//! [`CoreConfig`], the caller feeds it input with `handle_*(now, ..)` and drains its output
+//! with [`Host::poll_action`] / [`Host::poll_timeout`]. The same host therefore runs under
+//! the real kernel, the kernel emulator, the fuzzer and virtual-clock simulations; the core's
+//! own inputs are private to this crate, so no caller can skip what the host adds (the
+//! state file's [`Action::SaveState`]).
 //!
-//! That is the caller's one obligation: after every input call ([`Core::start`] or
-//! [`Core::start_after_restart`], the `handle_*` calls, [`Core::start_probe`]), drain
-//! [`Core::poll_action`] until `None`, then wake up at [`Core::poll_timeout`]. Whatever
+//! That is the caller's one obligation: after every input call ([`Host::start`] or
+//! [`Host::start_after_restart`], the `handle_*` calls, [`Host::start_probe`]), drain
+//! [`Host::poll_action`] until `None`, then wake up at [`Host::poll_timeout`]. Whatever
 //! the caller must react to is an [`Action`]: besides the datagrams to send, the end of
 //! the handshake, a finished probe, settled restored mappings, the end of the restart
-//! recovery and changes of the mapping table (what a state file follows). The one input
-//! whose result the caller needs at once, a kernel datagram, returns a [`KernelReceipt`]
-//! (what the datagram was and whether it was answered: when a read loop may stop).
+//! recovery, changes of the mapping table (what a state file follows) and the state-file
+//! writes that fall due. The one input whose result the caller needs at once, a kernel
+//! datagram, returns a [`KernelReceipt`] (what the datagram was and whether it was
+//! answered: when a read loop may stop). [`Host::core`] gives the core for what it reports.
 //!
-//! Port reservations are synchronous: the shell lends its [`PortReservations`] to the
-//! inputs that create or free mappings ([`Core::handle_kernel_datagram`],
-//! [`Core::start_after_restart`], [`Core::handle_timeout`]), and a mapping reserves its TCP
+//! Port reservations are synchronous: the host lends the caller's [`PortReservations`] to
+//! the inputs that create or free mappings ([`Host::handle_kernel_datagram`],
+//! [`Host::start_after_restart`], [`Host::handle_timeout`]), and a mapping reserves its TCP
 //! port when it is created and releases it when its last reference goes, within that
 //! call. Restart recovery (the state file, then the kernel's MAPINFO replay) is settled
 //! inside those calls too: nothing is left to call afterwards.

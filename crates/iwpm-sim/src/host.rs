@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use iwpm_core::state_file::StateFile;
 use iwpm_core::FakePorts;
-use iwpm_core::{Core, CoreConfig, Previous, SavePolicy};
+use iwpm_core::{CoreConfig, Previous, SavePolicy};
 use iwpm_kernel_emu::kernel::{KernelConfig, KernelIwpm, Link, SendError, SendMode};
 
 use iwpm_proto::fleet_key::{FleetKey, FleetKeys};
@@ -296,7 +296,7 @@ impl Host {
             MAPPED_PORTS,
             (mix(self.seed ^ self.idx as u64 ^ u64::from(self.incarnation) << 32) % 20_000) as u16,
         );
-        let mut daemon = Daemon::new(Core::new(config, t), ports, Some(SavePolicy::default()), t);
+        let mut daemon = Daemon::new(config, ports, Some(SavePolicy::default()), t);
         if self.state_file.is_empty() {
             daemon.start(t);
         } else {

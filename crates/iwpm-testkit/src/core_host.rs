@@ -94,7 +94,7 @@ pub struct CoreHarness {
 impl CoreHarness {
     pub fn new(config: CoreConfig, now: Instant) -> Self {
         CoreHarness {
-            host: Host::new(Core::new(config, now), Ports::default(), None, now),
+            host: Host::new(config, Ports::default(), None, now),
             now,
             kernel_seq: 0,
             kernel_in: VecDeque::new(),

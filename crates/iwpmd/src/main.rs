@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Parser;
-use iwpm_core::{Core, CoreConfig};
+use iwpm_core::CoreConfig;
 use iwpm_proto::consts::IWPMD_NL_GROUPS_MASK;
 
 use crate::cli::{Cli, KernelSpec, RunMode};
@@ -225,7 +225,6 @@ fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<
         handle_key,
         ..settings.core.clone()
     };
-    let core = Core::new(config, now);
     let restart = Restart::new(
         RestartConfig {
             notify: mode == RunMode::Systemd,
@@ -239,7 +238,7 @@ fn run(cli: &Cli, readiness: Option<&mut process::Readiness>) -> anyhow::Result<
         tracing::info!("reserved ports are kept in the service manager's FD store");
     }
     let mut shell =
-        Shell::new(core, kernel, peers, restart).context("cannot set up the event loop")?;
+        Shell::new(config, kernel, peers, restart).context("cannot set up the event loop")?;
     if let Some((source, loaded)) = fleet {
         shell.start_fleet_keys(now, source, loaded);
     }

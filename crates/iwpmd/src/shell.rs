@@ -27,7 +27,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use iwpm_core::{Action, Core, Host, Previous};
+use iwpm_core::{Action, CoreConfig, Host, Previous};
 use mio::{Events, Token};
 use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 
@@ -119,7 +119,7 @@ impl Shell {
     /// Registers every socket and the signal pipe. The state file's write policy is on
     /// only when a state file is kept.
     pub(crate) fn new(
-        core: Core,
+        config: CoreConfig,
         kernel: KernelLink,
         mut peers: PeerSockets,
         restart: Restart,
@@ -127,7 +127,7 @@ impl Shell {
         let (wakeups, helper_waker) = Wakeups::new(&kernel, &mut peers)?;
         let dump = Dump::start(helper_waker.clone())?;
         restart.set_waker(helper_waker);
-        let host = Host::new(core, Ports::new(), restart.save_policy(), Instant::now());
+        let host = Host::new(config, Ports::new(), restart.save_policy(), Instant::now());
         Ok(Shell {
             host,
             kernel: Kernel::new(kernel),

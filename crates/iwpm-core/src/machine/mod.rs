@@ -137,9 +137,9 @@ const MAX_SPARE_BUFFERS: usize = 16;
 const OUT_BUFFER_CAPACITY: usize = 600;
 
 impl Core {
-    /// Creates an idle core; call [`Core::start`] (or [`Core::start_after_restart`]) to
-    /// begin the kernel handshake.
-    pub fn new(config: CoreConfig, now: Instant) -> Self {
+    /// Creates an idle core; [`Host::new`](crate::Host::new) makes one, and its `start`
+    /// (or `start_after_restart`) begins the kernel handshake.
+    pub(crate) fn new(config: CoreConfig, now: Instant) -> Self {
         if config.netlink_pid == 0 {
             tracing::warn!("netlink_pid is 0: the kernel would unicast to itself");
         }
@@ -174,7 +174,7 @@ impl Core {
     }
 
     /// Queues HELLO(max_abi) to the kernel. Later calls do nothing.
-    pub fn start(&mut self, now: Instant) {
+    pub(crate) fn start(&mut self, now: Instant) {
         self.last_now = now;
         self.start_handshake(now);
         self.end_input();
@@ -183,7 +183,7 @@ impl Core {
     /// One datagram from the kernel (the shell checked it came from port id 0). Mappings it
     /// creates or frees reserve and release their TCP ports through `ports` at once. The
     /// receipt says what the datagram was and whether the core answered it.
-    pub fn handle_kernel_datagram(
+    pub(crate) fn handle_kernel_datagram(
         &mut self,
         now: Instant,
         datagram: &[u8],
@@ -205,7 +205,7 @@ impl Core {
     /// dropped, possibly a REG_PID multicast, after which the kernel believes no port mapper
     /// is running. Re-sends HELLO (at most once a second), which makes the kernel record us
     /// again without replaying mappings we already hold.
-    pub fn handle_kernel_overrun(&mut self, now: Instant) {
+    pub(crate) fn handle_kernel_overrun(&mut self, now: Instant) {
         self.last_now = now;
         self.count_warn(
             now,
@@ -219,7 +219,7 @@ impl Core {
     }
 
     /// One UDP datagram received on `via` from `from`.
-    pub fn handle_peer_datagram(
+    pub(crate) fn handle_peer_datagram(
         &mut self,
         now: Instant,
         via: PeerSocket,
@@ -234,7 +234,7 @@ impl Core {
 
     /// Runs every timer due at or before `now`. A replay window that closes settles the
     /// restored mappings it was for; those freed release their ports through `ports`.
-    pub fn handle_timeout(&mut self, now: Instant, ports: &mut dyn PortReservations) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant, ports: &mut dyn PortReservations) {
         self.last_now = now;
         self.handshake_timeout(now);
         self.run_exchange_timers(now);
@@ -248,7 +248,7 @@ impl Core {
     /// is served unauthenticated). A reload keeps the use counts of the ids still listed;
     /// the replay memory is kept, so a reload opens no window for replays. (The caller
     /// logs the change: it knows where the keys came from.)
-    pub fn set_fleet_keys(&mut self, now: Instant, keys: Option<FleetKeys>) {
+    pub(crate) fn set_fleet_keys(&mut self, now: Instant, keys: Option<FleetKeys>) {
         self.last_now = now;
         self.admission.auth.set_keys(keys);
     }
@@ -256,7 +256,7 @@ impl Core {
     /// The wall clock, read by the caller at `now` (time since the Unix epoch): what the
     /// stamps of sealed datagrams are made and checked with. The shell hands it in once per
     /// loop turn; between two hand-ins the core advances it by `now`.
-    pub fn handle_wall_clock(&mut self, now: Instant, since_epoch: Duration) {
+    pub(crate) fn handle_wall_clock(&mut self, now: Instant, since_epoch: Duration) {
         self.admission.auth.set_wall_clock(now, since_epoch);
     }
 
@@ -266,7 +266,7 @@ impl Core {
     }
 
     /// Hands a sent datagram's buffer back for reuse (optional: dropping it is fine).
-    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
+    pub(crate) fn recycle(&mut self, mut buffer: Vec<u8>) {
         if self.spare_buffers.len() < MAX_SPARE_BUFFERS && buffer.capacity() >= OUT_BUFFER_CAPACITY
         {
             buffer.clear();
@@ -285,14 +285,14 @@ impl Core {
     /// `handle_*`, `start_probe`): output is queued, never sent by the core, and this is
     /// the only queue.
     #[must_use = "call poll_action again until None after each input: queued output is lost otherwise"]
-    pub fn poll_action(&mut self) -> Option<Action> {
+    pub(crate) fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
     /// When [`Core::handle_timeout`] should be called next; `None` if no timer runs. Call
     /// it again after every `handle_*` call, which may move the deadline.
     #[must_use = "call poll_timeout again after each input and wake up at the deadline it gives"]
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         let hs = match self.handshake {
             Handshake::Awaiting { deadline, .. } | Handshake::Resyncing { deadline, .. } => {
                 Some(deadline)

@@ -116,7 +116,7 @@ impl Core {
     /// Starts a probe of the peer daemon at `probe.target` from `probe.source`. The
     /// result comes as [`Action::ProbeDone`] at the latest `probe.wait` (capped at
     /// [`PROBE_MAX_WAIT`]) from now.
-    pub fn start_probe(
+    pub(crate) fn start_probe(
         &mut self,
         now: Instant,
         probe: ProbeRequest,

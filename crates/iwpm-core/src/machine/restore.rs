@@ -97,18 +97,21 @@ pub(crate) struct RestoreState {
     ended_announced: bool,
 }
 
-/// What the previous daemon process left behind, for [`Core::start_after_restart`].
+/// What the previous daemon process left behind, for
+/// [`Host::start_after_restart`](crate::Host::start_after_restart).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Previous<'a> {
     /// Its mappings, as its state file saved them.
     pub mappings: &'a [SavedMapping],
     /// The shell holds TCP ports it inherited (the systemd FD store) and closes those no
     /// mapping claimed on [`Action::RecoveryEnded`]: the core then also wakes up at the end
-    /// of each replay window ([`Core::poll_timeout`]), so that the event comes on time.
+    /// of each replay window ([`Host::poll_timeout`](crate::Host::poll_timeout)), so that
+    /// the event comes on time.
     pub inherited_ports: bool,
 }
 
-/// What [`Core::start_after_restart`] did with the saved mappings.
+/// What [`Host::start_after_restart`](crate::Host::start_after_restart) did with the saved
+/// mappings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RestoreReport {
     /// Mappings inserted (their ports held again).
@@ -153,7 +156,7 @@ impl Core {
     /// through `ports`; they are in place before the kernel is greeted, so its replay finds
     /// them. The replay then confirms or corrects them, and the `handle_*` call that ends
     /// it settles them (module docs). On a core already started, nothing is restored.
-    pub fn start_after_restart(
+    pub(crate) fn start_after_restart(
         &mut self,
         now: Instant,
         previous: Previous<'_>,

@@ -7,9 +7,7 @@ use iwpm_testkit::core_host as common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use iwpm_core::{
-    Action, Core, CoreConfig, Host, PeerSocket, ProbeOutcome, ProbeRequest, ProbeResult,
-};
+use iwpm_core::{Action, CoreConfig, Host, PeerSocket, ProbeOutcome, ProbeRequest, ProbeResult};
 use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
 /// A started core in its host (no port is ever reserved: probes map nothing), output
@@ -23,14 +21,11 @@ fn probe(target: IpAddr, source: IpAddr, wait: Duration) -> ProbeRequest {
 }
 
 fn core(now: Instant) -> Host<common::Ports> {
-    let core = Core::new(
-        CoreConfig {
-            netlink_pid: 4242,
-            ..CoreConfig::default()
-        },
-        now,
-    );
-    let mut c = Host::new(core, common::Ports::default(), None, now);
+    let config = CoreConfig {
+        netlink_pid: 4242,
+        ..CoreConfig::default()
+    };
+    let mut c = Host::new(config, common::Ports::default(), None, now);
     c.start(now);
     while c.poll_action().is_some() {}
     c

@@ -147,7 +147,7 @@ impl Driver {
         let config = setup.config();
         let now = Instant::now();
         let mut d = Driver {
-            host: model_host(Core::new(config.clone(), now), now),
+            host: model_host(config.clone(), now),
             config,
             now,
             next_seq: 1,
@@ -540,9 +540,9 @@ impl Driver {
     }
 }
 
-fn model_host(core: Core, now: Instant) -> Host<FakePorts> {
+fn model_host(config: CoreConfig, now: Instant) -> Host<FakePorts> {
     let ports = FakePorts::pool(GRANT_BASE, GRANT_PORTS);
-    Host::new(core, ports, Some(SavePolicy::default()), now)
+    Host::new(config, ports, Some(SavePolicy::default()), now)
 }
 
 /// The reservation answer of [`Op::Answer`]: `kind % 6` 0-2 the ordinary grant, 3 a

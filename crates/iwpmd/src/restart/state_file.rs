@@ -396,6 +396,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iwpm_core::Host;
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temporary() {
@@ -466,12 +467,13 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
-    fn core() -> Core {
+    /// An idle core, in the host that is the only way to make one.
+    fn host() -> Host<crate::ports::Ports> {
         let config = iwpm_core::CoreConfig {
             netlink_pid: 4242,
             ..iwpm_core::CoreConfig::default()
         };
-        Core::new(config, Instant::now())
+        Host::new(config, crate::ports::Ports::new(), None, Instant::now())
     }
 
     /// Collects until the write handed to the thread is reported back (no waker: polled).
@@ -490,10 +492,11 @@ mod tests {
     fn the_writer_thread_writes_and_reports_back() {
         let dir = std::env::temp_dir().join(format!("iwpmd-state-thread-{}", std::process::id()));
         let path = dir.join("state");
-        let core = core();
+        let host = host();
+        let core = host.core();
         let mut store = StateStore::new(path.clone());
         assert_eq!(store.deadline(), None, "nothing in flight");
-        assert_eq!(store.save(1, &core), None, "the write went to the thread");
+        assert_eq!(store.save(1, core), None, "the write went to the thread");
         assert!(store.in_flight, "the write went to the thread");
         assert!(
             store.deadline().is_some(),
@@ -508,7 +511,7 @@ mod tests {
         assert_eq!(store.collect(true), None);
         assert_eq!(store.writes, 1);
         // the exit's own write is done at once
-        assert_eq!(store.write_now(2, &core).generation, 2);
+        assert_eq!(store.write_now(2, core).generation, 2);
         assert_eq!((store.writes, store.write_errors), (2, 0));
         let _ = fs::remove_dir_all(&dir);
     }
@@ -516,9 +519,10 @@ mod tests {
     #[test]
     fn a_failing_write_is_counted_and_the_writer_goes_on() {
         // no directory can be made under /proc, not even by root
-        let core = core();
+        let host = host();
+        let core = host.core();
         let mut store = StateStore::new(PathBuf::from("/proc/iwpmd-no-such-dir/state"));
-        assert_eq!(store.save(1, &core), None);
+        assert_eq!(store.save(1, core), None);
         assert_eq!(
             settle(&mut store).generation,
             1,
@@ -526,7 +530,7 @@ mod tests {
         );
         assert_eq!((store.writes, store.write_errors), (0, 1));
         // the thread is still there: the next change is handed to it again
-        assert_eq!(store.save(2, &core), None);
+        assert_eq!(store.save(2, core), None);
         assert!(store.in_flight);
         settle(&mut store);
         assert_eq!((store.writes, store.write_errors), (0, 2));

@@ -55,7 +55,7 @@ fn shell_with_restart(
         ..CoreConfig::default()
     };
     let restart = Restart::new(restart, Default::default(), now);
-    let mut shell = Shell::new(Core::new(config, now), kernel, peers, restart).unwrap();
+    let mut shell = Shell::new(config, kernel, peers, restart).unwrap();
     shell.start().unwrap();
     (shell, emu, path)
 }
@@ -406,7 +406,7 @@ fn a_hello_the_kernel_link_refuses_is_a_start_up_error() {
         ..CoreConfig::default()
     };
     let restart = Restart::new(RestartConfig::default(), Default::default(), now);
-    let mut shell = Shell::new(Core::new(config, now), kernel, peers, restart).unwrap();
+    let mut shell = Shell::new(config, kernel, peers, restart).unwrap();
     match shell.start() {
         Err(SetupError::HelloNotSent(SendFailure::Os(e))) => {
             assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");

@@ -24,7 +24,7 @@
 use iwpm_core::state_file::{SavedMapping, StateFile};
 #[cfg(doc)]
 use iwpm_core::Host;
-use iwpm_core::{Core, Previous};
+use iwpm_core::Previous;
 use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION};
 use iwpm_proto::netlink::{KernelMsg, MapInfoNumRequest, MapInfoRecord};
 use iwpm_proto::sockaddr::Endpoint;
@@ -48,7 +48,7 @@ impl Driver {
         // The process ends: its sockets, and so its reservations, close (the old host and
         // its model shell go). An answer set for the next reservation stays set (it may
         // hit the restore).
-        let mut host = model_host(Core::new(config, self.now), self.now);
+        let mut host = model_host(config, self.now);
         let old = self.host.ports_mut();
         host.ports_mut().fail_next = std::mem::take(&mut old.fail_next);
         host.ports_mut().force_port = std::mem::take(&mut old.force_port);
