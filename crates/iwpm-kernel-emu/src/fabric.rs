@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::host::{Host, HostConfig, HostError, HostShared};
+use crate::host::{EmulatedHost, HostConfig, HostError, HostShared};
 use crate::kernel::Violation;
 
 /// Fabric-wide settings.
@@ -47,7 +47,7 @@ impl Fabric {
     }
 
     /// Creates a host: binds its kernel-link socket and starts its driver thread.
-    pub fn add_host(&self, config: HostConfig) -> Result<Host, HostError> {
+    pub fn add_host(&self, config: HostConfig) -> Result<EmulatedHost, HostError> {
         if config.ips.is_empty() {
             return Err(HostError::NoAddress(config.name));
         }
@@ -74,24 +74,24 @@ impl Fabric {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .push(shared.clone());
-        Ok(Host { shared })
+        Ok(EmulatedHost { shared })
     }
 
     /// The host with this name.
-    pub fn host(&self, name: &str) -> Option<Host> {
+    pub fn host(&self, name: &str) -> Option<EmulatedHost> {
         self.shared
             .read_hosts()
             .iter()
             .find(|h| h.config.name == name)
-            .map(|h| Host { shared: h.clone() })
+            .map(|h| EmulatedHost { shared: h.clone() })
     }
 
     /// All hosts, in creation order.
-    pub fn hosts(&self) -> Vec<Host> {
+    pub fn hosts(&self) -> Vec<EmulatedHost> {
         self.shared
             .read_hosts()
             .iter()
-            .map(|h| Host { shared: h.clone() })
+            .map(|h| EmulatedHost { shared: h.clone() })
             .collect()
     }
 

@@ -47,9 +47,11 @@
 //!
 //! # Shape
 //!
-//! [`Fabric::add_host`] gives a [`Host`]; a host's [`CmId`]s do what rdma_cm ids do.
-//! [`Host::listen`] and [`Host::connect`] wrap the usual sequences. [`Host::violations`],
-//! [`Host::stats`] and [`Host::kernel_view`] are what tests assert on.
+//! [`Fabric::add_host`] gives an [`EmulatedHost`] (a machine's kernel side as rdma_cm sees
+//! it; not `iwpm_core::Host`, the daemon's core loop); a host's [`CmId`]s do what rdma_cm
+//! ids do. [`EmulatedHost::listen`] and [`EmulatedHost::connect`] wrap the usual sequences.
+//! [`EmulatedHost::violations`], [`EmulatedHost::stats`] and [`EmulatedHost::kernel_view`]
+//! are what tests assert on.
 //!
 //! ```
 //! use iwpm_kernel_emu::{AcceptMode, Fabric, HostConfig, MapOutcome, UnmappedReason};
@@ -92,7 +94,7 @@ pub use cm::{
 pub use driver::DaemonAddr;
 pub use fabric::{Fabric, FabricConfig};
 pub use host::{
-    AcceptMode, CmId, CmStats, Connection, Host, HostConfig, HostError, HostStats, IdInfo,
+    AcceptMode, CmId, CmStats, Connection, EmulatedHost, HostConfig, HostError, HostStats, IdInfo,
     KernelView, Listener,
 };
 pub use kernel::{KernelStats, MapOutcome, Registration, RequestKind, UnmappedReason, Violation};

@@ -118,9 +118,10 @@ pub fn control_socket_beside(kernel: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// A running `iwpmd`.
+/// The running `iwpmd` of one lab host: its process ([`iwpm_process::Daemon`]), the
+/// configuration it was started with (to start it again) and its dumps.
 #[derive(Debug)]
-pub struct Daemon {
+pub struct LabDaemon {
     config: DaemonConfig,
     process: Process,
 }
@@ -133,10 +134,10 @@ pub(crate) fn message_of(line: &str) -> &str {
     }
 }
 
-impl Daemon {
+impl LabDaemon {
     /// Spawns the daemon and waits until its event loop runs (from then on signals are
     /// handled; before, SIGUSR1 would kill it).
-    pub fn spawn(config: DaemonConfig) -> Result<Daemon, DaemonError> {
+    pub fn spawn(config: DaemonConfig) -> Result<LabDaemon, DaemonError> {
         let mut cmd = Command::new(&config.binary);
         cmd.arg("--foreground")
             .arg("--log-stderr")
@@ -183,7 +184,7 @@ impl Daemon {
                 source,
             },
         )?;
-        let mut daemon = Daemon { config, process };
+        let mut daemon = LabDaemon { config, process };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if daemon
@@ -292,9 +293,9 @@ impl Daemon {
             .map_err(|e| self.stop_error(e))
     }
 
-    /// A new daemon with the same configuration (after [`Daemon::kill9`]).
-    pub fn respawn(&self) -> Result<Daemon, DaemonError> {
-        Daemon::spawn(self.config.clone())
+    /// A new daemon with the same configuration (after [`LabDaemon::kill9`]).
+    pub fn respawn(&self) -> Result<LabDaemon, DaemonError> {
+        LabDaemon::spawn(self.config.clone())
     }
 }
 
@@ -303,7 +304,7 @@ impl Daemon {
 /// writes its profile.
 pub const GRACEFUL_DROP_ENV: &str = "IWPM_LAB_GRACEFUL_DROP";
 
-impl Drop for Daemon {
+impl Drop for LabDaemon {
     /// With [`GRACEFUL_DROP_ENV`] set, SIGTERM first; the process handle then kills and
     /// reaps whatever still runs.
     fn drop(&mut self) {

@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use iwpm_core::Counter;
-use iwpm_kernel_emu::{Fabric, FabricConfig, Host, HostConfig, HostError, PortMapMode};
+use iwpm_kernel_emu::{EmulatedHost, Fabric, FabricConfig, HostConfig, HostError, PortMapMode};
 use serde::Serialize;
 
-use crate::daemon::{Daemon, DaemonConfig, DaemonError};
+use crate::daemon::{DaemonConfig, DaemonError, LabDaemon};
 use crate::dump::{Dump, IoCounter};
 use crate::locate::{self, LocateError};
 use crate::netns::{NetPlace, NetnsError};
@@ -223,13 +223,13 @@ pub struct Side {
     /// "A" or "B".
     pub name: String,
     /// Its daemon (`None` before [`Side::start_daemon`] and between kill and restart).
-    pub daemon: Option<Daemon>,
+    pub daemon: Option<LabDaemon>,
     /// The tap on its kernel link.
     pub tap: Option<Tap>,
     /// The relay in front of its daemon's peer port.
     pub relay: Option<Relay>,
     /// The emulated host.
-    pub host: Host,
+    pub host: EmulatedHost,
     /// Its addresses.
     pub addrs: HostAddrs,
     /// Its namespace.
@@ -275,7 +275,7 @@ pub struct RestartOutcome {
 impl Side {
     /// Starts the daemon and waits for its HELLO to reach the emulated kernel.
     pub fn start_daemon(&mut self) -> Result<(), LabError> {
-        let daemon = Daemon::spawn(self.daemon_config.clone())?;
+        let daemon = LabDaemon::spawn(self.daemon_config.clone())?;
         let pid = i32::try_from(daemon.pid()).unwrap_or(i32::MAX);
         self.daemon = Some(daemon);
         if !self
@@ -288,7 +288,7 @@ impl Side {
     }
 
     /// The daemon, or an error if none runs.
-    pub fn daemon_mut(&mut self) -> Result<&mut Daemon, LabError> {
+    pub fn daemon_mut(&mut self) -> Result<&mut LabDaemon, LabError> {
         self.daemon
             .as_mut()
             .ok_or_else(|| LabError::NoDaemon(self.name.clone()))
@@ -361,7 +361,7 @@ impl Side {
         let stats = self.host.stats().kernel;
         let mut out = RestartOutcome {
             old_pid,
-            new_pid: self.daemon.as_ref().map_or(0, Daemon::pid),
+            new_pid: self.daemon.as_ref().map_or(0, LabDaemon::pid),
             kernel_mappings: view.mapinfo.len(),
             daemon_mappings_before: before.mappings.len(),
             daemon_mappings_after: after.mappings.len(),

@@ -234,7 +234,7 @@ impl Tap {
     /// A barrier for [`crate::relay::Relay::set_kernel_barrier`]: once it returns, every
     /// datagram the daemon had sent to the tap before the call is in the emulator's
     /// socket, where the emulator's driver takes it before any fabric event caused later
-    /// (`iwpm_kernel_emu::Host`'s ordering). So the tap adds no asynchrony that the real
+    /// (`iwpm_kernel_emu::EmulatedHost`'s ordering). So the tap adds no asynchrony that the real
     /// kernel link, processed inside the daemon's `sendmsg`, does not have.
     pub fn kernel_barrier(&self) -> crate::relay::KernelBarrier {
         let shared = self.shared.clone();

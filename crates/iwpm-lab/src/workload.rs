@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use iwpm_kernel_emu::{CmEvent, CmEventKind, CmId, ConnInfo, EventChannel, Host, RejectReason};
+use iwpm_kernel_emu::{
+    CmEvent, CmEventKind, CmId, ConnInfo, EmulatedHost, EventChannel, RejectReason,
+};
 use serde::Serialize;
 
 /// How many connections and how fast.
@@ -138,7 +140,7 @@ pub struct Progress {
 /// replace finished ones have started, so its `in_flight` is never one short between an
 /// outcome and the start of the next attempt (the restart line reads it at the kill).
 pub fn connect_all(
-    host: &Host,
+    host: &EmulatedHost,
     dst: SocketAddr,
     config: &WorkloadConfig,
     on_progress: impl FnMut(Progress),
@@ -181,7 +183,7 @@ struct Attempts<F> {
 
 impl<F: FnMut(Progress)> Attempts<F> {
     /// Creates one more id and starts resolving `dst`.
-    fn start(&mut self, host: &Host, channel: &EventChannel, dst: SocketAddr) {
+    fn start(&mut self, host: &EmulatedHost, channel: &EventChannel, dst: SocketAddr) {
         let index = self.records.len();
         let id = host.create_id(Some(channel));
         self.by_num.insert(id.num(), index);

@@ -35,7 +35,7 @@ pub const MAPPED_PORTS: std::ops::Range<u16> = 40_000..60_000;
 
 /// A running daemon process: the core in its host, with the port reservations it holds
 /// (all closed by the OS when the process dies) and the daemon's state-file policy.
-pub type Daemon = iwpm_core::Host<FakePorts>;
+pub type SimDaemon = iwpm_core::Host<FakePorts>;
 
 /// Message counts of one host (what the scale table reports per host).
 #[derive(Clone, Copy, Debug, Default)]
@@ -52,9 +52,10 @@ pub struct HostCounters {
     pub wire_out: u64,
 }
 
-/// One host of the fleet.
+/// One simulated host of the fleet: its emulated kernel, its daemon and its connections
+/// (not [`iwpm_core::Host`], which is the daemon's core loop inside it).
 #[derive(Debug)]
-pub struct Host {
+pub struct SimHost {
     /// Index in the fleet.
     pub idx: usize,
     /// Its IPv4 address.
@@ -66,7 +67,7 @@ pub struct Host {
     /// The emulated kernel; daemon addresses are incarnation numbers.
     pub kernel: KernelIwpm<u32>,
     /// The daemon, unless crashed.
-    pub daemon: Option<Daemon>,
+    pub daemon: Option<SimDaemon>,
     /// Daemon starts so far (the live one's kernel-link address).
     pub incarnation: u32,
     /// The state file as last written (empty: none).
@@ -167,7 +168,7 @@ pub fn host_of_ip(ip: IpAddr, hosts: usize) -> Option<usize> {
     }
 }
 
-impl Host {
+impl SimHost {
     /// This host's address of the family `v6` names.
     pub fn addr(&self, v6: bool) -> IpAddr {
         if v6 {
@@ -184,7 +185,7 @@ impl Host {
 
     /// A host whose kernel just loaded, no daemon yet.
     pub fn new(idx: usize, port_mapped: bool, seed: u64) -> Self {
-        Host {
+        SimHost {
             idx,
             ip: ip_of(idx),
             ip6: ip6_of(idx),
@@ -296,7 +297,7 @@ impl Host {
             MAPPED_PORTS,
             (mix(self.seed ^ self.idx as u64 ^ u64::from(self.incarnation) << 32) % 20_000) as u16,
         );
-        let mut daemon = Daemon::new(config, ports, Some(SavePolicy::default()), t);
+        let mut daemon = SimDaemon::new(config, ports, Some(SavePolicy::default()), t);
         if self.state_file.is_empty() {
             daemon.start(t);
         } else {
@@ -374,7 +375,7 @@ impl Host {
         let daemon = self
             .daemon
             .as_ref()
-            .and_then(Daemon::poll_timeout)
+            .and_then(SimDaemon::poll_timeout)
             .map(|t| self.global(base, t));
         let kernel = self.kernel.poll_timeout().map(|t| self.global(base, t));
         [daemon, kernel].into_iter().flatten().min()

@@ -10,7 +10,7 @@ use iwpm_core::{Action, PeerSocket};
 
 use crate::check::{Violation, ViolationKind};
 use crate::cm::WireMsg;
-use crate::host::{host_of_ip, Host, CLIENT_PORT};
+use crate::host::{host_of_ip, SimHost, CLIENT_PORT};
 use crate::ledger::Ledger;
 use crate::plan::{Scenario, What};
 use crate::rng::Rng;
@@ -279,7 +279,7 @@ pub struct World {
     pub(crate) now: Duration,
     queue: BTreeMap<(Duration, u64), Event>,
     seq: u64,
-    pub(crate) hosts: Vec<Host>,
+    pub(crate) hosts: Vec<SimHost>,
     /// Faults as (start, end, what).
     pub(crate) faults: Vec<(Duration, Duration, What)>,
     net_rng: Rng,
@@ -323,7 +323,7 @@ impl World {
         let hosts = (0..scenario.hosts)
             .map(|i| {
                 let port_mapped = scenario.port_mapped.get(i).copied().unwrap_or(true);
-                Host::new(i, port_mapped, scenario.seed)
+                SimHost::new(i, port_mapped, scenario.seed)
             })
             .collect();
         let mut w = World {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use iwpm_proto::consts::IWPM_FLAGS_NO_PORT_MAP;
 
 use super::state::{storage, FabricMsg, HostInner, Outcome};
-use super::{Host, HostShared};
+use super::{EmulatedHost, HostShared};
 use crate::cm::{
     AddrError, CmError, CmEvent, CmEventKind, ConnInfo, IdState, ListenInfo, PortMapMode,
     RejectReason,
@@ -27,7 +27,7 @@ pub enum AcceptMode {
     Auto,
 }
 
-/// An established connection from [`Host::connect`].
+/// An established connection from [`EmulatedHost::connect`].
 #[derive(Clone, Debug)]
 pub struct Connection {
     /// The active id (destroy it to tear down and send REMOVE_MAPPING).
@@ -36,7 +36,7 @@ pub struct Connection {
     pub info: ConnInfo,
 }
 
-/// A listener from [`Host::listen`].
+/// A listener from [`EmulatedHost::listen`].
 #[derive(Clone, Debug)]
 pub struct Listener {
     /// The listening id.
@@ -92,8 +92,8 @@ impl CmId {
     }
 
     /// The host the id lives on.
-    pub fn host(&self) -> Host {
-        Host {
+    pub fn host(&self) -> EmulatedHost {
+        EmulatedHost {
             shared: self.host.clone(),
         }
     }

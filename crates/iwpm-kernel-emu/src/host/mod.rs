@@ -178,11 +178,11 @@ pub struct KernelView {
 
 /// A handle to an emulated host. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct Host {
+pub struct EmulatedHost {
     pub(crate) shared: Arc<HostShared>,
 }
 
-impl Host {
+impl EmulatedHost {
     /// The host's name.
     pub fn name(&self) -> &str {
         &self.shared.config.name

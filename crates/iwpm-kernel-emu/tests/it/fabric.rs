@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use iwpm_kernel_emu::kernel::{Registration, RequestKind};
 use iwpm_kernel_emu::{
-    AcceptMode, AddrError, CmError, CmEventKind, EventChannel, Fabric, Host, HostConfig, IdState,
-    MapOutcome, PortMapMode, RejectReason, RemoteInfoLookup, Side, UnmappedReason,
+    AcceptMode, AddrError, CmError, CmEventKind, EmulatedHost, EventChannel, Fabric, HostConfig,
+    IdState, MapOutcome, PortMapMode, RejectReason, RemoteInfoLookup, Side, UnmappedReason,
     UnreachableReason,
 };
 use iwpm_testkit::fs::sock_path;
@@ -23,7 +23,7 @@ fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-fn host(fabric: &Fabric, name: &str, ip_: &str, mode: PortMapMode) -> Host {
+fn host(fabric: &Fabric, name: &str, ip_: &str, mode: PortMapMode) -> EmulatedHost {
     fabric
         .add_host(
             HostConfig::new(name, ip(ip_), sock_path(name))
@@ -33,7 +33,7 @@ fn host(fabric: &Fabric, name: &str, ip_: &str, mode: PortMapMode) -> Host {
         .unwrap()
 }
 
-fn with_daemon(h: &Host, dir: &Directory, b: Behaviour) -> FakeDaemon {
+fn with_daemon(h: &EmulatedHost, dir: &Directory, b: Behaviour) -> FakeDaemon {
     let d = FakeDaemon::start(h.kernel_socket_path(), h.ips(), dir, b);
     assert!(h.wait_for_daemon(T), "daemon announced itself");
     d
@@ -233,7 +233,7 @@ fn reject_is_seen_by_the_active_side() {
             mapping: Some(MapOutcome::Mapped)
         }
     );
-    // The failed id was destroyed by Host::connect: its REMOVE went out, mapinfo holds
+    // The failed id was destroyed by EmulatedHost::connect: its REMOVE went out, mapinfo holds
     // only the listener.
     assert!(a.wait_for(T, |v| v.mapinfo.len() == 1));
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use iwpm_kernel_emu::kernel::Registration;
 use iwpm_kernel_emu::{
-    AcceptMode, CmEventKind, Fabric, FabricConfig, Host, HostConfig, MapOutcome, PortMapMode,
-    RemoteInfoLookup, Side,
+    AcceptMode, CmEventKind, EmulatedHost, Fabric, FabricConfig, HostConfig, MapOutcome,
+    PortMapMode, RemoteInfoLookup, Side,
 };
 use iwpm_testkit::daemon::{self as testkit, find_iwpmd, iwpmd_command};
 use iwpm_testkit::fs::sock_path;
@@ -25,7 +25,7 @@ const T: Duration = Duration::from_secs(10);
 struct Daemon(testkit::Daemon);
 
 impl Daemon {
-    fn start(host: &Host, bind: Ipv4Addr, peer_port: u16) -> Daemon {
+    fn start(host: &EmulatedHost, bind: Ipv4Addr, peer_port: u16) -> Daemon {
         let mut cmd = iwpmd_command(&find_iwpmd(), host.kernel_socket_path(), bind, peer_port);
         cmd.arg("--foreground");
         let d = Daemon(testkit::Daemon::spawn(cmd, peer_port));
@@ -72,7 +72,7 @@ fn fabric() -> Fabric {
     })
 }
 
-fn host(fabric: &Fabric, name: &str, ip: Ipv4Addr, mode: PortMapMode) -> Host {
+fn host(fabric: &Fabric, name: &str, ip: Ipv4Addr, mode: PortMapMode) -> EmulatedHost {
     fabric
         .add_host(HostConfig::new(name, IpAddr::V4(ip), sock_path(name)).with_mode(mode))
         .unwrap()

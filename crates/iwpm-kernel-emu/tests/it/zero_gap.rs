@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use iwpm_kernel_emu::{
-    AcceptMode, Fabric, FabricConfig, Host, HostConfig, Listener, MapOutcome, PortMapMode,
+    AcceptMode, EmulatedHost, Fabric, FabricConfig, HostConfig, Listener, MapOutcome, PortMapMode,
 };
 use iwpm_testkit::daemon::{self as testkit, find_iwpmd, iwpmd_args};
 use iwpm_testkit::fs::sock_path;
@@ -198,7 +198,7 @@ struct Daemon(testkit::Daemon);
 impl Daemon {
     fn spawn(
         dir: &Path,
-        host: &Host,
+        host: &EmulatedHost,
         peer_port: u16,
         state_file: Option<&Path>,
         notify: Option<&Path>,
@@ -380,7 +380,7 @@ fn state_file_table(path: &Path) -> HashMap<(String, String), u32> {
 }
 
 /// The kernel's view as the daemon should hold it: one reference per mapinfo record.
-fn kernel_table(host: &Host) -> HashMap<(String, String), u32> {
+fn kernel_table(host: &EmulatedHost) -> HashMap<(String, String), u32> {
     let mut t = HashMap::new();
     for e in host.kernel_view().mapinfo {
         let local = e.local.to_socket_addr().unwrap().to_string();
@@ -392,7 +392,7 @@ fn kernel_table(host: &Host) -> HashMap<(String, String), u32> {
 
 struct Setup {
     _fabric: Fabric,
-    host: Host,
+    host: EmulatedHost,
     dir: PathBuf,
     peer_port: u16,
     state_file: PathBuf,

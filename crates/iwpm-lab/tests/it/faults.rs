@@ -102,7 +102,7 @@ fn remove_while_active_exchange_in_flight() {
         ),
         "{e:?}"
     );
-    // Host::connect destroyed the failed id: REMOVE_MAPPING went to A's daemon.
+    // EmulatedHost::connect destroyed the failed id: REMOVE_MAPPING went to A's daemon.
     let d = dump_until(&mut lab, "A", |d| {
         d.mappings.is_empty() && d.exchanges_connecting == Some(0)
     });
