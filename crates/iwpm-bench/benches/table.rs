@@ -2,10 +2,12 @@
 //! daemon's share of the churn that `iwpm-bench` measures end to end. Port-mapped (a fake
 //! reservation) and NO_PORT_MAP (siw's path, as on the rig). Prints ns per op (best of 5
 //! rounds, each 20000 ops) and the ratio to the smallest level, which should stay near 1
-//! (hash-indexed tables). `cargo bench -p iwpm-core --bench table`; instructions per op:
+//! (hash-indexed tables). `cargo bench -p iwpm-bench --bench table`; instructions per op:
 //! `IWPM_BENCH_OPS=2000 IWPM_BENCH_LIVE=100 valgrind --tool=callgrind <bench binary>`.
 //!
 //! No bench framework: a plain `harness = false` main keeps CI's compile time unchanged.
+//! Here and not in `iwpm-core` because it drives the core through the test kit's harness,
+//! which the core's own builds do not reach for.
 
 use iwpm_testkit::core_host as common;
 
