@@ -23,7 +23,6 @@ rping1() {
     R1=0
   else [ $R1 != 0 ] || R1=99; fi
 }
-kv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }   # kv LINE KEY
 
 # burst_figures KEYPREFIX LINE: the figures of one burst between snapshots b and a, as
 # "$tag KEY VALUE" lines (LINE: rigflood's result line)

@@ -55,8 +55,7 @@ FD=/tmp/fleet; KF=$FD/peer-keys; CONF=$FD/iwpmd.conf
 # test keys (this rig only)
 K1=6669656c642d72696720746573742d6b65792d6f6e652d2d2d2d2d2d2d2d2d31
 K2=6669656c642d72696720746573742d6b65792d74776f2d2d2d2d2d2d2d2d2d32
-F="$OUT/fleet-figures.txt"; : > "$F"
-fig() { echo "$1 $2" >> "$F"; }
+FIGS="$OUT/fleet-figures.txt"; : > "$FIGS"   # (fig, lib.sh)
 want_part() { case "$PARTS" in *",$1,"*) return 0 ;; esac; return 1; }
 T_SUITE=$(uptime_s)
 

@@ -127,7 +127,6 @@ connects() {
   CMED=$(echo $CT | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {printf "%.2f", (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}')
   log "connects[$1]:$CT (median $CMED, max $CMAX, $CFAIL failed, $CRACE lost to rping's race and retried:${CLOST:- none})"
 }
-kv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
 R="$OUT/trickle-results.txt"; : > "$R"
 i=0
