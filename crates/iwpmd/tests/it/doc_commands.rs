@@ -617,7 +617,8 @@ fn the_workspace_targets_are_read_from_the_manifests() {
         ("iwpm-kernel-emu", "example", "kernel"),
         ("iwpmd", "test", "it"),
         ("iwpm-testkit", "test", "it"),
-        ("iwpm-core", "bench", "table"),
+        ("iwpm-core", "bench", "state_file"),
+        ("iwpm-bench", "bench", "table"),
     ] {
         assert!(
             ws.has_target(Some(package), kind, name),
