@@ -35,92 +35,92 @@ exits 1 (as rdma-core's iwpmd; the configuration is never reloaded)."
 pub(crate) struct Cli {
     /// Run under systemd: stay in the foreground and send READY=1 after the kernel handshake.
     #[arg(short = 's', long)]
-    pub systemd: bool,
+    pub(crate) systemd: bool,
 
     /// Stay in the foreground without systemd notification.
     #[arg(long)]
-    pub foreground: bool,
+    pub(crate) foreground: bool,
 
     /// Set by the detaching parent on the process it starts (`process::detach`).
     #[arg(long = "detached-child", hide = true)]
-    pub detached_child: bool,
+    pub(crate) detached_child: bool,
 
     /// Accepted for compatibility with rdma-core's iwpmd; has no effect.
     #[arg(short = 'f', hide = true, action = ArgAction::Count)]
-    pub legacy_f: u8,
+    pub(crate) legacy_f: u8,
 
     /// Configuration file [default: /etc/iwpmd.conf, which may be missing]. A file named
     /// here must exist; `none` reads no file.
     #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 
     /// Kernel link: `netlink` (the real kernel) or `unix:PATH` (a kernel emulator bound to the
     /// Unix datagram socket PATH).
     #[arg(long, value_name = "netlink|unix:PATH", default_value = "netlink")]
-    pub kernel: KernelSpec,
+    pub(crate) kernel: KernelSpec,
 
     /// UDP port of the peer protocol, 1-65535 (overrides `peer_port` in the configuration
     /// file).
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
-    pub peer_port: Option<u16>,
+    pub(crate) peer_port: Option<u16>,
 
     /// IPv4 address the peer sockets bind to (default 0.0.0.0).
     #[arg(long, value_name = "ADDR")]
-    pub peer_bind_v4: Option<Ipv4Addr>,
+    pub(crate) peer_bind_v4: Option<Ipv4Addr>,
 
     /// IPv6 address the peer sockets bind to (default ::).
     #[arg(long, value_name = "ADDR")]
-    pub peer_bind_v6: Option<Ipv6Addr>,
+    pub(crate) peer_bind_v6: Option<Ipv6Addr>,
 
     /// Do not open IPv6 peer sockets.
     #[arg(long)]
-    pub no_ipv6: bool,
+    pub(crate) no_ipv6: bool,
 
     /// After start-up, run as this user (keeping only CAP_NET_ADMIN).
     #[arg(long, value_name = "NAME")]
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
 
     /// Start even outside the initial network namespace (the kernel will not talk to us).
     #[arg(long)]
-    pub allow_netns: bool,
+    pub(crate) allow_netns: bool,
 
     /// Print a completion script for SHELL and exit (used when packaging).
     #[arg(long, value_name = "SHELL", hide = true)]
-    pub completions: Option<clap_complete::Shell>,
+    pub(crate) completions: Option<clap_complete::Shell>,
 
     /// Control socket for `iwpmctl` (`none` disables it). Default: /run/iwpmd/control.sock
     /// with the netlink kernel link, `PATH.control` with `--kernel unix:PATH`.
     #[arg(long, value_name = "PATH|none")]
-    pub control_socket: Option<PathBuf>,
+    pub(crate) control_socket: Option<PathBuf>,
 
     /// Log to stderr instead of syslog/journald.
     #[arg(long)]
-    pub log_stderr: bool,
+    pub(crate) log_stderr: bool,
 
     /// More log output (-v debug, -vv trace); `RUST_LOG` directives take precedence.
     #[arg(short, long, action = ArgAction::Count)]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
 
     /// Restart state file: the mappings with their reference counts, restored at the next
     /// start (overrides `state_file`; default /run/iwpmd/state with `--kernel netlink`,
     /// none with `unix:PATH`).
     #[arg(long, value_name = "PATH", conflicts_with = "no_state_file")]
-    pub state_file: Option<PathBuf>,
+    pub(crate) state_file: Option<PathBuf>,
 
     /// Keep no restart state file.
     #[arg(long)]
-    pub no_state_file: bool,
+    pub(crate) no_state_file: bool,
 
     /// Ask ourselves over UDP, as the C daemon does, when a connect goes to a listener on
     /// this host's own IP (by default the answer comes from our own table: the same
     /// REMOTE_INFO and QUERY reply, without three datagrams to ourselves).
     #[arg(long)]
-    pub no_local_answers: bool,
+    pub(crate) no_local_answers: bool,
 
     /// With `--systemd`: hand reserved ports to the service manager's FD store even when it
     /// did not announce one in `$FDSTORE` (systemd before 254).
     #[arg(long)]
-    pub fd_store: bool,
+    pub(crate) fd_store: bool,
 }
 
 /// The configuration file the daemon reads (`--config`).

@@ -121,9 +121,9 @@ fn describe_io(error: &io::Error) -> String {
 #[derive(Debug)]
 pub(crate) struct Loaded {
     /// The keys.
-    pub keys: FleetKeys,
+    pub(crate) keys: FleetKeys,
     /// Where they were read.
-    pub origin: Origin,
+    pub(crate) origin: Origin,
 }
 
 impl Loaded {
@@ -323,13 +323,13 @@ pub(crate) fn warn_unused_credential() {
 #[derive(Debug)]
 pub(crate) struct FleetKeyState {
     /// Where to read again.
-    pub source: KeySource,
+    pub(crate) source: KeySource,
     /// Where the keys in use came from.
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// When they were loaded.
-    pub loaded_at: Instant,
+    pub(crate) loaded_at: Instant,
     /// Why the last reload failed, if it did (cleared by a successful one).
-    pub reload_error: Option<String>,
+    pub(crate) reload_error: Option<String>,
 }
 
 impl Shell {

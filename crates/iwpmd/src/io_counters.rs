@@ -8,29 +8,29 @@ use iwpm_report::Surface;
 #[derive(Debug, Default)]
 pub(crate) struct IoCounters {
     /// Datagrams received from the kernel.
-    pub kernel_rx: u64,
+    pub(crate) kernel_rx: u64,
     /// Datagrams sent to the kernel.
-    pub kernel_tx: u64,
+    pub(crate) kernel_tx: u64,
     /// Sends to the kernel that failed.
-    pub kernel_tx_errors: u64,
+    pub(crate) kernel_tx_errors: u64,
     /// Sends that found the kernel link full and were queued until it drained.
-    pub kernel_tx_queued: u64,
+    pub(crate) kernel_tx_queued: u64,
     /// Kernel datagrams longer than the receive buffer.
-    pub kernel_truncated: u64,
+    pub(crate) kernel_truncated: u64,
     /// Netlink datagrams from a port other than the kernel's (dropped).
-    pub kernel_foreign: u64,
+    pub(crate) kernel_foreign: u64,
     /// Receive-queue overruns reported by the kernel (`ENOBUFS`).
-    pub kernel_overruns: u64,
+    pub(crate) kernel_overruns: u64,
     /// Peer datagrams received.
-    pub peer_rx: u64,
+    pub(crate) peer_rx: u64,
     /// Peer datagrams sent.
-    pub peer_tx: u64,
+    pub(crate) peer_tx: u64,
     /// Peer datagrams not sent (socket full, family unavailable, send error).
-    pub peer_tx_dropped: u64,
+    pub(crate) peer_tx_dropped: u64,
     /// SIGUSR1 dumps written (or being written).
-    pub dumps: u64,
+    pub(crate) dumps: u64,
     /// SIGUSR1 signals folded into a dump already pending.
-    pub dumps_coalesced: u64,
+    pub(crate) dumps_coalesced: u64,
 }
 
 impl IoCounters {
@@ -108,13 +108,13 @@ impl IoCounters {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct HeldElsewhere {
     /// Port reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
-    pub reserve_no_fd: u64,
+    pub(crate) reserve_no_fd: u64,
     /// Port reservations refused because the ephemeral port range is exhausted.
-    pub reserve_no_port: u64,
+    pub(crate) reserve_no_port: u64,
     /// Ports reserved now.
-    pub ports_held: u64,
+    pub(crate) ports_held: u64,
     /// The restart machinery's counters.
-    pub restart: RestartCounts,
+    pub(crate) restart: RestartCounts,
 }
 
 /// The restart machinery's counters ([`iwpm_report::Presence::Restart`]), each `None`
@@ -123,13 +123,13 @@ pub(crate) struct HeldElsewhere {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RestartCounts {
     /// File descriptors handed to the service manager's FD store.
-    pub fd_store_sent: Option<u64>,
+    pub(crate) fd_store_sent: Option<u64>,
     /// FD-store messages that failed.
-    pub fd_store_failed: Option<u64>,
+    pub(crate) fd_store_failed: Option<u64>,
     /// State files written.
-    pub state_writes: Option<u64>,
+    pub(crate) state_writes: Option<u64>,
     /// State-file writes that failed.
-    pub state_write_errors: Option<u64>,
+    pub(crate) state_write_errors: Option<u64>,
 }
 
 impl HeldElsewhere {

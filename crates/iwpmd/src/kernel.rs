@@ -24,12 +24,12 @@ const WARN_WINDOW: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct Kernel {
     /// The socket.
-    pub link: KernelLink,
+    pub(crate) link: KernelLink,
     /// What goes to the kernel, and the peer datagrams held behind it.
-    pub tx: KernelTx,
+    pub(crate) tx: KernelTx,
     /// Warnings about the link (truncation, foreign senders, failed sends, overruns), so a
     /// misbehaving link cannot flood the log.
-    pub warn: RateLimit,
+    pub(crate) warn: RateLimit,
 }
 
 impl Kernel {

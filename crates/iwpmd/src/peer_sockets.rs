@@ -19,11 +19,11 @@ pub(crate) const PEER_RECV_BUFFER: usize = 2048;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PeerBind {
     /// Well-known port (3935).
-    pub port: u16,
+    pub(crate) port: u16,
     /// IPv4 bind address (default `0.0.0.0`).
-    pub v4: Ipv4Addr,
+    pub(crate) v4: Ipv4Addr,
     /// IPv6 bind address (default `::`); `None` disables IPv6.
-    pub v6: Option<Ipv6Addr>,
+    pub(crate) v6: Option<Ipv6Addr>,
 }
 
 /// Why the peer sockets could not be opened.
@@ -127,11 +127,11 @@ impl PeerSockets {
 #[derive(Debug)]
 pub(crate) struct Peers {
     /// The sockets.
-    pub sockets: PeerSockets,
+    pub(crate) sockets: PeerSockets,
     /// One datagram read, [`PEER_RECV_BUFFER`] bytes.
-    pub buf: Vec<u8>,
+    pub(crate) buf: Vec<u8>,
     /// Warnings about failed receives and sends.
-    pub warn: RateLimit,
+    pub(crate) warn: RateLimit,
 }
 
 impl Peers {

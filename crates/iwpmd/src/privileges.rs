@@ -58,11 +58,11 @@ pub(crate) enum PrivilegeError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Dropped {
     /// Permitted capabilities before.
-    pub before: CapabilitySet,
+    pub(crate) before: CapabilitySet,
     /// Capabilities kept (effective = permitted).
-    pub kept: CapabilitySet,
+    pub(crate) kept: CapabilitySet,
     /// The user switched to, if any: (name, uid, gid).
-    pub user: Option<(String, u32, u32)>,
+    pub(crate) user: Option<(String, u32, u32)>,
 }
 
 fn sys(what: &'static str) -> impl Fn(rustix::io::Errno) -> PrivilegeError {

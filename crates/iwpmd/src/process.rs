@@ -139,17 +139,17 @@ impl Readiness {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FdLimit {
     /// Soft limit before (`None` = unlimited).
-    pub soft_before: Option<u64>,
+    pub(crate) soft_before: Option<u64>,
     /// Hard limit before.
-    pub hard_before: Option<u64>,
+    pub(crate) hard_before: Option<u64>,
     /// Soft limit now.
-    pub soft: Option<u64>,
+    pub(crate) soft: Option<u64>,
     /// Hard limit now.
-    pub hard: Option<u64>,
+    pub(crate) hard: Option<u64>,
     /// Descriptors `max_mappings` mappings may need (one each plus [`FD_MARGIN`]).
-    pub wanted: u64,
+    pub(crate) wanted: u64,
     /// Why the hard limit could not be raised to `wanted`, when that was tried and failed.
-    pub hard_raise_error: Option<Errno>,
+    pub(crate) hard_raise_error: Option<Errno>,
 }
 
 impl FdLimit {

@@ -30,11 +30,11 @@ const STATUS_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Default)]
 pub(crate) struct RestartConfig {
     /// Talk to the service manager (`-s`).
-    pub notify: bool,
+    pub(crate) notify: bool,
     /// Use the FD store even if the manager did not announce one in `FDSTORE`.
-    pub force_fd_store: bool,
+    pub(crate) force_fd_store: bool,
     /// Where the state file lives (`None`: no state file).
-    pub state_file: Option<std::path::PathBuf>,
+    pub(crate) state_file: Option<std::path::PathBuf>,
 }
 
 /// The restart machinery of one daemon.

@@ -16,21 +16,21 @@ use crate::peer_sockets::PeerBind;
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Settings {
     /// Netlink receive buffer in bytes; 0 keeps the kernel default.
-    pub nl_sock_rbuf_size: usize,
+    pub(crate) nl_sock_rbuf_size: usize,
     /// UDP peer sockets.
-    pub peer_bind: PeerBind,
+    pub(crate) peer_bind: PeerBind,
     /// Limits and the peer allow-list, as the core takes them (`netlink_pid`, `peer_port`
     /// and `handle_key` are filled in at start-up).
-    pub core: CoreConfig,
+    pub(crate) core: CoreConfig,
     /// Restart state file in use (`None`: none), see [`Cli::state_file_path`].
-    pub state_file: Option<std::path::PathBuf>,
+    pub(crate) state_file: Option<std::path::PathBuf>,
     /// `state_file` from the configuration file, if set (`Some(None)` = `none`).
     configured_state_file: Option<Option<std::path::PathBuf>>,
     /// `peer_key_file`: the fleet key file (read at start-up and on SIGHUP, never kept
     /// here: `Debug` of the settings is logged).
-    pub peer_key_file: Option<PathBuf>,
+    pub(crate) peer_key_file: Option<PathBuf>,
     /// Keys the file set that no longer have an effect (each warned about once).
-    pub obsolete: Vec<&'static str>,
+    pub(crate) obsolete: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for Settings {

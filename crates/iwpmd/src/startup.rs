@@ -113,9 +113,9 @@ fn compare_proc_net(ours_ns: String, ours: &Path, init: &Path) -> Result<Netns, 
 )]
 pub(crate) struct ForeignNetns {
     /// `net:[inode]` of this process.
-    pub ours: String,
+    pub(crate) ours: String,
     /// `net:[inode]` of pid 1.
-    pub init: String,
+    pub(crate) init: String,
 }
 
 /// Applies the namespace policy for the real kernel link: refuse a foreign namespace

@@ -161,7 +161,7 @@ pub(crate) struct ControlServer {
     own_uid: u32,
     warn: RateLimit,
     /// When the server (and so the daemon's loop) started.
-    pub started: Instant,
+    pub(crate) started: Instant,
 }
 
 fn io_err<'a>(

@@ -23,11 +23,11 @@ pub(crate) const TARGET: &str = "iwpmd::dump";
 pub(crate) struct DumpText {
     /// The mapping table and core state, rdma-core's lines first (logged as warnings, as
     /// rdma-core does).
-    pub table: Vec<String>,
+    pub(crate) table: Vec<String>,
     /// The IO counters line (info), `name=value` pairs.
-    pub io: String,
+    pub(crate) io: String,
     /// The core counters line (debug), `name=value` pairs from `iwpm_core::Stats::iter`.
-    pub core: String,
+    pub(crate) core: String,
 }
 
 /// Why the writer is not available.

@@ -153,11 +153,11 @@ enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ReceiveBuffer {
     /// Bytes asked for (the larger of the configured value and [`NETLINK_RCVBUF_MIN`]).
-    pub requested: usize,
+    pub(crate) requested: usize,
     /// What `SO_RCVBUF` reads back (the kernel reports twice the value it accepted).
-    pub granted: Option<usize>,
+    pub(crate) granted: Option<usize>,
     /// `SO_RCVBUFFORCE` worked (no `net.core.rmem_max` cap).
-    pub forced: bool,
+    pub(crate) forced: bool,
 }
 
 /// An open kernel link.

@@ -49,14 +49,14 @@ enum Held {
 /// What the send path sends through, and where it counts and logs: the loop's, lent for
 /// one call.
 pub(crate) struct Outlets<'a> {
-    pub kernel: &'a KernelLink,
+    pub(crate) kernel: &'a KernelLink,
     /// Warnings about the kernel link.
-    pub warn_kernel: &'a mut RateLimit,
+    pub(crate) warn_kernel: &'a mut RateLimit,
     /// The peer sockets and their warnings.
-    pub peers: &'a mut Peers,
+    pub(crate) peers: &'a mut Peers,
     /// Watches the kernel link for room to send while datagrams are held.
-    pub waiter: &'a mut Waiter,
-    pub counters: &'a mut IoCounters,
+    pub(crate) waiter: &'a mut Waiter,
+    pub(crate) counters: &'a mut IoCounters,
 }
 
 /// The outgoing side of the kernel link (see the module docs).

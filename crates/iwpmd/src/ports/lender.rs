@@ -23,9 +23,9 @@ pub(crate) struct Ports {
     held: Reservations,
     warn: RateLimit,
     /// Reservations refused for lack of file descriptors (`EMFILE`/`ENFILE`).
-    pub no_fd: u64,
+    pub(crate) no_fd: u64,
     /// Reservations refused because the ephemeral port range is exhausted.
-    pub no_port: u64,
+    pub(crate) no_port: u64,
 }
 
 impl Ports {

@@ -56,11 +56,11 @@ const HALF_PREFERRED: f64 = 0.75;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct PortRules {
     /// `ip_local_port_range`, inclusive.
-    pub low: u16,
+    pub(crate) low: u16,
     /// Upper end, inclusive.
-    pub high: u16,
+    pub(crate) high: u16,
     /// `ip_local_reserved_ports`, inclusive ranges, sorted.
-    pub reserved: Vec<(u16, u16)>,
+    pub(crate) reserved: Vec<(u16, u16)>,
 }
 
 impl PortRules {

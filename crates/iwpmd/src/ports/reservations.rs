@@ -17,9 +17,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 #[error("{error} ({errno})")]
 pub(crate) struct ReserveFailure {
     /// The core's classification.
-    pub error: ReserveError,
+    pub(crate) error: ReserveError,
     /// The OS error.
-    pub errno: Errno,
+    pub(crate) errno: Errno,
 }
 
 impl ReserveFailure {

@@ -50,9 +50,9 @@ pub(super) struct FdStore {
     /// Bytes their names take in `LISTEN_FDNAMES` (name and separator).
     name_bytes: usize,
     /// Messages sent and failed (for the dump).
-    pub sent: u64,
+    pub(crate) sent: u64,
     /// Messages that could not be sent.
-    pub failed: u64,
+    pub(crate) failed: u64,
     warn: RateLimit,
 }
 

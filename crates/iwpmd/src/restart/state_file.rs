@@ -55,9 +55,9 @@ pub(crate) struct StateStore {
     /// A write handed to the thread and not yet reported back.
     in_flight: bool,
     /// Writes done and failed.
-    pub writes: u64,
+    pub(crate) writes: u64,
     /// Writes that failed.
-    pub write_errors: u64,
+    pub(crate) write_errors: u64,
     /// The last snapshot's memory, back from the writer, for the next snapshot.
     spare: Vec<SavedMapping>,
 }
@@ -73,9 +73,9 @@ struct Job {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Saved {
     /// The table generation the write held.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// How long the write took (encoding, writing, `fsync`s).
-    pub took: Duration,
+    pub(crate) took: Duration,
 }
 
 /// What the helper thread reports after a write.

@@ -115,11 +115,11 @@ pub(crate) fn valid_fd_name(name: &str) -> bool {
 #[derive(Debug, Default)]
 pub(crate) struct Inherited {
     /// TCP sockets (reserved ports).
-    pub tcp: Vec<(String, socket2::Socket)>,
+    pub(crate) tcp: Vec<(String, socket2::Socket)>,
     /// UDP sockets (the peer sockets).
-    pub udp: Vec<(String, std::net::UdpSocket)>,
+    pub(crate) udp: Vec<(String, std::net::UdpSocket)>,
     /// Descriptors we could not use (left open; named for the log).
-    pub unusable: Vec<String>,
+    pub(crate) unusable: Vec<String>,
 }
 
 /// Why descriptors announced in `LISTEN_FDS` were not adopted.

@@ -35,13 +35,13 @@ const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Ready {
     /// Something in mio's set is ready; its events are still to be collected.
-    pub others: bool,
+    pub(crate) others: bool,
     /// The kernel link has data, or an error to report (an overrun's `ENOBUFS`).
-    pub kernel_readable: bool,
+    pub(crate) kernel_readable: bool,
     /// The kernel link has room to send (watched only when asked for).
-    pub kernel_writable: bool,
+    pub(crate) kernel_writable: bool,
     /// The kernel link hung up (only a Unix-socket stand-in can).
-    pub kernel_hung_up: bool,
+    pub(crate) kernel_hung_up: bool,
 }
 
 /// The epoll set (see the module docs).

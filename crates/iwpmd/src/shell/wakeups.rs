@@ -25,8 +25,8 @@ pub(super) const PEER_BASE: usize = 3;
 
 /// The kernel link's readiness after a wait.
 pub(super) struct KernelReady {
-    pub readable: bool,
-    pub writable: bool,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
 }
 
 /// The loop's sources of wake-ups (see the module docs).
