@@ -42,7 +42,13 @@ fn shell_with_restart(
     let _ = std::fs::remove_file(&path);
     let emu = UnixDatagram::bind(&path).unwrap();
     emu.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let kernel = KernelLink::open_unix(&path).unwrap();
+    let mut shell = unstarted_shell(KernelLink::open_unix(&path).unwrap(), restart);
+    shell.start().unwrap();
+    (shell, emu, path)
+}
+
+/// A shell on `kernel` with loopback peer sockets, not started yet.
+fn unstarted_shell(kernel: KernelLink, restart: RestartConfig) -> Shell {
     let peers = PeerSockets::open(PeerBind {
         port: 0,
         v4: Ipv4Addr::LOCALHOST,
@@ -55,9 +61,7 @@ fn shell_with_restart(
         ..CoreConfig::default()
     };
     let restart = Restart::new(restart, Default::default(), now);
-    let mut shell = Shell::new(config, kernel, peers, restart).unwrap();
-    shell.start().unwrap();
-    (shell, emu, path)
+    Shell::new(config, kernel, peers, restart).unwrap()
 }
 
 fn kernel_datagram(msg: &KernelMsg) -> Vec<u8> {
@@ -394,19 +398,7 @@ fn a_hello_the_kernel_link_refuses_is_a_start_up_error() {
     let kernel = KernelLink::open_unix(&path).unwrap();
     // The other end goes away before the daemon says HELLO: the send is refused.
     drop(emu);
-    let peers = PeerSockets::open(PeerBind {
-        port: 0,
-        v4: Ipv4Addr::LOCALHOST,
-        v6: None,
-    })
-    .unwrap();
-    let now = Instant::now();
-    let config = CoreConfig {
-        netlink_pid: kernel.port_id(),
-        ..CoreConfig::default()
-    };
-    let restart = Restart::new(RestartConfig::default(), Default::default(), now);
-    let mut shell = Shell::new(config, kernel, peers, restart).unwrap();
+    let mut shell = unstarted_shell(kernel, RestartConfig::default());
     match shell.start() {
         Err(SetupError::HelloNotSent(SendFailure::Os(e))) => {
             assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
