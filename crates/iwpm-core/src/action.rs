@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use crate::machine::{ProbeResult, SettleReport};
+use crate::outcome::{ProbeResult, SettleReport};
 
 /// One of the four UDP sockets of the peer protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -20,7 +20,7 @@
 //! freeing the mapping cancels its exchanges.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use iwpm_proto::netlink::QueryMappingReply;
@@ -31,6 +31,7 @@ use rand::{Rng, SeedableRng};
 use crate::action::PeerSocket;
 use crate::int_hash::IntMap;
 use crate::mapping_id::MappingId;
+use crate::source_meter::SourceKey;
 
 /// Names one exchange; larger ids are newer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,33 +53,6 @@ pub(crate) enum ExchangeKey {
         ap: Endpoint,
         cp: Endpoint,
     },
-}
-
-/// Where a source's unconfirmed exchanges are counted: an IPv4 address, or an IPv6 /64 (one
-/// host can hold a whole /64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct SourceKey(IpAddr);
-
-impl SourceKey {
-    /// One address exactly (an IPv4-mapped IPv6 address as its IPv4 address).
-    pub(crate) fn exact(ip: IpAddr) -> Self {
-        SourceKey(ip.to_canonical())
-    }
-
-    /// True for an IPv6 source (a /64 or an address).
-    pub(crate) fn is_ipv6(&self) -> bool {
-        self.0.is_ipv6()
-    }
-
-    pub(crate) fn of(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => SourceKey(IpAddr::V4(v4)),
-                None => SourceKey(IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())),
-            },
-            v4 => SourceKey(v4),
-        }
-    }
 }
 
 /// Where the active side stands.

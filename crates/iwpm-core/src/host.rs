@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use iwpm_proto::fleet_key::FleetKeys;
 
-use crate::machine::{Core, Previous, ProbeError, ProbeId, ProbeRequest, RestoreReport};
+use crate::machine::{Core, Previous, ProbeError, ProbeRequest, RestoreReport};
+use crate::outcome::ProbeId;
 use crate::{Action, CoreConfig, KernelReceipt, PeerSocket, PortReservations};
 
 /// When the state file is written.

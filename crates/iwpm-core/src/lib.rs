@@ -52,6 +52,7 @@ mod held;
 mod host;
 mod int_hash;
 mod machine;
+mod outcome;
 mod peer_allow;
 mod peer_book;
 mod port_index;
@@ -77,10 +78,10 @@ pub use crate::host::{Host, SavePolicy};
 pub use crate::machine::InvariantError;
 pub use crate::machine::{
     ClientSnapshot, Core, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot, Previous,
-    ProbeError, ProbeId, ProbeOutcome, ProbeRequest, ProbeResult, RestoreReport, SettleReport,
-    MAX_PROBES, PROBE_MAX_WAIT,
+    ProbeError, ProbeRequest, RestoreReport, MAX_PROBES, PROBE_MAX_WAIT,
 };
 pub use crate::mapping_id::MappingId;
+pub use crate::outcome::{ProbeId, ProbeOutcome, ProbeResult, SettleReport};
 pub use crate::peer_allow::PeerAllow;
 pub use crate::peer_book::{ExchangeOutcome, RecentExchange};
 pub use crate::table::{MappingRole, MappingView};

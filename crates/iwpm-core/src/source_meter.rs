@@ -26,8 +26,36 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::exchange::SourceKey;
+use std::net::IpAddr;
+
 use crate::token_bucket::TokenBucket;
+
+/// Where a source's unconfirmed exchanges are counted: an IPv4 address, or an IPv6 /64 (one
+/// host can hold a whole /64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct SourceKey(IpAddr);
+
+impl SourceKey {
+    /// One address exactly (an IPv4-mapped IPv6 address as its IPv4 address).
+    pub(crate) fn exact(ip: IpAddr) -> Self {
+        SourceKey(ip.to_canonical())
+    }
+
+    /// True for an IPv6 source (a /64 or an address).
+    pub(crate) fn is_ipv6(&self) -> bool {
+        self.0.is_ipv6()
+    }
+
+    pub(crate) fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => SourceKey(IpAddr::V4(v4)),
+                None => SourceKey(IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())),
+            },
+            v4 => SourceKey(v4),
+        }
+    }
+}
 
 /// Most sources a meter remembers by default.
 pub(crate) const MAX_SOURCES: usize = 16_384;

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use iwpm_kernel_emu::MapOutcome;
 use serde::{Serialize, Serializer};
 
-use crate::report::Shortage;
 use crate::workload::ConnFailure;
 
 /// One disagreement between what should hold and what did.
@@ -427,4 +426,28 @@ mod tests {
             "host A: daemon still holds 1 mappings and 2 ports after teardown"
         );
     }
+}
+
+/// What a daemon ran out of while it reserved ports for mappings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Resource {
+    /// File descriptors (`EMFILE` at its `RLIMIT_NOFILE`, or `ENFILE`): every port-mapped
+    /// mapping holds a socket.
+    FileDescriptors,
+    /// Ephemeral ports (`net.ipv4.ip_local_port_range`).
+    Ports,
+}
+
+/// A daemon refused mappings for lack of a resource (its `reserve_no_fd` /
+/// `reserve_no_port` counters, and the warning it logged).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Shortage {
+    /// "A" or "B".
+    pub host: String,
+    /// What ran out.
+    pub resource: Resource,
+    /// Port reservations refused for it.
+    pub refused: u64,
+    /// The daemon's own warning about it (the first), without its log prefix.
+    pub logged: Option<String>,
 }

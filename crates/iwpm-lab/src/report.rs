@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::histogram::Bucket;
 use crate::lab::RestartOutcome;
 use crate::mismatch::Mismatch;
+pub use crate::mismatch::{Resource, Shortage};
 
 pub(crate) mod causes;
 
@@ -186,30 +187,6 @@ pub struct Peer {
     /// Connections whose QUERY answer A's daemon held after its ACK, because the ACCEPT
     /// said B's REMOTE_INFO waits for that ACK (counter `query_replies_held`).
     pub query_replies_held: u64,
-}
-
-/// What a daemon ran out of while it reserved ports for mappings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Resource {
-    /// File descriptors (`EMFILE` at its `RLIMIT_NOFILE`, or `ENFILE`): every port-mapped
-    /// mapping holds a socket.
-    FileDescriptors,
-    /// Ephemeral ports (`net.ipv4.ip_local_port_range`).
-    Ports,
-}
-
-/// A daemon refused mappings for lack of a resource (its `reserve_no_fd` /
-/// `reserve_no_port` counters, and the warning it logged).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Shortage {
-    /// "A" or "B".
-    pub host: String,
-    /// What ran out.
-    pub resource: Resource,
-    /// Port reservations refused for it.
-    pub refused: u64,
-    /// The daemon's own warning about it (the first), without its log prefix.
-    pub logged: Option<String>,
 }
 
 /// Latencies of established connections.

@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::CoreConfig;
 use crate::cookie::CookieJar;
-use crate::exchange::SourceKey;
 use crate::peer_allow::PeerAllow;
 use crate::released::Released;
+use crate::source_meter::SourceKey;
 use crate::source_meter::{SourceMeter, MAX_SOURCES};
 use crate::token_bucket::TokenBucket;
 

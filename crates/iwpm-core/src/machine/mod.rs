@@ -61,10 +61,8 @@ mod reserve;
 mod restore;
 mod snapshot;
 
-pub use probe::{
-    ProbeError, ProbeId, ProbeOutcome, ProbeRequest, ProbeResult, MAX_PROBES, PROBE_MAX_WAIT,
-};
-pub use restore::{Previous, RestoreReport, SettleReport};
+pub use probe::{ProbeError, ProbeRequest, MAX_PROBES, PROBE_MAX_WAIT};
+pub use restore::{Previous, RestoreReport};
 pub use snapshot::{ClientSnapshot, ExchangeSide, ExchangeSnapshot, MappingSnapshot, PeerSnapshot};
 
 /// A broken internal invariant (reported by [`Core::check_invariants`], for tests; feature

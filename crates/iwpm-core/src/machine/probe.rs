@@ -19,6 +19,7 @@ use iwpm_proto::peer::{PeerMessage, PeerMsgType};
 
 use super::Core;
 use crate::action::{Action, PeerSocket};
+use crate::outcome::{ProbeId, ProbeOutcome, ProbeResult};
 
 /// Most probes in flight.
 pub const MAX_PROBES: usize = 16;
@@ -40,10 +41,6 @@ pub struct ProbeRequest {
     pub wait: Duration,
 }
 
-/// Names one probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ProbeId(pub u64);
-
 /// Why a probe could not start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeError {
@@ -56,32 +53,6 @@ pub enum ProbeError {
     /// The target is a wildcard address.
     #[error("cannot probe a wildcard address")]
     Wildcard,
-}
-
-/// How a probe ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProbeOutcome {
-    /// The peer answered REJECT (the expected answer): its port is reachable.
-    Rejected,
-    /// The peer answered ACCEPT (a port mapper claiming port 0): reachable, but odd.
-    Accepted,
-    /// Nothing came back before the deadline: blocked, or no daemon there.
-    NoAnswer,
-}
-
-/// A finished probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProbeResult {
-    /// Which probe.
-    pub id: ProbeId,
-    /// The peer daemon's address (IP and peer port).
-    pub target: SocketAddr,
-    /// The answer.
-    pub outcome: ProbeOutcome,
-    /// From the first REQUEST to the answer (or to the deadline).
-    pub elapsed: Duration,
-    /// REQUESTs sent.
-    pub requests: u32,
 }
 
 #[derive(Debug)]

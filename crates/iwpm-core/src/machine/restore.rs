@@ -52,6 +52,7 @@ use super::Core;
 use crate::action::{Action, PortReservations};
 use crate::int_hash::IntMap;
 use crate::mapping_id::MappingId;
+use crate::outcome::SettleReport;
 use crate::request::Addr;
 use crate::state_file::SavedMapping;
 use crate::table::MappingRole;
@@ -120,29 +121,6 @@ pub struct RestoreReport {
     pub failed: usize,
     /// Saved mappings skipped: malformed, or duplicating one already restored.
     pub skipped: usize,
-}
-
-/// What the end of a recovery did with the restored mappings (see the module docs), as
-/// [`Action::Settled`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SettleReport {
-    /// Restored mappings the replay confirmed, now with the kernel's reference count.
-    pub confirmed: usize,
-    /// Restored mappings kept on the state file's word (replay truncated or not asked).
-    pub kept: usize,
-    /// Restored mappings freed: the kernel's complete (or empty) replay did not list them.
-    pub freed: usize,
-    /// Restored mappings the replay listed at least once (confirmed or kept).
-    pub replayed: usize,
-}
-
-impl std::ops::AddAssign for SettleReport {
-    fn add_assign(&mut self, other: SettleReport) {
-        self.confirmed += other.confirmed;
-        self.kept += other.kept;
-        self.freed += other.freed;
-        self.replayed += other.replayed;
-    }
 }
 
 fn addr(sa: SocketAddr) -> Option<Addr> {

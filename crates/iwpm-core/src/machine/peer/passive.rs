@@ -64,13 +64,12 @@ use super::Inbound;
 use crate::action::PeerSocket;
 use crate::admission::Trust;
 use crate::cookie::{self, Binding, RemoteInfoPlan, Room, COOKIE_LIFETIME};
-use crate::exchange::{
-    Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer, RemoteInfo, SourceKey,
-};
+use crate::exchange::{Exchange, ExchangeId, ExchangeKey, ExchangeKind, PassiveAnswer, RemoteInfo};
 use crate::held::Held;
 use crate::machine::Core;
 use crate::mapping_id::MappingId;
 use crate::ratelimit::LogKind;
+use crate::source_meter::SourceKey;
 use crate::table::MappingRole;
 
 /// How often a duplicate ACK gets the delivery notice again.
