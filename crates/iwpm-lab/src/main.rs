@@ -17,7 +17,8 @@ use iwpm_lab::lab::add_v6_loopback_addresses;
 use iwpm_lab::netns::{self, NetPlace};
 use iwpm_lab::progress::Status;
 use iwpm_lab::{
-    run, Family, Lab, LabConfig, Phase, RelayConfig, RunEvent, RunOptions, Topology, WorkloadConfig,
+    run, Family, Lab, LabConfig, Phase, RelayConfig, Report, RunEvent, RunOptions, Topology,
+    WorkloadConfig,
 };
 
 /// Exercise the real iwpmd end to end on two emulated iWARP hosts.
@@ -149,34 +150,7 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: &Cli) -> anyhow::Result<bool> {
-    if [cli.loss, cli.duplicate, cli.reorder]
-        .iter()
-        .any(|p| !(0.0..=100.0).contains(p))
-    {
-        bail!("--loss, --duplicate and --reorder are percentages (0 to 100)");
-    }
-    let connections = cli.connections.unwrap_or(if cli.hold {
-        iwpm_lab::hold::DEFAULT_CONNECTIONS
-    } else {
-        1000
-    });
-    if connections == 0 || connections > iwpm_lab::lab::MAX_CONNECTIONS {
-        bail!(
-            "--connections must be 1 to {} (each live connection holds one emulated port)",
-            iwpm_lab::lab::MAX_CONNECTIONS
-        );
-    }
-    let topology = if cli.netns {
-        if !netns::is_root() {
-            bail!("--netns needs root (network namespaces and a veth pair)");
-        }
-        if !netns::have_ip() {
-            bail!("--netns needs the `ip` command (iproute2)");
-        }
-        Topology::VethPair
-    } else {
-        Topology::Current
-    };
+    let (connections, topology) = checked_shape(cli)?;
     // Before anything else: a build of the daemon (announced) must not count as set-up
     // time, and must run outside the private namespace of --ipv6 (cargo may need the
     // network to fetch the daemon's own crates, and the files it writes are ours).
@@ -219,32 +193,7 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
             text.trim().replace('\n', ", ")
         ));
     }
-    let config = LabConfig {
-        family,
-        topology,
-        mode: if cli.no_port_map {
-            PortMapMode::NoPortMap
-        } else {
-            PortMapMode::PortMapped
-        },
-        peer_port: cli.peer_port,
-        preferred_port: Some(iwpm_proto::consts::IWPM_PEER_PORT),
-        relay: (!cli.direct).then(|| RelayConfig {
-            loss: cli.loss / 100.0,
-            duplicate: cli.duplicate / 100.0,
-            reorder: cli.reorder / 100.0,
-            reorder_window: Duration::from_millis(cli.reorder_window_ms.max(1)),
-            spare_after_requests: (cli.spare_after_requests > 0)
-                .then_some(cli.spare_after_requests),
-            seed: cli.seed,
-            ..RelayConfig::default()
-        }),
-        taps: !cli.direct,
-        wire_delay: Duration::from_millis(cli.wire_delay_ms),
-        echo_daemon_logs: cli.verbose,
-        daemon_config,
-        ..LabConfig::default()
-    };
+    let config = lab_config(cli, family, topology, daemon_config);
     let workload = WorkloadConfig {
         connections,
         concurrency,
@@ -284,6 +233,81 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     .context("running the scenario")?;
     status.finish();
     drop(lab);
+    publish(cli, &report)?;
+    Ok(report.ok)
+}
+
+/// The run's shape from the command line, checked before anything is built or started:
+/// the fault percentages, the number of connections and where the hosts live.
+fn checked_shape(cli: &Cli) -> anyhow::Result<(usize, Topology)> {
+    if [cli.loss, cli.duplicate, cli.reorder]
+        .iter()
+        .any(|p| !(0.0..=100.0).contains(p))
+    {
+        bail!("--loss, --duplicate and --reorder are percentages (0 to 100)");
+    }
+    let connections = cli.connections.unwrap_or(if cli.hold {
+        iwpm_lab::hold::DEFAULT_CONNECTIONS
+    } else {
+        1000
+    });
+    if connections == 0 || connections > iwpm_lab::lab::MAX_CONNECTIONS {
+        bail!(
+            "--connections must be 1 to {} (each live connection holds one emulated port)",
+            iwpm_lab::lab::MAX_CONNECTIONS
+        );
+    }
+    let topology = if cli.netns {
+        if !netns::is_root() {
+            bail!("--netns needs root (network namespaces and a veth pair)");
+        }
+        if !netns::have_ip() {
+            bail!("--netns needs the `ip` command (iproute2)");
+        }
+        Topology::VethPair
+    } else {
+        Topology::Current
+    };
+    Ok((connections, topology))
+}
+
+/// The lab's configuration from the command line (the faults go to the relays).
+fn lab_config(
+    cli: &Cli,
+    family: Family,
+    topology: Topology,
+    daemon_config: Option<String>,
+) -> LabConfig {
+    LabConfig {
+        family,
+        topology,
+        mode: if cli.no_port_map {
+            PortMapMode::NoPortMap
+        } else {
+            PortMapMode::PortMapped
+        },
+        peer_port: cli.peer_port,
+        preferred_port: Some(iwpm_proto::consts::IWPM_PEER_PORT),
+        relay: (!cli.direct).then(|| RelayConfig {
+            loss: cli.loss / 100.0,
+            duplicate: cli.duplicate / 100.0,
+            reorder: cli.reorder / 100.0,
+            reorder_window: Duration::from_millis(cli.reorder_window_ms.max(1)),
+            spare_after_requests: (cli.spare_after_requests > 0)
+                .then_some(cli.spare_after_requests),
+            seed: cli.seed,
+            ..RelayConfig::default()
+        }),
+        taps: !cli.direct,
+        wire_delay: Duration::from_millis(cli.wire_delay_ms),
+        echo_daemon_logs: cli.verbose,
+        daemon_config,
+        ..LabConfig::default()
+    }
+}
+
+/// The report out: the latency plot if asked for, then the report as text or JSON.
+fn publish(cli: &Cli, report: &Report) -> anyhow::Result<()> {
     if let Some(path) = &cli.plot {
         let s = &report.settings;
         let title = format!(
@@ -298,5 +322,5 @@ fn real_main(cli: &Cli) -> anyhow::Result<bool> {
     } else {
         print!("{}", report.render());
     }
-    Ok(report.ok)
+    Ok(())
 }
