@@ -527,6 +527,11 @@ waitfor() {
 CTL=/tmp/fdstore; NOTIFY=/tmp/notify.sock
 st() { sed -n "s/^$1 //p" $CTL/state 2>/dev/null; }
 
+# share_copy FILE NAME: FILE into the share as $SYNC/NAME, whole or not at all (a copy
+# beside it, then a rename): the other VM polls for NAME and reads it at once, and under
+# a loaded host a plain cp was once read half-written (both cross checks failed in CI)
+share_copy() { mkdir -p "$SYNC"; cp "$1" "$SYNC/.$2.part" && mv "$SYNC/.$2.part" "$SYNC/$2"; }
+
 # cross_handles TRACE FAMILY: the two-VM suites' cross check. Waits (at most 20 s) for the
 # other VM's trace ($SYNC/$OTHER-traffic.txt, into PT), then compares the association
 # handles (handle/cp) of every REQUEST, ACCEPT and ACK in TRACE with the other side's

@@ -226,7 +226,7 @@ check stop "daemon exits on SIGTERM" stop_iwpmd
 
 # ---- the daemon's own conversation ----
 T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
-cp "$T" "$SYNC/$ROLE-traffic.txt"
+share_copy "$T" "$ROLE-traffic.txt"
 note "trace: $(tail -1 "$T")"
 trace_summary "$T"
 # FLAGS 0 (port mapping wanted) on every ADD_MAPPING / QUERY_MAPPING the kernel sent

@@ -140,7 +140,7 @@ flag "$ROLE.finished"; wait_flag "$OTHER.finished" 120
 if [ "$TRACE" = 0 ]; then cat "$SUM"; finish; fi
 
 T="$OUT/iwpm-traffic.txt"; decode "$ST" "$T"
-cp "$T" "$SYNC/$ROLE-traffic.txt"
+share_copy "$T" "$ROLE-traffic.txt"
 note "trace: $(tail -1 "$T")"
 trace_summary "$T"
 check trace-hello "HELLO(4) answered with ABI_VERSION=4, MAPINFO sent" \
