@@ -43,7 +43,7 @@
 # per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap,pm,pmops,fleet"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap,pm,pmops,fleet,storage"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) KERNELS="$2"; shift 2 ;;
@@ -195,7 +195,7 @@ run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...  (guest test: 
   # At most RIG_PAIR_SLOTS pairs on the host at once, whichever kernel runs them (1 by
   # default; CI allows 2: a pair's VMs wait on the network and on each other most of the
   # time, at about a fifth of a core each, and the judged connect times have wide margins).
-  pair_slot || { collect "$name-A" 125 0; collect "$name-B" 125 0; return; }
+  [ "${STORAGE_NOSLOT:-0}" = 1 ] || pair_slot || { collect "$name-A" 125 0; collect "$name-B" 125 0; return; }
   "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$a" -B iwpmd="$b" "$@" \
     ${TEST2:+"$TEST2"} > "$RES/console-$name.log" 2>&1
   exec 7>&- 6>&-
@@ -377,6 +377,9 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     } > "$FLT"
     { echo; echo "== fleet (target/rig/$RIG_KVER/fleet.txt)"; sed 's/^/  /' "$FLT"; } | tee -a "$SUMMARY"
   fi
+}
+storage_suites() {  # two VMs per boot on a kernel of their own; beside the other lanes with
+  # RIG_STORAGE_LANE=1, outside the pair slots (STORAGE_NOSLOT)
   if want storage; then  # NVMe over Fabrics through the port mapper: the storage kernel
     # (kernel/storage.config, its own image and cache), 2 CPUs per VM, plain and (patched
     # kernels) port-mapped; every pairing of C and ours in one boot per mode
@@ -451,13 +454,24 @@ case "$LANES" in
   2) GROUPS_OF_LANES=("kernel_suites attack_suites" "two_vm_suites") ;;
   *) GROUPS_OF_LANES=("kernel_suites" "attack_suites" "two_vm_suites") ;;
 esac
+# RIG_STORAGE_LANE=1 (CI): the storage boots in a lane of their own, started first and
+# beside the others, outside the pair slots: their VMs mostly wait (on nfsd, on the other
+# VM, on kill -9 restarts), so beside the other lanes they cost little more wall than the
+# CPU they use. Otherwise they come after the two-VM suites in the last lane.
+ORDER=("${!GROUPS_OF_LANES[@]}")
+if [ "${RIG_STORAGE_LANE:-0}" = 1 ]; then
+  GROUPS_OF_LANES+=("storage_suites"); STORAGE_NOSLOT=1
+  ORDER=($(( ${#GROUPS_OF_LANES[@]} - 1 )) "${ORDER[@]}")
+else
+  GROUPS_OF_LANES[-1]+=" storage_suites"
+fi
 LANE_PIDS=()
-for i in "${!GROUPS_OF_LANES[@]}"; do
+for i in "${ORDER[@]}"; do
   ( SUMMARY="$RES/.lane-$i.txt"; : > "$SUMMARY"; RUNS=()
     for g in ${GROUPS_OF_LANES[$i]}; do "$g"; done
     [ ${#RUNS[@]} -eq 0 ] || printf '%s\n' "${RUNS[@]}" > "$RES/.lane-$i.runs" ) &
   LANE_PIDS+=($!)
-  [ "$LANES" = 1 ] && wait $!
+  [ "$LANES" = 1 ] && [ "${GROUPS_OF_LANES[$i]}" != storage_suites ] && wait $!
 done
 wait "${LANE_PIDS[@]}"
 for i in "${!GROUPS_OF_LANES[@]}"; do

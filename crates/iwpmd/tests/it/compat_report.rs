@@ -2,7 +2,8 @@
 //! checklist, cargo log, rig summary and committed report): the storage section of the
 //! committed report is kept as it stands when no storage run is there (CI's case), made anew
 //! from the storage runs when there are some (`--storage-only` leaving the rest alone), and
-//! `--check` passes on a current report and fails with 3 on a stale one without writing it.
+//! `--check` passes on a current report and fails with 3 on a stale one without writing it;
+//! of the storage section it judges each pairing's status and check count, not the figures.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -258,4 +259,27 @@ fn storage_runs_make_the_section_anew_and_storage_only_leaves_the_rest() {
     // With storage runs present, the full report uses them too, and --check compares them.
     let (rc, out) = sb.report(&["--check"]);
     assert_eq!(rc, 0, "the section just written is current: {out}");
+
+    // The next run's figures and C's reported lines differ (as in every CI run): --check
+    // compares the judged part only, so the report stays current.
+    sb.write(
+        "target/rig/6.1/share/out/storage-pm1-B/storage-figures.txt",
+        "ours-ours-connect-s 1.93\nours-ours-reset-s 1.2\nours-ours-v6-connect-s 0.4\n",
+    );
+    let summary = sb.read("target/rig/6.1/summary.txt");
+    sb.write(
+        "target/rig/6.1/summary.txt",
+        &summary.replace("DOES NOT HOLD: rc 32", "holds: rc 0"),
+    );
+    let (rc, out) = sb.report(&["--check"]);
+    assert_eq!(rc, 0, "figures alone do not make the report stale: {out}");
+
+    // A judged check that now fails does.
+    sb.write(
+        "target/rig/6.1/summary.txt",
+        &sb.read("target/rig/6.1/summary.txt")
+            .replacen("PASS ours-ours-nfs-dump-v6", "FAIL ours-ours-nfs-dump-v6", 1),
+    );
+    let (rc, out) = sb.report(&["--check"]);
+    assert_eq!(rc, 3, "a storage check's status is judged: {out}");
 }
