@@ -277,8 +277,11 @@ fn storage_runs_make_the_section_anew_and_storage_only_leaves_the_rest() {
     // A judged check that now fails does.
     sb.write(
         "target/rig/6.1/summary.txt",
-        &sb.read("target/rig/6.1/summary.txt")
-            .replacen("PASS ours-ours-nfs-dump-v6", "FAIL ours-ours-nfs-dump-v6", 1),
+        &sb.read("target/rig/6.1/summary.txt").replacen(
+            "PASS ours-ours-nfs-dump-v6",
+            "FAIL ours-ours-nfs-dump-v6",
+            1,
+        ),
     );
     let (rc, out) = sb.report(&["--check"]);
     assert_eq!(rc, 3, "a storage check's status is judged: {out}");
