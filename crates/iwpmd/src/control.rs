@@ -16,15 +16,15 @@ use iwpm_control::{
     Response, StatusReport, TextReply,
 };
 use iwpm_core::{
-    Counter, ExchangeOutcome, ExchangeSide, MappingRole, PeerSocket, ProbeId, ProbeOutcome,
-    ProbeRequest, ProbeResult,
+    Counter, ExchangeOutcome, ExchangeSide, MappingRole, ProbeId, ProbeOutcome, ProbeResult,
 };
 use iwpm_report::Surface;
 use mio::event::Event;
+use mio::Registry;
 
-use crate::dump;
+use crate::fleet_keys::keys_report;
 use crate::logging;
-use crate::shell::Shell;
+use crate::snapshot::Snapshot;
 
 use self::server::{ConnId, ControlServer};
 
@@ -53,306 +53,91 @@ pub(crate) struct Control {
     probes: Vec<(ProbeId, ConnId, IpAddr)>,
 }
 
-impl Shell {
-    /// Serves `server` from this loop from now on.
-    pub(crate) fn attach_control(&mut self, server: ControlServer, kernel_link: String) {
+/// What a request asks of the loop.
+pub(crate) enum Answer {
+    /// The answer, made from the snapshot: send it now.
+    Now(Response),
+    /// A probe of `host` (the shell starts it; the answer goes out when it ends).
+    Probe { host: IpAddr, wait: Duration },
+}
+
+impl Control {
+    /// Serves `server` from the loop from now on.
+    pub(crate) fn new(server: ControlServer, kernel_link: String) -> Self {
         tracing::info!(path = %server.path().display(), "control socket ready");
-        self.control = Some(Control {
+        Control {
             server,
             kernel_link,
             probes: Vec::new(),
-        });
+        }
     }
 
     /// The control socket's next deadline, to shorten the poll timeout.
-    pub(crate) fn control_deadline(&self) -> Option<Instant> {
-        self.control.as_ref()?.server.next_deadline()
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.server.next_deadline()
     }
 
-    /// Readiness on one of the control socket's tokens.
-    pub(crate) fn control_event(&mut self, event: &Event) {
-        let Some(control) = self.control.as_mut() else {
-            return;
-        };
-        let requests = control.server.handle_event(self.wakeups.registry(), event);
-        for (conn, req) in requests {
-            self.control_request(conn, req);
-        }
+    /// Readiness on one of the control socket's tokens: the requests it completed.
+    pub(crate) fn requests_on(
+        &mut self,
+        registry: &Registry,
+        event: &Event,
+    ) -> Vec<(ConnId, Request)> {
+        self.server.handle_event(registry, event)
     }
 
-    /// Once per loop turn: connection deadlines, pipelined requests.
-    pub(crate) fn control_turn(&mut self, now: Instant) {
-        let Some(control) = self.control.as_mut() else {
-            return;
-        };
-        if !control.server.has_connections() {
-            return;
+    /// Once per loop turn: connection deadlines, then the pipelined requests due now.
+    pub(crate) fn requests_this_turn(
+        &mut self,
+        registry: &Registry,
+        now: Instant,
+    ) -> Vec<(ConnId, Request)> {
+        if !self.server.has_connections() {
+            return Vec::new();
         }
-        control.server.expire(self.wakeups.registry(), now);
-        let next = control.server.next_requests(self.wakeups.registry());
-        for (conn, req) in next {
-            self.control_request(conn, req);
-        }
+        self.server.expire(registry, now);
+        self.server.next_requests(registry)
     }
 
-    fn control_request(&mut self, conn: ConnId, req: Request) {
-        let now = Instant::now();
+    /// What `req` asks for: an answer from `snap`, taken at `now`, or a probe.
+    pub(crate) fn answer(&self, snap: &Snapshot<'_>, now: Instant, req: Request) -> Answer {
         tracing::debug!(cmd = req.command.name(), "control request");
         let response = match req.command {
-            Command::Status => Response::ok(Reply::Status(self.status_report(now))),
-            Command::List => Response::ok(Reply::List(self.mapping_list(now))),
-            Command::Peers => Response::ok(Reply::Peers(self.peers_report(now))),
-            Command::Keys => Response::ok(Reply::Keys(self.keys_report(now))),
+            Command::Status => Response::ok(Reply::Status(self.status_report(snap, now))),
+            Command::List => Response::ok(Reply::List(mapping_list(snap, now))),
+            Command::Peers => Response::ok(Reply::Peers(peers_report(snap, now))),
+            Command::Keys => Response::ok(Reply::Keys(keys_report(snap.fleet, snap.core, now))),
             Command::Metrics => Response::ok(Reply::Metrics(TextReply {
-                text: metrics::render(&self.status_report(now)),
+                text: metrics::render(&self.status_report(snap, now)),
             })),
             Command::Dump => Response::ok(Reply::Dump(TextReply {
-                text: self.dump_text(now),
+                text: snap.dump_text(now),
             })),
             Command::LogLevel { set } => log_level(set),
             Command::Probe { host, timeout_ms } => {
                 let wait = timeout_ms.map_or(PROBE_DEFAULT_WAIT, |ms| {
                     Duration::from_millis(u64::from(ms))
                 });
-                match self.start_probe(now, conn, host, wait) {
-                    Ok(()) => return,
-                    Err((kind, message)) => Response::error(kind, message),
-                }
+                return Answer::Probe { host, wait };
             }
         };
-        self.control_respond(conn, &response);
+        Answer::Now(response)
     }
 
-    fn control_respond(&mut self, conn: ConnId, response: &Response) {
-        if let Some(control) = self.control.as_mut() {
-            control
-                .server
-                .respond(self.wakeups.registry(), conn, response);
-        }
+    /// Sends `response` on `conn`.
+    pub(crate) fn respond(&mut self, registry: &Registry, conn: ConnId, response: &Response) {
+        self.server.respond(registry, conn, response);
     }
 
-    fn status_report(&self, now: Instant) -> StatusReport {
-        let (uptime, kernel_link, control_clients) = match &self.control {
-            Some(c) => (
-                now.saturating_duration_since(c.server.started),
-                c.kernel_link.clone(),
-                c.server.clients(),
-            ),
-            None => (Duration::ZERO, String::new(), 0),
-        };
-        let stats = self.host.core().stats();
-        let core_counters: BTreeMap<String, u64> = stats
-            .iter_on(Surface::Status)
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
-        let elsewhere = self.held_elsewhere();
-        let io_counters: BTreeMap<String, u64> = self
-            .counters
-            .with(&elsewhere, Surface::Status)
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
-        let gauges = gauge_names();
-        StatusReport {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            pid: std::process::id(),
-            abi: self.host.core().abi(),
-            handshake: self.host.core().handshake_state().to_owned(),
-            uptime_secs: uptime.as_secs_f64(),
-            kernel_link,
-            clients: self
-                .host
-                .core()
-                .snapshot_clients()
-                .into_iter()
-                .map(|c| ClientEntry {
-                    index: c.index,
-                    ibdev: c.ibdev,
-                    interface: c.interface,
-                })
-                .collect(),
-            mappings: stats.mappings,
-            ports_held: elsewhere.ports_held,
-            exchanges: stats.exchanges_active,
-            control_clients: control_clients as u64,
-            core_counters,
-            io_counters,
-            gauges,
-        }
+    /// A probe started for `conn`, from `local`: its answer waits for [`Control::probe_done`].
+    pub(crate) fn probe_started(&mut self, id: ProbeId, conn: ConnId, local: IpAddr) {
+        self.probes.push((id, conn, local));
     }
 
-    fn mapping_list(&self, now: Instant) -> MappingList {
-        let clients = self.host.core().snapshot_clients();
-        let mappings = self
-            .host
-            .core()
-            .snapshot_mappings(now)
-            .into_iter()
-            .map(|m| {
-                let mut flags = Vec::new();
-                if m.wildcard {
-                    flags.push("wildcard".to_owned());
-                }
-                if m.no_port_map {
-                    flags.push("no_port_map".to_owned());
-                }
-                MappingEntry {
-                    local: SocketAddr::from(m.local),
-                    mapped: SocketAddr::from(m.mapped),
-                    owner_client: m.owner_client,
-                    owner_device: clients
-                        .iter()
-                        .find(|c| c.index == m.owner_client)
-                        .map(|c| c.ibdev.clone()),
-                    refcount: m.refcount,
-                    flags,
-                    role: match m.role {
-                        MappingRole::Listener => "listener",
-                        MappingRole::Connector => "connector",
-                        MappingRole::Recovered => "recovered",
-                    }
-                    .to_owned(),
-                    age_ms: millis(m.age),
-                }
-            })
-            .collect();
-        MappingList { mappings }
-    }
-
-    fn peers_report(&self, now: Instant) -> PeersReport {
-        let mut in_flight: Vec<ExchangeEntry> = self
-            .host
-            .core()
-            .snapshot_exchanges(now)
-            .into_iter()
-            .map(|e| ExchangeEntry {
-                peer: e.peer,
-                state: match e.side {
-                    ExchangeSide::Requesting => "requesting",
-                    ExchangeSide::Acked => "acked",
-                    ExchangeSide::Accepting => "accepting",
-                    ExchangeSide::Confirmed => "confirmed",
-                }
-                .to_owned(),
-                local: e.local.map(SocketAddr::from),
-                retransmissions: e.retransmissions,
-                age_ms: millis(e.age),
-                expires_in_ms: millis(e.expires_in),
-            })
-            .collect();
-        in_flight.sort_by_key(|e| std::cmp::Reverse(e.age_ms));
-        let recent = self
-            .host
-            .core()
-            .recent_exchanges()
-            .into_iter()
-            .map(|r| RecentEntry {
-                peer: r.peer,
-                outcome: match r.outcome {
-                    ExchangeOutcome::Accepted => "accepted",
-                    ExchangeOutcome::Rejected => "rejected",
-                    ExchangeOutcome::TimedOut => "timed-out",
-                }
-                .to_owned(),
-                retransmissions: r.retransmissions,
-                took_ms: millis(r.took),
-                ended_ago_ms: millis(now.saturating_duration_since(r.ended_at)),
-            })
-            .collect();
-        let mut peers: Vec<PeerEntry> = self
-            .host
-            .core()
-            .snapshot_peers(now)
-            .into_iter()
-            .map(|p| PeerEntry {
-                ip: p.ip,
-                tally: p.tally,
-                last_seen_ms: millis(p.last_seen),
-            })
-            .collect();
-        peers.sort_by_key(|p| p.ip);
-        PeersReport {
-            in_flight,
-            recent,
-            peers,
-        }
-    }
-
-    /// The SIGUSR1 dump's lines (table, IO counters, core counters), newline-separated.
-    fn dump_text(&self, now: Instant) -> String {
-        let mut lines = self.host.core().dump_lines_at(now);
-        lines.push(self.io_counters_line());
-        lines.push(dump::pairs_line(
-            "core counters",
-            self.host.core().stats().iter_on(Surface::Dump),
-        ));
-        let mut text = lines.join("\n");
-        text.push('\n');
-        text
-    }
-
-    fn start_probe(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        host: IpAddr,
-        wait: Duration,
-    ) -> Result<(), (ErrorKind, String)> {
-        let target = SocketAddr::new(host, self.host.core().config().peer_port);
-        let Some(client) = self.peers.sockets.get(PeerSocket::client_for(&target)) else {
-            return Err((
-                ErrorKind::Failed,
-                format!("this daemon has no peer socket for {host}'s address family"),
-            ));
-        };
-        // The REQUESTs leave from the daemon's client socket: when it is bound to one
-        // address, the route must start there (a daemon bound to 127.0.0.1 cannot reach
-        // another host at all, and saying "filtered" then would send the operator to the
-        // wrong firewall).
-        let bound = client
-            .local_addr()
-            .map_or_else(|_| unspecified(host), |a| a.ip());
-        let local = route_source(target, bound).map_err(|e| {
-            let from = if bound.is_unspecified() {
-                String::new()
-            } else {
-                format!(" from {bound}, the address this daemon's peer sockets are bound to")
-            };
-            (
-                ErrorKind::Failed,
-                format!("cannot send to {host}{from}: {e}; nothing was sent"),
-            )
-        })?;
-        let id = self
-            .host
-            .start_probe(
-                now,
-                ProbeRequest {
-                    target: host,
-                    source: local,
-                    wait,
-                },
-            )
-            .map_err(|e| (ErrorKind::Busy, e.to_string()))?;
-        if let Some(control) = self.control.as_mut() {
-            control.probes.push((id, conn, local));
-        }
-        self.flush(now);
-        Ok(())
-    }
-
-    /// A probe ended (`Action::ProbeDone`): its answer goes to the connection that asked.
-    pub(crate) fn probe_done(&mut self, result: &ProbeResult) {
-        let Some(control) = self.control.as_mut() else {
-            return;
-        };
-        let Some(i) = control
-            .probes
-            .iter()
-            .position(|(id, _, _)| *id == result.id)
-        else {
-            return;
-        };
-        let (_, conn, local) = control.probes.swap_remove(i);
+    /// A probe ended (`Action::ProbeDone`): its answer, and the connection that asked.
+    pub(crate) fn probe_done(&mut self, result: &ProbeResult) -> Option<(ConnId, Response)> {
+        let i = self.probes.iter().position(|(id, _, _)| *id == result.id)?;
+        let (_, conn, local) = self.probes.swap_remove(i);
         let (reachable, answer) = match result.outcome {
             ProbeOutcome::Rejected => (true, "rejected"),
             ProbeOutcome::Accepted => (true, "accepted"),
@@ -372,16 +157,177 @@ impl Shell {
             elapsed_us: u64::try_from(result.elapsed.as_micros()).unwrap_or(u64::MAX),
             requests: result.requests,
         };
-        self.control_respond(conn, &Response::ok(Reply::Probe(report)));
+        Some((conn, Response::ok(Reply::Probe(report))))
     }
+
+    fn status_report(&self, snap: &Snapshot<'_>, now: Instant) -> StatusReport {
+        let stats = snap.core.stats();
+        let core_counters: BTreeMap<String, u64> = stats
+            .iter_on(Surface::Status)
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let io_counters: BTreeMap<String, u64> = snap
+            .counters
+            .with(&snap.elsewhere, Surface::Status)
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        StatusReport {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            abi: snap.core.abi(),
+            handshake: snap.core.handshake_state().to_owned(),
+            uptime_secs: now
+                .saturating_duration_since(self.server.started)
+                .as_secs_f64(),
+            kernel_link: self.kernel_link.clone(),
+            clients: snap
+                .core
+                .snapshot_clients()
+                .into_iter()
+                .map(|c| ClientEntry {
+                    index: c.index,
+                    ibdev: c.ibdev,
+                    interface: c.interface,
+                })
+                .collect(),
+            mappings: stats.mappings,
+            ports_held: snap.elsewhere.ports_held,
+            exchanges: stats.exchanges_active,
+            control_clients: self.server.clients() as u64,
+            core_counters,
+            io_counters,
+            gauges: gauge_names(),
+        }
+    }
+}
+
+fn mapping_list(snap: &Snapshot<'_>, now: Instant) -> MappingList {
+    let clients = snap.core.snapshot_clients();
+    let mappings = snap
+        .core
+        .snapshot_mappings(now)
+        .into_iter()
+        .map(|m| {
+            let mut flags = Vec::new();
+            if m.wildcard {
+                flags.push("wildcard".to_owned());
+            }
+            if m.no_port_map {
+                flags.push("no_port_map".to_owned());
+            }
+            MappingEntry {
+                local: SocketAddr::from(m.local),
+                mapped: SocketAddr::from(m.mapped),
+                owner_client: m.owner_client,
+                owner_device: clients
+                    .iter()
+                    .find(|c| c.index == m.owner_client)
+                    .map(|c| c.ibdev.clone()),
+                refcount: m.refcount,
+                flags,
+                role: match m.role {
+                    MappingRole::Listener => "listener",
+                    MappingRole::Connector => "connector",
+                    MappingRole::Recovered => "recovered",
+                }
+                .to_owned(),
+                age_ms: millis(m.age),
+            }
+        })
+        .collect();
+    MappingList { mappings }
+}
+
+fn peers_report(snap: &Snapshot<'_>, now: Instant) -> PeersReport {
+    let mut in_flight: Vec<ExchangeEntry> = snap
+        .core
+        .snapshot_exchanges(now)
+        .into_iter()
+        .map(|e| ExchangeEntry {
+            peer: e.peer,
+            state: match e.side {
+                ExchangeSide::Requesting => "requesting",
+                ExchangeSide::Acked => "acked",
+                ExchangeSide::Accepting => "accepting",
+                ExchangeSide::Confirmed => "confirmed",
+            }
+            .to_owned(),
+            local: e.local.map(SocketAddr::from),
+            retransmissions: e.retransmissions,
+            age_ms: millis(e.age),
+            expires_in_ms: millis(e.expires_in),
+        })
+        .collect();
+    in_flight.sort_by_key(|e| std::cmp::Reverse(e.age_ms));
+    let recent = snap
+        .core
+        .recent_exchanges()
+        .into_iter()
+        .map(|r| RecentEntry {
+            peer: r.peer,
+            outcome: match r.outcome {
+                ExchangeOutcome::Accepted => "accepted",
+                ExchangeOutcome::Rejected => "rejected",
+                ExchangeOutcome::TimedOut => "timed-out",
+            }
+            .to_owned(),
+            retransmissions: r.retransmissions,
+            took_ms: millis(r.took),
+            ended_ago_ms: millis(now.saturating_duration_since(r.ended_at)),
+        })
+        .collect();
+    let mut peers: Vec<PeerEntry> = snap
+        .core
+        .snapshot_peers(now)
+        .into_iter()
+        .map(|p| PeerEntry {
+            ip: p.ip,
+            tally: p.tally,
+            last_seen_ms: millis(p.last_seen),
+        })
+        .collect();
+    peers.sort_by_key(|p| p.ip);
+    PeersReport {
+        in_flight,
+        recent,
+        peers,
+    }
+}
+
+/// Where a probe of `target` would leave from: the source address the routing picks from
+/// the daemon's client socket for its family (`client`: that socket's address, `None`
+/// when this daemon has none). The REQUESTs leave from that socket: when it is bound to one address, the route
+/// must start there (a daemon bound to 127.0.0.1 cannot reach another host at all, and
+/// saying "filtered" then would send the operator to the wrong firewall).
+pub(crate) fn probe_source(
+    client: Option<std::io::Result<SocketAddr>>,
+    target: SocketAddr,
+) -> Result<IpAddr, (ErrorKind, String)> {
+    let host = target.ip();
+    let Some(client) = client else {
+        return Err((
+            ErrorKind::Failed,
+            format!("this daemon has no peer socket for {host}'s address family"),
+        ));
+    };
+    let bound = client.map_or_else(|_| unspecified(host), |a| a.ip());
+    route_source(target, bound).map_err(|e| {
+        let from = if bound.is_unspecified() {
+            String::new()
+        } else {
+            format!(" from {bound}, the address this daemon's peer sockets are bound to")
+        };
+        (
+            ErrorKind::Failed,
+            format!("cannot send to {host}{from}: {e}; nothing was sent"),
+        )
+    })
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The local address the kernel's routing picks towards `target` (a connected UDP socket
-/// sends nothing; it only asks the route).
 /// The wildcard address of `ip`'s family.
 fn unspecified(ip: IpAddr) -> IpAddr {
     if ip.is_ipv4() {

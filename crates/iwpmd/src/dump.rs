@@ -4,13 +4,11 @@
 //! arrive while a dump is being written make one more dump.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use iwpm_report::Surface;
 use mio::Waker;
 
-use crate::io_counters::HeldElsewhere;
-use crate::shell::Shell;
+use crate::io_counters::IoCounters;
 
 use self::writer::{DumpText, DumpWriter, DumpWriterError};
 
@@ -42,64 +40,39 @@ impl Dump {
     }
 }
 
-impl Shell {
-    /// SIGUSR1: starts a dump, or, while one is being written, notes that another one is
-    /// wanted (any number of signals meanwhile make one more dump).
-    pub(crate) fn request_dump(&mut self) {
-        if self.dump.writer.busy() {
-            if self.dump.pending {
-                self.counters.dumps_coalesced += 1;
-            }
-            self.dump.pending = true;
-            tracing::info!("a dump is being written; one more follows when it is done");
-            return;
+impl Dump {
+    /// SIGUSR1: true when a dump should start now; while one is being written, notes that
+    /// another one is wanted instead (any number of signals meanwhile make one more dump).
+    pub(crate) fn asked(&mut self, counters: &mut IoCounters) -> bool {
+        if !self.writer.busy() {
+            return true;
         }
-        self.start_dump();
+        if self.pending {
+            counters.dumps_coalesced += 1;
+        }
+        self.pending = true;
+        tracing::info!("a dump is being written; one more follows when it is done");
+        false
     }
 
-    /// The writer finished a dump: start the one asked for meanwhile, if any.
-    pub(crate) fn dump_written(&mut self) {
-        if self.dump.pending && !self.dump.writer.busy() {
-            self.dump.pending = false;
-            self.start_dump();
+    /// The writer finished a dump: true when one was asked for meanwhile (start it now).
+    pub(crate) fn written(&mut self) -> bool {
+        if self.pending && !self.writer.busy() {
+            self.pending = false;
+            return true;
         }
+        false
     }
 
-    /// Takes the dump's text now (one consistent moment of the table) and hands the logging
-    /// (one WARNING per table line, like rdma-core's syslog calls) to the writer thread.
-    fn start_dump(&mut self) {
-        self.counters.dumps += 1;
-        let started = Instant::now();
-        let text = DumpText {
-            table: self.host.core().dump_lines(),
-            io: self.io_counters_line(),
-            core: pairs_line(
-                "core counters",
-                self.host.core().stats().iter_on(Surface::Dump),
-            ),
-        };
+    /// Hands a dump's text, taken at one moment of the table, to the writer thread, which
+    /// logs it (one WARNING per table line, like rdma-core's syslog calls).
+    pub(crate) fn submit(&mut self, text: DumpText, counters: &mut IoCounters, taken_in: Duration) {
+        counters.dumps += 1;
         tracing::debug!(
             lines = text.table.len(),
-            took_ms = crate::logging::log_ms(started.elapsed()),
+            took_ms = crate::logging::log_ms(taken_in),
             "dump text taken; writing it in the background"
         );
-        self.dump.writer.submit(text);
-    }
-
-    /// The `io counters` line of a dump (SIGUSR1's and the control socket's).
-    pub(crate) fn io_counters_line(&self) -> String {
-        let elsewhere = self.held_elsewhere();
-        pairs_line("io counters", self.counters.with(&elsewhere, Surface::Dump))
-    }
-
-    /// The IO counters the shell's [`crate::io_counters::IoCounters`] does not hold.
-    pub(crate) fn held_elsewhere(&self) -> HeldElsewhere {
-        let ports = self.host.ports();
-        HeldElsewhere {
-            reserve_no_fd: ports.no_fd,
-            reserve_no_port: ports.no_port,
-            ports_held: u64::try_from(ports.held().len()).unwrap_or(u64::MAX),
-            restart: self.restart.counts(),
-        }
+        self.writer.submit(text);
     }
 }

@@ -35,11 +35,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use iwpm_control::KeysReport;
+use iwpm_core::Core;
 use iwpm_proto::fleet_key::FleetKeys;
 use iwpm_proto::keyfile::{parse_key_file_bytes, summary, KeyFileError, MAX_KEY_FILE_LEN};
 use zeroize::Zeroizing;
-
-use crate::shell::Shell;
 
 /// The systemd credential the packaged unit passes (`LoadCredential=iwpmd-peer-keys:...`).
 pub(crate) const CREDENTIAL: &str = "iwpmd-peer-keys";
@@ -332,48 +331,35 @@ pub(crate) struct FleetKeyState {
     pub(crate) reload_error: Option<String>,
 }
 
-impl Shell {
-    /// Hands the start-up keys to the core and keeps where they came from for SIGHUP.
-    pub(crate) fn start_fleet_keys(&mut self, now: Instant, source: KeySource, loaded: Loaded) {
-        self.fleet = Some(FleetKeyState {
+impl FleetKeyState {
+    /// The start-up keys' state: where they came from, for SIGHUP and `iwpmctl keys`.
+    pub(crate) fn new(now: Instant, source: KeySource, loaded: &Loaded) -> Self {
+        FleetKeyState {
             source,
-            origin: loaded.origin,
+            origin: loaded.origin.clone(),
             loaded_at: now,
             reload_error: None,
-        });
-        self.host.set_fleet_keys(now, Some(loaded.keys));
-    }
-
-    /// `iwpmctl keys`: the keys' ids and counts from the core, where they came from, and
-    /// why the last reload was refused, if it was.
-    pub(crate) fn keys_report(&self, now: Instant) -> KeysReport {
-        let Some(state) = &self.fleet else {
-            return KeysReport {
-                source: None,
-                loaded_ago_ms: None,
-                reload_error: None,
-                keys: Vec::new(),
-            };
-        };
-        let ago = now.saturating_duration_since(state.loaded_at);
-        KeysReport {
-            source: Some(state.origin.to_string()),
-            loaded_ago_ms: Some(u64::try_from(ago.as_millis()).unwrap_or(u64::MAX)),
-            reload_error: state.reload_error.clone(),
-            keys: self.host.core().fleet_key_report(),
         }
     }
+}
 
-    /// SIGHUP: with a key file, reads it again (true); without one, false (the daemon
-    /// exits, as rdma-core's does).
-    pub(crate) fn reload_fleet_keys(&mut self, now: Instant) -> bool {
-        let Some(state) = self.fleet.as_mut() else {
-            return false;
+/// `iwpmctl keys`: the keys' ids and counts from the core, where they came from, and why
+/// the last reload was refused, if it was (`state` is `None` without a key file).
+pub(crate) fn keys_report(state: Option<&FleetKeyState>, core: &Core, now: Instant) -> KeysReport {
+    let Some(state) = state else {
+        return KeysReport {
+            source: None,
+            loaded_ago_ms: None,
+            reload_error: None,
+            keys: Vec::new(),
         };
-        if let Some(keys) = reload(state, now) {
-            self.host.set_fleet_keys(now, Some(keys));
-        }
-        true
+    };
+    let ago = now.saturating_duration_since(state.loaded_at);
+    KeysReport {
+        source: Some(state.origin.to_string()),
+        loaded_ago_ms: Some(u64::try_from(ago.as_millis()).unwrap_or(u64::MAX)),
+        reload_error: state.reload_error.clone(),
+        keys: core.fleet_key_report(),
     }
 }
 

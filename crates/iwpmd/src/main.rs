@@ -29,6 +29,7 @@ mod restart;
 mod send_failure;
 mod settings;
 mod shell;
+mod snapshot;
 mod startup;
 
 use std::process::ExitCode;

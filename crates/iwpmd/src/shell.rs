@@ -48,6 +48,7 @@ use crate::send_failure::SendFailure;
 use self::wakeups::{KernelReady, Wakeups, HELPER_DONE, PEER_BASE, SIGNALS};
 
 mod drain;
+mod serve;
 #[cfg(test)]
 mod tests;
 pub(crate) mod waiter;
@@ -90,9 +91,10 @@ pub(crate) enum SetupError {
     HelloNotSent(#[source] SendFailure),
 }
 
-/// Everything the loop owns: one value per component (module docs). The components'
-/// handlers (`impl Shell` in `control.rs`, `dump.rs`, `shell/drain.rs`) reach the others
-/// through these fields.
+/// Everything the loop owns: one value per component (module docs). The glue between the
+/// components (`impl Shell` in `shell/drain.rs` for the sockets, `shell/serve.rs` for the
+/// operator's requests) reaches them through these fields; the components themselves never
+/// see the shell.
 pub(crate) struct Shell {
     /// The core, the port lender, the state file's write policy, their timers.
     pub(crate) host: Host<Ports>,

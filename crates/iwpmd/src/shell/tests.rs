@@ -335,7 +335,10 @@ fn kernel_overrun_is_counted_and_announces_the_daemon_again() {
         ),
         "no HELLO after the overrun"
     );
-    assert!(shell.io_counters_line().contains("kernel_overruns=1"));
+    assert!(shell
+        .snapshot()
+        .io_counters_line()
+        .contains("kernel_overruns=1"));
     let _ = std::fs::remove_file(&path);
 }
 
