@@ -9,7 +9,7 @@ use iwpm_proto::config::{parse_config_bytes, Config, ConfigDiagnostic, ExtraConf
 use iwpm_proto::consts::IWPM_PEER_PORT;
 
 use crate::cli::{Cli, ConfigSource};
-use crate::peer_sockets::PeerBind;
+use crate::peer::sockets::PeerBind;
 
 /// What the daemon runs with. Its `Debug` is the "effective settings" line of `-v`: it
 /// shows what a configuration file or the command line can set, and never key bytes.

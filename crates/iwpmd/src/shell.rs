@@ -17,12 +17,12 @@
 //!
 //! This file keeps the loop and start-up; it drives `iwpm_core::Host`, which holds the
 //! core, the port lender, the state file's write policy and their timers. The loop holds
-//! one value per component, each in its own module with its shell-side handling: the
-//! kernel link and its send path (`kernel/`), the peer sockets (`peer_sockets.rs`), the
+//! one value per component, each in its own module: the kernel link (`kernel/`), the peer
+//! sockets (`peer/`), the outbox that sends to both in the core's order (`outbox.rs`), the
 //! port lender (`ports/`), the SIGUSR1 dump (`dump/`), the control socket (`control/`),
 //! restart survival (`restart/`). Here in `shell/`: `wakeups.rs` holds what wakes the loop
 //! (the wait of `waiter.rs`, mio's poll, the signals), `drain.rs` reads the sockets in
-//! batches.
+//! batches, `serve.rs` answers the operator's requests from snapshots.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -38,9 +38,10 @@ use crate::dump::Dump;
 use crate::fleet_keys::FleetKeyState;
 use crate::io_counters::IoCounters;
 use crate::kernel::link::KernelLink;
-use crate::kernel::tx::{KernelTx, Outlets};
 use crate::kernel::Kernel;
-use crate::peer_sockets::{PeerSockets, Peers, ALL as ALL_PEER};
+use crate::outbox::{Outbox, Outlets};
+use crate::peer::sockets::{PeerSockets, ALL as ALL_PEER};
+use crate::peer::Peers;
 use crate::ports::Ports;
 use crate::restart::Restart;
 use crate::send_failure::SendFailure;
@@ -98,8 +99,10 @@ pub(crate) enum SetupError {
 pub(crate) struct Shell {
     /// The core, the port lender, the state file's write policy, their timers.
     pub(crate) host: Host<Ports>,
-    /// The kernel link and its send path.
+    /// The kernel link.
     pub(crate) kernel: Kernel,
+    /// What the core sends, to the kernel and to peers, in its order.
+    pub(crate) outbox: Outbox,
     /// The peer sockets.
     pub(crate) peers: Peers,
     /// What wakes the loop: the wait, mio's poll, the signals.
@@ -133,6 +136,7 @@ impl Shell {
         Ok(Shell {
             host,
             kernel: Kernel::new(kernel),
+            outbox: Outbox::default(),
             peers: Peers::new(peers),
             wakeups,
             dump,
@@ -171,9 +175,9 @@ impl Shell {
                 "mappings restored from the state file"
             );
         }
-        self.kernel.tx.take_failure();
+        self.outbox.take_failure();
         self.flush(now);
-        match self.kernel.tx.take_failure() {
+        match self.outbox.take_failure() {
             Some(e) => Err(SetupError::HelloNotSent(e)),
             None => Ok(()),
         }
@@ -221,8 +225,8 @@ impl Shell {
             // checked against it.
             self.hand_in_wall_clock(Instant::now());
             if kernel.writable {
-                let (tx, mut out) = self.tx();
-                tx.flush_held(&mut out);
+                let (outbox, mut out) = self.outbox();
+                outbox.flush_held(&mut out);
             }
             if kernel.readable {
                 self.drain_kernel();
@@ -331,13 +335,13 @@ impl Shell {
         while let Some(action) = self.host.poll_action() {
             match action {
                 Action::ToKernel(bytes) => {
-                    let (tx, mut out) = self.tx();
-                    tx.send_kernel(&mut out, &bytes);
+                    let (outbox, mut out) = self.outbox();
+                    outbox.send_kernel(&mut out, &bytes);
                     self.host.recycle(bytes);
                 }
                 Action::ToPeer { via, to, datagram } => {
-                    let (tx, mut out) = self.tx();
-                    tx.send_peer(&mut out, now, via, to, &datagram);
+                    let (outbox, mut out) = self.outbox();
+                    outbox.send_peer(&mut out, now, via, to, &datagram);
                 }
                 Action::Ready => self.on_ready(),
                 Action::ProbeDone(result) => self.probe_done(&result),
@@ -365,9 +369,9 @@ impl Shell {
         self.restart.after_input(now, held);
     }
 
-    /// The kernel send path and what it sends through, borrowed apart from the rest.
-    pub(crate) fn tx(&mut self) -> (&mut KernelTx, Outlets<'_>) {
-        let Kernel { link, tx, warn } = &mut self.kernel;
+    /// The outbox and what it sends through, borrowed apart from the rest.
+    pub(crate) fn outbox(&mut self) -> (&mut Outbox, Outlets<'_>) {
+        let Kernel { link, warn } = &mut self.kernel;
         let out = Outlets {
             kernel: link,
             warn_kernel: warn,
@@ -375,7 +379,7 @@ impl Shell {
             waiter: self.wakeups.waiter_mut(),
             counters: &mut self.counters,
         };
-        (tx, out)
+        (&mut self.outbox, out)
     }
 
     /// The kernel handshake is done (`Action::Ready`, again after each resynchronisation):

@@ -12,7 +12,7 @@ use rustix::io::Errno;
 
 use crate::instance_lock::LockError;
 use crate::kernel::link::KernelLinkError;
-use crate::peer_sockets::PeerSocketError;
+use crate::peer::sockets::PeerSocketError;
 
 /// The crate version and the build it came from (`git describe` at build time, or
 /// `IWPMD_BUILD` set by a packager, or `unknown`).

@@ -2,7 +2,7 @@
 //! the core and its actions are executed at once; the restart machinery sees the changes
 //! once per batch. A budget per source keeps a flood on one socket (UDP 3935 is open to
 //! anyone) from starving the others. When reading the kernel link may stop is the send
-//! path's to say (`kernel/tx.rs`), from the core's receipt for the datagram and what the
+//! outbox's to say (`outbox.rs`), from the core's receipt for the datagram and what the
 //! kernel still owes us.
 
 use std::io;
@@ -11,7 +11,7 @@ use std::time::Instant;
 use iwpm_core::PeerSocket;
 
 use crate::kernel::link::{Received, NETLINK_DONE_TRUESIZE, NETLINK_RCVBUF_MIN};
-use crate::peer_sockets::ALL as ALL_PEER;
+use crate::peer::sockets::ALL as ALL_PEER;
 
 use super::Shell;
 
@@ -27,13 +27,13 @@ const _: () = assert!(
 impl Shell {
     /// Reads up to [`DRAIN_BUDGET`] kernel datagrams. The link is waited on
     /// level-triggered, so whatever is left is found by the next wait. Answers after the
-    /// first are gathered into one datagram (see `kernel/coalesce.rs`), sent before this
+    /// first are gathered into one datagram (see `outbox/coalesce.rs`), sent before this
     /// returns.
     pub(super) fn drain_kernel(&mut self) {
         let mut handled = None;
         self.drain_kernel_batch(&mut handled);
-        let (tx, mut out) = self.tx();
-        tx.end_burst(&mut out);
+        let (outbox, mut out) = self.outbox();
+        outbox.end_burst(&mut out);
         if let Some(now) = handled {
             self.after_batch(now);
         }
@@ -43,17 +43,17 @@ impl Shell {
     /// one handled.
     ///
     /// Reading stops early when the send path says the exchange is over
-    /// ([`crate::kernel::tx::KernelTx::read_ends`]). When the link is empty with answers
+    /// ([`crate::outbox::Outbox::read_ends`]). When the link is empty with answers
     /// gathered, they are sent and reading goes on: the kernel's DONE for them, and often
     /// its next request, are then already queued.
     fn drain_kernel_batch(&mut self, handled: &mut Option<Instant>) {
         for _ in 0..DRAIN_BUDGET {
             let now = Instant::now();
             let turn = match self.kernel.link.recv() {
-                Ok(Received::Empty) if !self.kernel.tx.has_gathered() => return,
+                Ok(Received::Empty) if !self.outbox.has_gathered() => return,
                 Ok(Received::Empty) => {
-                    let (tx, mut out) = self.tx();
-                    tx.flush_coalesced(&mut out);
+                    let (outbox, mut out) = self.outbox();
+                    outbox.flush_coalesced(&mut out);
                     continue;
                 }
                 Ok(Received::Kernel { data, full_len }) => {
@@ -70,7 +70,7 @@ impl Shell {
                         }
                     }
                     let receipt = self.host.handle_kernel_datagram(now, data);
-                    Some(self.kernel.tx.received(receipt))
+                    Some(self.outbox.received(receipt))
                 }
                 Ok(Received::Foreign { port_id, len }) => {
                     self.counters.kernel_foreign += 1;
@@ -97,7 +97,7 @@ impl Shell {
             };
             self.send_actions(now);
             *handled = Some(now);
-            if turn.is_some_and(|turn| self.kernel.tx.read_ends(turn)) {
+            if turn.is_some_and(|turn| self.outbox.read_ends(turn)) {
                 return;
             }
         }

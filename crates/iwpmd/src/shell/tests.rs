@@ -15,7 +15,7 @@ use iwpm_proto::sockaddr::SockAddrStorage;
 
 use iwpm_core::state_file::StateFile;
 
-use crate::peer_sockets::PeerBind;
+use crate::peer::sockets::PeerBind;
 use crate::restart::RestartConfig;
 
 fn next_msg(emu: &UnixDatagram) -> DaemonMsg {
@@ -230,7 +230,7 @@ fn reading_stops_once_every_message_sent_is_acknowledged() {
     let (mut shell, emu, path) = shell_on_unix_link("acks");
     let mut buf = vec![0u8; crate::kernel::link::RECV_BUFFER];
     let (_, daemon) = emu.recv_from(&mut buf).unwrap();
-    assert_eq!(shell.kernel.tx.acks_due(), 1, "HELLO sent");
+    assert_eq!(shell.outbox.acks_due(), 1, "HELLO sent");
     let remove = kernel_datagram(&KernelMsg::RemoveMapping(ManageMappingRequest {
         echo_seq: 1,
         addr: SockAddrStorage::from(SocketAddr::from((Ipv4Addr::LOCALHOST, 7000))),
@@ -242,7 +242,7 @@ fn reading_stops_once_every_message_sent_is_acknowledged() {
     assert!(link_readable(&mut shell, Duration::from_secs(5)));
     shell.drain_kernel();
     assert_eq!(shell.counters.kernel_rx, 1, "read past the last DONE due");
-    assert_eq!(shell.kernel.tx.acks_due(), 0);
+    assert_eq!(shell.outbox.acks_due(), 0);
     assert!(link_readable(&mut shell, Duration::ZERO));
     shell.drain_kernel();
     assert_eq!(shell.counters.kernel_rx, 2, "REMOVE read next turn");
@@ -252,10 +252,7 @@ fn reading_stops_once_every_message_sent_is_acknowledged() {
     emu.send_to_addr(&remove, &daemon).unwrap();
     assert!(link_readable(&mut shell, Duration::from_secs(5)));
     shell.drain_kernel();
-    assert_eq!(
-        (shell.counters.kernel_rx, shell.kernel.tx.acks_due()),
-        (3, 0)
-    );
+    assert_eq!((shell.counters.kernel_rx, shell.outbox.acks_due()), (3, 0));
     let _ = std::fs::remove_file(&path);
 }
 

@@ -12,7 +12,7 @@ use signal_hook::consts::signal::{SIGHUP, SIGTERM, SIGUSR1};
 use signal_hook_mio::v1_0::Signals;
 
 use crate::kernel::link::KernelLink;
-use crate::peer_sockets::{PeerSockets, ALL as ALL_PEER};
+use crate::peer::sockets::{PeerSockets, ALL as ALL_PEER};
 
 use super::waiter::Waiter;
 

@@ -1,12 +1,12 @@
-//! The kernel send path: what the core sends to the kernel leaves in the core's order,
-//! gathered into one datagram while a burst of requests is read (`coalesce.rs`), held while
-//! the link is full, and the peer datagrams the core sent after it wait behind it (see
-//! [`Held`]). It also counts the acknowledgements the kernel still owes for what it sent,
-//! which with the core's receipt for each datagram read tells the drain when reading the
-//! link may stop (see [`KernelTx::read_ends`]).
+//! The outbox: everything the core sends, to the kernel and to peers, leaves here in the
+//! core's order. Kernel messages are gathered into one datagram while a burst of requests
+//! is read (`outbox/coalesce.rs`) and held while the link is full; peer datagrams the core
+//! sent after them wait behind them (see [`Held`]). It also counts the acknowledgements the
+//! kernel still owes for what it sent, which with the core's receipt for each datagram read
+//! tells the drain when reading the link may stop (see [`Outbox::read_ends`]).
 //!
-//! The state lives in [`KernelTx`]; the sockets, counters and rate limits it sends
-//! through are the other components' (the link's, the peers', the loop's wait), lent for
+//! The state lives in [`Outbox`]; the sockets, counters and rate limits it sends through
+//! are the components' (the kernel link, the peer component, the loop's wait), lent for
 //! one call as [`Outlets`].
 
 use std::collections::VecDeque;
@@ -16,12 +16,14 @@ use std::time::Instant;
 use iwpm_core::{KernelReceipt, PeerSocket, RateLimit};
 
 use crate::io_counters::IoCounters;
-use crate::peer_sockets::Peers;
+use crate::kernel::link::KernelLink;
+use crate::peer::Peers;
 use crate::send_failure::SendFailure;
 use crate::shell::waiter::Waiter;
 
-use super::coalesce::Coalesced;
-use super::link::KernelLink;
+use self::coalesce::Coalesced;
+
+mod coalesce;
 
 /// Most datagrams held for the kernel link while its socket is full (a Unix-datagram
 /// receiver queues only `net.unix.max_dgram_qlen` datagrams); past this, new ones are
@@ -59,9 +61,9 @@ pub(crate) struct Outlets<'a> {
     pub(crate) counters: &'a mut IoCounters,
 }
 
-/// The outgoing side of the kernel link (see the module docs).
+/// The outbox (see the module docs).
 #[derive(Debug, Default)]
-pub(crate) struct KernelTx {
+pub(crate) struct Outbox {
     /// Datagrams waiting for the kernel link to become writable, oldest first, with the
     /// peer datagrams the core sent after them (see [`Held`]).
     held: VecDeque<Held>,
@@ -70,14 +72,14 @@ pub(crate) struct KernelTx {
     /// Messages sent to the kernel whose `NLMSG_DONE` (or `NLMSG_ERROR`) has not been read:
     /// the kernel answers each message it takes with exactly one of them.
     acks_due: u64,
-    /// The first send to the kernel that failed since [`KernelTx::take_failure`] last took
+    /// The first send to the kernel that failed since [`Outbox::take_failure`] last took
     /// it (each failure is also counted and logged where it happens). Start-up takes it to
     /// tell whether its HELLO went out; the loop never needs it, so later ones are not kept.
     first_failure: Option<SendFailure>,
 }
 
 /// One kernel datagram as the send path sees it, from the core's receipt for it until its
-/// answers have been sent ([`KernelTx::received`]).
+/// answers have been sent ([`Outbox::received`]).
 #[derive(Debug)]
 pub(crate) struct ReadTurn {
     /// What the core made of the datagram.
@@ -86,7 +88,7 @@ pub(crate) struct ReadTurn {
     last_ack: bool,
 }
 
-impl KernelTx {
+impl Outbox {
     /// Messages sent to the kernel and not yet acknowledged.
     #[cfg(test)]
     pub(crate) fn acks_due(&self) -> u64 {
@@ -139,7 +141,7 @@ impl KernelTx {
     }
 
     /// Sends one message to the kernel, in order: gathered while a burst is read, else
-    /// at once (see [`KernelTx::send_datagram`]).
+    /// at once (see [`Outbox::send_datagram`]).
     pub(crate) fn send_kernel(&mut self, out: &mut Outlets<'_>, bytes: &[u8]) {
         if !self.coalesced.is_gathering() {
             self.send_datagram(out, bytes, 1);
@@ -191,7 +193,7 @@ impl KernelTx {
     }
 
     /// A kernel send of `messages` messages failed: counted and logged, and kept if it is
-    /// the first since [`KernelTx::take_failure`].
+    /// the first since [`Outbox::take_failure`].
     fn failed(&mut self, out: &mut Outlets<'_>, len: usize, messages: u64, e: SendFailure) {
         out.kernel_send_failed(len, messages, &e);
         self.first_failure.get_or_insert(e);
@@ -280,26 +282,6 @@ impl Outlets<'_> {
     }
 
     fn send_peer_now(&mut self, now: Instant, via: PeerSocket, to: SocketAddr, datagram: &[u8]) {
-        let result = match self.peers.sockets.get(via) {
-            Some(sock) => match sock.send_to(datagram, to) {
-                Ok(n) if n == datagram.len() => Ok(()),
-                Ok(sent) => Err(SendFailure::Short {
-                    sent,
-                    len: datagram.len(),
-                }),
-                Err(e) => Err(SendFailure::Os(e)),
-            },
-            None => Err(SendFailure::NoSocket),
-        };
-        match result {
-            Ok(()) => self.counters.peer_tx += 1,
-            Err(e) => {
-                // Dropping is safe: the core retransmits REQUEST/ACCEPT on its timer.
-                self.counters.peer_tx_dropped += 1;
-                if let Some(suppressed) = self.peers.warn.allow(now) {
-                    tracing::warn!(socket = ?via, %to, error = %e, suppressed, "UDP send failed");
-                }
-            }
-        }
+        self.peers.send_now(self.counters, now, via, to, datagram);
     }
 }

@@ -1,13 +1,12 @@
 //! The four UDP sockets of the peer protocol (rdma-core layout): a listener on the
 //! well-known port and an ephemeral "client" socket per address family, IPv6 ones
 //! `IPV6_V6ONLY`. A family the host lacks (`EAFNOSUPPORT`) is skipped; at least one
-//! family must work. [`Peers`] is what the loop holds of them.
+//! family must work. [`super::Peers`] is what the loop holds of them.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::Duration;
 
-use iwpm_core::{PeerSocket, RateLimit};
+use iwpm_core::PeerSocket;
 use mio::net::UdpSocket;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -120,35 +119,6 @@ impl PeerSockets {
         parts.join(" ")
     }
 }
-
-/// The peer component as the loop holds it: the sockets, the buffer datagrams are read
-/// into, and the rate limit of its warnings (a flood on UDP 3935, open to anyone, must not
-/// flood the log).
-#[derive(Debug)]
-pub(crate) struct Peers {
-    /// The sockets.
-    pub(crate) sockets: PeerSockets,
-    /// One datagram read, [`PEER_RECV_BUFFER`] bytes.
-    pub(crate) buf: Vec<u8>,
-    /// Warnings about failed receives and sends.
-    pub(crate) warn: RateLimit,
-}
-
-impl Peers {
-    /// The component around open `sockets`.
-    pub(crate) fn new(sockets: PeerSockets) -> Self {
-        Peers {
-            sockets,
-            buf: vec![0; PEER_RECV_BUFFER],
-            warn: RateLimit::new(WARN_WINDOW, WARN_BURST),
-        }
-    }
-}
-
-/// Burst of rate-limited warnings per window.
-const WARN_BURST: u32 = 5;
-/// Window of rate-limited warnings.
-const WARN_WINDOW: Duration = Duration::from_secs(10);
 
 /// Every socket kind, in rdma-core's read order.
 pub(crate) const ALL: [PeerSocket; 4] = [
