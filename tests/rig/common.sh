@@ -4,7 +4,7 @@
 RIG_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$RIG_DIR/../.." && pwd)"
 CACHE="${RIG_CACHE:-/var/cache/iwpm-rig-project}"
-INITRD_DEFAULT="$CACHE/initramfs.cpio.gz"
+INITRD_DEFAULT="$CACHE/initramfs.cpio"
 
 # Which kernel series the rig boots: 6.1 (Debian 12, the default) or 6.12 (Debian 13).
 RIG_KVER="${RIG_KVER:-6.1}"

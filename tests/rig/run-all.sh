@@ -195,13 +195,17 @@ run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...  (guest test: 
   # At most RIG_PAIR_SLOTS pairs on the host at once, whichever kernel runs them (1 by
   # default; CI allows 2: a pair's VMs wait on the network and on each other most of the
   # time, at about a fifth of a core each, and the judged connect times have wide margins).
-  [ "${STORAGE_NOSLOT:-0}" = 1 ] || pair_slot || { collect "$name-A" 125 0; collect "$name-B" 125 0; return; }
+  pair_slot || { collect "$name-A" 125 0; collect "$name-B" 125 0; return; }
   "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n "$name-A,$name-B" -A iwpmd="$a" -B iwpmd="$b" "$@" \
     ${TEST2:+"$TEST2"} > "$RES/console-$name.log" 2>&1
   exec 7>&- 6>&-
   grep -q "status" "$RES/console-$name.log" || true
   rc=$(sed -n "s/.*$name-A status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-A" "${rc:-125}" "$(( $(date +%s) - t0 ))"
   rc=$(sed -n "s/.*$name-B status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-B" "${rc:-125}" "$(( $(date +%s) - t0 ))"
+}
+vm_cpu() {  # vm_cpu NAME: ", host CPU Ns" from run-vm.sh's record of the VM's QEMU, if any
+  awk '{ t = 0; for (i = 1; i <= NF; i++) { split($i, p, "m"); sub(/s$/, "", p[2]); t += p[1] * 60 + p[2] }
+         printf ", host CPU %.0fs", t }' "$SHARE/out/$1/vm-cpu.txt" 2>/dev/null
 }
 collect() {  # collect NAME RC SECONDS: fold the run's checks into the summary
   local name=$1 rc=$2 secs=$3 f="$SHARE/out/$1/checks.txt" np nf
@@ -212,7 +216,7 @@ collect() {  # collect NAME RC SECONDS: fold the run's checks into the summary
     125) echo "FAIL vm: guest died without an exit status" >> "$f"; nf=$((${nf:-0}+1)) ;;
   esac
   [ -s "$f" ] || { echo "FAIL vm: no checks reported (rc $rc)" > "$f"; nf=1; }
-  say ""; say "== $name: ${np:-0} passed, ${nf:-0} failed (${secs}s, at $(stamp))"
+  say ""; say "== $name: ${np:-0} passed, ${nf:-0} failed (${secs}s, at $(stamp)$(vm_cpu "$name"))"
   grep -E '^(PASS|FAIL|INFO)' "$f" | sed 's/^/   /' | tee -a "$SUMMARY" >/dev/null
   grep -E '^FAIL' "$f" | sed 's/^/   /' >&2
 }
@@ -378,10 +382,10 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     { echo; echo "== fleet (target/rig/$RIG_KVER/fleet.txt)"; sed 's/^/  /' "$FLT"; } | tee -a "$SUMMARY"
   fi
 }
-storage_suites() {  # two VMs per boot on a kernel of their own; beside the other lanes with
-  # RIG_STORAGE_LANE=1, outside the pair slots (STORAGE_NOSLOT)
+storage_suites() {  # two VMs per boot on a kernel of their own (one pair slot each)
   if want storage; then  # NVMe over Fabrics through the port mapper: the storage kernel
-    # (kernel/storage.config, its own image and cache), 2 CPUs per VM, plain and (patched
+    # (kernel/storage.config, its own image and cache), one CPU per VM (RIG_STORAGE_CPUS=2
+    # gives the controller 5 queues instead of 3, for 12% more host CPU), plain and (patched
     # kernels) port-mapped; every pairing of C and ours in one boot per mode
     local sk kvar old modes=0; kvar=$(rig_kernel_var); old=${!kvar}
     [ -n "$(rig_patches)" ] && modes=${RIG_STORAGE_MODES:-0 1}
@@ -406,7 +410,7 @@ storage_suites() {  # two VMs per boot on a kernel of their own; beside the othe
         # which comes after the connection: what a queue does without one, reported)
         p=ours:ours,c:c,ours:c,c:ours; [ "$pm" = 1 ] && p=$p,ours-hold:c
         t_boot=$(date +%s)
-        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c 2 -T 1200 \
+        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c "${RIG_STORAGE_CPUS:-1}" -T 1200 \
           -e portmap=$pm -e pairs=$p
         echo "$pm $(( $(date +%s) - t_boot ))" >> "$RES/storage-walls.txt"
       done
@@ -454,24 +458,17 @@ case "$LANES" in
   2) GROUPS_OF_LANES=("kernel_suites attack_suites" "two_vm_suites") ;;
   *) GROUPS_OF_LANES=("kernel_suites" "attack_suites" "two_vm_suites") ;;
 esac
-# RIG_STORAGE_LANE=1 (CI): the storage boots in a lane of their own, started first and
-# beside the others, outside the pair slots: their VMs mostly wait (on nfsd, on the other
-# VM, on kill -9 restarts), so beside the other lanes they cost little more wall than the
-# CPU they use. Otherwise they come after the two-VM suites in the last lane.
-ORDER=("${!GROUPS_OF_LANES[@]}")
-if [ "${RIG_STORAGE_LANE:-0}" = 1 ]; then
-  GROUPS_OF_LANES+=("storage_suites"); STORAGE_NOSLOT=1
-  ORDER=($(( ${#GROUPS_OF_LANES[@]} - 1 )) "${ORDER[@]}")
-else
-  GROUPS_OF_LANES[-1]+=" storage_suites"
-fi
+# The storage boots come last in the last lane: beside the other lanes they slowed every VM
+# (they are busy, not waiting: about a core for their 600 s per kernel), and the judged
+# times of the one-VM suites (a burst of 8 connects under 5 s) failed.
+GROUPS_OF_LANES[-1]+=" storage_suites"
 LANE_PIDS=()
-for i in "${ORDER[@]}"; do
+for i in "${!GROUPS_OF_LANES[@]}"; do
   ( SUMMARY="$RES/.lane-$i.txt"; : > "$SUMMARY"; RUNS=()
     for g in ${GROUPS_OF_LANES[$i]}; do "$g"; done
     [ ${#RUNS[@]} -eq 0 ] || printf '%s\n' "${RUNS[@]}" > "$RES/.lane-$i.runs" ) &
   LANE_PIDS+=($!)
-  [ "$LANES" = 1 ] && [ "${GROUPS_OF_LANES[$i]}" != storage_suites ] && wait $!
+  [ "$LANES" = 1 ] && wait $!
 done
 wait "${LANE_PIDS[@]}"
 for i in "${!GROUPS_OF_LANES[@]}"; do
@@ -603,6 +600,11 @@ done
 say ""
 say "== rig total: $NP passed, $NF failed in ${#RUNS[@]} runs; wall $(stamp)"
 [ $NF -gt 0 ] && say "== runs with failures: ${BAD[*]}"
+# (what the runs cost the host, the rig's real budget under TCG: the sum of their QEMUs' CPU
+# time, and the runs that took most)
+say "== host CPU in QEMU: $(for r in "${RUNS[@]}"; do vm_cpu "$r" | tr -dc '0-9'; echo " $r"; done |
+  sort -rn | awk '{ t += $1; if (NR <= 6) top = top (top ? ", " : "") $2 " " $1 "s" }
+                  END { printf "%d s over the runs; most: %s", t, top }')"
 say "== results: $RES (summary.txt, cmtime.txt, flood.txt, forge.txt, pairs.txt, trickle.txt, restart-load.txt, share/out/<run>/)"
 echo "$NP passed, $NF failed"
 [ $NF = 0 ]

@@ -14,7 +14,7 @@
 #   -M MAC      MAC for eth0 [52:54:00:12:34:56]
 #   -e KEY=VAL  kernel cmdline rig.KEY=VAL -> guest env RIG_KEY=VAL (repeatable)
 #   -K ARG      append ARG to the kernel cmdline as is, e.g. ipv6.disable=1 (repeatable)
-#   -k FILE     kernel [see build-kernel.sh]   -i FILE   initramfs [$RIG_CACHE/initramfs.cpio.gz]
+#   -k FILE     kernel [see build-kernel.sh]   -i FILE   initramfs [$RIG_CACHE/initramfs.cpio]
 #   -l FILE     also save the console log to FILE
 # Exit: guest status; 124 = timeout; 125 = no status line (guest crashed).
 set -euo pipefail
@@ -78,6 +78,11 @@ timeout -k 5 "$TMO" qemu-system-x86_64 -accel tcg -machine pc -nodefaults -no-us
   "${netargs[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$LOGF"
 qrc=${PIPESTATUS[0]}
 set -e
+# What the VM cost the host: its QEMU's user and system CPU time (the shell's children),
+# beside its results. The rig's budget is the host's CPU (TCG), and run-all.sh sums these.
+# (`times` itself, not in a pipeline: a pipeline's subshell has no children of its own)
+mkdir -p "$SHARE/out/$NAME" && times > "$SHARE/out/$NAME/vm-cpu.txt" &&
+  sed -i '1d' "$SHARE/out/$NAME/vm-cpu.txt"
 st=$(grep -a "^RIG-EXIT-STATUS=" "$LOGF" | tail -1 | cut -d= -f2 || true)
 [ -z "$LOG" ] && rm -f "$LOGF"
 if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then echo "[run-vm] $NAME: TIMEOUT after ${TMO}s" >&2; exit 124; fi
