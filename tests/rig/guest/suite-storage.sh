@@ -346,9 +346,9 @@ for pair in $PAIRS; do
     a=$(md5sum < /tmp/data | cut -d' ' -f1); b=$(md5sum < /tmp/back 2>/dev/null | cut -d' ' -f1)
     check "$R-data" "4 MiB written to $NS with O_DIRECT and read back equal (md5 $a)" test "$a" = "$b"
     echo "$a" > "$SYNC/$FR.md5"
-    # Writes without a pause (8 MiB at a time, after the first 4 MiB) while both daemons
+    # Writes without a pause (2 MiB at a time, after the first 4 MiB) while both daemons
     # are killed and started again; then the last write is read back.
-    dd if=/dev/urandom of=/tmp/data2 bs=1M count=8 2>/dev/null; rm -f /tmp/io-stop /tmp/io-n /tmp/io-bad
+    dd if=/dev/urandom of=/tmp/data2 bs=1M count=2 2>/dev/null; rm -f /tmp/io-stop /tmp/io-n /tmp/io-bad
     if [ -b "$NS" ]; then
       ( n=0; bad=0
         while [ ! -e /tmp/io-stop ]; do
@@ -366,10 +366,10 @@ for pair in $PAIRS; do
     waitfor 20 sh -c "[ \$(cat /tmp/io-n 2>/dev/null || echo 0) -ge $(( ${n0:-0} + 2 )) ]"
     touch /tmp/io-stop; [ -n "${io:-}" ] && wait "$io"
     rm -f /tmp/back2
-    [ -b "$NS" ] && dd if="$NS" of=/tmp/back2 bs=1M skip=4 count=8 iflag=direct 2>>"$OUT/dd-$FR-restart.err"
+    [ -b "$NS" ] && dd if="$NS" of=/tmp/back2 bs=1M skip=4 count=2 iflag=direct 2>>"$OUT/dd-$FR-restart.err"
     a2=$(md5sum < /tmp/data2 | cut -d' ' -f1); b2=$(md5sum < /tmp/back2 2>/dev/null | cut -d' ' -f1)
     fig "$R-restart-writes" "$(cat /tmp/io-n 2>/dev/null)"
-    check "$R-restart-io" "$(cat /tmp/io-n 2>/dev/null || echo 0) writes of 8 MiB across both restarts, $(cat /tmp/io-bad 2>/dev/null || echo ?) failed; the last read back equal" \
+    check "$R-restart-io" "$(cat /tmp/io-n 2>/dev/null || echo 0) writes of 2 MiB across both restarts, $(cat /tmp/io-bad 2>/dev/null || echo ?) failed; the last read back equal" \
       sh -c "[ \"\$(cat /tmp/io-bad 2>/dev/null)\" = 0 ] && [ \$(cat /tmp/io-n) -ge $(( ${n0:-0} + 2 )) ] && [ '$a2' = '$b2' ]"
     # A reconnect, as after a fault (reset_controller: every queue torn down and connected
     # again), through the two restarted daemons: the old mappings go, one new one per queue.
