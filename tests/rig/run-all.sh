@@ -367,17 +367,18 @@ two_vm_suites() {  # two VMs per run (run2, one pair slot each)
     { echo; echo "== pmops (target/rig/$RIG_KVER/pmops.txt)"; sed 's/^/  /' "$POT"; } | tee -a "$SUMMARY"
   fi
   if want fleet && [ -n "$(rig_patches)" ] && [ $FLEET_CTL = 1 ]; then  # fleet keys between two daemons of ours, port-mapped,
-    # one boot: keyed <-> keyed, the client replaying / stripping / flipping captured sealed
-    # datagrams, a key rotation under connects, keyed ours <-> C both ways (fleet.txt)
+    # one boot: keyed <-> keyed, a keyless third host on the wire (tools/wire.py) replaying,
+    # stripping and flipping the sealed datagrams it saw and cutting one in flight, a key
+    # rotation under connects, keyed ours <-> C both ways (fleet.txt)
     t_fl=$(date +%s)
-    TEST2="$RIG_DIR/guest/suite-fleet.sh" run2 fleet "$RS" "$RS" -T 420
+    TEST2="$RIG_DIR/guest/suite-fleet.sh" run2 fleet "$RS" "$RS" -T 420 -w
     FLT="$RES/fleet.txt"
     flv() { awk -v k="$2" '$1==k {print $2; exit}' "$SHARE/out/$1/fleet-figures.txt" 2>/dev/null; }
     { np=$(cat "$SHARE/out/fleet-A/checks.txt" "$SHARE/out/fleet-B/checks.txt" 2>/dev/null | grep -c '^PASS')
       nf=$(cat "$SHARE/out/fleet-A/checks.txt" "$SHARE/out/fleet-B/checks.txt" 2>/dev/null | grep -c '^FAIL')
       echo "fleet keys (suite fleet, siw.port_map=1, both daemons traced), Linux $RIG_KVER: $np/$((np+nf)) checks; block wall $(( $(date +%s) - t_fl ))s, suite $(flv fleet-A suite_s)/$(flv fleet-B suite_s) s (server/client)"
       echo "  1 keyed<->keyed: cmtime total/max ms $(flv fleet-B p1_cmtime_total_ms)/$(flv fleet-B p1_cmtime_max_ms), rigcm connect $(flv fleet-B p1_connect_ms) ms; sealed datagrams server $(flv fleet-A p1_sealed_server), client $(flv fleet-B p1_sealed_client); peer_auth_verified server/client $(flv fleet-A p1_verified_server)/$(flv fleet-B p1_verified_client)"
-      echo "  2 attacker: replay $(flv fleet-A p2_replay_counters), strip $(flv fleet-A p2_strip_counters), flip $(flv fleet-A p2_flip_counters); connect after each, ms: $(flv fleet-B p2_after_replay_ms)/$(flv fleet-B p2_after_strip_ms)/$(flv fleet-B p2_after_flip_ms)"
+      echo "  2 attacker on the wire (IPv4 and IPv6): replay $(flv fleet-A p2_replay_counters), strip $(flv fleet-A p2_strip_counters), flip $(flv fleet-A p2_flip_counters); connect after each, ms: $(flv fleet-B p2_after_replay_ms)/$(flv fleet-B p2_after_strip_ms)/$(flv fleet-B p2_after_flip_ms); cut in flight $(flv fleet-A p2_instrip_counters), connect v4/v6 $(flv fleet-B p2_instrip_v4_ms)/$(flv fleet-B p2_instrip_v6_ms) ms"
       echo "  3 rotation: connects $(flv fleet-B p3_connects) (cmtime rounds, connect time summed $(flv fleet-B p3_connect_total_ms) ms), slowest $(flv fleet-B p3_connect_max_ms) ms (round $(flv fleet-B p3_round_max_s) s); sealed under key 1/key 2, server $(flv fleet-A p3_sent_key1_key2_server), client $(flv fleet-B p3_sent_key1_key2_client)"
       echo "  4 with C: cmtime total/max ms, ours-C $(flv fleet-B p4_ours-c_cmtime_total_ms)/$(flv fleet-B p4_ours-c_cmtime_max_ms), C-ours $(flv fleet-B p4_c-ours_cmtime_total_ms)/$(flv fleet-B p4_c-ours_cmtime_max_ms)"
     } > "$FLT"
@@ -525,10 +526,11 @@ if [ $SELFTEST = 1 ]; then
     expect_fail selftest-pm-plain-B portmap dump ss-estab hostbind-live trace-flags0 trace-mapped
   fi
   if want fleet && [ -n "$(rig_patches)" ] && [ $FLEET_CTL = 1 ]; then  # suite fleet with the server's peer_auth_required
-    # unset (parts 1-2): a stripped REQUEST is then served as a plain one, so p2-strip must fail
-    "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -n selftest-fleet-open-A,selftest-fleet-open-B -e parts=1,2 \
+    # unset (parts 1-2): a stripped REQUEST is then served as a plain one, so p2-strip and
+    # p2-instrip must fail
+    "$RIG_DIR/run-2vm.sh" -s "$SHARE" -T 300 -w -n selftest-fleet-open-A,selftest-fleet-open-B -e parts=1,2 \
       -A required=0 "$RIG_DIR/guest/suite-fleet.sh" > "$RES/console-selftest-fleet-open.log" 2>&1
-    expect_fail selftest-fleet-open-A p2-strip
+    expect_fail selftest-fleet-open-A p2-strip p2-instrip
   fi
 fi
 

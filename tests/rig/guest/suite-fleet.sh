@@ -13,15 +13,19 @@
 #             ways, peer_auth_verified > 0 and no auth failure on either side; every
 #             REMOTE_INFO sent before its ACCEPT; the passive kernel reports the client's
 #             unmapped port
-#   2 attack  the client plays an on-path host: it takes the sealed REQUEST and ACK its own
-#             daemon last sent to the server (from its strace, as a capture of the wire
-#             would show them) and sends them to the server's :3935 from its own address
-#             with `rigtool udp`: (a) as they were (a replay), (b) their first 64 bytes only
-#             (stripped: what rdma-core would read), (c) with one byte of the message
-#             flipped. Per step the server's daemon reads both datagrams (strace), counts
-#             them (peer_auth_replayed / peer_auth_missing / peer_auth_wrong_key + 2),
-#             sends nothing to its kernel and nothing back; a connect right after connects
-#             without a stall
+#   2 attack  a third host on the wire, with no key (run-2vm.sh -w: tools/wire.py between
+#             the VMs' links). It keeps the last sealed REQUEST and ACK of each family the
+#             client's daemon sent (one IPv6 connect first gives it the IPv6 pair) and
+#             injects them with the client's own MAC, address and port: (a) as they were
+#             (a replay), (b) their first 64 bytes only (stripped: what rdma-core would
+#             read), (c) with one byte of the message flipped. Per step the server's
+#             daemon reads the four datagrams (strace), counts them (peer_auth_replayed /
+#             peer_auth_missing / peer_auth_wrong_key + 4), sends nothing to its kernel
+#             and nothing back; a connect right after connects without a stall. (d) The
+#             wire cuts the client's next REQUEST of each family to 64 bytes in flight:
+#             each is dropped and counted (peer_auth_missing + 2), the daemon's resend gets
+#             through, each connect gets one REMOTE_INFO and waits one resend, never the
+#             kernel's 10 s
 #   3 rotate  1 000 connects (rotate_connects=N) in ten rounds of cmtime run while both
 #             daemons go through the three rotation steps of the key file (add key 2
 #             accept-only; key 2 signing; key 1 removed), SIGHUP after each, the server
@@ -37,9 +41,10 @@
 #        c=PATH [/usr/sbin/iwpmd]; iwpmctl=PATH [/mnt/rig/bin/iwpmctl]; cmtime=N [20];
 #        connect_max_ms=MS [1000]; rotate_connects=N [1000], rotate_rounds=R [10];
 #        parts=LIST [1,2,3,4] (2 and 3 need 1's daemons);
-#        fleet_net=CIDR [10.77.0.0/24]; required=0|1 [1]: peer_auth_required in parts 1-3
-#        (0 on the server: the self-test's control, where p2-strip must fail: a stripped
-#        REQUEST is then served as a plain one)
+#        fleet_net=CIDRS [10.77.0.0/24,fd00:77::/64]; required=0|1 [1]: peer_auth_required in parts 1-3
+#        (0 on the server: the self-test's control, where p2-strip and p2-instrip must
+#        fail: a stripped REQUEST is then served as a plain one)
+# Needs the wire (run-2vm.sh -w) for part 2.
 RIG_LIB_DIR=$(dirname "$0"); . "$RIG_LIB_DIR/lib.sh"
 ROLE=${RIG_ROLE:?rig.role=server|client}; PEER=${RIG_PEER:?rig.peer=ADDR}
 if [ "$ROLE" = server ]; then OTHER=client; else OTHER=server; fi
@@ -47,7 +52,8 @@ OURS=${RIG_OURS:-/mnt/rig/bin/iwpmd-rs}; CD=${RIG_C:-/usr/sbin/iwpmd}
 IWPMCTL=${RIG_IWPMCTL:-/mnt/rig/bin/iwpmctl}
 CM=${RIG_CMTIME:-20}; CMAX=${RIG_CONNECT_MAX_MS:-1000}
 PARTS=",${RIG_PARTS:-1,2,3,4},"
-NET=${RIG_FLEET_NET:-10.77.0.0/24}; REQD=${RIG_REQUIRED:-1}
+NET=${RIG_FLEET_NET:-10.77.0.0/24,fd00:77::/64}; REQD=${RIG_REQUIRED:-1}
+IP6="fd00:77::${RIG_HOSTID:-1}/64"; PEER6="fd00:77::$(echo "$PEER" | sed 's/.*\.//')"
 RIG_PORTMAP=${RIG_PORTMAP:-1}
 PM=/sys/module/siw/parameters/port_map
 CTLS=/tmp/iwpmd-ctl.sock
@@ -109,21 +115,18 @@ udp_raw() {
       k = "-"; if (n == 124 && substr(h, 129, 8) == "49575253") k = hv(substr(h, 193, 8))
       print d, a ":" p, T[t + 1], n, k, h }' "$1"
 }
-# flip_byte HEX OFFSET: HEX with the byte at OFFSET xor 1
-flip_byte() { echo "$1" | awk -v o="$2" '{ b = substr($0, 2 * o + 1, 2); v = index("0123456789abcdef", substr(b, 1, 1)) * 16 + index("0123456789abcdef", substr(b, 2, 1)) - 17
-  v = v - v % 2 + (1 - v % 2); printf "%s%02x%s\n", substr($0, 1, 2 * o), v, substr($0, 2 * o + 3) }'; }
 # tcount DECODED ERE: matching lines
 tcount() { grep -c -E "$2" "$1"; }
 # the client's connect to the server's listener on PORT: CONN_MS, returns rigcm's status
-connect_once() {  # connect_once TAG PORT [SRC_PORT]
-  timeout 30 rigcm connect "$IP:${3:-0}" "$PEER:$2" 20 > "$OUT/connect-$1.log" 2>&1; r=$?
+connect_once() {  # connect_once TAG PORT [SRC_PORT] [SRC PEER]: SRC ADDR:PORT and PEER ([v6]) for IPv6
+  timeout 30 rigcm connect "${4:-$IP:${3:-0}}" "${5:-$PEER}:$2" 20 > "$OUT/connect-$1.log" 2>&1; r=$?
   CONN_MS=$(sed -n 's/^connected .* ms=\([0-9.]*\).*/\1/p' "$OUT/connect-$1.log" | head -1)
   return $r
 }
-check_connect() {  # check_connect NAME TAG PORT [SRC_PORT]
+check_connect() {  # check_connect NAME TAG PORT [SRC_PORT] [SRC PEER]
   local r=1
-  connect_once "$2" "$3" "$4" && [ -n "$CONN_MS" ] && lt "$CONN_MS" "$CMAX" && r=0
-  check "$1" "connect to $PEER:$3: $(head -1 "$OUT/connect-$2.log") (limit $CMAX ms)" test $r = 0
+  connect_once "$2" "$3" "$4" "$5" "$6" && [ -n "$CONN_MS" ] && lt "$CONN_MS" "$CMAX" && r=0
+  check "$1" "connect to ${6:-$PEER}:$3: $(head -1 "$OUT/connect-$2.log") (limit $CMAX ms)" test $r = 0
 }
 stop_daemon() { stop_iwpmd; sleep 0.5; }
 # ri_order DECODED: per association of the passive trace, where its REMOTE_INFO went
@@ -141,6 +144,7 @@ ri_order() {
 # ---- siw in port-mapped mode, network ----
 [ -w "$PM" ] && echo "$RIG_PORTMAP" > "$PM"
 setup_net
+ip -6 addr add "$IP6" dev "$DEV" nodad
 check portmap "siw.port_map=$(cat "$PM" 2>/dev/null || echo 'missing: unpatched kernel?') before rdma link add" \
   test "$(cat "$PM" 2>/dev/null)" = Y
 start_syslog
@@ -217,58 +221,90 @@ detail "$u$e"
 note "part 1: $(elapsed "$T_PH") s"
 fi
 
-# ======== part 2: the client as an on-path attacker ========
+# ======== part 2: a third host on the wire, with no key ========
 PART=2
 if want_part 2; then
 T_PH=$(uptime_s)
+# The wire (run-2vm.sh -w, tools/wire.py on the host) forwards every frame between the two
+# VMs and keeps the last sealed REQUEST and ACK of each family that the client's daemon
+# sent to the server's. Asked through the share, it injects them again, stripped or with a
+# byte flipped, from the client's own MAC, address and port (the victim's), or cuts the
+# next REQUEST in flight. It never holds a key.
 if [ "$ROLE" = server ]; then
   rigcm listen "$IP" 7801 1 600 > "$OUT/listen-7801.log" 2>&1 & LP=$!
-  waitfor 20 grep -q '^listening' "$OUT/listen-7801.log"
+  rigcm serve "${IP6%/*}" 7802 2 600 > "$OUT/listen-7802.log" 2>&1 & LP6=$!   # (listen: IPv4 only)
+  waitfor 20 grep -q '^listening' "$OUT/listen-7801.log"; waitfor 20 grep -q '^listening' "$OUT/listen-7802.log"
   flag p2.listening
-  for step in replay strip flip; do
-    wait_flag "p2.$step.ready" 120
+  prev=v6
+  # p2_read TRACE: peer datagrams read from the client's addresses, any port
+  p2_read() { grep -E " udp recv ($PEER|\[$PEER6\]):[0-9]+ " "$1"; }
+  for step in replay strip flip instrip; do
+    wait_flag "p2.$prev.connected" 120
     auth_snap /tmp/a0; decode "$ST" /tmp/t0
     nl0=$(tcount /tmp/t0 ' nl send '); ri0=$(tcount /tmp/t0 ' IWCM REMOTE_INFO '); us0=$(tcount /tmp/t0 ' udp send ')
-    ur0=$(grep -E " udp recv $PEER:[0-9]+ " /tmp/t0 | grep -v -c " udp recv $PEER:3935 ")
-    flag "p2.$step.go"; wait_flag "p2.$step.sent" 60; sleep 1
+    ur0=$(p2_read /tmp/t0 | wc -l)
+    if [ $step = instrip ]; then
+      echo "v4 v6" > "$SYNC/.wire.instrip.go.part"; mv "$SYNC/.wire.instrip.go.part" "$SYNC/wire.instrip.go"
+      wait_flag wire.instrip.armed 30; flag p2.instrip.armed
+      wait_flag p2.instrip.connected 120; wait_flag wire.instrip.sent 10
+    else
+      flag "wire.$step.go"; wait_flag "wire.$step.sent" 60
+    fi
+    sleep 1
     auth_snap /tmp/a1; decode "$ST" /tmp/t1
     nl1=$(tcount /tmp/t1 ' nl send '); ri1=$(tcount /tmp/t1 ' IWCM REMOTE_INFO '); us1=$(tcount /tmp/t1 ' udp send ')
-    ur1=$(grep -E " udp recv $PEER:[0-9]+ " /tmp/t1 | grep -v -c " udp recv $PEER:3935 ")
-    grep -E " udp recv $PEER:[0-9]+ " /tmp/t1 | grep -v " udp recv $PEER:3935 " | tail -n $((ur1 - ur0)) > "$OUT/attack-$step-read.txt"
+    ur1=$(p2_read /tmp/t1 | wc -l)
+    p2_read /tmp/t1 | tail -n $((ur1 - ur0)) > "$OUT/attack-$step-read.txt"
+    cp "$SYNC/wire.$step.sent" "$OUT/wire-$step.txt" 2>/dev/null
+    inj=$(grep -c -E '^(injected|cut in flight)' "$OUT/wire-$step.txt" 2>/dev/null)
+    nv6=$(grep -c ' v6 ' "$OUT/wire-$step.txt" 2>/dev/null)
     d=$(auth_diff /tmp/a0 /tmp/a1)
     case $step in
-      replay) c=peer_auth_replayed; what="the captured sealed REQUEST and ACK sent again" ;;
-      strip) c=peer_auth_missing; what="their first 64 bytes only (stripped)" ;;
-      flip) c=peer_auth_wrong_key; what="one byte of each message flipped" ;;
+      replay) c=peer_auth_replayed; what="the kept sealed REQUEST and ACK of each family injected again" ;;
+      strip) c=peer_auth_missing; what="the same cut to their first 64 bytes (stripped)" ;;
+      flip) c=peer_auth_wrong_key; what="the same with one byte of the message flipped" ;;
     esac
-    fig "p2_${step}_counters" "$(echo "$d" | tr ' ' ',')"
-    check "p2-$step" "$what from $PEER (not :3935): the daemon read $((ur1 - ur0)) datagrams, counters moved: $d; netlink messages to the kernel +$((nl1 - nl0)) (REMOTE_INFO +$((ri1 - ri0))), datagrams back +$((us1 - us0))" \
-      sh -c "[ $((ur1 - ur0)) = 2 ] && [ '$d' = '$c+2' ] && [ $nl1 = $nl0 ] && [ $ri1 = $ri0 ] && [ $us1 = $us0 ]"
-    detail "$(cat "$OUT/attack-$step-read.txt" | cut -c1-160)"
-    flag "p2.$step.checked"
+    if [ $step = instrip ]; then
+      # the client's next REQUEST of each family cut in flight: each is dropped and
+      # counted; the client's daemon sends it again after its retransmission interval and
+      # that one is believed, so each connect gets exactly one REMOTE_INFO, at once
+      n64=$(grep -c ' REQUEST v[46] len=64 ' "$OUT/attack-$step-read.txt")
+      ms=$(echo "$d" | tr ' ' '\n' | grep -c '^peer_auth_missing+2$'); bad=$(echo "$d" | tr ' ' '\n' | grep -E -c '^peer_auth_(wrong_key|clock|replayed|unkeyed)')
+      fig p2_instrip_counters "$(echo "$d" | tr ' ' ',')"
+      check p2-instrip "the wire cut the client's next sealed REQUEST of each family to 64 bytes in flight ($inj cut, $nv6 IPv6): the daemon read $n64 stripped REQUESTs, counters moved: $d; REMOTE_INFO +$((ri1 - ri0)) for the two connects (one each, from the resent sealed REQUEST)" \
+        sh -c "[ $inj = 2 ] && [ $nv6 = 1 ] && [ $n64 = 2 ] && [ $ms = 1 ] && [ $bad = 0 ] && [ $((ri1 - ri0)) = 2 ]"
+    else
+      fig "p2_${step}_counters" "$(echo "$d" | tr ' ' ',')"
+      check "p2-$step" "$what by the wire, as from the client's own address and port ($inj datagrams, $nv6 IPv6): the daemon read $((ur1 - ur0)), counters moved: $d; netlink messages to the kernel +$((nl1 - nl0)) (REMOTE_INFO +$((ri1 - ri0))), datagrams back +$((us1 - us0))" \
+        sh -c "[ $inj = 4 ] && [ $nv6 = 2 ] && [ $((ur1 - ur0)) = 4 ] && [ '$d' = '$c+4' ] && [ $nl1 = $nl0 ] && [ $ri1 = $ri0 ] && [ $us1 = $us0 ]"
+    fi
+    detail "$(cat "$OUT/wire-$step.txt" "$OUT/attack-$step-read.txt" 2>/dev/null | cut -c1-160)"
+    flag "p2.$step.checked"; prev=$step
   done
-  wait_flag p2.connected 120
+  wait_flag p2.instrip.connected 120
+  kill $LP $LP6 2>/dev/null; wait $LP $LP6 2>/dev/null
 else
   wait_flag p2.listening 120
-  udp_raw "$ST" > "$OUT/udp-raw-p1.txt"
-  REQ=$(awk -v p="$PEER:3935" '$1=="send" && $2==p && $3=="REQUEST" && $4==124 {h=$6} END {print h}' "$OUT/udp-raw-p1.txt")
-  ACK=$(awk -v p="$PEER" '$1=="send" && index($2, p ":")==1 && $3=="ACK" && $4==124 {h=$6} END {print h}' "$OUT/udp-raw-p1.txt")
-  echo "REQUEST $REQ" > "$OUT/captured.txt"; echo "ACK $ACK" >> "$OUT/captured.txt"
-  check p2-captured "the sealed REQUEST and ACK our daemon last sent to $PEER, from its strace: $((${#REQ} / 2)) and $((${#ACK} / 2)) bytes" \
-    sh -c "[ ${#REQ} = 248 ] && [ ${#ACK} = 248 ]"
+  # one keyed exchange over IPv6 first, so that the wire has one of each family to keep
+  check_connect p2-v6-connect p2-v6 7802 "" "[${IP6%/*}]:0" "[$PEER6]"
+  flag p2.v6.connected
   for step in replay strip flip; do
-    case $step in
-      replay) a=$REQ; b=$ACK ;;
-      strip) a=$(echo "$REQ" | cut -c1-128); b=$(echo "$ACK" | cut -c1-128) ;;
-      flip) a=$(flip_byte "$REQ" 34); b=$(flip_byte "$ACK" 34) ;;   # (byte 34: the ap address's third byte)
-    esac
-    flag "p2.$step.ready"; wait_flag "p2.$step.go" 60
-    { rigtool udp "$PEER" 3935 "$a"; rigtool udp "$PEER" 3935 "$b"; } >> "$OUT/attack-$step.log" 2>&1
-    flag "p2.$step.sent"; wait_flag "p2.$step.checked" 60
+    wait_flag "p2.$step.checked" 120
     check_connect "p2-after-$step" "p2-$step" 7801
     fig "p2_after_${step}_ms" "${CONN_MS:-none}"
+    flag "p2.$step.connected"
   done
-  flag p2.connected
+  # the in-flight strip: each connect waits for its daemon's resend (1 s), never for the
+  # kernel's 10 s timeout
+  wait_flag p2.instrip.armed 120
+  CMAX0=$CMAX; CMAX=$((CMAX0 + 2000))
+  check_connect p2-instrip-v4 p2-instrip-v4 7801
+  fig p2_instrip_v4_ms "${CONN_MS:-none}"
+  check_connect p2-instrip-v6 p2-instrip-v6 7802 "" "[${IP6%/*}]:0" "[$PEER6]"
+  fig p2_instrip_v6_ms "${CONN_MS:-none}"
+  CMAX=$CMAX0
+  flag p2.instrip.connected
+  wait_flag p2.instrip.checked 120
 fi
 note "part 2: $(elapsed "$T_PH") s"
 fi
