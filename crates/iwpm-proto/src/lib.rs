@@ -3,6 +3,8 @@
 //! * [`netlink`]: the kernel link (`NETLINK_RDMA`, client `RDMA_NL_IWCM`), iwpm ABI 3 and 4,
 //!   every op in the direction(s) it travels, with the validation rules of the kernel and of
 //!   rdma-core's `iwpmd`.
+//! * [`kernel_side`]: the kernel's conventions around that codec (how it builds its
+//!   requests, which answers it takes), shared by every stand-in of the kernel.
 //! * [`peer`]: the daemon-to-daemon UDP protocol on port 3935 (64-byte REQUEST, 48-byte
 //!   ACCEPT/ACK/REJECT, and the 96-byte form with the iwpmd-rs extension block).
 //! * [`config`]: `/etc/iwpmd.conf`, accepting and rejecting what the C parser does.
@@ -23,6 +25,7 @@ pub mod consts;
 pub mod fleet_key;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod kernel_side;
 pub mod keyfile;
 pub mod netlink;
 pub mod peer;

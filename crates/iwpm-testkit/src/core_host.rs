@@ -1,6 +1,7 @@
 //! Test harness: one [`iwpm_core::Host`] (the core with the fake port reservations,
-//! [`Ports`], lent to it), a scripted kernel side (encodes with the proto codec, decodes
-//! what the core sends with the kernel's rules) and a virtual clock. iwpm-core's
+//! [`Ports`], lent to it), a scripted kernel side (builds its messages and judges what the
+//! core sends with [`iwpm_proto::kernel_side`], as every kernel stand-in does) and a
+//! virtual clock. iwpm-core's
 //! integration tests and its table bench drive the core through it, and so through the
 //! same `Host` the daemon's shell drives: a duty `Host` adds to the core is tested here
 //! too. The harness keeps no state file (no save policy).
@@ -13,11 +14,15 @@ use iwpm_core::{
     Action, Core, CoreConfig, Host, KernelReceipt, PeerSocket, Previous, ProbeResult,
     RestoreReport, SettleReport,
 };
-use iwpm_proto::consts::{NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM};
+use iwpm_proto::consts::{IWPM_UABI_VERSION, IWPM_ULIB_NAME, RDMA_NL_IWCM};
+use iwpm_proto::kernel_side::requests::{
+    add_mapping, encode_handler_done, encode_mapinfo_end, encode_mapinfo_record, hello_reply,
+    mapinfo_num, query_mapping, reg_pid, remove_mapping,
+};
+use iwpm_proto::kernel_side::{dispatched, Answer, RequestKind, IWPM_NL_TIMEOUT};
 use iwpm_proto::netlink::{
-    decode_daemon_datagram, encode_done, encode_error, encode_kernel_msg, DaemonFrame, DaemonMsg,
-    Envelope, Hello, KernelMsg, ManageMappingRequest, MapInfoNumRequest, MapInfoRecord,
-    NetlinkError, NlHeader, NlString, QueryMappingRequest, RegPidRequest,
+    decode_daemon_datagram, encode_error, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope,
+    Hello, KernelMsg, MapInfoRecord, NetlinkError, NlHeader,
 };
 use iwpm_proto::peer::PeerMessage;
 use iwpm_proto::sockaddr::SockAddrStorage;
@@ -159,12 +164,12 @@ impl CoreHarness {
         assert_eq!(env.seq, 0, "HELLO is the first message for client 2");
         assert!(matches!(
             msg,
-            DaemonMsg::Hello(Hello { abi_version: 4, .. })
+            DaemonMsg::Hello(Hello {
+                abi_version: IWPM_UABI_VERSION,
+                ..
+            })
         ));
-        self.kernel_msg(KernelMsg::Hello(Hello {
-            abi_version: 4,
-            unknown: vec![],
-        }));
+        self.kernel_msg(hello_reply(IWPM_UABI_VERSION));
         self.kernel_done(env.seq, Some(0));
         let (_, msg) = self.expect_kernel();
         assert!(matches!(msg, DaemonMsg::MapInfo(_)), "{msg:?}");
@@ -193,7 +198,10 @@ impl CoreHarness {
                         match f {
                             Ok(DaemonFrame::Msg(env, msg)) => {
                                 assert_eq!(env.pid, PID, "nlmsg_pid must be our port id");
-                                assert_ne!(env.flags & NLM_F_REQUEST, 0, "NLM_F_REQUEST");
+                                assert!(
+                                    dispatched(env.client, env.flags),
+                                    "the kernel skips a message without NLM_F_REQUEST"
+                                );
                                 if let DaemonMsg::HandleErr(e) = &msg {
                                     assert_ne!(e.code, 0, "HANDLE_ERR code 0");
                                 }
@@ -249,15 +257,13 @@ impl CoreHarness {
         }
     }
 
-    /// Each kernel request is answered at most once, and never 10 s or more after it was
-    /// sent (the kernel has given up by then). Seq 0 (MAPINFO records) is exempt.
+    /// Each kernel request (and MAPINFO_NUM) is answered at most once, and a request the
+    /// kernel waits for never [`IWPM_NL_TIMEOUT`] or more after it was sent (the kernel has
+    /// given up by then). Seq 0 (MAPINFO records) is exempt.
     fn check_answer(&mut self, msg: &DaemonMsg) {
-        let seq = match msg {
-            DaemonMsg::RegPid(r) => r.seq,
-            DaemonMsg::AddMapping(r) => r.seq,
-            DaemonMsg::QueryMapping(r) => r.seq,
-            DaemonMsg::HandleErr(e) => e.seq,
-            DaemonMsg::MapInfoNum(r) => r.seq,
+        let seq = match (Answer::of(msg), msg) {
+            (Some(answer), _) => answer.seq(),
+            (None, DaemonMsg::MapInfoNum(r)) => r.seq,
             _ => return,
         };
         if seq == 0 {
@@ -267,10 +273,10 @@ impl CoreHarness {
             self.answered.insert(seq),
             "kernel seq {seq} answered twice: {msg:?}"
         );
-        if let Some((at, op)) = self.sent_at.get(&seq).filter(|(_, op)| *op <= 2) {
-            let _ = op;
+        let waited = |(_, op): &&(Instant, u16)| RequestKind::of_op(*op).is_some();
+        if let Some((at, _)) = self.sent_at.get(&seq).filter(waited) {
             assert!(
-                self.now.duration_since(*at) < Duration::from_secs(10),
+                self.now.duration_since(*at) < IWPM_NL_TIMEOUT,
                 "late answer for seq {seq}: {msg:?}"
             );
         }
@@ -281,23 +287,16 @@ impl CoreHarness {
         self.kernel_seq
     }
 
+    /// The kernel's header on its next request.
     pub fn env(&mut self) -> Envelope {
-        Envelope {
-            client: RDMA_NL_IWCM,
-            flags: NLM_F_REQUEST,
-            seq: self.next_kseq(),
-            pid: 0,
-        }
+        Envelope::kernel_request(self.next_kseq())
     }
 
     /// Starts the core and answers its HELLO with ABI 4 (the MAPINFO window opens); what
     /// the core sent the kernel so far is dropped.
     pub fn start_answered(&mut self) {
         self.start();
-        self.kernel_msg(KernelMsg::Hello(Hello {
-            abi_version: 4,
-            unknown: vec![],
-        }));
+        self.kernel_msg(hello_reply(IWPM_UABI_VERSION));
         self.kernel_in.clear();
     }
 
@@ -322,7 +321,7 @@ impl CoreHarness {
 
     pub fn kernel_done(&mut self, seq: u32, result: Option<i32>) {
         let mut b = Vec::new();
-        encode_done(seq, PID, NLM_F_MULTI, result, &mut b);
+        encode_handler_done(seq, PID, result, &mut b);
         self.kernel_raw(&b);
     }
 
@@ -333,70 +332,38 @@ impl CoreHarness {
     }
 
     pub fn reg_pid(&mut self) -> u32 {
-        self.kernel_msg(KernelMsg::RegPid(RegPidRequest {
-            echo_seq: 0,
-            if_name: NlString::padded("eth0", 16),
-            ibdev_name: NlString::padded("siw0", 32),
-            ulib_name: NlString::padded("iWarpPortMapperUser", 32),
-            unknown: vec![],
-        }))
+        self.kernel_msg(reg_pid(0, "eth0", "siw0", IWPM_ULIB_NAME))
     }
 
     pub fn add(&mut self, local: &str, flags: Option<u32>) -> u32 {
-        self.kernel_msg(KernelMsg::AddMapping(ManageMappingRequest {
-            echo_seq: 0,
-            addr: sa(local),
-            flags,
-            unknown: vec![],
-        }))
+        self.kernel_msg(add_mapping(0, sa(local), flags))
     }
 
     pub fn query(&mut self, local: &str, remote: &str, flags: Option<u32>) -> u32 {
-        self.kernel_msg(KernelMsg::QueryMapping(QueryMappingRequest {
-            echo_seq: 0,
-            local_addr: sa(local),
-            remote_addr: sa(remote),
-            flags,
-            unknown: vec![],
-        }))
+        self.kernel_msg(query_mapping(0, sa(local), sa(remote), flags))
     }
 
     pub fn remove(&mut self, local: &str) -> u32 {
-        self.kernel_msg(KernelMsg::RemoveMapping(ManageMappingRequest {
-            echo_seq: 0,
-            addr: sa(local),
-            flags: None,
-            unknown: vec![],
-        }))
+        self.kernel_msg(remove_mapping(0, sa(local)))
     }
 
     pub fn mapinfo_records(&mut self, records: &[(&str, &str, Option<u32>)]) {
         let mut b = Vec::new();
         for (l, m, f) in records {
-            let env = Envelope {
-                client: RDMA_NL_IWCM,
-                flags: NLM_F_MULTI,
-                seq: 0,
-                pid: 0,
-            };
-            let rec = KernelMsg::MapInfo(MapInfoRecord {
+            let rec = MapInfoRecord {
                 local_addr: sa(l),
                 mapped_addr: sa(m),
                 flags: *f,
                 unknown: vec![],
-            });
-            encode_kernel_msg(&env, &rec, &mut b);
+            };
+            encode_mapinfo_record(RDMA_NL_IWCM, rec, &mut b);
         }
-        encode_done(0, 0, NLM_F_MULTI, None, &mut b);
+        encode_mapinfo_end(&mut b);
         self.kernel_raw(&b);
     }
 
     pub fn mapinfo_num(&mut self, send_num: u32) -> u32 {
-        self.kernel_msg(KernelMsg::MapInfoNum(MapInfoNumRequest {
-            seq: 0,
-            send_num,
-            unknown: vec![],
-        }))
+        self.kernel_msg(mapinfo_num(send_num))
     }
 
     pub fn expect_kernel(&mut self) -> (Envelope, DaemonMsg) {

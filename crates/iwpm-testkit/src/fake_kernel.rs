@@ -1,7 +1,8 @@
 //! The kernel end of a daemon's link, played by the test: a Unix datagram socket that
 //! `iwpmd --kernel unix:PATH` talks to, with the kernel's header conventions and the
-//! first exchanges (HELLO, MAPINFO, REG_PID) done the way the kernel does them. Every
-//! wait is bounded.
+//! first exchanges (HELLO, MAPINFO, REG_PID) done the way the kernel does them: built by
+//! [`iwpm_proto::kernel_side`], as every kernel stand-in's are. A test scripts anything
+//! else byte by byte. Every wait is bounded.
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -9,10 +10,10 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use iwpm_proto::consts::{IWPM_ULIB_NAME, RDMA_NL_IWCM};
+use iwpm_proto::consts::{IWPM_UABI_VERSION, IWPM_ULIB_NAME, RDMA_NL_IWCM};
+use iwpm_proto::kernel_side::requests::{add_mapping, encode_request, hello_reply, reg_pid};
 use iwpm_proto::netlink::{
-    decode_daemon_datagram, encode_kernel_msg, DaemonFrame, DaemonMsg, Envelope, Hello, KernelMsg,
-    ManageMappingRequest, NlString, RegPidRequest,
+    decode_daemon_datagram, DaemonFrame, DaemonMsg, Envelope, Hello, KernelMsg, NlString,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
@@ -108,7 +109,7 @@ impl FakeKernel {
     /// Sends one kernel message with the kernel's header conventions; returns its seq.
     pub fn send(&mut self, msg: &KernelMsg) -> u32 {
         self.seq += 1;
-        self.send_raw(&kernel_request(self.seq, msg));
+        self.send_raw(&encode_request(self.seq, msg));
         self.seq
     }
 
@@ -117,21 +118,21 @@ impl FakeKernel {
     pub fn handshake(&mut self) -> Envelope {
         let (env, msg) = self.recv_msg(WAIT).expect("no HELLO from the daemon");
         assert!(
-            matches!(msg, DaemonMsg::Hello(Hello { abi_version: 4, .. })),
+            matches!(
+                msg,
+                DaemonMsg::Hello(Hello {
+                    abi_version: IWPM_UABI_VERSION,
+                    ..
+                })
+            ),
             "first message must be HELLO(4): {msg:?}"
         );
-        self.send(&KernelMsg::Hello(Hello {
-            abi_version: 4,
-            unknown: vec![],
-        }));
+        self.send(&hello_reply(IWPM_UABI_VERSION));
         let (_, msg) = self.recv_msg(WAIT).expect("no MAPINFO request after HELLO");
         match msg {
             DaemonMsg::MapInfo(m) => {
-                assert_eq!(
-                    m.ulib_name,
-                    nl_string(IWPM_ULIB_NAME, IWPM_ULIB_NAME.len() + 1)
-                );
-                assert_eq!(m.ulib_version, 4);
+                assert_eq!(m.ulib_name, NlString::new(IWPM_ULIB_NAME));
+                assert_eq!(m.ulib_version, IWPM_UABI_VERSION);
             }
             other => panic!("expected MAPINFO request, got {other:?}"),
         }
@@ -140,13 +141,7 @@ impl FakeKernel {
 
     /// Registers client 2 the way the kernel does (REG_PID multicast); returns the reply.
     pub fn register(&mut self) -> DaemonMsg {
-        let seq = self.send(&KernelMsg::RegPid(RegPidRequest {
-            echo_seq: 0,
-            if_name: nl_string("lo", 16),
-            ibdev_name: nl_string("siw_lo", 32),
-            ulib_name: nl_string(IWPM_ULIB_NAME, 32),
-            unknown: vec![],
-        }));
+        let seq = self.send(&reg_pid(0, "lo", "siw_lo", IWPM_ULIB_NAME));
         let (env, msg) = self.recv_msg(WAIT).expect("no REG_PID reply");
         assert_eq!(env.client, RDMA_NL_IWCM);
         match &msg {
@@ -158,12 +153,11 @@ impl FakeKernel {
 
     /// ADD_MAPPING for `addr` (ABI 4, flags 0); returns (seq, reply).
     pub fn add_mapping(&mut self, addr: SocketAddr) -> (u32, DaemonMsg) {
-        let seq = self.send(&KernelMsg::AddMapping(ManageMappingRequest {
-            echo_seq: 0,
-            addr: SockAddrStorage::from_socket_addr(addr),
-            flags: Some(0),
-            unknown: vec![],
-        }));
+        let seq = self.send(&add_mapping(
+            0,
+            SockAddrStorage::from_socket_addr(addr),
+            Some(0),
+        ));
         let (_, msg) = self.recv_msg(WAIT).expect("no ADD_MAPPING reply");
         (seq, msg)
     }
@@ -175,20 +169,9 @@ impl Drop for FakeKernel {
     }
 }
 
-/// A NUL-padded string attribute of `size` bytes, as the kernel sends them.
-pub fn nl_string(s: &str, size: usize) -> NlString {
-    let mut v = s.as_bytes().to_vec();
-    v.resize(size.max(s.len() + 1), 0);
-    NlString(v)
-}
-
-/// One kernel -> daemon message with the kernel's header conventions (client IWCM,
-/// `NLM_F_REQUEST`, port id 0) and sequence number `seq`.
-pub fn kernel_request(seq: u32, msg: &KernelMsg) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_kernel_msg(&Envelope::kernel_request(seq), msg, &mut out);
-    out
-}
+/// One kernel -> daemon message with the kernel's header conventions and sequence number
+/// `seq`, for a test that sends it raw (with other bytes, or twice).
+pub use iwpm_proto::kernel_side::requests::encode_request as kernel_request;
 
 /// [`Daemon::start`](StartOnFakeKernel::start): a daemon linked to a [`FakeKernel`] (a
 /// trait because the handle is [`iwpm_process`]'s; in the prelude, so a test still writes

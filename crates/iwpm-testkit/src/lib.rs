@@ -35,7 +35,7 @@ pub mod prelude {
         daemon_command, eventually, find_iwpmd, iwpmd_args, iwpmd_command, wait_child, Daemon, Log,
         StopError, EVENT_LOOP_LINE, WAIT,
     };
-    pub use crate::fake_kernel::{kernel_request, nl_string, FakeKernel, StartOnFakeKernel};
+    pub use crate::fake_kernel::{kernel_request, FakeKernel, StartOnFakeKernel};
     pub use crate::fs::{scratch_dir, sock_path, ScratchDir};
     pub use crate::host::{
         have_tool, host_has_netlink_rdma, is_root, on_ci, on_path, say_skipped, skip,

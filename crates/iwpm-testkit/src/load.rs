@@ -11,9 +11,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use iwpm_proto::netlink::{
-    decode_daemon_datagram, DaemonFrame, DaemonMsg, KernelMsg, ManageMappingRequest,
-};
+use iwpm_proto::kernel_side::requests::{add_mapping, remove_mapping};
+use iwpm_proto::netlink::{decode_daemon_datagram, DaemonFrame, DaemonMsg, KernelMsg};
 use iwpm_proto::sockaddr::SockAddrStorage;
 
 use crate::daemon::Daemon;
@@ -81,22 +80,16 @@ impl KernelPipe {
 
     /// ADD_MAPPING for `addr` with `flags` (0 port-mapped, 1 no port map); returns its seq.
     pub fn send_add(&mut self, addr: SocketAddr, flags: u32) -> u32 {
-        self.send(&KernelMsg::AddMapping(ManageMappingRequest {
-            echo_seq: 0,
-            addr: SockAddrStorage::from_socket_addr(addr),
-            flags: Some(flags),
-            unknown: vec![],
-        }))
+        self.send(&add_mapping(
+            0,
+            SockAddrStorage::from_socket_addr(addr),
+            Some(flags),
+        ))
     }
 
     /// REMOVE_MAPPING for `addr` (no reply).
     pub fn send_remove(&mut self, addr: SocketAddr) {
-        self.send(&KernelMsg::RemoveMapping(ManageMappingRequest {
-            echo_seq: 0,
-            addr: SockAddrStorage::from_socket_addr(addr),
-            flags: None,
-            unknown: vec![],
-        }));
+        self.send(&remove_mapping(0, SockAddrStorage::from_socket_addr(addr)));
     }
 
     /// The reply to `seq`, within `timeout`; replies to other seqs are kept for later.

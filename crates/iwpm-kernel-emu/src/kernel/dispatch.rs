@@ -4,10 +4,11 @@
 
 use std::time::Instant;
 
-use iwpm_proto::consts::{NLM_F_ACK, NLM_F_REQUEST, RDMA_NL_LS};
+use iwpm_proto::consts::NLM_F_ACK;
+use iwpm_proto::kernel_side::{dispatched, requests::encode_handler_done};
 use iwpm_proto::netlink::{
-    decode_daemon_msg, encode_done, encode_error, encode_error_echo, frames, DaemonMsg, Frame,
-    NetlinkError, NlHeader, DONE_FLAGS,
+    decode_daemon_msg, encode_error, encode_error_echo, frames, DaemonMsg, Frame, NetlinkError,
+    NlHeader,
 };
 
 use super::{KernelIwpm, Link, MapToken, SendMode, Violation};
@@ -36,7 +37,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
                 }
             };
             let header = *frame.header();
-            if header.flags & NLM_F_REQUEST == 0 && header.client() != RDMA_NL_LS {
+            if !dispatched(header.client(), header.flags) {
                 self.record_violation(Violation::MissingRequestFlag {
                     ty: header.ty,
                     seq: header.seq,
@@ -138,7 +139,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
     /// The dump-completion `NLMSG_DONE` carrying the handler's return value.
     fn done(&mut self, from: &A, header: &NlHeader, result: i32, link: &mut dyn Link<A>) {
         let mut buf = Vec::new();
-        encode_done(header.seq, header.pid, DONE_FLAGS, Some(result), &mut buf);
+        encode_handler_done(header.seq, header.pid, Some(result), &mut buf);
         self.reply(from, &buf, link);
         self.stats.dones_sent += 1;
     }

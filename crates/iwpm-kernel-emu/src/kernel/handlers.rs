@@ -6,14 +6,15 @@ use iwpm_proto::consts::{
     err::IWPM_REMOTE_QUERY_REJECT, err::IWPM_USER_LIB_INFO_ERR, IWPM_FLAGS_NO_PORT_MAP,
     IWPM_UABI_VERSION, IWPM_UABI_VERSION_MIN, IWPM_ULIB_NAME,
 };
+use iwpm_proto::kernel_side::requests::{encode_request, hello_reply, negotiated_abi};
+use iwpm_proto::kernel_side::Answer;
 use iwpm_proto::netlink::{
-    encode_kernel_msg, AddMappingReply, DaemonMsg, HandleErr, Hello, KernelMsg, MapInfoNumReply,
-    MapInfoRequest, NlHeader, QueryMappingReply, RegPidReply,
+    AddMappingReply, DaemonMsg, HandleErr, Hello, MapInfoNumReply, MapInfoRequest, NlHeader,
+    QueryMappingReply, RegPidReply,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
 use super::dispatch::EINVAL;
-use super::map_op::request_envelope;
 use super::{
     Completion, KernelIwpm, Link, MapToken, Registration, RemoteInfoEntry, RequestKind,
     RequestState, SendMode, Violation,
@@ -43,9 +44,10 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         }
     }
 
-    /// `iwpm_find_nlmsg_request` plus the checks the emulator adds: a pending request of
-    /// the expected kind, or the handler's return value when there is none.
-    fn pending(&mut self, op: u16, seq: u32, expected: RequestKind) -> Result<MapToken, i32> {
+    /// `iwpm_find_nlmsg_request` plus the checks the emulator adds: a pending request the
+    /// reply `kind` fits ([`Answer::fits`]), or the handler's return value when there is none.
+    fn pending(&mut self, kind: RequestKind, seq: u32) -> Result<MapToken, i32> {
+        let op = kind.op();
         let Some(r) = self.requests.get(&seq).copied() else {
             tracing::info!(seq, "Could not find a matching request");
             self.record_violation(Violation::UnknownSeq { op, seq });
@@ -62,7 +64,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
                 self.record_violation(Violation::LateReply { op, seq });
                 Err(0)
             }
-            RequestState::Pending if r.kind != expected => {
+            RequestState::Pending if !(Answer::Reply { kind, seq }).fits(r.kind) => {
                 self.record_violation(Violation::WrongReplyOp {
                     op,
                     seq,
@@ -113,12 +115,11 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
     fn begin_reply(
         &mut self,
         header: &NlHeader,
-        op: u16,
         seq: u32,
         kind: RequestKind,
     ) -> Result<(MapToken, super::MapRequest), i32> {
         self.echo_seq = header.seq;
-        let token = self.pending(op, seq, kind)?;
+        let token = self.pending(kind, seq)?;
         let request = self.request_of(token).ok_or(0)?;
         Ok((token, request))
     }
@@ -135,7 +136,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         woken: &mut Vec<MapToken>,
     ) -> i32 {
         self.stats.reg_pid_replies += 1;
-        let token = match self.pending(RDMA_NL_IWPM_REG_PID, m.seq, RequestKind::RegPid) {
+        let token = match self.pending(RequestKind::RegPid, m.seq) {
             Ok(t) => t,
             Err(ret) => return ret,
         };
@@ -192,7 +193,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
     ) -> i32 {
         self.stats.add_replies += 1;
         let op = RDMA_NL_IWPM_ADD_MAPPING;
-        let (token, request) = match self.begin_reply(header, op, m.seq, RequestKind::AddMapping) {
+        let (token, request) = match self.begin_reply(header, m.seq, RequestKind::AddMapping) {
             Ok(found) => found,
             Err(ret) => return ret,
         };
@@ -224,7 +225,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         self.stats.query_replies += 1;
         let op = RDMA_NL_IWPM_QUERY_MAPPING;
         let kind = RequestKind::QueryMapping;
-        let (token, request) = match self.begin_reply(header, op, m.seq, kind) {
+        let (token, request) = match self.begin_reply(header, m.seq, kind) {
             Ok(found) => found,
             Err(ret) => return ret,
         };
@@ -402,7 +403,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         self.stats.hellos += 1;
         self.registration = Registration::Incompl;
         self.echo_seq = header.seq;
-        self.ulib_version = m.abi_version.min(IWPM_UABI_VERSION);
+        self.ulib_version = negotiated_abi(m.abi_version);
         if m.abi_version < IWPM_UABI_VERSION {
             self.record_violation(Violation::DownLevelVersion {
                 op: RDMA_NL_IWPM_HELLO,
@@ -417,12 +418,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         }
         self.learn_pid(header.pid, from);
         let seq = self.next_seq();
-        let reply = KernelMsg::Hello(Hello {
-            abi_version: self.ulib_version,
-            unknown: Vec::new(),
-        });
-        let mut buf = Vec::new();
-        encode_kernel_msg(&request_envelope(seq), &reply, &mut buf);
+        let buf = encode_request(seq, &hello_reply(m.abi_version));
         match self.unicast(self.pid, &buf, SendMode::NonBlocking, link) {
             Ok(()) => {
                 self.stats.hello_replies_sent += 1;

@@ -5,12 +5,10 @@
 use std::time::Instant;
 
 use iwpm_proto::consts::{
-    IWPM_DEVNAME_SIZE, IWPM_IFNAME_SIZE, IWPM_UABI_VERSION_MIN, IWPM_ULIBNAME_SIZE, IWPM_ULIB_NAME,
-    NLM_F_REQUEST, RDMA_NL_IWCM,
+    IWPM_DEVNAME_SIZE, IWPM_IFNAME_SIZE, IWPM_UABI_VERSION_MIN, IWPM_ULIB_NAME,
 };
-use iwpm_proto::netlink::{
-    encode_kernel_msg, Envelope, KernelMsg, ManageMappingRequest, NlString, QueryMappingRequest,
-    RegPidRequest,
+use iwpm_proto::kernel_side::requests::{
+    add_mapping, encode_request, mapping_flags, query_mapping, reg_pid, remove_mapping,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
@@ -99,15 +97,13 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
 
     fn send_reg_pid(&mut self, now: Instant, token: MapToken, link: &mut dyn Link<A>) {
         let seq = self.next_seq();
-        let msg = KernelMsg::RegPid(RegPidRequest {
-            echo_seq: self.echo_seq,
-            if_name: NlString::padded(&self.config.if_name, IWPM_IFNAME_SIZE),
-            ibdev_name: NlString::padded(&self.config.ibdev_name, IWPM_DEVNAME_SIZE),
-            ulib_name: NlString::padded(IWPM_ULIB_NAME, IWPM_ULIBNAME_SIZE),
-            unknown: Vec::new(),
-        });
-        let mut buf = Vec::new();
-        encode_kernel_msg(&request_envelope(seq), &msg, &mut buf);
+        let msg = reg_pid(
+            self.echo_seq,
+            &self.config.if_name,
+            &self.config.ibdev_name,
+            IWPM_ULIB_NAME,
+        );
+        let buf = encode_request(seq, &msg);
         self.stats.reg_pid_sent += 1;
         let sent = match self.group_member.clone() {
             None => Err(SendError::NoListener),
@@ -160,24 +156,12 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             self.finish_mapped(token, Err(UnmappedReason::Abi3NoPortMap));
             return;
         }
-        let flags = (self.ulib_version > IWPM_UABI_VERSION_MIN).then_some(request.flags);
+        let flags = mapping_flags(self.ulib_version, request.flags);
         let msg = match request.remote {
-            Some(remote) => KernelMsg::QueryMapping(QueryMappingRequest {
-                echo_seq: self.echo_seq,
-                local_addr: request.local,
-                remote_addr: remote,
-                flags,
-                unknown: Vec::new(),
-            }),
-            None => KernelMsg::AddMapping(ManageMappingRequest {
-                echo_seq: self.echo_seq,
-                addr: request.local,
-                flags,
-                unknown: Vec::new(),
-            }),
+            Some(remote) => query_mapping(self.echo_seq, request.local, remote, flags),
+            None => add_mapping(self.echo_seq, request.local, flags),
         };
-        let mut buf = Vec::new();
-        encode_kernel_msg(&request_envelope(seq), &msg, &mut buf);
+        let buf = encode_request(seq, &msg);
         match kind {
             RequestKind::QueryMapping => self.stats.query_sent += 1,
             _ => self.stats.add_sent += 1,
@@ -297,30 +281,13 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             return;
         }
         let seq = self.next_seq();
-        let msg = KernelMsg::RemoveMapping(ManageMappingRequest {
-            echo_seq: self.echo_seq,
-            addr: *local,
-            flags: None,
-            unknown: Vec::new(),
-        });
-        let mut buf = Vec::new();
-        encode_kernel_msg(&request_envelope(seq), &msg, &mut buf);
+        let buf = encode_request(seq, &remove_mapping(self.echo_seq, *local));
         self.stats.remove_sent += 1;
         if let Err(e) = self.unicast(self.pid, &buf, SendMode::Wait, link) {
             tracing::info!(error = %e, "iwpm_remove_mapping: Unable to send a nlmsg (client = 2)");
             self.stats.unicast_failures += 1;
             self.pid = IWPM_PID_UNDEFINED;
         }
-    }
-}
-
-/// Header of a kernel request: `NLM_F_REQUEST`, pid 0.
-pub(super) fn request_envelope(seq: u32) -> Envelope {
-    Envelope {
-        client: RDMA_NL_IWCM,
-        flags: NLM_F_REQUEST,
-        seq,
-        pid: 0,
     }
 }
 

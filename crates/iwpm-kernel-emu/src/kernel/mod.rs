@@ -44,8 +44,8 @@ pub const IWPM_PID_UNAVAILABLE: i32 = -2;
 pub const NLMSG_GOODSIZE_X86_64: usize = 3776;
 /// `IWPM_MAPINFO_SKB_COUNT`: the replay gives up when it would need this many datagrams.
 pub const IWPM_MAPINFO_SKB_COUNT: usize = 20;
-/// `IWPM_NL_TIMEOUT`.
-pub const IWPM_NL_TIMEOUT: Duration = Duration::from_secs(10);
+/// `IWPM_NL_TIMEOUT` (the kernel side's, shared with the test kit's stand-ins).
+pub use iwpm_proto::kernel_side::IWPM_NL_TIMEOUT;
 
 /// Registration of client 2 (`iwpm_check_registration` / `iwpm_set_registration`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,11 +7,11 @@
 //! `IWPM_MAPINFO_SKB_COUNT` aborts the replay with -ENOMEM; any send failure aborts it too.
 //! Only a complete replay is followed by MAPINFO_NUM.
 
-use iwpm_proto::consts::{IWPM_UABI_VERSION_MIN, NLM_F_MULTI, RDMA_NL_IWCM};
-use iwpm_proto::netlink::{
-    encode_done, encode_kernel_msg, Envelope, KernelMsg, MapInfoNumRequest, MapInfoRecord,
-    DONE_FLAGS,
+use iwpm_proto::consts::RDMA_NL_IWCM;
+use iwpm_proto::kernel_side::requests::{
+    encode_mapinfo_end, encode_mapinfo_record, encode_request, mapinfo_num, mapping_flags,
 };
+use iwpm_proto::netlink::MapInfoRecord;
 
 use super::{KernelIwpm, Link, SendMode};
 
@@ -23,13 +23,6 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
     pub(super) fn send_mapinfo(&mut self, link: &mut dyn Link<A>) -> i32 {
         self.stats.replays += 1;
         let pid = self.pid;
-        let with_flags = self.ulib_version > IWPM_UABI_VERSION_MIN;
-        let record_env = Envelope {
-            client: RDMA_NL_IWCM,
-            flags: NLM_F_MULTI,
-            seq: 0,
-            pid: 0,
-        };
         let entries = self.mapinfo.entries().to_vec();
         let mut skb = Vec::new();
         let mut skb_num = 1usize;
@@ -38,13 +31,13 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
         let mut mapping_num = 0u32;
         for e in entries {
             let start = skb.len();
-            let record = KernelMsg::MapInfo(MapInfoRecord {
+            let record = MapInfoRecord {
                 local_addr: e.local,
                 mapped_addr: e.mapped,
-                flags: with_flags.then_some(e.flags),
+                flags: mapping_flags(self.ulib_version, e.flags),
                 unknown: Vec::new(),
-            });
-            encode_kernel_msg(&record_env, &record, &mut skb);
+            };
+            encode_mapinfo_record(RDMA_NL_IWCM, record, &mut skb);
             let len = skb.len() - start;
             mapping_num += 1;
             in_batch += 1;
@@ -52,7 +45,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             if self.config.nlmsg_goodsize.saturating_sub(bytes) < len * 2 {
                 bytes = 0;
                 skb_num += 1;
-                encode_done(0, 0, DONE_FLAGS, None, &mut skb);
+                encode_mapinfo_end(&mut skb);
                 let sent = self.unicast(pid, &skb, SendMode::NonBlocking, link);
                 skb.clear();
                 if let Err(e) = sent {
@@ -71,7 +64,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
             }
         }
         // The last batch (possibly just the DONE); its send result is not checked.
-        encode_done(0, 0, DONE_FLAGS, None, &mut skb);
+        encode_mapinfo_end(&mut skb);
         if self.unicast(pid, &skb, SendMode::NonBlocking, link).is_ok() {
             self.stats.mapinfo_batches_sent += 1;
             self.stats.mapinfo_records_sent += in_batch;
@@ -81,13 +74,7 @@ impl<A: Clone + PartialEq + std::fmt::Debug> KernelIwpm<A> {
 
     fn send_mapinfo_num(&mut self, send_num: u32, link: &mut dyn Link<A>) -> i32 {
         let seq = self.next_seq();
-        let msg = KernelMsg::MapInfoNum(MapInfoNumRequest {
-            seq: 0,
-            send_num,
-            unknown: Vec::new(),
-        });
-        let mut buf = Vec::new();
-        encode_kernel_msg(&Envelope::kernel_request(seq), &msg, &mut buf);
+        let buf = encode_request(seq, &mapinfo_num(send_num));
         match self.unicast(self.pid, &buf, SendMode::NonBlocking, link) {
             Ok(()) => {
                 self.stats.mapinfo_num_sent += 1;

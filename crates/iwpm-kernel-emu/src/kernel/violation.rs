@@ -7,16 +7,9 @@
 use iwpm_proto::netlink::{FrameError, NetlinkError};
 use iwpm_proto::sockaddr::SockAddrStorage;
 
-/// Which kernel request a reply was meant for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RequestKind {
-    /// REG_PID (op 0).
-    RegPid,
-    /// ADD_MAPPING (op 1).
-    AddMapping,
-    /// QUERY_MAPPING (op 2).
-    QueryMapping,
-}
+/// Which kernel request a reply was meant for (the kernel side's, shared with the test
+/// kit's stand-ins).
+pub use iwpm_proto::kernel_side::RequestKind;
 
 /// One deviation from what the kernel requires or what a correct daemon sends.
 #[derive(Clone, Debug, PartialEq, Eq)]

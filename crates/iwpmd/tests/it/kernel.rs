@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use iwpm_proto::consts::{IWPM_ULIB_NAME, NLM_F_REQUEST, RDMA_NL_IWCM};
-use iwpm_proto::netlink::{DaemonMsg, KernelMsg, ManageMappingRequest};
+use iwpm_proto::netlink::{DaemonMsg, KernelMsg, ManageMappingRequest, NlString};
 use iwpm_proto::sockaddr::SockAddrStorage;
 use iwpm_testkit::prelude::*;
 use rustix::process::Signal;
@@ -37,11 +37,8 @@ fn register_add_dump_remove() {
     match kernel.register() {
         DaemonMsg::RegPid(r) => {
             // Echoed as C does: strlen + 1 bytes.
-            assert_eq!(r.ibdev_name, nl_string("siw_lo", 7), "device name echoed");
-            assert_eq!(
-                r.ulib_name,
-                nl_string(IWPM_ULIB_NAME, IWPM_ULIB_NAME.len() + 1)
-            );
+            assert_eq!(r.ibdev_name, NlString::new("siw_lo"), "device name echoed");
+            assert_eq!(r.ulib_name, NlString::new(IWPM_ULIB_NAME));
             assert_eq!(r.ulib_version, 4);
             assert_eq!(r.err, 0);
         }

@@ -1,16 +1,23 @@
-//! The model kernel: the netlink messages the ops send (built with the kernel's encoder),
-//! its ledger of requests and of the references it was told it holds, and the checks on
-//! everything the core sends it.
+//! The model kernel: the netlink messages the ops send (built by
+//! [`iwpm_proto::kernel_side`], as every kernel stand-in's are, then varied on purpose:
+//! other clients, repeated or zero seqs, foreign library names, cut replays, mutated
+//! bytes), its ledger of requests and of the references it was told it holds, and the
+//! checks on everything the core sends it (which answer fits which request is the kernel
+//! side's rule too).
 
 use iwpm_proto::consts::op::*;
 use iwpm_proto::consts::{
     rdma_nl_get_type, IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION, IWPM_UABI_VERSION_MIN,
     IWPM_ULIB_NAME, NLM_F_MULTI, NLM_F_REQUEST, RDMA_NL_IWCM, RDMA_NL_RSVD,
 };
+use iwpm_proto::kernel_side::requests::{
+    add_mapping, encode_handler_done, encode_mapinfo_end, encode_mapinfo_record, encode_request,
+    mapinfo_num, query_mapping, reg_pid, remove_mapping,
+};
+use iwpm_proto::kernel_side::{dispatched, Answer, RequestKind};
 use iwpm_proto::netlink::{
-    decode_daemon_msg, decode_kernel_msg, encode_done, encode_error, encode_kernel_msg, frames,
-    DaemonMsg, Envelope, Frame, Hello, KernelMsg, ManageMappingRequest, MapInfoNumRequest,
-    MapInfoRecord, NlHeader, NlString, QueryMappingRequest, RegPidRequest,
+    decode_daemon_msg, decode_kernel_msg, encode_error, encode_kernel_msg, frames, DaemonMsg,
+    Envelope, Frame, Hello, KernelMsg, MapInfoRecord, NlHeader,
 };
 use iwpm_proto::sockaddr::SockAddrStorage;
 
@@ -28,13 +35,7 @@ impl Driver {
                 } else {
                     IWPM_ULIB_NAME
                 };
-                let msg = KernelMsg::RegPid(RegPidRequest {
-                    echo_seq: 0,
-                    if_name: NlString::padded("eth0", 16),
-                    ibdev_name: NlString::padded("siw0", 32),
-                    ulib_name: NlString::padded(ulib, 32),
-                    unknown: vec![],
-                });
+                let msg = reg_pid(0, "eth0", "siw0", ulib);
                 self.kernel_msg(client_of(*client), *seq, &msg, None);
             }
             Op::Add {
@@ -44,12 +45,7 @@ impl Driver {
                 seq,
             } => {
                 let addr = local_addr(*local);
-                let msg = KernelMsg::AddMapping(ManageMappingRequest {
-                    echo_seq: 0,
-                    addr,
-                    flags: self.flags(*flags),
-                    unknown: vec![],
-                });
+                let msg = add_mapping(0, addr, self.flags(*flags));
                 self.kernel_msg(client_of(*client), *seq, &msg, Some(addr));
             }
             Op::Query {
@@ -60,13 +56,7 @@ impl Driver {
                 seq,
             } => {
                 let local_addr = local_addr(*local);
-                let msg = KernelMsg::QueryMapping(QueryMappingRequest {
-                    echo_seq: 0,
-                    local_addr,
-                    remote_addr: remote_addr(*remote),
-                    flags: self.flags(*flags),
-                    unknown: vec![],
-                });
+                let msg = query_mapping(0, local_addr, remote_addr(*remote), self.flags(*flags));
                 self.kernel_msg(client_of(*client), *seq, &msg, Some(local_addr));
             }
             Op::Remove { client, local } => self.remove(client_of(*client), local_addr(*local)),
@@ -96,19 +86,15 @@ impl Driver {
                         flags,
                         unknown: vec![],
                     };
-                    encode_record(client, rec, &mut b);
+                    encode_mapinfo_record(client, rec, &mut b);
                 }
                 if done & 1 != 0 {
-                    encode_done(0, 0, NLM_F_MULTI, None, &mut b);
+                    encode_mapinfo_end(&mut b);
                 }
                 self.kernel_datagram(&b, false);
             }
             Op::MapInfoNum { client, send_num } => {
-                let msg = KernelMsg::MapInfoNum(MapInfoNumRequest {
-                    seq: 0,
-                    send_num: u32::from(*send_num),
-                    unknown: vec![],
-                });
+                let msg = mapinfo_num(u32::from(*send_num));
                 self.kernel_msg(client_of(*client), 0, &msg, None);
             }
             // Other ops: `step` plays them elsewhere.
@@ -135,7 +121,7 @@ impl Driver {
                     _ => Some(-i32::from(*result)),
                 };
                 let mut b = Vec::new();
-                encode_done(seq, PID, NLM_F_MULTI, result, &mut b);
+                encode_handler_done(seq, PID, result, &mut b);
                 self.kernel_datagram(&b, false);
             }
             Op::NlError {
@@ -174,25 +160,10 @@ impl Driver {
             } => {
                 let addr = local_addr(*local);
                 let msg = match base % 4 {
-                    0 => KernelMsg::AddMapping(ManageMappingRequest {
-                        echo_seq: 0,
-                        addr,
-                        flags: Some(0),
-                        unknown: vec![],
-                    }),
-                    1 => KernelMsg::QueryMapping(QueryMappingRequest {
-                        echo_seq: 0,
-                        local_addr: addr,
-                        remote_addr: remote_addr(*base >> 2),
-                        flags: Some(0),
-                        unknown: vec![],
-                    }),
-                    2 => KernelMsg::RemoveMapping(ManageMappingRequest {
-                        echo_seq: 0,
-                        addr,
-                        flags: None,
-                        unknown: vec![],
-                    }),
+                    0 => add_mapping(0, addr, Some(0)),
+                    1 => query_mapping(0, addr, remote_addr(*base >> 2), Some(0)),
+                    2 => remove_mapping(0, addr),
+                    // A record as a request (the replay sends them with NLM_F_MULTI, seq 0).
                     _ => KernelMsg::MapInfo(MapInfoRecord {
                         local_addr: addr,
                         mapped_addr: addr.with_port(GRANT_BASE),
@@ -200,14 +171,7 @@ impl Driver {
                         unknown: vec![],
                     }),
                 };
-                let env = Envelope {
-                    client: RDMA_NL_IWCM,
-                    flags: NLM_F_REQUEST,
-                    seq: self.fresh_seq(),
-                    pid: 0,
-                };
-                let mut b = Vec::new();
-                encode_kernel_msg(&env, &msg, &mut b);
+                let mut b = encode_request(self.fresh_seq(), &msg);
                 // Spread the mutation over the header (0..16) and the attributes.
                 let pos = usize::from(*at) * b.len() / 256;
                 if let Some(x) = b.get_mut(pos) {
@@ -308,10 +272,7 @@ impl Driver {
                 local: None,
                 answers: 0,
             });
-            if matches!(
-                op,
-                RDMA_NL_IWPM_REG_PID | RDMA_NL_IWPM_ADD_MAPPING | RDMA_NL_IWPM_QUERY_MAPPING
-            ) {
+            if RequestKind::of_op(op).is_some() {
                 r.count += 1;
                 if r.count == 1 {
                     r.op = op;
@@ -351,13 +312,7 @@ impl Driver {
                 .find(|m| m.local_endpoint == ep)
                 .map(|m| (m.id, m.refcount, m.owner_client))
         });
-        let msg = KernelMsg::RemoveMapping(ManageMappingRequest {
-            echo_seq: 0,
-            addr,
-            flags: None,
-            unknown: vec![],
-        });
-        self.kernel_msg(client, 0, &msg, None);
+        self.kernel_msg(client, 0, &remove_mapping(0, addr), None);
         let Some(ep) = ep else { return };
         let after = self
             .core()
@@ -396,7 +351,7 @@ impl Driver {
             if header.pid != PID {
                 fail(format!("nlmsg_pid {} is not ours", header.pid));
             }
-            if header.flags & NLM_F_REQUEST == 0 {
+            if !dispatched(header.client(), header.flags) {
                 fail("message to the kernel without NLM_F_REQUEST");
             }
             let client = header.client();
@@ -431,24 +386,20 @@ impl Driver {
             DaemonMsg::HandleErr(_) => self.handle_errs += 1,
             _ => {}
         }
-        let (seq, ok_op) = match &msg {
-            DaemonMsg::RegPid(r) => (r.seq, RDMA_NL_IWPM_REG_PID),
-            DaemonMsg::AddMapping(r) => (r.seq, RDMA_NL_IWPM_ADD_MAPPING),
-            DaemonMsg::QueryMapping(r) => (r.seq, RDMA_NL_IWPM_QUERY_MAPPING),
-            DaemonMsg::HandleErr(e) => {
-                if e.code == 0 {
-                    fail("HANDLE_ERR with code 0");
-                }
-                (e.seq, u16::MAX)
-            }
-            _ => return,
+        let Some(answer) = Answer::of(&msg) else {
+            return;
         };
+        if let Answer::HandleErr { code: 0, .. } = answer {
+            fail("HANDLE_ERR with code 0");
+        }
+        let seq = answer.seq();
+        let is_reply = matches!(answer, Answer::Reply { .. });
         let now = self.now;
         let deadline = self.config.reply_deadline;
         let Some(req) = self.requests.get_mut(&(client, seq)) else {
             fail(format!("answer for a request never sent: {msg:?}"));
         };
-        if ok_op != u16::MAX && req.count == 0 {
+        if is_reply && req.count == 0 {
             fail(format!("reply to a request of another op: {msg:?}"));
         }
         if req.count != 1 || req.other {
@@ -458,7 +409,7 @@ impl Driver {
         if req.answers > 1 {
             fail(format!("kernel request seq {seq} answered twice: {msg:?}"));
         }
-        if ok_op != u16::MAX && ok_op != req.op {
+        if RequestKind::of_op(req.op).is_some_and(|kind| !answer.fits(kind)) {
             fail(format!("op {} answered with {msg:?}", req.op));
         }
         if now.saturating_duration_since(req.sent_at) >= deadline {
@@ -495,16 +446,4 @@ impl Driver {
             _ => *self.kref.entry(ep).or_default() += 1,
         }
     }
-}
-
-/// Appends one MAPINFO record of `client`'s replay (header seq 0, `NLM_F_MULTI`, as the
-/// kernel sends them).
-pub(super) fn encode_record(client: u8, rec: MapInfoRecord, out: &mut Vec<u8>) {
-    let env = Envelope {
-        client,
-        flags: NLM_F_MULTI,
-        seq: 0,
-        pid: 0,
-    };
-    encode_kernel_msg(&env, &KernelMsg::MapInfo(rec), out);
 }

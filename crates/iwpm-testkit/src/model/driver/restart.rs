@@ -26,10 +26,10 @@ use iwpm_core::state_file::{SavedMapping, StateFile};
 use iwpm_core::Host;
 use iwpm_core::Previous;
 use iwpm_proto::consts::{IWPM_FLAGS_NO_PORT_MAP, IWPM_UABI_VERSION};
-use iwpm_proto::netlink::{KernelMsg, MapInfoNumRequest, MapInfoRecord};
+use iwpm_proto::kernel_side::requests::{encode_mapinfo_record, mapinfo_num, mapping_flags};
+use iwpm_proto::netlink::MapInfoRecord;
 use iwpm_proto::sockaddr::Endpoint;
 
-use super::kernel::encode_record;
 use super::{model_host, Ctx, Driver, Op};
 use crate::model::pools::fail;
 
@@ -140,7 +140,7 @@ impl Driver {
             let rec = MapInfoRecord {
                 local_addr: m.local,
                 mapped_addr: m.mapped,
-                flags: (abi == IWPM_UABI_VERSION).then_some(flags),
+                flags: mapping_flags(abi, flags),
                 unknown: vec![],
             };
             for _ in 0..refs {
@@ -157,7 +157,7 @@ impl Driver {
         let mut refused = 0u32;
         for (_, ep, rec) in replay.iter().filter(|(c, _, _)| *c == client) {
             let mut b = Vec::new();
-            encode_record(client, rec.clone(), &mut b);
+            encode_mapinfo_record(client, rec.clone(), &mut b);
             let errors = self.handle_errs;
             self.kernel_datagram(&b, false);
             sent += 1;
@@ -172,12 +172,7 @@ impl Driver {
             return;
         }
         self.last_ack_num = None;
-        let num = KernelMsg::MapInfoNum(MapInfoNumRequest {
-            seq: 0,
-            send_num: sent,
-            unknown: vec![],
-        });
-        self.kernel_msg(client, 0, &num, None);
+        self.kernel_msg(client, 0, &mapinfo_num(sent), None);
         match self.last_ack_num {
             Some(ack) if ack == sent - refused => {}
             other => fail(format!(
