@@ -45,7 +45,7 @@
 # per kernel); exit status 0 only if every check of every run on every kernel passed.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap,pm,pmops,fleet"; SELFTEST=0
+OURS=""; KERNELS=all; ARGS=(); WITH_C=1; ONLY="single,restart,restart-load,negative,abi,noipv6,nlperm,twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap,pm,pmops,fleet,storage"; SELFTEST=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kernel) KERNELS="$2"; shift 2 ;;
