@@ -17,12 +17,14 @@
 #                  twovm,perf,flood,flood6,forge,pairs,trickle,privdrop,zerogap (with zerogap-pm),
 #                  pm, pmops, fleet (port-mapped mode: the rig's patched kernels, RIG_PATCHES=1,
 #                  the default; fleet: fleet keys between two daemons of ours, read with
-#                  iwpmctl: built here, or beside --daemon PATH, or RIG_IWPMCTL); and, not in the default list, pm-hold (with pm: ours as a
-#                  port-mapped passive side with no REMOTE_INFO budget: every REMOTE_INFO
-#                  held for the ACK; ours as the client waits for the delivery notice), and
-#                  storage (NVMe over Fabrics between two VMs on a kernel of its own,
-#                  kernel/storage.config, built into RIG_STORAGE_CACHE
-#                  [/var/cache/iwpm-rig-storage] on first use)
+#                  iwpmctl: built here, or beside --daemon PATH, or RIG_IWPMCTL), storage
+#                  (NVMe over Fabrics and NFS over RDMA between two VMs on a kernel of its
+#                  own, kernel/storage.config: the team folder's prebuilt image when
+#                  kernel/prebuilt.txt pins it, else built into RIG_STORAGE_CACHE
+#                  [/var/cache/iwpm-rig-storage] on first use); and, not in the default
+#                  list, pm-hold (with pm: ours as a port-mapped passive side with no
+#                  REMOTE_INFO budget: every REMOTE_INFO held for the ACK; ours as the
+#                  client waits for the delivery notice)
 #   --selftest     also prove that the checks can fail: run the single suite against a
 #                  deliberately broken responder (tools/rigtool.c mute-responder: never
 #                  answers QUERY_MAPPING) and the negative suite against the C iwpmd
@@ -34,7 +36,7 @@
 # also splits the one-VM suites in two (kernel conversation; perf, floods and attacks);
 # RIG_PAIR_SLOTS=N lets N two-VM runs share the host at once (1 by default).
 # RIG_STORAGE_LANE=1 runs the storage boots beside everything else, at nice
-# RIG_STORAGE_NICE [10], the two kernels' in turn (CI; default: last in the last lane).
+# RIG_STORAGE_NICE [10; CI 0], the two kernels' in turn (CI; default: last in the last lane).
 # RIG_STORAGE_MODES="0 1" (the default) are the siw.port_map modes the storage suite boots
 # (one boot each; "1" alone for the port-mapped one).
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
@@ -468,14 +470,15 @@ case "$LANES" in
   *) GROUPS_OF_LANES=("kernel_suites" "attack_suites" "two_vm_suites") ;;
 esac
 # The storage boots: by default last in the last lane. RIG_STORAGE_LANE=1 (CI) runs them
-# in a lane of their own, started first, beside the others: the other lanes leave about a
-# quarter of the host idle (their VMs wait on the network, on each other, on timers), which
-# the storage VMs (about half a core each, 600 s per kernel) take instead of adding their
-# wall time at the end. Their QEMUs run at nice RIG_STORAGE_NICE [10], so the judged times
-# of the other suites keep the CPU they need (at equal priority, two kernels' storage
-# boots beside the one-VM suites slowed them 2.5 times and a burst of 8 connects failed its
-# 5 s); the two kernels' storage lanes take turns (a host-wide lock), outside the pair
-# slots.
+# in a lane of their own, started first, beside the others: the other lanes leave part of
+# the host idle (their VMs wait on the network, on each other, on timers), which the
+# storage VMs take instead of adding their wall time at the end. The two kernels' storage
+# lanes take turns (a host-wide lock), outside the pair slots, so one storage pair runs at a
+# time. Their QEMUs run at nice RIG_STORAGE_NICE [10]; CI gives 0: at nice 10 the starved
+# storage boots took 1.8 times as long and would have ended after the rest, at 0 the other
+# lanes ran 8-12 % slower and the rig took 1 646 s instead of about 1 520 s (both kernels'
+# storage done by 957 s). (Two kernels' storage boots at once, with two CPUs per VM, slowed
+# the one-VM suites 2.5 times: a burst of 8 connects failed its 5 s.)
 ORDER=("${!GROUPS_OF_LANES[@]}")
 if [ "${RIG_STORAGE_LANE:-0}" = 1 ]; then
   GROUPS_OF_LANES+=("storage_lane"); ORDER=($(( ${#GROUPS_OF_LANES[@]} - 1 )) "${ORDER[@]}")

@@ -116,23 +116,28 @@ T_PH=$(uptime_s)
 # (RDMA_CM_EVENT_UNREACHABLE, -110) with no daemon of ours involved.
 role=reference; grep -q 'iwpmd-rs' "$SYNC/server.daemon" "$SYNC/client.daemon" 2>/dev/null && role=""
 if [ "$ROLE" = server ]; then
-  listen_snap /tmp/ls0
   # One server after the other until the client is done, so that a second client finds
-  # one when rping lost the first connection (each exits, its output flushed, after -C N)
+  # one when rping lost the first connection (each exits, its output flushed, after -C N).
+  # Each server's listener is announced (rping.listening.K) once it is up, mapped: a second
+  # client that started before the next server listened was refused (C-C, 6.12, a loaded
+  # host: a REJECT, an incomplete association and an error reply in both traces).
   : > "$OUT/rping-server.log"
   rping_servers() {
+    local k=0 rp
     while [ ! -e "$SYNC/rping.done" ]; do
-      rping -s -a "$IP" -p 7700 -C "$N" -v >> "$OUT/rping-server.log" 2>&1 & echo $! > /tmp/rping-s.pid
-      wait $!
+      k=$((k+1)); listen_snap /tmp/ls-rping
+      rping -s -a "$IP" -p 7700 -C "$N" -v >> "$OUT/rping-server.log" 2>&1 & rp=$!; echo $rp > /tmp/rping-s.pid
+      new_listen /tmp/ls-rping > /dev/null; flag "rping.listening.$k"
+      wait $rp
     done
   }
   rping_servers & sp=$!
-  new_listen /tmp/ls0 > /dev/null; flag rping.listening; wait_flag rping.done 120; sleep 0.5
+  wait_flag rping.done 120; sleep 0.5
   kill "$(cat /tmp/rping-s.pid)" 2>/dev/null; wait $sp 2>/dev/null; rc=$?
   l=$(grep -c '^server ping data' "$OUT/rping-server.log")
   role_check "$role" rping-server "rping server -C $N: $l ping lines (rc $rc)" test "$l" = "$N"
 else
-  wait_flag rping.listening
+  wait_flag rping.listening.1
   t0=$(uptime_s); timeout 20 rping -c -a "$PEER" -p 7700 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?; t=$(elapsed "$t0")
   l=$(grep -c 'ping data' "$OUT/rping-client.log")
   if [ "$l" = 0 ]; then
@@ -140,6 +145,8 @@ else
     # (as in the live phase); the server takes a second client (-C N ends after N pings)
     note "rping -C $N exchanged no data (rc $rc, ${t}s); a second client"
     mv "$OUT/rping-client.log" "$OUT/rping-client-1.log"
+    # (the next server once it listens; at most 10 s, in case the first one lives on)
+    i=0; while [ ! -e "$SYNC/rping.listening.2" ] && [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done
     t0=$(uptime_s); timeout 60 rping -c -a "$PEER" -p 7700 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?; t=$(elapsed "$t0")
     l=$(grep -c 'ping data' "$OUT/rping-client.log")
   fi
