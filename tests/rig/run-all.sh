@@ -37,6 +37,8 @@
 # RIG_PAIR_SLOTS=N lets N two-VM runs share the host at once (1 by default).
 # RIG_STORAGE_LANE=1 runs the storage boots beside everything else, at nice
 # RIG_STORAGE_NICE [10; CI 0], the two kernels' in turn (CI; default: last in the last lane).
+# RIG_SIDE_SLOT=FILE: with RIG_STORAGE_LANE=1, FILE is touched once every kernel's storage
+# lane has ended (the cargo test then runs the system test beside the rig's rest).
 # RIG_STORAGE_MODES="0 1" (the default) are the siw.port_map modes the storage suite boots
 # (one boot each; "1" alone for the port-mapped one).
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
@@ -86,6 +88,8 @@ if [ "${RIG_ALL_ONE:-0}" != 1 ]; then
     fi
   fi
   rc=0; TIMES=(); NP=0; NF=0; PAR=0
+  RIG_KERNEL_COUNT=$(echo ${KERNELS//,/ } | wc -w); export RIG_KERNEL_COUNT
+  [ -n "${RIG_SIDE_SLOT:-}" ] && rm -f "$RIG_SIDE_SLOT" "$RIG_SIDE_SLOT.lanes"
   [ "${RIG_JOBS:-1}" -ge 2 ] && [ "$KERNELS" != "${KERNELS//,/}" ] && PAR=1
   if [ $PAR = 1 ]; then
     # The kernels side by side (RIG_JOBS=2; each kernel's run keeps its own folder, share
@@ -391,6 +395,14 @@ storage_lane() {  # RIG_STORAGE_LANE=1: the storage boots beside the other lanes
   exec 5> /tmp/iwpm-rig-storage-lane.lock
   flock -w 3600 5 || { say "FAIL setup: the storage lane waited an hour for the other kernel's"; return; }
   NO_PAIR_SLOT=1 VM_NICE=${RIG_STORAGE_NICE:-10} storage_suites
+  # (RIG_SIDE_SLOT: the last kernel's storage lane to end touches that file, still under
+  # the lane's lock: the host then has room for another job of the lane's size beside the
+  # rest, which the cargo test gives the Debian system test)
+  if [ -n "${RIG_SIDE_SLOT:-}" ]; then
+    echo "$RIG_KVER $(date +%s)" >> "$RIG_SIDE_SLOT.lanes"
+    [ "$(wc -l < "$RIG_SIDE_SLOT.lanes")" -ge "${RIG_KERNEL_COUNT:-1}" ] && touch "$RIG_SIDE_SLOT" &&
+      echo "[run-all] storage lanes done at $(stamp): the side slot is free ($RIG_SIDE_SLOT)" >&2
+  fi
   exec 5>&-
 }
 storage_suites() {  # two VMs per boot on a kernel of their own (one pair slot each)

@@ -23,8 +23,9 @@
 #           data read back = data written; the writes across both restarts all complete
 #           and read back equal; the new daemons' dumps list what the old ones did (the
 #           listener; one mapping per queue); a reconnect of every queue (reset_controller)
-#           through the restarted daemons is live again in under stall_s with one new
-#           mapping per queue and the data intact; after disconnect (and, on the server, the
+#           through the restarted daemons is live again, the kernel logging no port-mapper
+#           timeout and no failed queue connect meanwhile, with one new mapping per queue
+#           and the data intact; after disconnect (and, on the server, the
 #           port's removal) the new daemon's dump lists none
 #   both    port-mapped: every restart above with a probe on the mapped ports of this side
 #           (the dump before the kill): ours runs behind the rig's FD store stand-in
@@ -387,11 +388,21 @@ for pair in $PAIRS; do
       sh -c "[ \"\$(cat /tmp/io-bad 2>/dev/null)\" = 0 ] && [ \$(cat /tmp/io-n) -ge $(( ${n0:-0} + 2 )) ] && [ '$a2' = '$b2' ]"
     # A reconnect, as after a fault (reset_controller: every queue torn down and connected
     # again), through the two restarted daemons: the old mappings go, one new one per queue.
-    t3=$(uptime_s)
+    # Judged on the kernel's own record of the window: a queue that waited for the port
+    # mapper logs "iwpm_wait_complete_req: Timeout 10 sec", a failed queue connect an nvme
+    # error and a reconnect. The time is a figure: under TCG with both kernels' VMs on the
+    # host, a reset once took 71 s with neither in the log (the round's iwpm dmesg check
+    # clean); such a slow reset shows its kernel lines beneath the check.
+    t3=$(uptime_s); m3=$(dmesg | wc -l)
     [ -e "$CTRL" ] && echo 1 > "$CTRL/reset_controller"
-    sleep 0.5; waitfor 20 grep -qx live "$CTRL/state"; rt=$(elapsed "$t3"); fig "$R-reset-s" "$rt"
-    check "$R-reset" "reset_controller: the controller is live again in $rt s (< ${STALL_S} s: no queue waited for the kernel's timeout)" \
-      sh -c "grep -qx live $CTRL/state && echo '$rt $STALL_S' | awk '{ exit !(\$1 < \$2) }'"
+    sleep 0.5; waitfor 60 grep -qx live "$CTRL/state"; rt=$(elapsed "$t3"); fig "$R-reset-s" "$rt"
+    dmesg | tail -n +$((m3 + 1)) > /tmp/reset-dmesg
+    nto=$(grep -c 'Timeout [0-9]* sec for netlink request' /tmp/reset-dmesg)
+    nerr=$(grep -i -c -E 'nvme.*(fail|error|reconnect)' /tmp/reset-dmesg)
+    fig "$R-reset-iwpm-timeouts" "$nto"; fig "$R-reset-connect-errors" "$nerr"
+    check "$R-reset" "reset_controller: the controller is live again in $rt s; the kernel logged $nto port-mapper timeouts and $nerr failed queue connects meanwhile (none may be: no queue waited for the kernel's timeout)" \
+      sh -c "grep -qx live $CTRL/state && [ '$nto' = 0 ] && [ '$nerr' = 0 ]"
+    lt "$rt" "$STALL_S" || detail "$(grep -i -E 'nvme|siw|iwpm|iw_cm|rdma' /tmp/reset-dmesg | tail -8)" 8
     settled_dump "$OUT/dump-$FR-reset.txt"; fig "$R-client-mappings-reset" "$DUMP_N"
     check "$R-reset-dump" "after the reconnect the dump lists $DUMP_N mappings, one per queue (${queues:-?}): the old ones removed" test "$DUMP_N" = "${queues:-x}"
     rm -f /tmp/back3

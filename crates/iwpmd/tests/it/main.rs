@@ -15,6 +15,7 @@ mod modes;
 mod packaging;
 mod peers;
 mod process;
+mod qemu_host;
 mod real_kernel_rig;
 mod skips;
 mod soak;
@@ -22,14 +23,3 @@ mod socket_activation;
 mod startup;
 mod system_suite;
 mod user_switch;
-
-/// Held by the real-kernel rig and the system test while their VMs run: both fill the 2
-/// cores of a CI machine, and the rig's judged times fail when a Debian VM boots beside it.
-static QEMU_HOST: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// The host's QEMU turn (a test that panicked while holding it leaves it usable).
-fn qemu_host() -> std::sync::MutexGuard<'static, ()> {
-    QEMU_HOST
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}

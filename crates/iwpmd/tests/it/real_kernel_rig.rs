@@ -151,8 +151,10 @@ fn real_kernel_rig_all_suites() {
             return;
         }
     };
-    let _host = crate::qemu_host();
+    let _host = crate::qemu_host::whole();
+    let side_slot = crate::qemu_host::SideSlotOffer::new(&target.join("rig/side-slot.free"));
     let output = Command::new("bash")
+        .env("RIG_SIDE_SLOT", side_slot.path())
         // Without IWPM_RIG_SETUP=1 build-kernel.sh installs and builds nothing.
         .env("RIG_BUILD", if setup_allowed() { "1" } else { "0" })
         .arg(root.join("tests/rig/run-all.sh"))

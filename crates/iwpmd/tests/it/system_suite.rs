@@ -61,7 +61,10 @@ fn debian_12_and_13_with_systemd() {
         say_skipped("system test", &reason);
         return;
     }
-    let _host = crate::qemu_host();
+    let turn = crate::qemu_host::side_job();
+    if matches!(turn, crate::qemu_host::Turn::BesideTheRig) {
+        println!("system test: beside the real-kernel rig, in the room its storage lane left");
+    }
     let root = workspace_root();
     let release = std::env::var("IWPM_SYSTEM_RELEASE").unwrap_or_else(|_| "all".into());
     let output = Command::new("bash")
