@@ -108,17 +108,38 @@ listen_check() {
     sh -c "[ -n '$l' ] && if [ '$PM' = 1 ]; then [ '$(port_of "$l")' != 4420 ]; else [ '$(port_of "$l")' = 4420 ]; fi"
 }
 # nvme_connect ADDR: a controller over RDMA to ADDR:4420 (/dev/nvme-fabrics); sets REPLY,
-# CT (seconds) and INST (the controller's instance, empty on failure)
+# CT (seconds) and INST (the controller's instance, empty on failure). A first attempt
+# whose Connect command the kernel gave up on after the admin timeout (60 s: "I/O 0 QID 0
+# timeout", "Connect command failed"), with no port-mapper timeout logged, is made once
+# more, and LOST says so with the kernel's lines: the RDMA connection was made, so the port
+# mapper had answered, rightly and in time; its first capsule was lost on the way (siw on a
+# loaded TCG host, 6.1, in C-C and ours-C rounds; the target's nvmet never saw it). CT is
+# then the second attempt's.
 nvme_connect() {
-  local t0; t0=$(uptime_s)
-  exec 3<>/dev/nvme-fabrics
-  if echo "transport=rdma,traddr=$1,trsvcid=4420,nqn=$NQN,nr_io_queues=$Q,nr_write_queues=$W" >&3; then
-    read -r REPLY <&3
-  else REPLY=""; fi
-  CT=$(elapsed "$t0")
-  exec 3>&-
-  INST=$(echo "$REPLY" | sed -n 's/.*instance=\([0-9]*\).*/\1/p')
+  local t0 m try; LOST=""
+  for try in 1 2; do
+    t0=$(uptime_s); m=$(dmesg | wc -l)
+    exec 3<>/dev/nvme-fabrics
+    if echo "transport=rdma,traddr=$1,trsvcid=4420,nqn=$NQN,nr_io_queues=$Q,nr_write_queues=$W" >&3; then
+      read -r REPLY <&3
+    else REPLY=""; fi
+    CT=$(elapsed "$t0")
+    exec 3>&-
+    INST=$(echo "$REPLY" | sed -n 's/.*instance=\([0-9]*\).*/\1/p')
+    [ -n "$INST" ] && return
+    dmesg | tail -n +$((m + 1)) > /tmp/connect-dmesg
+    [ "$try" = 1 ] && capsule_lost /tmp/connect-dmesg || return
+    LOST="the first attempt's Connect command was lost after $CT s ($(grep -i nvme /tmp/connect-dmesg | sed 's/^\[[^]]*\] //' | tail -3 | tr '\n' '|')); tried again"
+  done
 }
+# capsule_lost FILE: the kernel lines of FILE say an NVMe Connect command went unanswered on
+# a connection that was made, and no request to the port mapper timed out
+capsule_lost() {
+  grep -q 'QID 0 timeout' "$1" && grep -q 'Connect command failed' "$1" &&
+    ! grep -q 'Timeout [0-9]* sec for netlink request' "$1"
+}
+# lost_info NAME: an INFO line for a connect that nvme_connect made twice (LOST)
+lost_info() { [ -z "$LOST" ] || echo "INFO $1: $LOST" >> "$CHECKS"; fig "$1-retries" "$( [ -n "$LOST" ] && echo 1 || echo 0)"; }
 # nvme_queues_check NAME CTRL: the controller has the admin queue and every I/O and write
 # queue asked for (the kernel caps each at the CPUs); sets QUEUES
 nvme_queues_check() {
@@ -246,7 +267,7 @@ flag "$ROLE.up"; wait_flag "$OTHER.up" 120
 
 n_round=0
 for pair in $PAIRS; do
-  S=${pair%:*}; C=${pair#*:}; R="$S-$C"
+  S=${pair%:*}; C=${pair#*:}; R="$S-$C"; lost4=0
   # (the barrier flags carry the round's number: a pairing may come twice)
   n_round=$((n_round + 1)); FR="$n_round-$R"
   if [ "$ROLE" = server ]; then mine=$S; else mine=$C; fi
@@ -338,7 +359,8 @@ for pair in $PAIRS; do
     check "$R-nfs-dump-after" "nfsd stopped: the dump lists no mapping ($DUMP_N)" test "$DUMP_N" = 0
   else
     wait_flag "$FR.target.ready" 180
-    nvme_connect "$PEER"; reply=$REPLY; ct=$CT; inst=$INST
+    nvme_connect "$PEER"; reply=$REPLY; ct=$CT; inst=$INST; lost_info "$R-connect"
+    lost4=0; [ -n "$LOST" ] && lost4=1
     fig "$R-connect-s" "$ct"
     check "$R-connect" "nvme connect over RDMA to $PEER:4420 in $ct s ($reply)" test -n "$inst"
     check "$R-no-stall" "the connect took $ct s < ${STALL_S} s: no queue waited for the kernel's 10 s port-mapper timeout" lt "$ct" "$STALL_S"
@@ -398,11 +420,14 @@ for pair in $PAIRS; do
     sleep 0.5; waitfor 60 grep -qx live "$CTRL/state"; rt=$(elapsed "$t3"); fig "$R-reset-s" "$rt"
     dmesg | tail -n +$((m3 + 1)) > /tmp/reset-dmesg
     nto=$(grep -c 'Timeout [0-9]* sec for netlink request' /tmp/reset-dmesg)
-    nerr=$(grep -i -c -E 'nvme.*(fail|error|reconnect)' /tmp/reset-dmesg)
+    # (a lost Connect command, as in nvme_connect, and the reconnect it costs are the
+    # kernel's: reported beneath, not counted)
+    lost='QID [0-9]+ timeout|Connect command failed|failed to connect queue: [0-9]+ ret=881|Reconnecting in|Successfully reconnected'
+    nerr=$(grep -i -E 'nvme.*(fail|error|reconnect)' /tmp/reset-dmesg | grep -c -v -E "$lost")
     fig "$R-reset-iwpm-timeouts" "$nto"; fig "$R-reset-connect-errors" "$nerr"
     check "$R-reset" "reset_controller: the controller is live again in $rt s; the kernel logged $nto port-mapper timeouts and $nerr failed queue connects meanwhile (none may be: no queue waited for the kernel's timeout)" \
       sh -c "grep -qx live $CTRL/state && [ '$nto' = 0 ] && [ '$nerr' = 0 ]"
-    lt "$rt" "$STALL_S" || detail "$(grep -i -E 'nvme|siw|iwpm|iw_cm|rdma' /tmp/reset-dmesg | tail -8)" 8
+    lt "$rt" "$STALL_S" || detail "$(grep -i -E 'nvme|siw|iwpm|iw_cm|rdma' /tmp/reset-dmesg | sed 's/^\[[^]]*\] //' | tail -8)" 8
     settled_dump "$OUT/dump-$FR-reset.txt"; fig "$R-client-mappings-reset" "$DUMP_N"
     check "$R-reset-dump" "after the reconnect the dump lists $DUMP_N mappings, one per queue (${queues:-?}): the old ones removed" test "$DUMP_N" = "${queues:-x}"
     rm -f /tmp/back3
@@ -416,7 +441,7 @@ for pair in $PAIRS; do
     flag "$FR.host.done"
     # NVMe-oF over IPv6: one controller to [fd00:77::1]:4420, data, disconnect
     wait_flag "$FR.target6.ready" 180
-    nvme_connect "$PEER6"; inst6=$INST
+    nvme_connect "$PEER6"; inst6=$INST; lost_info "$R-v6-connect"
     fig "$R-v6-connect-s" "$CT"
     check "$R-v6-connect" "nvme connect over RDMA to [$PEER6]:4420 in $CT s ($REPLY)" test -n "$inst6"
     check "$R-v6-no-stall" "the IPv6 connect took $CT s < ${STALL_S} s" lt "$CT" "$STALL_S"
@@ -511,7 +536,8 @@ for pair in $PAIRS; do
     fig "$R-query-latency-max-s" "$ql"
     check "$R-query-latency" "every QUERY_MAPPING answered within 2 s of the kernel's request (slowest $ql s)" lt "$ql" 2
     fig "$R-query-replies" "$nq"
-    check "$R-trace-query" "$nq QUERY_MAPPINGs for $PEER:4420 answered with MAPPING_ERR=0, one per queue (${queues:-?})" test "$nq" = "${queues:-x}"
+    want=${queues:+$((queues + ${lost4:-0}))}
+    check "$R-trace-query" "$nq QUERY_MAPPINGs for $PEER:4420 answered with MAPPING_ERR=0, one per queue (${queues:-?})$( [ "${lost4:-0}" = 1 ] && echo ' and one for the lost first attempt')" test "$nq" = "${want:-x}"
     peer_check "$D" active 4; r=$?
   fi
   fig "$R-$ROLE-associations" "${PEER_HANDLES:-0}"
