@@ -122,12 +122,18 @@ if [ "$ROLE" = server ]; then
   # client that started before the next server listened was refused (C-C, 6.12, a loaded
   # host: a REJECT, an incomplete association and an error reply in both traces).
   : > "$OUT/rping-server.log"
+  # A server whose client gave up on it (rping.retry.K) is stopped for the next one: with
+  # the connection's data lost it never exits on its own (6.12, a loaded host: the server
+  # waited for an RDMA READ that never completed, so no second server listened, and the
+  # second client, queued on the stuck one's listener, got UNREACHABLE after 10 s).
   rping_servers() {
     local k=0 rp
     while [ ! -e "$SYNC/rping.done" ]; do
       k=$((k+1)); listen_snap /tmp/ls-rping
       rping -s -a "$IP" -p 7700 -C "$N" -v >> "$OUT/rping-server.log" 2>&1 & rp=$!; echo $rp > /tmp/rping-s.pid
       new_listen /tmp/ls-rping > /dev/null; flag "rping.listening.$k"
+      while kill -0 $rp 2>/dev/null && [ ! -e "$SYNC/rping.retry.$k" ] && [ ! -e "$SYNC/rping.done" ]; do sleep 0.2; done
+      [ -e "$SYNC/rping.retry.$k" ] && { note "rping server $k stopped: its client gave up on it"; kill $rp 2>/dev/null; }
       wait $rp
     done
   }
@@ -145,8 +151,9 @@ else
     # (as in the live phase); the server takes a second client (-C N ends after N pings)
     note "rping -C $N exchanged no data (rc $rc, ${t}s); a second client"
     mv "$OUT/rping-client.log" "$OUT/rping-client-1.log"
-    # (the next server once it listens; at most 10 s, in case the first one lives on)
-    i=0; while [ ! -e "$SYNC/rping.listening.2" ] && [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done
+    # (the next server once it listens: the first one, if it lives on, is stopped for it)
+    flag rping.retry.1
+    i=0; while [ ! -e "$SYNC/rping.listening.2" ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
     t0=$(uptime_s); timeout 60 rping -c -a "$PEER" -p 7700 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?; t=$(elapsed "$t0")
     l=$(grep -c 'ping data' "$OUT/rping-client.log")
   fi
