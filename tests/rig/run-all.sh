@@ -37,6 +37,7 @@
 # RIG_PAIR_SLOTS=N lets N two-VM runs share the host at once (1 by default).
 # RIG_STORAGE_LANE=1 runs the storage boots beside everything else, at nice
 # RIG_STORAGE_NICE [10; CI 0], the two kernels' in turn (CI; default: last in the last lane).
+# RIG_WITHOUT=storage,... leaves those suites out (after --only).
 # RIG_SIDE_SLOT=FILE: with RIG_STORAGE_LANE=1, FILE is touched once every kernel's storage
 # lane has ended (the cargo test then runs the system test beside the rig's rest).
 # RIG_STORAGE_MODES="0 1" (the default) are the siw.port_map modes the storage suite boots
@@ -61,6 +62,9 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+# RIG_WITHOUT=SUITE,...: those suites left out of the list (CI, while a suite's known flake
+# is under investigation: docs/testing.md says which and why)
+for w in ${RIG_WITHOUT:+${RIG_WITHOUT//,/ }}; do ONLY=",$ONLY,"; ONLY=${ONLY//,$w,/,}; ONLY=${ONLY#,}; ONLY=${ONLY%,}; done
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; esac; return 1; }
 RIG_TOP="${CARGO_TARGET_DIR:-$REPO/target}/rig"
 [ "$KERNELS" = all ] && KERNELS="${RIG_KVERS// /,}"
