@@ -2,9 +2,10 @@
 //! a CI machine, and the rig's judged times fail when a Debian VM boots beside it at full
 //! load: so the rig holds the whole host while it runs. With `RIG_STORAGE_LANE=1` (CI) the
 //! rig runs its storage boots in a lane of their own beside the rest; once both kernels'
-//! storage boots are done that lane's room is free, and the rig says so by touching its
-//! side-slot file. The system test's two one-CPU VMs then run there, where the two storage
-//! VMs were, instead of waiting for the rig's end.
+//! storage boots are done (at once when the lane has none, as with `RIG_WITHOUT=storage`)
+//! that lane's room is free, and the rig says so by touching its side-slot file. The
+//! system test's two one-CPU VMs then run there, where the two storage VMs were, instead
+//! of waiting for the rig's end.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -44,21 +45,14 @@ impl Drop for SideSlotOffer {
     }
 }
 
-/// How a side job got its turn.
-pub(crate) enum Turn {
-    /// The host alone (nothing else held it, or the rig ended first).
-    Whole(#[allow(dead_code)] MutexGuard<'static, ()>),
-    /// Beside the rig, in the room its finished storage lane left.
-    BesideTheRig,
-}
-
-/// A turn for a job the size of the rig's storage lane: the whole host when it is free, or
-/// the rig's side slot once the rig has freed it, whichever comes first.
-pub(crate) fn side_job() -> Turn {
+/// A turn for a job the size of the rig's storage lane: the whole host when it is free
+/// (`Some`, held until dropped), or the rig's side slot once the rig has freed it (`None`:
+/// beside the rig), whichever comes first.
+pub(crate) fn side_job() -> Option<MutexGuard<'static, ()>> {
     loop {
         match WHOLE_HOST.try_lock() {
-            Ok(guard) => return Turn::Whole(guard),
-            Err(std::sync::TryLockError::Poisoned(p)) => return Turn::Whole(p.into_inner()),
+            Ok(guard) => return Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => {}
         }
         let offered = SIDE_SLOT
@@ -66,7 +60,7 @@ pub(crate) fn side_job() -> Turn {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         if offered.is_some_and(|file| file.exists()) {
-            return Turn::BesideTheRig;
+            return None;
         }
         std::thread::sleep(Duration::from_secs(1));
     }
