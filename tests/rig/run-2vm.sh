@@ -11,7 +11,8 @@
 #   -T is the hard timeout of each VM [300]; -c the CPUs of each VM [1] (more than one
 #   needs a kernel with ACPI, such as the storage kernel). -w puts the wire between them
 #   (tools/wire.py: a third host on the link, an on-path attacker the guests drive through
-#   the share; its log is SHARE/out/sync-NAME_A-NAME_B/wire.log). Exit 0 only if both
+#   the share; its log is SHARE/out/sync-NAME_A-NAME_B/wire.log; with RIG_WIRE_PCAP=1 it
+#   also writes every frame's head to wire.pcap there). Exit 0 only if both
 #   guests pass.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -51,7 +52,7 @@ BPORT=$PORT; WPID=""
 if [ $WIRE = 1 ]; then  # B connects to the wire, the wire to A
   mkdir -p "$SHARE/out/$SYNCNAME"
   python3 "$HERE/tools/wire.py" --a-port "$PORT" --port-file "$RC/wire-port" --ctl "$SHARE/out/$SYNCNAME" \
-    > "$RC/wire.err" 2>&1 & WPID=$!
+    ${RIG_WIRE_PCAP:+--pcap "$SHARE/out/$SYNCNAME/wire.pcap"} > "$RC/wire.err" 2>&1 & WPID=$!
   for _ in $(seq 100); do [ -s "$RC/wire-port" ] && break; sleep 0.1; done
   BPORT=$(cat "$RC/wire-port" 2>/dev/null || echo "$PORT")
   [ -s "$RC/wire-port" ] || echo "[run-2vm] the wire did not start: $(cat "$RC/wire.err")"

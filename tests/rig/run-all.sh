@@ -41,7 +41,10 @@
 # RIG_SIDE_SLOT=FILE: with RIG_STORAGE_LANE=1, FILE is touched once every kernel's storage
 # lane has ended (the cargo test then runs the system test beside the rig's rest).
 # RIG_STORAGE_MODES="0 1" (the default) are the siw.port_map modes the storage suite boots
-# (one boot each; "1" alone for the port-mapped one).
+# (one boot each; "1" alone for the port-mapped one). RIG_STORAGE_PAIRS=server:client,...
+# replaces the storage rounds' pairings; RIG_STORAGE_WIRE=1 puts the wire (tools/wire.py)
+# between the storage VMs, and with RIG_WIRE_PCAP=1 it keeps the frames' heads. (QEMU
+# keeps them anyway, in each storage VM's eth0.pcap: storage_frames below.)
 # Suites (guest/suite-*.sh) pass only on daemon-side evidence: the daemon's strace'd
 # netlink/UDP conversation, its SIGUSR1 mapping dumps, dmesg, and rping/cmtime timing.
 # Results: target/rig/<kernel>/ (summary.txt, cmtime.txt, flood.txt, forge.txt, pairs.txt,
@@ -212,6 +215,7 @@ run2() {  # run2 NAME SERVER_DAEMON CLIENT_DAEMON [-e KEY=VAL]...  (guest test: 
     ${TEST2:+"$TEST2"} > "$RES/console-$name.log" 2>&1
   exec 7>&- 6>&-
   grep -q "status" "$RES/console-$name.log" || true
+  [ -z "${RUN2_AFTER:-}" ] || "$RUN2_AFTER" "$name"
   rc=$(sed -n "s/.*$name-A status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-A" "${rc:-125}" "$(( $(date +%s) - t0 ))"
   rc=$(sed -n "s/.*$name-B status \([0-9]*\).*/\1/p" "$RES/console-$name.log"); collect "$name-B" "${rc:-125}" "$(( $(date +%s) - t0 ))"
 }
@@ -409,6 +413,26 @@ storage_lane() {  # RIG_STORAGE_LANE=1: the storage boots beside the other lanes
   fi
   exec 5>&-
 }
+# storage_frames NAME: a check of the storage client NAME-B against the frames its VM sent
+# and received (QEMU's eth0.pcap, tools/rdma-conns.py): the suite makes a connect or a
+# mount a second time only when the kernel's log shows the first lost with the port mapper
+# having answered, and each such retry must be matched by a connection whose first data the
+# frames show lost (a Read Request or a first Send left unanswered on a connection already
+# set up, which is the kernels' own; the port mapper's part ends before the TCP handshake).
+# The flagged connections are listed in NAME-B/frames.txt and beneath the check.
+storage_frames() {
+  local out="$SHARE/out/$1-B" retries lost
+  [ -d "$out" ] || return 0
+  python3 "$RIG_DIR/tools/rdma-conns.py" "$out/eth0.pcap" > "$out/frames.txt" 2>&1
+  retries=$(awk '$1 ~ /-retries$/ { n += $2 } END { print n + 0 }' "$out/storage-figures.txt" 2>/dev/null)
+  lost=$(sed -n 's/^[0-9]* iWARP connections, \([0-9]*\) flagged$/\1/p' "$out/frames.txt")
+  if [ -n "$lost" ] && [ "$retries" -le "$lost" ]; then
+    echo "PASS frames-lost: $retries retries by the suite, $lost connections whose first data the frames show lost (tools/rdma-conns.py on eth0.pcap)" >> "$out/checks.txt"
+  else
+    echo "FAIL frames-lost: $retries retries by the suite, but ${lost:-no readable capture:} connections whose first data the frames show lost: a retry without that evidence (tools/rdma-conns.py on eth0.pcap; $(tail -1 "$out/frames.txt"))" >> "$out/checks.txt"
+  fi
+  grep '^connection ' "$out/frames.txt" | head -8 | sed 's/^/    /' >> "$out/checks.txt"
+}
 storage_suites() {  # two VMs per boot on a kernel of their own (one pair slot each)
   if want storage; then  # NVMe over Fabrics through the port mapper: the storage kernel
     # (kernel/storage.config, its own image and cache), one CPU per VM (RIG_STORAGE_CPUS=2
@@ -436,9 +460,10 @@ storage_suites() {  # two VMs per boot on a kernel of their own (one pair slot e
         # (port-mapped, a fifth round: ours holding its REMOTE_INFO for a C client's ACK,
         # which comes after the connection: what a queue does without one, reported)
         p=ours:ours,c:c,ours:c,c:ours; [ "$pm" = 1 ] && p=$p,ours-hold:c
+        p=${RIG_STORAGE_PAIRS:-$p}
         t_boot=$(date +%s)
-        TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c "${RIG_STORAGE_CPUS:-1}" -T 1200 \
-          -e portmap=$pm -e pairs=$p
+        RIG_NET_DUMP=1 RUN2_AFTER=storage_frames TEST2="$RIG_DIR/guest/suite-storage.sh" run2 "storage-pm$pm" "$RS" "$RS" -c "${RIG_STORAGE_CPUS:-1}" -T 1200 \
+          ${RIG_STORAGE_WIRE:+-w} -e portmap=$pm -e pairs=$p
         echo "$pm $(( $(date +%s) - t_boot ))" >> "$RES/storage-walls.txt"
       done
       export "$kvar=$old"

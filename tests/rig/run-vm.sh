@@ -55,6 +55,10 @@ case "$NET" in
   *) echo "bad -N $NET" >&2; exit 2 ;;
 esac
 [ -n "$NET" ] && netargs+=(-device "virtio-net-pci,netdev=n0,mac=$MAC")
+# RIG_NET_DUMP=1: QEMU keeps the head of every frame of eth0, both ways, in
+# SHARE/out/NAME/eth0.pcap (filter-dump: no third process on the link, so no delay added)
+[ -n "$NET" ] && [ -n "${RIG_NET_DUMP:-}" ] && mkdir -p "$SHARE/out/$NAME" &&
+  netargs+=(-object "filter-dump,id=d0,netdev=n0,file=$SHARE/out/$NAME/eth0.pcap,maxlen=192")
 
 # Under TCG the guest's TSC is the host's, but the tiny kernel has no HPET/ACPI PM timer
 # to calibrate it against and often falls back to 4 ms jiffies; hand it the host's TSC

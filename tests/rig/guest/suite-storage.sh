@@ -138,7 +138,8 @@ capsule_lost() {
   grep -q 'QID 0 timeout' "$1" && grep -q 'Connect command failed' "$1" &&
     ! grep -q 'Timeout [0-9]* sec for netlink request' "$1"
 }
-# lost_info NAME: an INFO line for a connect that nvme_connect made twice (LOST)
+# lost_info NAME: an INFO line for a connect or mount made twice (LOST), and its NAME-retries
+# figure (0 or 1), which the host holds against the frames (run-all.sh storage_frames)
 lost_info() { [ -z "$LOST" ] || echo "INFO $1: $LOST" >> "$CHECKS"; fig "$1-retries" "$( [ -n "$LOST" ] && echo 1 || echo 0)"; }
 # nvme_queues_check NAME CTRL: the controller has the admin queue and every I/O and write
 # queue asked for (the kernel caps each at the CPUs); sets QUEUES
@@ -190,6 +191,23 @@ nfs_mount() {
   nfs_env; mkdir -p "$2"
   timeout 40 $NB/mount.nfs "$1:/" "$2" -o "$o" >> "$OUT/mount-$FR.log" 2>&1; RC=$?
   MT=$(elapsed "$t0")
+}
+# nfs_first_mount: the round's first mount, $PEER:/ on /mnt/nfs over RDMA (IPv4); RC, MT as
+# nfs_mount. A first attempt that failed with no port-mapper timeout in the kernel's log
+# (every connection it made had the port mapper's answer in time) is made once more, and
+# LOST says so with the kernel's lines: seen once in a full run with ours serving C, rc 32
+# after 9.41 s, its RPCs unanswered. The host checks each such retry against the frames
+# (run-all.sh, storage_frames: the first data lost on a connection already made).
+nfs_first_mount() {
+  local try m; LOST=""
+  for try in 1 2; do
+    m=$(dmesg | wc -l)
+    nfs_mount "$PEER" /mnt/nfs rdma
+    [ "$RC" = 0 ] && return
+    dmesg | tail -n +$((m + 1)) > /tmp/mount-dmesg
+    [ "$try" = 1 ] && ! grep -q 'Timeout [0-9]* sec for netlink request' /tmp/mount-dmesg || return
+    LOST="the first mount failed after $MT s (rc $RC; $(grep -i -E 'rpc|nfs|rdma' /tmp/mount-dmesg | sed 's/^\[[^]]*\] //' | tail -3 | tr '\n' '|')); tried again"
+  done
 }
 # xprt_connects DIR TAG: how many times the RPC transport of the mount on DIR connected
 # (/proc/self/mountstats, "xprt: rdma PORT BINDS CONNECTS ..."), its line kept in
@@ -465,9 +483,8 @@ for pair in $PAIRS; do
     flag "$FR.host6.done"
     # NFS over RDMA
     wait_flag "$FR.nfs.ready" 180; nfs_env; mkdir -p /mnt/nfs
-    t0=$(uptime_s)
-    $NB/mount.nfs "$PEER:/" /mnt/nfs -o vers=4.0,proto=rdma,port=20049,timeo=30 > "$OUT/mount-$FR.log" 2>&1; rc=$?
-    mt=$(elapsed "$t0"); fig "$R-nfs-mount-s" "$mt"; xc=$(xprt_connects /mnt/nfs mount); fig "$R-nfs-xprt-connects" "$xc"
+    nfs_first_mount; rc=$RC; mt=$MT; lost_info "$R-nfs-mount"
+    fig "$R-nfs-mount-s" "$mt"; xc=$(xprt_connects /mnt/nfs mount); fig "$R-nfs-xprt-connects" "$xc"
     check "$R-nfs-mount" "mount -o proto=rdma,port=20049 of $PEER:/ in $mt s (rc $rc)" test "$rc" = 0
     check "$R-nfs-no-stall" "the mount took $mt s < ${STALL_S} s (its RPC transport connected $xc times)" lt "$mt" "$STALL_S"
     check "$R-nfs-read" "the server's file read back over NFS/RDMA" sh -c "grep -qx '$R' /mnt/nfs/from-server"

@@ -25,6 +25,10 @@ the two VMs' sync folder (CTL, the host side of the share):
 Injected and cut datagrams get correct IP and UDP lengths and checksums: the receiving
 kernel must hand them to the daemon, which alone is under test. A log of the run is
 CTL/wire.log. The wire exits when either side closes.
+
+With --pcap FILE every frame forwarded (as it left the wire) is also written to FILE, cut
+to its first SNAPLEN bytes: enough for the IP, TCP and MPA/DDP headers and the start of
+an RDMA message, to tell where the first data of a new connection went.
 """
 import argparse
 import os
@@ -38,6 +42,7 @@ PEER_PORT = 3935
 SEALED_LEN = 124
 SEAL_MAGIC = b"IWRS"  # the v2 block's magic, at byte 64 of a sealed datagram
 TYPES = ("REQUEST", "ACCEPT", "ACK", "REJECT")
+SNAPLEN = 192
 
 
 def checksum(data):
@@ -132,6 +137,20 @@ class Wire:
         self.state = threading.Lock()
         self.frames = {"A": 0, "B": 0}
         self.done = threading.Event()
+        self.pcap = None
+
+    def capture(self, path):
+        """Write every forwarded frame to PATH (pcap, Ethernet, SNAPLEN bytes of each)."""
+        self.pcap = open(path, "wb")
+        self.pcap.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, SNAPLEN, 1))
+
+    def record(self, frame):
+        if self.pcap is None:
+            return
+        t = time.time()
+        cut = frame[:SNAPLEN]
+        with self.state:
+            self.pcap.write(struct.pack("<IIII", int(t), int((t % 1) * 1e6), len(cut), len(frame)) + cut)
 
     def log(self, line):
         with self.state:
@@ -154,6 +173,7 @@ class Wire:
                 self.frames[frm] += 1
                 if frm == "B":
                     frame = self.watch(frame)
+                self.record(frame)
                 self.send(to, frame)
         except OSError as e:
             self.log("side %s: %s" % (frm, e))
@@ -243,6 +263,7 @@ def main():
     ap.add_argument("--a-port", type=int, required=True, help="VM A's QEMU listens here")
     ap.add_argument("--port-file", required=True, help="where to write the port B connects to")
     ap.add_argument("--ctl", required=True, help="the VMs' sync folder (host side)")
+    ap.add_argument("--pcap", help="also write every forwarded frame to this pcap file")
     args = ap.parse_args()
     os.makedirs(args.ctl, exist_ok=True)
     log = open(os.path.join(args.ctl, "wire.log"), "a")
@@ -273,12 +294,17 @@ def main():
     for s in (a, b):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     w = Wire(a, b, args.ctl, log)
+    if args.pcap:
+        w.capture(args.pcap)
     w.log("wire up: A on :%d, B connected" % args.a_port)
     for frm, to in (("A", "B"), ("B", "A")):
         threading.Thread(target=w.forward, args=(frm, to), daemon=True).start()
     threading.Thread(target=w.control, daemon=True).start()
     w.done.wait()
     w.log("wire down: frames from A %d, from B %d" % (w.frames["A"], w.frames["B"]))
+    if w.pcap is not None:
+        with w.state:
+            w.pcap.close()
     return 0
 
 
