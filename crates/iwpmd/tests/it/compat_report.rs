@@ -121,13 +121,14 @@ impl Sandbox {
     }
 }
 
-fn python3(test: &str) -> bool {
+/// Whether python3 runs here; if not, TEST is reported skipped, as it needs python3 for WHAT.
+pub(crate) fn python3(test: &str, what: &str) -> bool {
     let ok = Command::new("python3")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        say_skipped(test, "no python3 to run scripts/compat-report");
+        say_skipped(test, &format!("no python3 to run {what}"));
     }
     ok
 }
@@ -153,7 +154,10 @@ fn committed_report_with(sandbox: &Sandbox, storage: &str) {
 
 #[test]
 fn without_storage_runs_the_committed_storage_section_is_kept_and_check_passes() {
-    if !python3("without_storage_runs_the_committed_storage_section_is_kept_and_check_passes") {
+    if !python3(
+        "without_storage_runs_the_committed_storage_section_is_kept_and_check_passes",
+        "scripts/compat-report",
+    ) {
         return;
     }
     let sb = Sandbox::new("reuse");
@@ -185,7 +189,10 @@ fn without_storage_runs_the_committed_storage_section_is_kept_and_check_passes()
 
 #[test]
 fn check_fails_with_3_on_a_stale_report_and_writes_the_fresh_one_aside() {
-    if !python3("check_fails_with_3_on_a_stale_report_and_writes_the_fresh_one_aside") {
+    if !python3(
+        "check_fails_with_3_on_a_stale_report_and_writes_the_fresh_one_aside",
+        "scripts/compat-report",
+    ) {
         return;
     }
     let sb = Sandbox::new("stale");
@@ -216,7 +223,10 @@ fn check_fails_with_3_on_a_stale_report_and_writes_the_fresh_one_aside() {
 
 #[test]
 fn storage_runs_make_the_section_anew_and_storage_only_leaves_the_rest() {
-    if !python3("storage_runs_make_the_section_anew_and_storage_only_leaves_the_rest") {
+    if !python3(
+        "storage_runs_make_the_section_anew_and_storage_only_leaves_the_rest",
+        "scripts/compat-report",
+    ) {
         return;
     }
     let sb = Sandbox::new("storage");

@@ -17,6 +17,7 @@ mod peers;
 mod process;
 mod qemu_host;
 mod real_kernel_rig;
+mod rig_tools;
 mod skips;
 mod soak;
 mod socket_activation;
