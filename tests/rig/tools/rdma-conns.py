@@ -44,7 +44,7 @@ def frames(path):
 
 
 def tcp_segment(frame):
-    """(src, sport, dst, dport, flags, seq, payload length, payload head) or None."""
+    """(src, sport, dst, dport, flags, payload length, payload head) or None."""
     if len(frame) < 14:
         return None
     et = struct.unpack("!H", frame[12:14])[0]
@@ -65,9 +65,9 @@ def tcp_segment(frame):
         return None
     if len(frame) < l4 + 14:
         return None
-    sport, dport, seq = struct.unpack("!HHI", frame[l4:l4 + 8])
+    sport, dport = struct.unpack("!HH", frame[l4:l4 + 4])
     doff = (frame[l4 + 12] >> 4) * 4
-    return src, sport, dst, dport, frame[l4 + 13], seq, plen - doff, frame[l4 + doff:]
+    return src, sport, dst, dport, frame[l4 + 13], plen - doff, frame[l4 + doff:]
 
 
 def describe(data):
@@ -135,7 +135,7 @@ def main():
             seg = tcp_segment(frame)
             if seg is None:
                 continue
-            src, sport, dst, dport, flags, _, length, data = seg
+            src, sport, dst, dport, flags, length, data = seg
             key = frozenset(((src, sport), (dst, dport)))
             c = conns.get(key)
             if c is None:
