@@ -3,7 +3,8 @@
 # meets besides plain connects, on the real kernel with siw.port_map=1 (the rig's patched
 # kernel; see suite-pm.sh). Server (10.77.0.1) and client (10.77.0.2), any daemon on each.
 # Phases (both sides in step through flags in the share):
-#   restart  a persistent rping connection (server :7702); then each side in turn (server
+#   restart  a persistent rping connection (server :7702; lib.sh's live_client, which tries
+#            a second client when rping lost its first connection's data); then each side in turn (server
 #            first) SIGKILLs its daemon and starts a new one while a probe binds every
 #            mapped port of that side over and over (0.0.0.0, no SO_REUSEADDR; with the
 #            rig's net patch siw's own sockets hold no port, so only the daemon's
@@ -74,9 +75,9 @@ if [ "$ROLE" = server ]; then
   flag r.listening
 else
   wait_flag r.listening 60; SMP=$(cat "$SYNC/smp")
-  rping -c -v -a "$PEER" -p 7702 > "$OUT/rping-live-client.log" 2>&1 & LCP=$!
-  waitfor 15 grep -q 'ping data' "$OUT/rping-live-client.log"
-  check live "live rping client to $PEER:7702 (mapped :$SMP) exchanging data" grep -q 'ping data' "$OUT/rping-live-client.log"
+  # (lib.sh's live_client: a second client when rping lost its first connection's data)
+  live_client 7702; LCP=$cp; fig live_tries "$try"
+  check live "live rping client to $PEER:7702 (mapped :$SMP) exchanging data (try $try)" grep -q 'ping data' "$live_log"
 fi
 flag "r.$ROLE.live"; wait_flag "r.$OTHER.live" 60
 for side in server client; do
@@ -101,9 +102,9 @@ for side in server client; do
   # the live connection still runs, and a new one reaches the restored listener
   if [ "$ROLE" = client ]; then
     # (rping's output to a file is block-buffered: a new block every few seconds)
-    n0=$(grep -c 'ping data' "$OUT/rping-live-client.log")
-    waitfor 12 sh -c "[ \$(grep -c 'ping data' $OUT/rping-live-client.log) -gt $n0 ]"
-    n1=$(grep -c 'ping data' "$OUT/rping-live-client.log")
+    n0=$(grep -c 'ping data' "$live_log")
+    waitfor 12 sh -c "[ \$(grep -c 'ping data' $live_log) -gt $n0 ]"
+    n1=$(grep -c 'ping data' "$live_log")
     check "live-after-$side" "live connection after the $side's restart: $n0 -> $n1 ping lines" \
       sh -c "kill -0 $LCP 2>/dev/null && [ $n1 -gt $n0 ]"
     timeout 30 rigcm connect "$IP:0" "$PEER:7703" 20 > "$OUT/connect-new-$side.log" 2>&1; rc=$?
