@@ -555,11 +555,11 @@ assoc_handles() {  # assoc_handles TRACE send|recv OP FAMILY: "handle/cp" lines,
 cross_ok() { [ -s "$PT" ] && [ -z "$CROSS" ]; }
 
 # live_client PORT: the two-VM suites' live rping client to $PEER:PORT, left running
-# (pid in cp, log in live_log) once it has exchanged data. Under a loaded TCG host rping
-# itself sometimes loses its first connection (the server logs a DISCONNECT while waiting
-# for its first RDMA READ, after the port mapper answered): up to two more clients then
-# (a loaded host has lost it three times in a row), so the checks judge the daemons, not
-# that rping race.
+# (pid in cp, log in live_log) once it has exchanged data. Under a loaded TCG host the
+# server's siw sometimes never reads the client's first message (siw_accept hands the
+# socket to the QP only after its MPA reply; docs/testing.md, "Lost first data"), long
+# after the port mapper answered: up to two more clients then (a loaded host has lost it
+# three times in a row), so the checks judge the daemons, not that kernel race.
 live_client() {
   local i   # (try stays set: the checks name it)
   for try in 1 2 3; do

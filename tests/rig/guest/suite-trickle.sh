@@ -27,7 +27,9 @@
 #                       median of that family, FLOOR s) and < STALL_S (5 s: a connect that
 #                       waits for the kernel's 10 s port-mapper timeout shows up there)
 # A connect that got its TCP connection quickly (siw's socket, seen by ss) but no ping data
-# within a second is rping's own race (suite-twovm), not a port-mapper stall: it is stopped
+# within a second is the race of the server's siw that leaves the client's first message
+# unread (docs/testing.md, "Lost first data"; the rig's output calls it rping's race), not
+# a port-mapper stall: it is stopped
 # and retried (up to CONNECTS/2 times) and the retry timed (seen in about 1 connect of 20 with either
 # daemon, quiet or not); quiet phases allow any number, trickle phases CONNECTS/2 (more would
 # be no race but a pattern). A connect that never got a TCP connection fails (after 10 s the
