@@ -3,8 +3,8 @@
 # meets besides plain connects, on the real kernel with siw.port_map=1 (the rig's patched
 # kernel; see suite-pm.sh). Server (10.77.0.1) and client (10.77.0.2), any daemon on each.
 # Phases (both sides in step through flags in the share):
-#   restart  a persistent rping connection (server :7702; lib.sh's live_client, which tries
-#            a second client when rping lost its first connection's data); then each side in turn (server
+#   restart  a persistent rping connection (server :7702; lib.sh's live_client, up to three
+#            clients when siw lost a client's first message); then each side in turn (server
 #            first) SIGKILLs its daemon and starts a new one while a probe binds every
 #            mapped port of that side over and over (0.0.0.0, no SO_REUSEADDR; with the
 #            rig's net patch siw's own sockets hold no port, so only the daemon's
@@ -75,7 +75,7 @@ if [ "$ROLE" = server ]; then
   flag r.listening
 else
   wait_flag r.listening 60; SMP=$(cat "$SYNC/smp")
-  # (lib.sh's live_client: a second client when rping lost its first connection's data)
+  # (lib.sh's live_client: another client when siw lost the first one's first message)
   live_client 7702; LCP=$cp; fig live_tries "$try"
   check live "live rping client to $PEER:7702 (mapped :$SMP) exchanging data (try $try)" grep -q 'ping data' "$live_log"
 fi
