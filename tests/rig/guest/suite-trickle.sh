@@ -30,8 +30,8 @@
 # within a second is the race of the server's siw that leaves the client's first message
 # unread (docs/testing.md, "Lost first data"; the rig's output calls it rping's race), not
 # a port-mapper stall: it is stopped and retried (up to CONNECTS/2 times) and the retry
-# timed (seen in about 1 connect of 20 with either daemon, quiet or not); quiet phases allow any number, trickle phases CONNECTS/2 (more would
-# be no race but a pattern). A connect that never got a TCP connection fails (after 10 s the
+# timed (seen in about 1 connect of 20 with either daemon, quiet or not); quiet phases
+# allow any number, trickle phases CONNECTS/2 (more would be no race but a pattern). A connect that never got a TCP connection fails (after 10 s the
 # kernel connects unmapped, so a mere stall still connects, late, and fails the time limit).
 # A checks that each daemon under test came up and is alive after its phase; it reports
 # its kernel SUnreclaim and the daemon's RSS growth over the phase (in the table).
