@@ -170,14 +170,67 @@ fn real_kernel_rig_all_suites() {
     println!("{}", String::from_utf8_lossy(&output.stdout));
     assert!(
         output.status.success(),
-        "real-kernel rig failed ({}); see target/rig/summary.txt and target/rig/<kernel>/console-*.log\n{}",
+        "real-kernel rig failed ({}); see target/rig/summary.txt and target/rig/<kernel>/console-*.log\n\
+         failed checks:\n{}\n{}",
         output.status,
+        failed_checks(&target.join("rig")),
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(
         summary.contains(" passed, 0 failed"),
         "rig summary shows no passing run"
     );
+}
+
+/// The rig's failed checks, `kernel/run: FAIL name: detail`, at most 40 lines of at most
+/// 300 characters. They go first in the failure message: a CI record keeps only part of a
+/// long output, and the counts alone do not say which check failed.
+fn failed_checks(rig: &Path) -> String {
+    const MAX_LINES: usize = 40;
+    const MAX_CHARS: usize = 300;
+    let mut lines = Vec::new();
+    let mut kernels: Vec<_> = std::fs::read_dir(rig)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    kernels.sort();
+    for kernel in kernels {
+        let mut runs: Vec<_> = std::fs::read_dir(kernel.join("share/out"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        runs.sort();
+        for run in runs {
+            let checks = std::fs::read_to_string(run.join("checks.txt")).unwrap_or_default();
+            for line in checks.lines().filter(|l| l.starts_with("FAIL")) {
+                let name = |p: &Path| {
+                    p.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned()
+                };
+                let mut entry = format!("{}/{}: {line}", name(&kernel), name(&run));
+                if let Some((cut, _)) = entry.char_indices().nth(MAX_CHARS) {
+                    entry.truncate(cut);
+                }
+                lines.push(entry);
+            }
+        }
+    }
+    let more = lines.len().saturating_sub(MAX_LINES);
+    lines.truncate(MAX_LINES);
+    if more > 0 {
+        lines.push(format!("(and {more} more)"));
+    }
+    if lines.is_empty() {
+        "(none in target/rig/<kernel>/share/out/*/checks.txt)".into()
+    } else {
+        lines.join("\n")
+    }
 }
 
 /// Without `IWPM_RIG_SETUP=1` the test command installs nothing and builds no kernel:
@@ -271,4 +324,45 @@ fn only_a_current_release_build_is_taken() {
         current_release_daemon(&target).unwrap(),
         release.join("iwpmd")
     );
+}
+
+/// The failure message names each failed check with its kernel and run, in order, and
+/// bounds what it keeps; passing checks and runs without a checks file add nothing.
+#[test]
+fn failed_checks_are_named_with_kernel_and_run() {
+    let rig = iwpm_testkit::fs::scratch_dir("rig-failed-checks");
+    let run = |kernel: &str, run: &str, checks: &str| {
+        let dir = rig.join(kernel).join("share/out").join(run);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("checks.txt"), checks).unwrap();
+    };
+    assert_eq!(
+        failed_checks(&rig),
+        "(none in target/rig/<kernel>/share/out/*/checks.txt)"
+    );
+    run(
+        "6.12",
+        "pm-ours-c-A",
+        "PASS start: daemon up\nFAIL live: no data\n",
+    );
+    run(
+        "6.1",
+        "twovm-c-c-B",
+        "FAIL cross: handles differ\n    detail\n",
+    );
+    run("6.1", "single-ours", "PASS start: daemon up\n");
+    std::fs::create_dir_all(rig.join("6.1/share/out/empty")).unwrap();
+    assert_eq!(
+        failed_checks(&rig),
+        "6.1/twovm-c-c-B: FAIL cross: handles differ\n6.12/pm-ours-c-A: FAIL live: no data"
+    );
+    run("6.12", "flood", &"FAIL x: y\n".repeat(100));
+    let long = "z".repeat(1000);
+    run("6.1", "a-long", &format!("FAIL long: {long}\n"));
+    let out = failed_checks(&rig);
+    assert_eq!(out.lines().count(), 41, "{out}");
+    assert!(out.ends_with("(and 63 more)"), "{out}");
+    let first = format!("6.1/a-long: FAIL long: {}\n", &long[..277]);
+    assert!(out.starts_with(&first), "{out}");
+    assert!(out.lines().all(|l| l.chars().count() <= 300), "{out}");
 }
