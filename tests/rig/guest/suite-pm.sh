@@ -115,53 +115,17 @@ T_PH=$(uptime_s)
 # not judged: under a loaded TCG host C-C once lost both clients to a connect timeout
 # (RDMA_CM_EVENT_UNREACHABLE, -110) with no daemon of ours involved.
 role=reference; grep -q 'iwpmd-rs' "$SYNC/server.daemon" "$SYNC/client.daemon" 2>/dev/null && role=""
+# (rping_servers/rping_client in lib.sh: up to DATA_TRIES, 4, past siw's accept race)
 if [ "$ROLE" = server ]; then
-  # One server after the other until the client is done, so that a second client finds
-  # one when rping lost the first connection (each exits, its output flushed, after -C N).
-  # Each server's listener is announced (rping.listening.K) once it is up, mapped: a second
-  # client that started before the next server listened was refused (C-C, 6.12, a loaded
-  # host: a REJECT, an incomplete association and an error reply in both traces).
-  : > "$OUT/rping-server.log"
-  # A server whose client gave up on it (rping.retry.K) is stopped for the next one: with
-  # the connection's data lost it never exits on its own (6.12, a loaded host: the server
-  # waited for an RDMA READ that never completed, so no second server listened, and the
-  # second client, queued on the stuck one's listener, got UNREACHABLE after 10 s).
-  rping_servers() {
-    local k=0 rp
-    while [ ! -e "$SYNC/rping.done" ]; do
-      k=$((k+1)); listen_snap /tmp/ls-rping
-      rping -s -a "$IP" -p 7700 -C "$N" -v >> "$OUT/rping-server.log" 2>&1 & rp=$!; echo $rp > /tmp/rping-s.pid
-      new_listen /tmp/ls-rping > /dev/null; flag "rping.listening.$k"
-      while kill -0 $rp 2>/dev/null && [ ! -e "$SYNC/rping.retry.$k" ] && [ ! -e "$SYNC/rping.done" ]; do sleep 0.2; done
-      [ -e "$SYNC/rping.retry.$k" ] && { note "rping server $k stopped: its client gave up on it"; kill $rp 2>/dev/null; }
-      wait $rp
-    done
-  }
-  rping_servers & sp=$!
-  wait_flag rping.done 120; sleep 0.5
-  kill "$(cat /tmp/rping-s.pid)" 2>/dev/null; wait $sp 2>/dev/null; rc=$?
-  l=$(grep -c '^server ping data' "$OUT/rping-server.log")
-  role_check "$role" rping-server "rping server -C $N: $l ping lines (rc $rc)" test "$l" = "$N"
+  rping_servers 7700
+  role_check "$role" rping-server "rping server -C $N: $rping_lines ping lines (rc $rping_rc)" test "$rping_lines" = "$N"
 else
-  wait_flag rping.listening.1
-  t0=$(uptime_s); timeout 20 rping -c -a "$PEER" -p 7700 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?; t=$(elapsed "$t0")
-  l=$(grep -c 'ping data' "$OUT/rping-client.log")
-  if [ "$l" = 0 ]; then
-    # rping on a loaded TCG host sometimes loses its connection before the first ping
-    # (as in the live phase); the server takes a second client (-C N ends after N pings)
-    note "rping -C $N exchanged no data (rc $rc, ${t}s); a second client"
-    mv "$OUT/rping-client.log" "$OUT/rping-client-1.log"
-    # (the next server once it listens: the first one, if it lives on, is stopped for it)
-    flag rping.retry.1
-    i=0; while [ ! -e "$SYNC/rping.listening.2" ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done
-    t0=$(uptime_s); timeout 60 rping -c -a "$PEER" -p 7700 -C "$N" -v > "$OUT/rping-client.log" 2>&1; rc=$?; t=$(elapsed "$t0")
-    l=$(grep -c 'ping data' "$OUT/rping-client.log")
-  fi
-  flag rping.done
+  rping_client 7700
   r=1
   { [ $rc = 0 ] || [ $rc = 255 ]; } && [ "$l" = "$N" ] && lt "$t" "$STALL_S" && r=0
-  role_check "$role" rping "rping -C $N -> $PEER:7700 over mapped ports: rc=$rc, $l ping lines in ${t}s" test $r = 0
+  role_check "$role" rping "rping -C $N -> $PEER:7700 over mapped ports (try $rping_try): rc=$rc, $l ping lines in ${t}s" test $r = 0
   echo "rping_s $t" >> "$OUT/pm-figures.txt"
+  echo "rping_tries $rping_try" >> "$OUT/pm-figures.txt"
 fi
 note "phase rping: $(elapsed "$T_PH") s"
 

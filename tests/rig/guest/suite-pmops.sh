@@ -3,7 +3,7 @@
 # meets besides plain connects, on the real kernel with siw.port_map=1 (the rig's patched
 # kernel; see suite-pm.sh). Server (10.77.0.1) and client (10.77.0.2), any daemon on each.
 # Phases (both sides in step through flags in the share):
-#   restart  a persistent rping connection (server :7702; lib.sh's live_client, up to three
+#   restart  a persistent rping connection (server :7702; lib.sh's live_client, up to four
 #            clients when siw lost a client's first message); then each side in turn (server
 #            first) SIGKILLs its daemon and starts a new one while a probe binds every
 #            mapped port of that side over and over (0.0.0.0, no SO_REUSEADDR; with the
