@@ -189,22 +189,18 @@ fn failed_checks(rig: &Path) -> String {
     const MAX_LINES: usize = 40;
     const MAX_CHARS: usize = 300;
     let mut lines = Vec::new();
-    let mut kernels: Vec<_> = std::fs::read_dir(rig)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    kernels.sort();
-    for kernel in kernels {
-        let mut runs: Vec<_> = std::fs::read_dir(kernel.join("share/out"))
+    let sorted_entries = |dir: &Path| {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .into_iter()
             .flatten()
             .flatten()
             .map(|e| e.path())
             .collect();
-        runs.sort();
-        for run in runs {
+        paths.sort();
+        paths
+    };
+    for kernel in sorted_entries(rig) {
+        for run in sorted_entries(&kernel.join("share/out")) {
             let checks = std::fs::read_to_string(run.join("checks.txt")).unwrap_or_default();
             for line in checks.lines().filter(|l| l.starts_with("FAIL")) {
                 let name = |p: &Path| {
