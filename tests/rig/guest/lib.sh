@@ -631,6 +631,10 @@ rping_client() {
   done
   flag rping.done
 }
+# rping_client_ok: rping_client's last try ran all N pings within the stall limit. (rc 255
+# after all N pings is rping's own teardown race, seen once with no daemon at all on a
+# loaded host: the connection, which is what the port mapper serves, worked.)
+rping_client_ok() { { [ "$rc" = 0 ] || [ "$rc" = 255 ]; } && [ "$l" = "$N" ] && lt "$t" "$STALL_S"; }
 
 # ---- figures, and a daemon restarted behind the FD store (suites pmops, storage, zerogap) ----
 # fig KEY VALUE: one figure of the suite, "KEY VALUE" appended to its file $FIGS
