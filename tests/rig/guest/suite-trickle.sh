@@ -31,8 +31,9 @@
 # unread (docs/testing.md, "Lost first data"; the rig's output calls it rping's race), not
 # a port-mapper stall: it is stopped and retried (up to CONNECTS/2 times) and the retry
 # timed (seen in about 1 connect of 20 with either daemon, quiet or not); quiet phases
-# allow any number, trickle phases CONNECTS/2 (more would be no race but a pattern). A connect that never got a TCP connection fails (after 10 s the
-# kernel connects unmapped, so a mere stall still connects, late, and fails the time limit).
+# allow any number, trickle phases CONNECTS/2 (more would be no race but a pattern). A
+# connect that never got a TCP connection fails (after 10 s the kernel connects unmapped,
+# so a mere stall still connects, late, and fails the time limit).
 # A checks that each daemon under test came up and is alive after its phase; it reports
 # its kernel SUnreclaim and the daemon's RSS growth over the phase (in the table).
 # Output (B): trickle-table.txt, trickle-results.txt, rping-*.log, trickle-*.txt (rigflood).
@@ -104,13 +105,13 @@ conn1() {
 # connects TAG DST SRC PORT: N sequential conn1; CT (times, space separated), CFAIL, CMAX, CMED,
 # CRACE. A client that has its TCP connection but exchanged no ping data met siw's race
 # (the server's siw never read its first message, so the client waits for ever): the port
-# mapper's part was done, so that one is retried and the retry is timed (up to CONNECTS/2 retries, the trickle phase's whole allowance: the race
-# sometimes comes two or three times in a row on a loaded host); each lost
-# attempt is counted in CRACE and listed. Only a connection that came up quickly counts as
-# the race (stopped before STALL_S + 1 s): one that came up after a long wait (the kernel's
-# 10 s timeout, then an unmapped connect that is slow to carry the ping) is a stall and keeps
-# its time. A client that never got
-# a TCP connection is a failed or stalled connect (its time, >= TMO, stays).
+# mapper's part was done, so that one is retried and the retry is timed (up to CONNECTS/2
+# retries, the trickle phase's whole allowance: the race sometimes comes two or three times
+# in a row on a loaded host); each lost attempt is counted in CRACE and listed. Only a
+# connection that came up quickly counts as the race (stopped before STALL_S + 1 s): one
+# that came up after a long wait (the kernel's 10 s timeout, then an unmapped connect that
+# is slow to carry the ping) is a stall and keeps its time. A client that never got a TCP
+# connection is a failed or stalled connect (its time, >= TMO, stays).
 connects() {
   local i=0 k lost cl
   CT=""; CFAIL=0; CMAX=0; CRACE=0; CLOST=""
